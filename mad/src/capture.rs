@@ -1,0 +1,1 @@
+//! Capture files (placeholder, being written).
