@@ -85,6 +85,18 @@ macro_rules! open_enum {
     };
 }
 
+/// `impl Default` for an open enum (not derivable through the macro).
+macro_rules! default_variant {
+    ($name:ident, $variant:ident) => {
+        #[allow(clippy::derivable_impls)]
+        impl Default for $name {
+            fn default() -> Self {
+                $name::$variant
+            }
+        }
+    };
+}
+
 open_enum! {
     /// MAD management class (byte 1 of the common header).
     pub enum MgmtClass(u8) {
@@ -244,6 +256,8 @@ open_enum! {
         Other = 2 => "other",
     }
 }
+
+default_variant!(MsgKind, Req);
 
 open_enum! {
     /// REQ Transport Service Type (2-bit field, spec/cm-wire.md §2.1, §3.1).
@@ -410,6 +424,25 @@ open_enum! {
         Redirect = 4 => "redirect",
         /// 5.
         UnsupportedVersion = 5 => "unsupported class version",
+    }
+}
+
+default_variant!(TransportType, Rc);
+
+default_variant!(ExtTransportType, None);
+
+default_variant!(Rate, PortCurrent);
+
+default_variant!(FailoverAccepted, Accepted);
+
+default_variant!(AprStatus, Success);
+
+default_variant!(SidrStatus, Success);
+
+impl Default for Mtu {
+    /// 1024 bytes, the usual RoCE value.
+    fn default() -> Self {
+        Mtu::Mtu1024
     }
 }
 

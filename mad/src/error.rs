@@ -69,40 +69,6 @@ impl ParseError {
             | ParseError::InvalidField { offset, .. } => offset,
         }
     }
-
-    /// Shifts the offset by `by` bytes (when a sub-structure was parsed on its own).
-    pub(crate) fn shifted(self, by: usize) -> Self {
-        match self {
-            ParseError::Truncated { offset, need, have } => ParseError::Truncated {
-                offset: offset + by,
-                need,
-                have,
-            },
-            ParseError::BadBaseVersion { offset, value } => ParseError::BadBaseVersion {
-                offset: offset + by,
-                value,
-            },
-            ParseError::NotCmClass { offset, value } => ParseError::NotCmClass {
-                offset: offset + by,
-                value,
-            },
-            ParseError::UnsupportedClassVersion { offset, value } => {
-                ParseError::UnsupportedClassVersion {
-                    offset: offset + by,
-                    value,
-                }
-            }
-            ParseError::InvalidField {
-                field,
-                value,
-                offset,
-            } => ParseError::InvalidField {
-                field,
-                value,
-                offset: offset + by,
-            },
-        }
-    }
 }
 
 /// Why a message could not be emitted.

@@ -15,7 +15,7 @@
 //!   message and `emit(parse(b))` equals `b` with its reserved bits cleared.
 //!
 //! # Example
-//! ```ignore
+//! ```
 //! use ibcm_mad::{CmMessage, Mad, MadHeader, Method, Rtu, CommId, PrivateData, Tid};
 //!
 //! let rtu = Rtu {
@@ -43,27 +43,27 @@
     )
 )]
 
-// pub mod cm; (being written)
-// pub mod cma; (being written)
+pub mod cm;
+pub mod cma;
 pub mod codes;
 pub mod error;
 pub mod frame;
-// pub mod header; (being written)
+pub mod header;
 pub mod types;
 
 #[cfg(feature = "capture")]
 pub mod capture;
 
-/* pub use cm::{
-    ApPath, Apr, ClassPortInfo, CmMessage, Dreq, Drep, Lap, Mad, Mra, PathInfo, Rej, Rep, Req,
-    Rtu, SidrRep, SidrReq, MAD_LEN, MAD_DATA_LEN,
-}; */
+pub use cm::{
+    Apr, ClassPortInfo, CmMessage, Drep, Dreq, Lap, Mad, Mra, PathInfo, Rej, Rep, Req,
+    ReqTransport, Rtu, SidrRep, SidrReq, MAD_DATA_LEN, MAD_LEN,
+};
 pub use codes::{
-    AprStatus, AttrId, ExtTransportType, FailoverAccepted, MgmtClass, Method, MsgKind, Mtu, Rate,
+    AprStatus, AttrId, ExtTransportType, FailoverAccepted, Method, MgmtClass, MsgKind, Mtu, Rate,
     RejReason, SidrStatus, TransportType,
 };
 pub use error::{EmitError, FrameError, ParseError};
-// pub use header::MadHeader;
+pub use header::MadHeader;
 pub use types::{
     CommId, Eecn, FlowLabel, Gid, Guid, Lid, OutOfRange, Pkey, PrivateData, PrivateDataTooLong,
     Psn, Qkey, Qpn, RequestId, ServiceId, Tid, TimeoutExp, VendorId, U2, U27, U3, U4, U7,
