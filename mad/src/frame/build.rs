@@ -1,0 +1,273 @@
+//! RoCEv2 emitters: a UD datagram (BTH + DETH + payload + pad + ICRC) as a UDP payload, as an
+//! IP packet, or as a whole Ethernet frame (spec/framing.md §1.1, §2).
+
+use core::net::IpAddr;
+
+use super::decode::IpRepr;
+use super::wire::{fill, set_bytes};
+use super::{
+    bth, deth, eth, icrc, ipv4, ipv6, udp, BthRepr, DethRepr, EtherType, EthernetRepr, FrameError,
+    Ipv4Repr, Ipv6Repr, Opcode, UdpRepr, ROCEV2_UDP_PORT,
+};
+use crate::types::{FlowLabel, Pkey, Psn, Qpn, U2, U4};
+
+/// Headers of a RoCEv2 UD SEND Only datagram.
+///
+/// The emitters fill in everything derived from the payload: IP total/payload length, IP
+/// protocol / next header (17), IPv4 header checksum, UDP length, UDP checksum (0), BTH
+/// PadCnt (and zeroed pad bytes), and the ICRC (little-endian). The fields the ICRC covers
+/// and the caller chooses are the IP addresses, IPv4 identification and flags, UDP ports,
+/// P_Key, PSN, destination QP, source QP and Q_Key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RoceV2UdRepr {
+    /// IP header (lengths and protocol are overwritten).
+    pub ip: IpRepr,
+    /// UDP ports (the length is overwritten).
+    pub udp: UdpRepr,
+    /// BTH; the opcode must be UD SEND Only (0x64); PadCnt is overwritten.
+    pub bth: BthRepr,
+    /// DETH.
+    pub deth: DethRepr,
+}
+
+/// Length of BTH + DETH.
+const TRANSPORT_HEADERS: usize = bth::HEADER_LEN + deth::HEADER_LEN;
+
+/// Largest IP + UDP header emitted (IPv6).
+const MAX_IP_UDP: usize = ipv6::HEADER_LEN + udp::HEADER_LEN;
+
+impl RoceV2UdRepr {
+    /// Headers for a GSI (QP1) MAD in the way Linux rxe sends one: IPv4 TOS 0, TTL 64, DF,
+    /// IP ID `ident`; or IPv6 traffic class 0, flow label 0, hop limit 64; UDP destination
+    /// port 4791; BTH opcode 0x64, P_Key 0xFFFF, destination QP 1; DETH Q_Key 0x8001_0000,
+    /// source QP 1. Adjust fields afterwards as needed.
+    ///
+    /// # Errors
+    /// [`FrameError::FieldOutOfRange`] if `src` and `dst` are not of the same family.
+    pub fn gsi(
+        src: IpAddr,
+        dst: IpAddr,
+        ident: u16,
+        src_port: u16,
+        psn: Psn,
+    ) -> Result<Self, FrameError> {
+        let ip = match (src, dst) {
+            (IpAddr::V4(src_addr), IpAddr::V4(dst_addr)) => IpRepr::V4(Ipv4Repr {
+                src_addr,
+                dst_addr,
+                protocol: ipv4::PROTOCOL_UDP,
+                tos: 0,
+                ttl: 64,
+                ident,
+                dont_frag: true,
+                more_frags: false,
+                frag_offset: 0,
+                payload_len: 0,
+            }),
+            (IpAddr::V6(src_addr), IpAddr::V6(dst_addr)) => IpRepr::V6(Ipv6Repr {
+                src_addr,
+                dst_addr,
+                next_header: ipv4::PROTOCOL_UDP,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: FlowLabel::masked(0),
+                payload_len: 0,
+            }),
+            _ => {
+                return Err(FrameError::FieldOutOfRange {
+                    layer: "IP",
+                    field: "address family",
+                    value: 0,
+                })
+            }
+        };
+        Ok(RoceV2UdRepr {
+            ip,
+            udp: UdpRepr {
+                src_port,
+                dst_port: ROCEV2_UDP_PORT,
+                payload_len: 0,
+            },
+            bth: BthRepr {
+                opcode: Opcode::UD_SEND_ONLY,
+                solicited: false,
+                mig_req: false,
+                pad_count: U2::masked(0),
+                tver: U4::masked(0),
+                pkey: Pkey::DEFAULT,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::masked(1),
+                ack_req: false,
+                psn,
+            },
+            deth: DethRepr::GSI,
+        })
+    }
+
+    /// Pad bytes for a payload of `payload_len` bytes.
+    const fn pad(payload_len: usize) -> usize {
+        (4 - payload_len % 4) % 4
+    }
+
+    /// Length of the UDP payload: BTH + DETH + payload + pad + ICRC.
+    pub const fn udp_payload_len(&self, payload_len: usize) -> usize {
+        TRANSPORT_HEADERS + payload_len + Self::pad(payload_len) + icrc::ICRC_LEN
+    }
+
+    /// Length of the IP packet (IP header + UDP header + UDP payload).
+    pub fn ip_packet_len(&self, payload_len: usize) -> usize {
+        self.ip.buffer_len() + udp::HEADER_LEN + self.udp_payload_len(payload_len)
+    }
+
+    /// Length of the Ethernet frame (no FCS).
+    pub fn frame_len(&self, eth: &EthernetRepr, payload_len: usize) -> usize {
+        eth.buffer_len() + self.ip_packet_len(payload_len)
+    }
+
+    /// The IP and UDP headers for a payload of `payload_len` bytes, in a stack buffer.
+    fn ip_udp(&self, payload_len: usize) -> Result<([u8; MAX_IP_UDP], usize), FrameError> {
+        if self.bth.opcode != Opcode::UD_SEND_ONLY {
+            return Err(FrameError::FieldOutOfRange {
+                layer: "BTH",
+                field: "opcode",
+                value: u64::from(self.bth.opcode.0),
+            });
+        }
+        let udp_payload = self.udp_payload_len(payload_len);
+        let hl = self.ip.buffer_len();
+        let max =
+            usize::from(u16::MAX) - udp::HEADER_LEN - if hl == ipv4::HEADER_LEN { hl } else { 0 };
+        if udp_payload > max {
+            return Err(FrameError::FieldOutOfRange {
+                layer: "UDP",
+                field: "length",
+                value: u64::try_from(udp_payload + udp::HEADER_LEN).unwrap_or(u64::MAX),
+            });
+        }
+        let ip = match self.ip {
+            IpRepr::V4(r) => IpRepr::V4(Ipv4Repr {
+                protocol: ipv4::PROTOCOL_UDP,
+                payload_len: udp::HEADER_LEN + udp_payload,
+                ..r
+            }),
+            IpRepr::V6(r) => IpRepr::V6(Ipv6Repr {
+                next_header: ipv4::PROTOCOL_UDP,
+                payload_len: udp::HEADER_LEN + udp_payload,
+                ..r
+            }),
+        };
+        let udp = UdpRepr {
+            payload_len: udp_payload,
+            ..self.udp
+        };
+        let mut buf = [0u8; MAX_IP_UDP];
+        ip.emit(&mut buf);
+        if let Some(u) = buf.get_mut(hl..) {
+            udp.emit(&mut udp::Packet::new_unchecked(u));
+        }
+        Ok((buf, hl + udp::HEADER_LEN))
+    }
+
+    /// Writes BTH, DETH, payload, pad and ICRC into `out`; `ip_udp` are the headers the ICRC
+    /// covers.
+    fn emit_transport(
+        &self,
+        ip_udp: &[u8],
+        payload: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, FrameError> {
+        let n = self.udp_payload_len(payload.len());
+        let have = out.len();
+        let out = out.get_mut(..n).ok_or(FrameError::BufferTooSmall {
+            layer: "RoCEv2 UD datagram",
+            need: n,
+            have,
+        })?;
+        let pad = Self::pad(payload.len());
+        let bth = BthRepr {
+            pad_count: U2::masked(u8::try_from(pad).unwrap_or(0)),
+            ..self.bth
+        };
+        bth.emit(&mut bth::Packet::new_unchecked(&mut *out));
+        if let Some(d) = out.get_mut(bth::HEADER_LEN..) {
+            self.deth.emit(&mut deth::Packet::new_unchecked(d));
+        }
+        set_bytes(out, TRANSPORT_HEADERS, payload);
+        let pad_at = TRANSPORT_HEADERS + payload.len();
+        fill(out, pad_at..pad_at + pad, 0);
+        let icrc_at = n - icrc::ICRC_LEN;
+        let crc = icrc::icrc_rocev2(ip_udp, out.get(..icrc_at).unwrap_or(&[]))?;
+        set_bytes(out, icrc_at, &crc.to_le_bytes());
+        Ok(n)
+    }
+
+    /// Emits the UDP payload (BTH + DETH + `payload` + pad + ICRC) into `out`, as handed to a
+    /// UDP socket bound to the RoCEv2 port. The ICRC covers the IP and UDP headers the kernel
+    /// will build, so `self.ip` and `self.udp` must match them (addresses, IPv4 ID and
+    /// flags, ports).
+    ///
+    /// Returns the number of bytes written ([`Self::udp_payload_len`]).
+    ///
+    /// # Errors
+    /// [`FrameError::BufferTooSmall`]; [`FrameError::FieldOutOfRange`] for an opcode other
+    /// than 0x64 or a payload too long for the UDP/IP length fields.
+    pub fn emit_udp_payload(&self, payload: &[u8], out: &mut [u8]) -> Result<usize, FrameError> {
+        let (hdr, hdr_len) = self.ip_udp(payload.len())?;
+        self.emit_transport(hdr.get(..hdr_len).unwrap_or(&[]), payload, out)
+    }
+
+    /// Emits the IP packet (IP header, UDP header, UDP payload) into `out`. Returns the
+    /// number of bytes written ([`Self::ip_packet_len`]).
+    ///
+    /// # Errors
+    /// As [`Self::emit_udp_payload`].
+    pub fn emit_ip_packet(&self, payload: &[u8], out: &mut [u8]) -> Result<usize, FrameError> {
+        let need = self.ip_packet_len(payload.len());
+        if out.len() < need {
+            return Err(FrameError::BufferTooSmall {
+                layer: "RoCEv2 IP packet",
+                need,
+                have: out.len(),
+            });
+        }
+        let (hdr, hdr_len) = self.ip_udp(payload.len())?;
+        let hdr = hdr.get(..hdr_len).unwrap_or(&[]);
+        set_bytes(out, 0, hdr);
+        let rest = out.get_mut(hdr_len..).unwrap_or(&mut []);
+        Ok(hdr_len + self.emit_transport(hdr, payload, rest)?)
+    }
+
+    /// Emits a whole Ethernet frame (no FCS) into `out`: `eth` (its EtherType is replaced by
+    /// IPv4/IPv6), then [`Self::emit_ip_packet`]. Returns the number of bytes written
+    /// ([`Self::frame_len`]).
+    ///
+    /// # Errors
+    /// As [`Self::emit_udp_payload`].
+    pub fn emit_frame(
+        &self,
+        eth: &EthernetRepr,
+        payload: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, FrameError> {
+        let need = self.frame_len(eth, payload.len());
+        if out.len() < need {
+            return Err(FrameError::BufferTooSmall {
+                layer: "RoCEv2 Ethernet frame",
+                need,
+                have: out.len(),
+            });
+        }
+        let eth = EthernetRepr {
+            ethertype: match self.ip {
+                IpRepr::V4(_) => EtherType::IPV4,
+                IpRepr::V6(_) => EtherType::IPV6,
+            },
+            ..*eth
+        };
+        eth.emit(&mut eth::Packet::new_unchecked(&mut *out));
+        let hl = eth.buffer_len();
+        let rest = out.get_mut(hl..).unwrap_or(&mut []);
+        Ok(hl + self.emit_ip_packet(payload, rest)?)
+    }
+}
