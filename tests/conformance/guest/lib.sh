@@ -1,0 +1,77 @@
+# lib.sh -- sourced by the guest scenario scripts (busybox sh); lives on the 9p share (/lab).
+#
+#   run NAME SECS cmd...    run with a time limit; output -> console and /lab/results/ROLE.NAME.out;
+#                           prints "=== END NAME rc=N secs=S"
+#   bg NAME SECS cmd...     same, in the background;  bgwait NAME [SECS];  bgkill NAME
+#   mark NAME / waitfor NAME [SECS]   cross-VM barrier through /lab/sync (the 9p share)
+#   cell_begin NAME / cell_end NAME   in-band cell markers: a UDP datagram "LAB-CELL-BEGIN NAME"
+#                           to the peer's port 9, so the wire pcap can be cut per cell
+#   gid_index               index of rxe0's RoCEv2 IPv4-mapped GID (1 in this lab)
+#   wait_cm_listen [N]      until an rdma_cm id is in LISTEN (rdma res show cm_id)
+MYIP=${LAB_ip%/*}
+PEER=${LAB_peer:-}
+ROLE=${LAB_role:-a}
+RES=/lab/results
+up() { cut -d' ' -f1 /proc/uptime; }
+say() { echo "[lab $(up)] $*"; }
+run() {
+  _n=$1; _t=$2; shift 2
+  echo "=== BEGIN $_n: $*"
+  _s=$(up)
+  timeout "$_t" "$@" > "$RES/$ROLE.$_n.out" 2>&1
+  _rc=$?
+  cat "$RES/$ROLE.$_n.out"
+  echo "=== END $_n rc=$_rc secs=$(echo "$(up) $_s" | awk '{printf "%.2f", $1-$2}')"
+  echo "$_rc" > "$RES/$ROLE.$_n.rc"
+  return $_rc
+}
+bg() {
+  _n=$1; _t=$2; shift 2
+  rm -f "/tmp/$_n.rc" "/tmp/$_n.pid" "$RES/$ROLE.$_n.rc"
+  echo "=== BEGIN $_n (background): $*"
+  ( timeout "$_t" "$@" > "$RES/$ROLE.$_n.out" 2>&1 & echo $! > "/tmp/$_n.pid"; wait $!; echo $? > "/tmp/$_n.rc" ) &
+  while [ ! -s "/tmp/$_n.pid" ]; do sleep 0.05; done
+}
+bgkill() { kill "$(cat "/tmp/$1.pid")" 2>/dev/null; }
+bgwait() {
+  _n=$1; _i=0; _lim=$(( ${2:-60} * 10 ))
+  while [ ! -e "/tmp/$_n.rc" ] && [ $_i -lt $_lim ]; do sleep 0.1; _i=$((_i+1)); done
+  [ -e "/tmp/$_n.rc" ] || { bgkill "$_n"; sleep 0.3; }
+  cat "$RES/$ROLE.$_n.out"
+  _rc=$(cat "/tmp/$_n.rc" 2>/dev/null || echo timeout)
+  echo "$_rc" > "$RES/$ROLE.$_n.rc"
+  echo "=== END $_n rc=$_rc (background)"
+}
+mark() { echo "$(up)" > "/lab/sync/$1"; }
+waitfor() {
+  _i=0; _lim=$(( ${2:-60} * 10 ))
+  while [ ! -e "/lab/sync/$1" ]; do
+    sleep 0.1; _i=$((_i+1)); [ $_i -ge $_lim ] && { say "waitfor $1 timed out"; return 1; }
+  done
+  return 0
+}
+# in-band cell boundaries (only VM a sends them; they are on the wire pcap of VM a's NIC)
+cell_begin() { say "CELL-BEGIN $1"; cmpeer mark "${PEER:-127.0.0.1}" "LAB-CELL-BEGIN $1" >/dev/null 2>&1; sleep 0.2; }
+cell_end() { sleep 0.2; cmpeer mark "${PEER:-127.0.0.1}" "LAB-CELL-END $1" >/dev/null 2>&1; say "CELL-END $1"; }
+gid_index() {
+  for _f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+    case $(cat "$_f" 2>/dev/null) in 0000:0000:0000:0000:0000:ffff:*) basename "$_f"; return ;; esac
+  done
+  echo 1
+}
+wait_cm_listen() {
+  _i=0
+  while ! rdma res show cm_id 2>/dev/null | grep -q LISTEN; do
+    sleep 0.1; _i=$((_i+1)); [ $_i -ge ${1:-100} ] && return 1
+  done
+  return 0
+}
+counters() { for _f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do printf '%s=%s ' "$(basename "$_f")" "$(cat "$_f")"; done; echo; }
+# wait_line NAME REGEX [SECS]: until the output of run/bg job NAME has a matching line
+wait_line() {
+  _i=0; _lim=$(( ${3:-20} * 10 ))
+  while ! grep -qE "$2" "$RES/$ROLE.$1.out" 2>/dev/null; do
+    sleep 0.1; _i=$((_i+1)); [ $_i -ge $_lim ] && { say "wait_line $1 '$2' timed out"; return 1; }
+  done
+  return 0
+}
