@@ -7,6 +7,8 @@
 //! This is a plain bench binary (not criterion) so that it can print the ratio of two
 //! measurements taken in one run. Each figure is the median of several timed rounds.
 
+#![allow(clippy::indexing_slicing, clippy::unwrap_used)]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -229,7 +229,7 @@ impl Mad {
     /// Parses and validates a CM MAD. Bytes after the first 256 are ignored.
     ///
     /// Validation (spec/cm-wire.md §1): BaseVersion 1, class 0x07, ClassVersion 2, and method
-    /// Send for every connection message (Get/Set/GetResp for ClassPortInfo). An unknown
+    /// Send for every connection message (Get, Set, GetResp or Send for ClassPortInfo). An unknown
     /// attribute ID is not an error: it yields [`CmMessage::Unknown`].
     ///
     /// # Errors
@@ -386,7 +386,10 @@ fn validate_cm_header(h: &MadHeader) -> Result<(), ParseError> {
         });
     }
     let method_ok = match h.attr_id {
-        AttrId::ClassPortInfo => matches!(h.method, Method::Get | Method::Set | Method::GetResp),
+        AttrId::ClassPortInfo => matches!(
+            h.method,
+            Method::Get | Method::Set | Method::GetResp | Method::Send
+        ),
         AttrId::Unknown(_) => true,
         _ => h.method == Method::Send,
     };
