@@ -10,7 +10,7 @@ run modules 10 sh -c 'cut -d" " -f1 /proc/modules | sort | tr "\n" " "; echo'
 run kernel-cm 5 sh -c 'if grep -qE "^(ib_cm|rdma_cm|iw_cm|rdma_ucm) " /proc/modules; then echo "KERNEL-CM loaded"; else echo "KERNEL-CM absent"; fi'
 run devnodes 5 ls /dev/infiniband
 run umad-sysfs 5 sh -c 'for d in /sys/class/infiniband_mad/umad*; do echo "$(basename $d) ibdev=$(cat $d/ibdev) port=$(cat $d/port)"; done'
-run gids 5 sh -c 'for i in 0 1 2 3; do g=/sys/class/infiniband/rxe0/ports/1/gids/$i; v=$(cat $g); [ "$v" = 0000:0000:0000:0000:0000:0000:0000:0000 ] || echo "gid $(basename $g) $v $(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$(basename $g) 2>/dev/null)"; done; echo "GID-INDEX-IPV4 $(gid_index)"'
+run gids 5 sh -c 'for i in 0 1 2 3; do g=/sys/class/infiniband/rxe0/ports/1/gids/$i; v=$(cat $g); [ "$v" = 0000:0000:0000:0000:0000:0000:0000:0000 ] || echo "gid $(basename $g) $v $(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$(basename $g) 2>/dev/null)"; done; . /lab/lib.sh; echo "GID-INDEX-IPV4 $(gid_index)"'
 run umadprobe 10 umadprobe /dev/infiniband/umad0 0
 run hello-c 5 hello-c
 run hello-rs 5 hello-rs
