@@ -306,7 +306,7 @@ def tshark_cell(fixtures):
          else "mismatch: %s" % ", ".join(bad) if files else "no fixtures in %s" % fixtures)
 
 
-# fixture name -> (cell capture, max CM frames kept, drop RC data packets)
+# fixture name -> (cell capture, max CM frames kept, drop RC data packets[, first N connections])
 FIXTURES = {
     "establish_dreq_active.pcap": ("establish", None, False),
     "establish_dreq_passive.pcap": ("dreq-passive", None, False),
@@ -317,7 +317,7 @@ FIXTURES = {
     "accept_without_qp.pcap": ("noqp", None, False),
     "xrc_handshake_no_qp.pcap": ("xrc", None, False),
     "rping_3.pcap": ("rping", None, False),
-    "cmtime_burst_first_100_cm.pcap": ("cmtime", 100, True),
+    "cmtime_first_20_connections.pcap": ("cmtime", None, True, 20),
 }
 
 
@@ -325,7 +325,9 @@ def save_fixtures(out, dest):
     os.makedirs(dest, exist_ok=True)
     cells_dir = os.path.join(out, "kernel", "cells")
     listing = []
-    for name, (src, mx, nodata) in FIXTURES.items():
+    for name, spec in FIXTURES.items():
+        src, mx, nodata = spec[:3]
+        first = spec[3] if len(spec) > 3 else None
         sp = os.path.join(cells_dir, src + ".pcap")
         if not os.path.exists(sp):
             print("save-fixtures: missing %s" % sp)
@@ -335,7 +337,7 @@ def save_fixtures(out, dest):
             old = sys.stdout
             sys.stdout = dn
             try:
-                pcaptool.cmd_trim(sp, dp, mx, nodata)
+                pcaptool.cmd_trim(sp, dp, mx, nodata, first)
             finally:
                 sys.stdout = old
         _, frames = pcaptool.read_pcap(dp)

@@ -6,9 +6,11 @@
                                        into OUTDIR/<name>.pcap (markers themselves dropped)
   pcaptool.py cm PCAP [--json]         one line (or JSON object) per CM MAD (RoCEv2, class 0x07)
   pcaptool.py icrc PCAP                recompute the ICRC of every RoCEv2 packet, print counts
-  pcaptool.py trim PCAP OUT [--max-cm N] [--no-data]
+  pcaptool.py trim PCAP OUT [--max-cm N] [--no-data] [--first-conns N]
                                        keep ARP/ND and RoCEv2 QP1 (MAD) frames, at most N CM
-                                       frames (fixtures); --no-data drops RC data packets
+                                       frames (fixtures); --no-data drops RC data packets;
+                                       --first-conns N keeps only the CM MADs of the first N
+                                       connections (by comm ID)
 
 The decoder follows spec/cm-wire.md section 2 (offsets relative to the MAD header)."""
 import json
@@ -254,9 +256,29 @@ def cmd_icrc(pcap):
     return 0 if ok and not bad else 1
 
 
-def cmd_trim(pcap, out, max_cm, no_data):
+def first_conn_frames(frames, n):
+    """frame indexes of the CM MADs of the first n connections (REQ local comm IDs and the
+    peer comm IDs learnt from the replies)"""
+    ids, nreq, keep = set(), 0, set()
+    for i, d in enumerate(cm_frames(frames)):
+        if d["msg"] == "REQ" and d["lcid"] not in ids:
+            nreq += 1
+            if nreq > n:
+                continue
+            ids.add(d["lcid"])
+        if d.get("lcid") in ids or d.get("rcid") in ids:
+            ids.add(d.get("lcid"))
+            keep.add(d["frame"] - 1)
+    return keep
+
+
+def cmd_trim(pcap, out, max_cm, no_data, first_conns=None):
     gh, frames = read_pcap(pcap)
     keep, ncm = [], 0
+    if first_conns:
+        sel = first_conn_frames(frames, first_conns)
+        frames = [fr for i, fr in enumerate(frames) if i in sel or
+                  (len(fr[2]) >= 14 and fr[2][12:14] == b"\x08\x06")]
     for fr in frames:
         pkt = fr[2]
         et = struct.unpack("!H", pkt[12:14])[0] if len(pkt) >= 14 else 0
@@ -292,7 +314,8 @@ def main(argv):
         return cmd_icrc(argv[2])
     elif cmd == "trim":
         mx = int(argv[argv.index("--max-cm") + 1]) if "--max-cm" in argv else None
-        cmd_trim(argv[2], argv[3], mx, "--no-data" in argv)
+        fc = int(argv[argv.index("--first-conns") + 1]) if "--first-conns" in argv else None
+        cmd_trim(argv[2], argv[3], mx, "--no-data" in argv, fc)
     else:
         print(__doc__)
         return 2
