@@ -1,9 +1,22 @@
-//! `ibcm`: the InfiniBand Communication Manager protocol engine.
+//! `ibcm`: an InfiniBand Communication Manager (IBTA CM, MAD class 0x07).
 //!
-//! **Status: not implemented yet.** This crate is a placeholder in the workspace; the CM
-//! engine (sans-IO state machine, tokio driver, transports) is tracked by its own issue.
-//! Nothing here claims to work. The wire codec it will use is [`ibcm_mad`].
-
-#![forbid(unsafe_code)]
+//! * [`proto`]: the protocol as a deterministic sans-IO state machine.
+//! * `sim` (feature `sim`): a deterministic network simulator for tests and benchmarks.
+#![deny(unsafe_code)]
+#![cfg_attr(not(fuzzing), warn(missing_docs))]
+#![cfg_attr(
+    test,
+    allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
 
 pub use ibcm_mad as mad;
+
+pub mod proto;
+
+#[cfg(feature = "sim")]
+pub mod sim;

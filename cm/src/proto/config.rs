@@ -1,0 +1,341 @@
+//! Long-lived configuration ([`EndpointConfig`]) and per-call parameters (`*Params`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use ibcm_mad::cma::{CmaHeader, PortSpace};
+use ibcm_mad::{
+    FailoverAccepted, Gid, Guid, Lid, Mtu, PathInfo, Pkey, Psn, Qkey, Qpn, ReqTransport, ServiceId,
+    SidrStatus, TimeoutExp, U3, U4,
+};
+
+use super::PeerAddr;
+
+/// Settings of an [`Endpoint`](super::Endpoint).
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// This CA's GUID: sent as Local CA GUID, and (with the remote QPN) the peer's
+    /// stale-connection key.
+    pub local_ca_guid: Guid,
+    /// This port's GID, used as Local Port GID of the primary path when a connect call gives
+    /// no explicit path.
+    pub local_gid: Gid,
+    /// Seed of the endpoint's RNG (comm-ID operand, PSNs). `None` draws it from the OS.
+    pub rng_seed: Option<u64>,
+    /// High 32 bits of the TIDs this endpoint makes (Linux: the MAD agent's `hi_tid`).
+    pub hi_tid: u32,
+    /// Cap on passive connections not yet established (REQ received … RTU). A REQ beyond it
+    /// is answered with REJ 3 "no resources", so a REQ flood cannot grow memory without bound.
+    pub max_half_open: usize,
+    /// When a REQ is received again while the application still decides, answer with an MRA
+    /// of this service timeout (Linux rdma_cm does the same with 24). `None` ignores the
+    /// duplicate.
+    pub mra_on_duplicate_req: Option<TimeoutExp>,
+    /// When a REP is received again before the application sent its RTU, answer with an MRA
+    /// of this service timeout. `None` ignores the duplicate.
+    pub mra_on_duplicate_rep: Option<TimeoutExp>,
+    /// Overrides the TimeWait duration (by default: the connection's local ACK timeout, as in
+    /// Linux; spec/cm-wire.md §4.4).
+    pub timewait: Option<Duration>,
+    /// Added to every TimeWait, so that a late retransmission of the peer still finds the
+    /// connection (default 0).
+    pub timewait_slack: Duration,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            local_ca_guid: Guid(0x0002_c903_0000_0001),
+            local_gid: Gid::ZERO,
+            rng_seed: None,
+            hi_tid: 1,
+            max_half_open: 4096,
+            mra_on_duplicate_req: TimeoutExp::new(20),
+            mra_on_duplicate_rep: TimeoutExp::new(20),
+            timewait: None,
+            timewait_slack: Duration::ZERO,
+        }
+    }
+}
+
+/// What a REQ asks for: everything an active side chooses.
+///
+/// Construct with [`ConnectParams::new`] (IB CM service ID) or [`ConnectParams::rdma_cm`] (a
+/// Linux rdma_cm listener's IP address and port), then adjust the public fields.
+#[derive(Debug, Clone)]
+pub struct ConnectParams {
+    /// Where the peer's CM is.
+    pub peer: PeerAddr,
+    /// Service ID to connect to.
+    pub service_id: ServiceId,
+    /// RC, UC or XRC (this side is then an XRC INI).
+    pub transport: ReqTransport,
+    /// The local QP (for XRC: the INI QP).
+    pub local_qpn: Qpn,
+    /// The PSN the local QP expects to receive first.
+    pub starting_psn: Psn,
+    /// rdma_cm IP header to put in front of the private data (see [`ConnectParams::rdma_cm`]).
+    pub cma_header: Option<CmaHeader>,
+    /// Private data: at most 92 bytes, or 56 after a CMA header.
+    pub private_data: Vec<u8>,
+    /// Primary path; `None` derives a RoCE path from the endpoint's GID and the peer address.
+    pub primary_path: Option<PathInfo>,
+    /// Alternate path.
+    pub alternate_path: Option<PathInfo>,
+    /// P_Key.
+    pub pkey: Pkey,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// RDMA read/atomic responder resources offered.
+    pub responder_resources: u8,
+    /// RDMA read/atomic initiator depth wanted.
+    pub initiator_depth: u8,
+    /// How long the peer may take to answer (REQ Remote CM Response Timeout).
+    pub remote_cm_response_timeout: TimeoutExp,
+    /// How long this side may take to answer the REP (REQ Local CM Response Timeout).
+    pub local_cm_response_timeout: TimeoutExp,
+    /// Retransmissions of the REQ (and the peer's REP) before giving up.
+    pub max_cm_retries: U4,
+    /// Transport retry count.
+    pub retry_count: U3,
+    /// RNR retry count (7 = infinite).
+    pub rnr_retry_count: U3,
+    /// End-to-end flow control.
+    pub flow_control: bool,
+    /// The local QP uses an SRQ.
+    pub srq: bool,
+    /// Packet life time of the path: the REQ timeout is 2 × this + the remote CM response
+    /// timeout (spec/cm-wire.md §4.3).
+    pub packet_life_time: TimeoutExp,
+    /// Send the RTU as soon as the REP arrives (default). When `false` the application gets
+    /// [`EventKind::RepReceived`](super::EventKind::RepReceived) and calls
+    /// [`Endpoint::establish`](super::Endpoint::establish) itself, after moving its QP to
+    /// RTR/RTS.
+    pub auto_rtu: bool,
+    /// Allow a local QPN that another live connection of this endpoint already uses (an XRC
+    /// INI QP shared by several connections). The peer sees (QPN, CA GUID) as the
+    /// stale-connection key, so it will reject the second one with REJ 10 unless it is this
+    /// CM (spec/cm-wire.md §7.4).
+    pub allow_shared_qpn: bool,
+}
+
+impl ConnectParams {
+    /// Parameters for an IB CM connection to `service_id` at `peer`, with defaults close to
+    /// Linux rdma_cm's (CM response timeouts 20, 15 retries, packet life time 18, RC, MTU
+    /// 1024, retry counts 7).
+    pub fn new(peer: impl Into<PeerAddr>, service_id: ServiceId, local_qpn: Qpn) -> Self {
+        ConnectParams {
+            peer: peer.into(),
+            service_id,
+            transport: ReqTransport::Rc,
+            local_qpn,
+            starting_psn: Psn::default(),
+            cma_header: None,
+            private_data: Vec::new(),
+            primary_path: None,
+            alternate_path: None,
+            pkey: Pkey::DEFAULT,
+            path_mtu: Mtu::Mtu1024,
+            responder_resources: 16,
+            initiator_depth: 16,
+            remote_cm_response_timeout: TimeoutExp::masked(20),
+            local_cm_response_timeout: TimeoutExp::masked(20),
+            max_cm_retries: U4::masked(15),
+            retry_count: U3::masked(7),
+            rnr_retry_count: U3::masked(7),
+            flow_control: true,
+            srq: false,
+            packet_life_time: TimeoutExp::masked(18),
+            auto_rtu: true,
+            allow_shared_qpn: false,
+        }
+    }
+
+    /// Parameters to reach a Linux rdma_cm listener bound to `dst` from `src` (spec/cm-wire.md
+    /// §5.4): service ID `0x0106 << 16 | port` (`RDMA_PS_TCP`; `RDMA_PS_IB` for XRC) and the
+    /// 36-byte CMA IP header in front of the private data. The CM's peer address is the
+    /// destination IP with UDP port 4791.
+    ///
+    /// ```
+    /// use ibcm::proto::ConnectParams;
+    /// use ibcm_mad::{Qpn, ServiceId};
+    /// let p = ConnectParams::rdma_cm(
+    ///     "10.0.0.2:49152".parse().unwrap(),
+    ///     "10.0.0.1:7174".parse().unwrap(),
+    ///     Qpn::new(0x11).unwrap(),
+    /// );
+    /// assert_eq!(p.service_id, ServiceId(0x0106_1c06));
+    /// assert!(p.cma_header.is_some());
+    /// ```
+    pub fn rdma_cm(src: SocketAddr, dst: SocketAddr, local_qpn: Qpn) -> Self {
+        let peer = SocketAddr::new(dst.ip(), ibcm_mad::frame::ROCEV2_UDP_PORT);
+        let mut p = Self::new(
+            peer,
+            ServiceId::rdma_cm(PortSpace::Tcp, dst.port()),
+            local_qpn,
+        );
+        p.cma_header = Some(CmaHeader::new(src, dst.ip()));
+        p
+    }
+
+    /// Makes this an XRC INI connection (transport fields as Linux's `cm_req_set_qp_type`).
+    /// For an rdma_cm service ID the port space becomes `RDMA_PS_IB`, which XRC requires.
+    pub fn xrc(mut self) -> Self {
+        self.transport = ReqTransport::Xrc;
+        if let Some((PortSpace::Tcp, port)) = self.service_id.rdma_cm_port() {
+            self.service_id = ServiceId::rdma_cm(PortSpace::Ib, port);
+        }
+        self
+    }
+
+    /// The maximum private data length with the chosen header.
+    pub fn max_private_data(&self) -> usize {
+        if self.cma_header.is_some() {
+            CmaHeader::REQ_USER_LEN
+        } else {
+            ibcm_mad::Req::PRIVATE_DATA_LEN
+        }
+    }
+}
+
+/// A RoCE primary path between two GIDs, as a Linux active side fills it in (spec/cm-wire.md
+/// §6.1): permissive LIDs, hop limit 64, flow label 0, rate "port current".
+pub fn roce_path(local: Gid, remote: Gid, local_ack_timeout: TimeoutExp) -> PathInfo {
+    PathInfo {
+        local_lid: Lid::PERMISSIVE,
+        remote_lid: Lid::PERMISSIVE,
+        local_gid: local,
+        remote_gid: remote,
+        hop_limit: 64,
+        local_ack_timeout,
+        ..PathInfo::default()
+    }
+}
+
+/// The GID of an IP address on RoCE (`::ffff:a.b.c.d` for IPv4).
+pub fn gid_of(ip: IpAddr) -> Gid {
+    Gid::from_ip(ip)
+}
+
+/// What the passive side puts in its REP.
+#[derive(Debug, Clone)]
+pub struct AcceptParams {
+    /// The local QP (RC/UC). For an XRC target use [`AcceptParams::xrc_tgt_qpn`] instead.
+    pub local_qpn: Qpn,
+    /// XRC target: the TGT QPN, sent in the Local EECN field with SRQ = 1 and Local QPN 0.
+    pub xrc_tgt_qpn: Option<Qpn>,
+    /// The PSN the local QP expects to receive first.
+    pub starting_psn: Psn,
+    /// Private data, at most 196 bytes.
+    pub private_data: Vec<u8>,
+    /// Responder resources.
+    pub responder_resources: u8,
+    /// Initiator depth.
+    pub initiator_depth: u8,
+    /// Target ACK delay of the local CA.
+    pub target_ack_delay: TimeoutExp,
+    /// Failover accepted.
+    pub failover_accepted: FailoverAccepted,
+    /// End-to-end flow control.
+    pub flow_control: bool,
+    /// RNR retry count.
+    pub rnr_retry_count: U3,
+    /// The local QP uses an SRQ.
+    pub srq: bool,
+}
+
+impl AcceptParams {
+    /// Accept onto `local_qpn` with defaults (responder resources / initiator depth 16, RNR
+    /// retry 7, target ACK delay 15).
+    pub fn new(local_qpn: Qpn) -> Self {
+        AcceptParams {
+            local_qpn,
+            xrc_tgt_qpn: None,
+            starting_psn: Psn::default(),
+            private_data: Vec::new(),
+            responder_resources: 16,
+            initiator_depth: 16,
+            target_ack_delay: TimeoutExp::masked(15),
+            failover_accepted: FailoverAccepted::Accepted,
+            flow_control: true,
+            rnr_retry_count: U3::masked(7),
+            srq: false,
+        }
+    }
+
+    /// Accept an XRC REQ onto the TGT QP `tgt_qpn`.
+    pub fn xrc_tgt(tgt_qpn: Qpn) -> Self {
+        AcceptParams {
+            xrc_tgt_qpn: Some(tgt_qpn),
+            srq: true,
+            ..Self::new(tgt_qpn)
+        }
+    }
+}
+
+/// Which REQs a listener takes.
+#[derive(Debug, Clone, Default)]
+pub struct ListenOptions {
+    /// Accepted transports; a REQ for another one is rejected with REJ 28 and no private data
+    /// (what Linux rdma_cm does on a QP-type mismatch). Empty = any.
+    pub transports: Vec<ReqTransport>,
+}
+
+/// A SIDR_REQ to send.
+#[derive(Debug, Clone)]
+pub struct SidrReqParams {
+    /// Where the peer's CM is.
+    pub peer: PeerAddr,
+    /// Service ID to resolve.
+    pub service_id: ServiceId,
+    /// P_Key.
+    pub pkey: Pkey,
+    /// Private data, at most 216 bytes.
+    pub private_data: Vec<u8>,
+    /// Time to wait for the SIDR_REP per attempt.
+    pub timeout: Duration,
+    /// Retransmissions before giving up.
+    pub max_retries: u8,
+}
+
+impl SidrReqParams {
+    /// A SIDR_REQ for `service_id` with rdma_cm's timing (4096 ms, 15 retries).
+    pub fn new(peer: impl Into<PeerAddr>, service_id: ServiceId) -> Self {
+        SidrReqParams {
+            peer: peer.into(),
+            service_id,
+            pkey: Pkey::DEFAULT,
+            private_data: Vec::new(),
+            timeout: Duration::from_millis(4096),
+            max_retries: 15,
+        }
+    }
+}
+
+/// The answer to a SIDR_REQ.
+#[derive(Debug, Clone)]
+pub struct SidrRepParams {
+    /// Status.
+    pub status: SidrStatus,
+    /// The UD QP that serves the service.
+    pub qpn: Qpn,
+    /// Its Q_Key.
+    pub qkey: Qkey,
+    /// Additional information (at most 72 bytes).
+    pub additional_info: Vec<u8>,
+    /// Private data, at most 136 bytes.
+    pub private_data: Vec<u8>,
+}
+
+impl SidrRepParams {
+    /// A successful answer.
+    pub fn success(qpn: Qpn, qkey: Qkey) -> Self {
+        SidrRepParams {
+            status: SidrStatus::Success,
+            qpn,
+            qkey,
+            additional_info: Vec::new(),
+            private_data: Vec::new(),
+        }
+    }
+}

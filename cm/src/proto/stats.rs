@@ -1,0 +1,138 @@
+//! Counters. Every MAD the core drops is counted here with its reason.
+
+use core::fmt;
+
+/// Why an incoming MAD was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum DropReason {
+    /// The bytes are not a valid CM MAD (bad header, truncated, …).
+    Malformed,
+    /// A CM attribute this CM does not handle (ClassPortInfo, unknown IDs).
+    Unsupported,
+    /// No connection has the comm ID the message names.
+    UnknownCommId,
+    /// A connection has the local ID but another remote ID (spoofed or stale).
+    MismatchedCommId,
+    /// The message is not expected in the connection's state.
+    WrongState,
+    /// A duplicate of a message already handled, with nothing to re-answer.
+    Duplicate,
+    /// A DREQ whose Remote QPN/EECN is not the connection's local QPN.
+    QpnMismatch,
+    /// A REP or MRA that arrived from another address than the connection's peer.
+    WrongPeer,
+    /// A SIDR message matching no request.
+    UnknownSidr,
+}
+
+impl DropReason {
+    /// Every reason, in order.
+    pub const ALL: [DropReason; 9] = [
+        DropReason::Malformed,
+        DropReason::Unsupported,
+        DropReason::UnknownCommId,
+        DropReason::MismatchedCommId,
+        DropReason::WrongState,
+        DropReason::Duplicate,
+        DropReason::QpnMismatch,
+        DropReason::WrongPeer,
+        DropReason::UnknownSidr,
+    ];
+
+    /// Name for display.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::Unsupported => "unsupported",
+            DropReason::UnknownCommId => "unknown_comm_id",
+            DropReason::MismatchedCommId => "mismatched_comm_id",
+            DropReason::WrongState => "wrong_state",
+            DropReason::Duplicate => "duplicate",
+            DropReason::QpnMismatch => "qpn_mismatch",
+            DropReason::WrongPeer => "wrong_peer",
+            DropReason::UnknownSidr => "unknown_sidr",
+        }
+    }
+}
+
+/// Counters of one endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// MADs handed to `handle_datagram`.
+    pub rx: u64,
+    /// MADs handed out by `poll_transmit` (first sends and retransmissions).
+    pub tx: u64,
+    /// Retransmissions among `tx`.
+    pub retransmits: u64,
+    /// Replies re-sent because a duplicate request arrived.
+    pub duplicate_replies: u64,
+    /// Connections established.
+    pub established: u64,
+    /// REJs sent.
+    pub rej_sent: u64,
+    /// REJs received and matched.
+    pub rej_received: u64,
+    /// MRAs sent.
+    pub mra_sent: u64,
+    /// MRAs received and matched.
+    pub mra_received: u64,
+    /// Connection attempts that timed out (REQ or REP).
+    pub timeouts: u64,
+    /// REQs refused because `max_half_open` was reached.
+    pub half_open_limit: u64,
+    /// Stale connections detected.
+    pub stale: u64,
+    /// DREPs sent for DREQs matching no connection.
+    pub orphan_dreps: u64,
+    /// Dropped MADs by reason (indexed by `DropReason as usize`).
+    pub dropped: [u64; DropReason::ALL.len()],
+}
+
+impl Stats {
+    /// Dropped MADs of one reason.
+    pub fn dropped(&self, r: DropReason) -> u64 {
+        self.dropped.get(r as usize).copied().unwrap_or(0)
+    }
+
+    /// All dropped MADs.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.iter().sum()
+    }
+
+    pub(crate) fn drop(&mut self, r: DropReason) {
+        if let Some(c) = self.dropped.get_mut(r as usize) {
+            *c += 1;
+        }
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rx={} tx={} retransmits={} dup_replies={} established={} rej_sent={} rej_rcvd={} \
+             mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} stale={} orphan_dreps={}",
+            self.rx,
+            self.tx,
+            self.retransmits,
+            self.duplicate_replies,
+            self.established,
+            self.rej_sent,
+            self.rej_received,
+            self.mra_sent,
+            self.mra_received,
+            self.timeouts,
+            self.half_open_limit,
+            self.stale,
+            self.orphan_dreps
+        )?;
+        for r in DropReason::ALL {
+            let n = self.dropped(r);
+            if n > 0 {
+                write!(f, " dropped.{}={n}", r.name())?;
+            }
+        }
+        Ok(())
+    }
+}

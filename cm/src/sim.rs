@@ -1,0 +1,522 @@
+//! A deterministic network simulator for CM endpoints (feature `sim`).
+//!
+//! N [`Endpoint`]s exchange MADs over per-direction [`Link`]s with latency, jitter, loss,
+//! duplication, reordering and corruption drawn from one seeded RNG, plus scripted faults
+//! ([`SimNet::drop_next`], [`SimNet::partition`], [`SimNet::corrupt_next`]). Time is virtual:
+//! [`SimNet::step`] jumps to the next arrival or timer. Each node may have an *application*
+//! (a closure that reacts to its events, e.g. auto-accepting). Everything that happens is
+//! recorded in a trace ([`SimNet::trace`]) that tests print on failure.
+//!
+//! ```
+//! use ibcm::proto::*;
+//! use ibcm::sim::{Link, SimNet};
+//! use ibcm_mad::{Qpn, ServiceId};
+//!
+//! let mut net = SimNet::new(7);
+//! let a = net.add_node(EndpointConfig::default());
+//! let b = net.add_node(EndpointConfig::default());
+//! net.set_all_links(Link { loss: 0.2, ..Link::default() });
+//! net.set_app(b, ibcm::sim::auto_accept(0x100));
+//! net.endpoint(b).listen(ServiceId(1), ListenOptions::default());
+//! let peer = net.addr(b);
+//! let now = net.now();
+//! let c = net.endpoint(a).connect(now, ConnectParams::new(peer, ServiceId(1), Qpn::new(7).unwrap())).unwrap();
+//! assert!(net.run_until(|n| n.endpoint_ref(a).state(c) == Some(State::Established), 10_000));
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ibcm_mad::{AttrId, Guid, Mad, Qpn};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::proto::{AcceptParams, Endpoint, EndpointConfig, Event, EventKind, PeerAddr};
+
+/// One direction of a link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Link {
+    /// One-way latency.
+    pub latency: Duration,
+    /// Extra random latency, uniform in `0..=jitter`.
+    pub jitter: Duration,
+    /// Probability that a MAD is lost.
+    pub loss: f64,
+    /// Probability that a MAD is delivered twice.
+    pub duplicate: f64,
+    /// Probability that a MAD is held back by up to 3 × latency (so later ones overtake it).
+    pub reorder: f64,
+    /// Probability that one random byte of a MAD is changed.
+    pub corrupt: f64,
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Link {
+            latency: Duration::from_micros(50),
+            jitter: Duration::ZERO,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+        }
+    }
+}
+
+/// A node's application: called for every event of its endpoint.
+pub type App = Box<dyn FnMut(&mut Endpoint, Instant, &Event)>;
+
+/// An application that accepts every REQ, on QPNs counting up from `first_qpn` (XRC REQs are
+/// accepted as XRC targets), and answers SIDR_REQs with success.
+pub fn auto_accept(first_qpn: u32) -> App {
+    let mut next = first_qpn;
+    Box::new(move |ep, now, ev| match &ev.kind {
+        EventKind::ReqReceived(req) => {
+            let qpn = Qpn::masked(next);
+            next = next.wrapping_add(1);
+            let p = if req.transport() == ibcm_mad::ReqTransport::Xrc {
+                AcceptParams::xrc_tgt(qpn)
+            } else {
+                AcceptParams::new(qpn)
+            };
+            let _ = ep.accept(now, ev.conn, p);
+        }
+        EventKind::SidrReqReceived(_) => {
+            let qpn = Qpn::masked(next);
+            next = next.wrapping_add(1);
+            let _ = ep.sidr_reply(
+                now,
+                ev.conn,
+                crate::proto::SidrRepParams::success(qpn, ibcm_mad::Qkey(0x1111_1111)),
+            );
+        }
+        _ => {}
+    })
+}
+
+struct Node {
+    ep: Endpoint,
+    addr: PeerAddr,
+    app: Option<App>,
+    events: VecDeque<(Duration, Event)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    DropNext {
+        from: usize,
+        to: usize,
+        attr: AttrId,
+    },
+    CorruptNext {
+        from: usize,
+        to: usize,
+    },
+    Partition {
+        a: usize,
+        b: usize,
+        from: Instant,
+        until: Instant,
+    },
+}
+
+/// The simulated network.
+pub struct SimNet {
+    epoch: Instant,
+    now: Instant,
+    rng: ChaCha8Rng,
+    nodes: Vec<Node>,
+    default_link: Link,
+    links: HashMap<(usize, usize), Link>,
+    /// (arrival, sequence) → (to, from, MAD).
+    queue: BinaryHeap<Reverse<(Instant, u64, usize, usize, Bytes)>>,
+    seq: u64,
+    faults: Vec<Fault>,
+    trace: Vec<String>,
+    /// Copies of every MAD put on the wire (before loss), per (from, attr).
+    sent: HashMap<(usize, u16), u64>,
+    record_trace: bool,
+}
+
+impl SimNet {
+    /// A network whose randomness (link effects) comes from `seed`.
+    pub fn new(seed: u64) -> Self {
+        // The simulator's single read of a clock: the epoch. Everything after is virtual.
+        #[allow(clippy::disallowed_methods)]
+        let epoch = Instant::now();
+        SimNet {
+            epoch,
+            now: epoch,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            nodes: Vec::new(),
+            default_link: Link::default(),
+            links: HashMap::new(),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            faults: Vec::new(),
+            trace: Vec::new(),
+            sent: HashMap::new(),
+            record_trace: true,
+        }
+    }
+
+    /// Adds a node with address `127.0.0.<n+1>:4791`. Unless set, its CA GUID becomes
+    /// `n + 1` and its RNG seed is derived from the network's RNG.
+    pub fn add_node(&mut self, mut cfg: EndpointConfig) -> usize {
+        let n = self.nodes.len();
+        if cfg.rng_seed.is_none() {
+            cfg.rng_seed = Some(self.rng.random());
+        }
+        if cfg.local_ca_guid == EndpointConfig::default().local_ca_guid {
+            cfg.local_ca_guid = Guid(n as u64 + 1);
+        }
+        let ip = Ipv4Addr::new(127, 0, 0, (n as u8).wrapping_add(1));
+        cfg.local_gid = ibcm_mad::Gid::from_ip(ip.into());
+        let addr = PeerAddr::Udp(SocketAddr::new(ip.into(), 4791));
+        self.nodes.push(Node {
+            ep: Endpoint::new(cfg),
+            addr,
+            app: None,
+            events: VecDeque::new(),
+        });
+        n
+    }
+
+    /// Keeps the trace (default) or not (long runs).
+    pub fn set_trace(&mut self, on: bool) {
+        self.record_trace = on;
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.epoch
+    }
+
+    /// A node's endpoint.
+    ///
+    /// # Panics
+    /// If `n` is not a node (a test bug).
+    #[allow(clippy::indexing_slicing)]
+    pub fn endpoint(&mut self, n: usize) -> &mut Endpoint {
+        &mut self.nodes[n].ep
+    }
+
+    /// A node's endpoint, shared.
+    ///
+    /// # Panics
+    /// If `n` is not a node.
+    #[allow(clippy::indexing_slicing)]
+    pub fn endpoint_ref(&self, n: usize) -> &Endpoint {
+        &self.nodes[n].ep
+    }
+
+    /// A node's address.
+    ///
+    /// # Panics
+    /// If `n` is not a node.
+    #[allow(clippy::indexing_slicing)]
+    pub fn addr(&self, n: usize) -> PeerAddr {
+        self.nodes[n].addr
+    }
+
+    /// Installs a node's application.
+    ///
+    /// # Panics
+    /// If `n` is not a node.
+    #[allow(clippy::indexing_slicing)]
+    pub fn set_app(&mut self, n: usize, app: App) {
+        self.nodes[n].app = Some(app);
+    }
+
+    /// Takes the events a node produced so far (with their time since the start).
+    ///
+    /// # Panics
+    /// If `n` is not a node.
+    #[allow(clippy::indexing_slicing)]
+    pub fn take_events(&mut self, n: usize) -> Vec<(Duration, Event)> {
+        self.nodes[n].events.drain(..).collect()
+    }
+
+    /// Sets one direction of the link between two nodes.
+    pub fn set_link(&mut self, from: usize, to: usize, link: Link) {
+        self.links.insert((from, to), link);
+    }
+
+    /// Sets every link (existing per-pair settings are discarded).
+    pub fn set_all_links(&mut self, link: Link) {
+        self.links.clear();
+        self.default_link = link;
+    }
+
+    /// Drops the next MAD with attribute `attr` from `from` to `to`.
+    pub fn drop_next(&mut self, from: usize, to: usize, attr: AttrId) {
+        self.faults.push(Fault::DropNext { from, to, attr });
+    }
+
+    /// Corrupts one byte of the next MAD from `from` to `to`.
+    pub fn corrupt_next(&mut self, from: usize, to: usize) {
+        self.faults.push(Fault::CorruptNext { from, to });
+    }
+
+    /// Cuts both directions between `a` and `b` for `dur` from now.
+    pub fn partition(&mut self, a: usize, b: usize, dur: Duration) {
+        self.faults.push(Fault::Partition {
+            a,
+            b,
+            from: self.now,
+            until: self.now + dur,
+        });
+    }
+
+    /// How many MADs of `attr` node `from` put on the wire (first sends and retransmissions).
+    pub fn sent_count(&self, from: usize, attr: AttrId) -> u64 {
+        self.sent.get(&(from, attr.raw())).copied().unwrap_or(0)
+    }
+
+    /// The trace so far, one line per wire event.
+    pub fn trace(&self) -> &[String] {
+        &self.trace
+    }
+
+    /// The trace as one string.
+    pub fn dump_trace(&self) -> String {
+        self.trace.join("\n")
+    }
+
+    fn log(&mut self, line: impl FnOnce(Duration) -> String) {
+        if self.record_trace {
+            let e = self.now - self.epoch;
+            self.trace.push(line(e));
+        }
+    }
+
+    fn node_of(&self, addr: PeerAddr) -> Option<usize> {
+        self.nodes.iter().position(|n| n.addr == addr)
+    }
+
+    /// Moves every node's queued transmissions onto the wire and runs applications on queued
+    /// events, until nothing is left.
+    fn flush(&mut self) {
+        loop {
+            let mut progressed = false;
+            for i in 0..self.nodes.len() {
+                while let Some(t) = self.nodes.get_mut(i).and_then(|n| n.ep.poll_transmit()) {
+                    progressed = true;
+                    self.put_on_wire(i, t.to, t.mad);
+                }
+                let now = self.now;
+                let elapsed = self.now - self.epoch;
+                let Some(node) = self.nodes.get_mut(i) else {
+                    continue;
+                };
+                while let Some(ev) = node.ep.poll_event() {
+                    progressed = true;
+                    if let Some(app) = node.app.as_mut() {
+                        app(&mut node.ep, now, &ev);
+                    }
+                    node.events.push_back((elapsed, ev));
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn put_on_wire(&mut self, from: usize, to_addr: PeerAddr, mad: Bytes) {
+        let attr = mad
+            .get(16..18)
+            .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+        *self.sent.entry((from, attr)).or_default() += 1;
+        let Some(to) = self.node_of(to_addr) else {
+            self.log(|e| format!("{e:>12?} {from}->?  to unknown address {to_addr}"));
+            return;
+        };
+        let summary = summarize(&mad);
+        // Scripted faults first.
+        let now = self.now;
+        let mut corrupt = false;
+        let mut dropped = None;
+        let mut i = 0;
+        while i < self.faults.len() {
+            match self.faults.get(i).copied() {
+                Some(Fault::DropNext {
+                    from: f,
+                    to: t,
+                    attr: a,
+                }) if f == from && t == to && a.raw() == attr => {
+                    self.faults.remove(i);
+                    dropped = Some("scripted drop");
+                    break;
+                }
+                Some(Fault::CorruptNext { from: f, to: t }) if f == from && t == to => {
+                    self.faults.remove(i);
+                    corrupt = true;
+                    break;
+                }
+                Some(Fault::Partition {
+                    a,
+                    b,
+                    from: t0,
+                    until,
+                }) => {
+                    if now >= until {
+                        self.faults.remove(i);
+                        continue;
+                    }
+                    if now >= t0 && ((a == from && b == to) || (a == to && b == from)) {
+                        dropped = Some("partition");
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        if let Some(why) = dropped {
+            self.log(|e| format!("{e:>12?} {from}->{to} DROP ({why}) {summary}"));
+            return;
+        }
+        let link = self
+            .links
+            .get(&(from, to))
+            .copied()
+            .unwrap_or(self.default_link);
+        if link.loss > 0.0 && self.rng.random_bool(link.loss.min(1.0)) {
+            self.log(|e| format!("{e:>12?} {from}->{to} LOST {summary}"));
+            return;
+        }
+        let mut mad = mad;
+        if corrupt || (link.corrupt > 0.0 && self.rng.random_bool(link.corrupt.min(1.0))) {
+            let mut v = mad.to_vec();
+            let pos = self.rng.random_range(0..v.len().max(1));
+            if let Some(b) = v.get_mut(pos) {
+                *b ^= self.rng.random_range(1..=255u8);
+            }
+            mad = Bytes::from(v);
+            self.log(|e| format!("{e:>12?} {from}->{to} CORRUPT byte {pos} {summary}"));
+        }
+        let copies = if link.duplicate > 0.0 && self.rng.random_bool(link.duplicate.min(1.0)) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut delay = link.latency;
+            if !link.jitter.is_zero() {
+                delay +=
+                    Duration::from_nanos(self.rng.random_range(0..=link.jitter.as_nanos() as u64));
+            }
+            if link.reorder > 0.0 && self.rng.random_bool(link.reorder.min(1.0)) {
+                delay += link.latency * self.rng.random_range(1..=3u32);
+            }
+            self.seq += 1;
+            self.queue
+                .push(Reverse((now + delay, self.seq, to, from, mad.clone())));
+        }
+        if copies == 2 {
+            self.log(|e| format!("{e:>12?} {from}->{to} DUP {summary}"));
+        }
+    }
+
+    /// Runs one step: flushes output, then delivers the earliest arrival or fires the earliest
+    /// timer (jumping the clock), and flushes again. Returns `false` when nothing is left to
+    /// do (no packet in flight, no timer armed).
+    pub fn step(&mut self) -> bool {
+        self.flush();
+        let next_arrival = self.queue.peek().map(|Reverse((t, ..))| *t);
+        let next_timer = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.ep.poll_timeout().map(|t| (t, i)))
+            .min();
+        let deliver = match (next_arrival, next_timer) {
+            (None, None) => return false,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(a), Some((t, _))) => a <= t,
+        };
+        if deliver {
+            if let Some(Reverse((at, _, to, from, mad))) = self.queue.pop() {
+                self.now = self.now.max(at);
+                let from_addr = self.addr(from);
+                let summary = summarize(&mad);
+                self.log(|e| format!("{e:>12?} {from}->{to} {summary}"));
+                let now = self.now;
+                self.endpoint(to).handle_datagram(now, from_addr, &mad);
+            }
+        } else if let Some((t, i)) = next_timer {
+            self.now = self.now.max(t);
+            let now = self.now;
+            self.endpoint(i).handle_timeout(now);
+        }
+        self.flush();
+        true
+    }
+
+    /// Steps until `done` holds (returns `true`) or `max_steps` steps were taken or nothing is
+    /// left to do (returns `false`).
+    pub fn run_until(&mut self, mut done: impl FnMut(&SimNet) -> bool, max_steps: usize) -> bool {
+        self.flush();
+        for _ in 0..max_steps {
+            if done(self) {
+                return true;
+            }
+            if !self.step() {
+                return done(self);
+            }
+        }
+        done(self)
+    }
+
+    /// Steps until nothing is left to do or `max_steps` were taken; returns whether it went
+    /// idle.
+    pub fn run_to_idle(&mut self, max_steps: usize) -> bool {
+        for _ in 0..max_steps {
+            if !self.step() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Advances the clock to `at` (firing timers and delivering packets due before it).
+    pub fn run_until_time(&mut self, at: Instant) {
+        loop {
+            self.flush();
+            let next_arrival = self.queue.peek().map(|Reverse((t, ..))| *t);
+            let next_timer = self.nodes.iter().filter_map(|n| n.ep.poll_timeout()).min();
+            let next = [next_arrival, next_timer].into_iter().flatten().min();
+            match next {
+                Some(t) if t <= at => {
+                    self.step();
+                }
+                _ => break,
+            }
+        }
+        self.now = self.now.max(at);
+        self.flush();
+    }
+}
+
+/// A one-line summary of a MAD for the trace.
+pub fn summarize(mad: &[u8]) -> String {
+    match Mad::parse(mad) {
+        Ok(m) => {
+            let mut s = m.msg.to_string();
+            let _ = write!(s, " tid={}", m.header.tid);
+            s
+        }
+        Err(e) => format!("<malformed: {e}>"),
+    }
+}
