@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use super::wire::{need, set_bits, set_u16, set_u24, set_u8, u16_at, u24_at, u8_at};
+use super::wire::{array_at, need, set_bits, set_u16, set_u24, set_u8, u16_at, u24_at, u8_at};
 use super::FrameError;
 use crate::types::{Pkey, Psn, Qpn, U2, U4};
 
@@ -370,6 +370,8 @@ impl BthRepr {
     /// [`FrameError::Truncated`].
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Self, FrameError> {
         packet.check_len()?;
+        // Read the fixed header once into an array: the accessors then need no bounds checks.
+        let packet = &Packet::new_unchecked(array_at::<HEADER_LEN>(packet.buffer.as_ref(), 0));
         Ok(BthRepr {
             opcode: packet.opcode(),
             solicited: packet.solicited(),

@@ -1,6 +1,6 @@
 //! Datagram Extended Transport Header, 8 bytes (IBTA Vol 1 §9.3.3; spec/framing.md §1.3).
 
-use super::wire::{need, set_u24, set_u32, set_u8, u24_at, u32_at};
+use super::wire::{array_at, need, set_u24, set_u32, set_u8, u24_at, u32_at};
 use super::FrameError;
 use crate::types::{Qkey, Qpn};
 
@@ -80,6 +80,8 @@ impl DethRepr {
     /// [`FrameError::Truncated`].
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Self, FrameError> {
         packet.check_len()?;
+        // Read the fixed header once into an array: the accessors then need no bounds checks.
+        let packet = &Packet::new_unchecked(array_at::<HEADER_LEN>(packet.buffer.as_ref(), 0));
         Ok(DethRepr {
             qkey: packet.qkey(),
             src_qp: packet.src_qp(),

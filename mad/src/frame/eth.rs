@@ -337,9 +337,10 @@ impl EthernetRepr {
             at += VLAN_TAG_LEN;
             ethertype = EtherType(u16_at(buf, at));
         }
+        let fixed = Packet::new_unchecked(array_at::<HEADER_LEN>(buf, 0));
         Ok(EthernetRepr {
-            dst_addr: packet.dst_addr(),
-            src_addr: packet.src_addr(),
+            dst_addr: fixed.dst_addr(),
+            src_addr: fixed.src_addr(),
             vlan,
             ethertype,
         })

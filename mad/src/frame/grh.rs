@@ -156,6 +156,8 @@ impl GrhRepr {
     /// [`FrameError::Truncated`]; [`FrameError::BadVersion`] if IPVer is not 6.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Self, FrameError> {
         packet.check_len()?;
+        // Read the fixed header once into an array: the accessors then need no bounds checks.
+        let packet = &Packet::new_unchecked(array_at::<HEADER_LEN>(packet.buffer.as_ref(), 0));
         if packet.ip_version() != 6 {
             return Err(FrameError::BadVersion {
                 layer: LAYER,

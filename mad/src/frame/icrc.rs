@@ -11,7 +11,7 @@
 //!
 //! "rest" runs from the end of the BTH through the pad bytes; the ICRC itself (and the VCRC)
 //! are excluded. The headers are masked in a small stack copy and the rest is streamed into
-//! the hasher: no allocation.
+//! the hasher: no allocation. A packet of up to 512 bytes (every CM MAD) is hashed in one pass.
 //!
 //! IPv4 options (IHL > 5) are covered like the rest of the header. rxe never sends options, so
 //! this case is untested against a real implementation.
@@ -25,54 +25,74 @@ pub const ICRC_LEN: usize = 4;
 /// The "LRH" stand-in for RoCE and for LNH = 3.
 const LRH_ONES: [u8; 8] = [0xff; 8];
 
-/// Largest masked header copy: 8 × 0xFF + IPv4 with options (60) + UDP (8) + BTH (12).
-const SCRATCH: usize = 8 + 60 + udp::HEADER_LEN + bth::HEADER_LEN;
+/// Size of the stack copy: the masked headers plus as much of what follows as fits. A CM MAD
+/// packet (at most 8 + 40 + 8 + 12 + 8 + 256 + pad bytes) fits whole, so it is hashed in one
+/// pass (one long update is much faster than several short ones with crc32fast's SIMD paths).
+const SCRATCH: usize = 512;
 
-/// Hashes `head` (already masked, BTH included, BTH byte 4 not yet masked) followed by
-/// `bth_on[BTH..]`. `bth_at` is where the BTH starts in `head`.
-fn finish(mut head: [u8; SCRATCH], len: usize, bth_at: usize, bth_on: &[u8]) -> u32 {
-    if let Some(b) = head.get_mut(bth_at + bth::field::RESV8A) {
+/// Longest header part that is staged: 8 × 0xFF + IPv4 with options (60) + UDP (8) + BTH (12).
+const MAX_HEADERS: usize = 8 + 60 + udp::HEADER_LEN + bth::HEADER_LEN;
+
+/// Where things are in a staged copy: `buf[..len]` holds prefix, network headers, BTH and the
+/// first `taken` bytes of `bth_on`; the BTH starts at `bth_at`.
+struct Staged {
+    len: usize,
+    bth_at: usize,
+    taken: usize,
+}
+
+/// Hashes the staged bytes (with BTH byte 4 masked) followed by the rest of `bth_on`.
+#[inline]
+fn finish(buf: &mut [u8; SCRATCH], st: &Staged, bth_on: &[u8]) -> u32 {
+    if let Some(b) = buf.get_mut(st.bth_at + bth::field::RESV8A) {
         *b = 0xff;
     }
     let mut h = crc32fast::Hasher::new();
-    h.update(head.get(..len).unwrap_or(&[]));
-    h.update(bth_on.get(bth::HEADER_LEN..).unwrap_or(&[]));
+    h.update(buf.get(..st.len).unwrap_or(&[]));
+    if let Some(rest) = bth_on.get(st.taken..).filter(|r| !r.is_empty()) {
+        h.update(rest);
+    }
     h.finalize()
 }
 
-/// Copies `prefix` and `net` into a scratch buffer, followed by the BTH from `bth_on`.
-/// Returns the buffer, the number of bytes used and where the BTH starts.
+/// Copies `prefix`, `net` and the start of `bth_on` (at least its BTH) into `buf`.
+#[inline]
 fn stage(
+    buf: &mut [u8; SCRATCH],
     prefix: &[u8],
     net: &[u8],
     bth_on: &[u8],
-) -> Result<([u8; SCRATCH], usize, usize), FrameError> {
-    let bth = bth_on
-        .first_chunk::<{ bth::HEADER_LEN }>()
-        .ok_or(FrameError::Truncated {
+) -> Result<Staged, FrameError> {
+    if bth_on.len() < bth::HEADER_LEN {
+        return Err(FrameError::Truncated {
             layer: "BTH",
             offset: 0,
             need: bth::HEADER_LEN,
             have: bth_on.len(),
-        })?;
+        });
+    }
     let bth_at = prefix.len() + net.len();
-    let len = bth_at + bth::HEADER_LEN;
-    if len > SCRATCH {
+    if bth_at + bth::HEADER_LEN > MAX_HEADERS {
         return Err(FrameError::BadLength {
             layer: "ICRC headers",
             offset: 0,
             value: net.len(),
         });
     }
-    let mut buf = [0xffu8; SCRATCH];
-    set_bytes(&mut buf, 0, prefix);
-    set_bytes(&mut buf, prefix.len(), net);
-    set_bytes(&mut buf, bth_at, bth);
-    Ok((buf, len, bth_at))
+    let taken = bth_on.len().min(SCRATCH - bth_at);
+    set_bytes(buf, 0, prefix);
+    set_bytes(buf, prefix.len(), net);
+    set_bytes(buf, bth_at, bth_on.get(..taken).unwrap_or(&[]));
+    Ok(Staged {
+        len: bth_at + taken,
+        bth_at,
+        taken,
+    })
 }
 
 /// Masks an IPv6 header or GRH at `at`: TC + flow label (version nibble kept) and hop limit.
-fn mask_v6(buf: &mut [u8; SCRATCH], at: usize) {
+#[inline]
+fn mask_v6(buf: &mut [u8], at: usize) {
     if let Some(b) = buf.get_mut(at) {
         *b |= 0x0f;
     }
@@ -112,7 +132,9 @@ pub fn icrc_rocev2(ip_udp: &[u8], bth_on: &[u8]) -> Result<u32, FrameError> {
             value: ip_udp.len(),
         });
     }
-    let (mut buf, len, bth_at) = stage(&LRH_ONES, ip_udp, bth_on)?;
+    let mut scratch = [0u8; SCRATCH];
+    let st = stage(&mut scratch, &LRH_ONES, ip_udp, bth_on)?;
+    let buf = &mut scratch;
     let ip = LRH_ONES.len();
     if version == 4 {
         for i in [
@@ -126,7 +148,7 @@ pub fn icrc_rocev2(ip_udp: &[u8], bth_on: &[u8]) -> Result<u32, FrameError> {
             }
         }
     } else {
-        mask_v6(&mut buf, ip);
+        mask_v6(buf, ip);
     }
     let csum = ip + ip_len + udp::field::CHECKSUM.start;
     for i in [csum, csum + 1] {
@@ -134,7 +156,7 @@ pub fn icrc_rocev2(ip_udp: &[u8], bth_on: &[u8]) -> Result<u32, FrameError> {
             *b = 0xff;
         }
     }
-    Ok(finish(buf, len, bth_at, bth_on))
+    Ok(finish(buf, &st, bth_on))
 }
 
 /// ICRC of a packet whose transport follows a GRH without an LRH in the CRC: RoCEv1, and
@@ -153,9 +175,10 @@ pub fn icrc_grh(grh: &[u8], bth_on: &[u8]) -> Result<u32, FrameError> {
             value: grh.len(),
         });
     }
-    let (mut buf, len, bth_at) = stage(&LRH_ONES, grh, bth_on)?;
-    mask_v6(&mut buf, LRH_ONES.len());
-    Ok(finish(buf, len, bth_at, bth_on))
+    let mut scratch = [0u8; SCRATCH];
+    let st = stage(&mut scratch, &LRH_ONES, grh, bth_on)?;
+    mask_v6(&mut scratch, LRH_ONES.len());
+    Ok(finish(&mut scratch, &st, bth_on))
 }
 
 /// ICRC of a native IB packet with LNH = 2: the LRH with its VL nibble masked.
@@ -173,11 +196,12 @@ pub fn icrc_lrh(lrh: &[u8], bth_on: &[u8]) -> Result<u32, FrameError> {
             value: lrh.len(),
         });
     }
-    let (mut buf, len, bth_at) = stage(&[], lrh, bth_on)?;
-    if let Some(b) = buf.get_mut(lrh::field::VL_LVER) {
+    let mut scratch = [0u8; SCRATCH];
+    let st = stage(&mut scratch, &[], lrh, bth_on)?;
+    if let Some(b) = scratch.get_mut(lrh::field::VL_LVER) {
         *b |= 0xf0;
     }
-    Ok(finish(buf, len, bth_at, bth_on))
+    Ok(finish(&mut scratch, &st, bth_on))
 }
 
 /// ICRC of a whole packet: `packet` starts at the IP header (RoCEv2), GRH (RoCEv1) or LRH
@@ -273,6 +297,21 @@ pub fn fill(encap: Encap, packet: &mut [u8]) -> Result<(), FrameError> {
     Ok(())
 }
 
+/// ICRC of a whole captured Ethernet frame carrying RoCEv2 (or RoCEv1): the packet is found
+/// as [`super::decode`] finds it (VLAN tags walked, ICRC located from the IP/UDP lengths, any
+/// Ethernet padding or FCS ignored) and its ICRC computed; the ICRC on the wire is not read.
+///
+/// Returns `None` if the frame does not decode to an IB/RoCE packet.
+pub fn rocev2_frame_icrc(frame: &[u8]) -> Option<u32> {
+    let config = super::DecodeConfig {
+        verify_crc: false,
+        ..super::DecodeConfig::DEFAULT
+    };
+    let p = super::decode_with(&config, 1, frame).ok()?.into_ib()?;
+    let covered = p.packet.get(..p.packet.len().saturating_sub(ICRC_LEN))?;
+    compute(p.encap, covered).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +353,14 @@ mod tests {
             compute(Encap::RoceV2Ipv4, ip).unwrap().to_le_bytes(),
             [0x82, 0xfd, 0x00, 0x2a]
         );
+        let mut whole = frame.clone();
+        whole.extend_from_slice(&[0x82, 0xfd, 0x00, 0x2a]);
+        assert_eq!(
+            rocev2_frame_icrc(&whole).unwrap().to_le_bytes(),
+            [0x82, 0xfd, 0x00, 0x2a]
+        );
+        whole[23] = 6;
+        assert_eq!(rocev2_frame_icrc(&whole), None);
     }
 
     #[test]

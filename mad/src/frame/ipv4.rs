@@ -293,6 +293,8 @@ impl Ipv4Repr {
             });
         }
         packet.check_len()?;
+        // Read the fixed header once into an array: the accessors then need no bounds checks.
+        let packet = &Packet::new_unchecked(array_at::<HEADER_LEN>(packet.buffer.as_ref(), 0));
         Ok(Ipv4Repr {
             src_addr: packet.src_addr(),
             dst_addr: packet.dst_addr(),

@@ -157,6 +157,8 @@ impl Ipv6Repr {
     /// [`FrameError::Truncated`]; [`FrameError::BadVersion`] if the version is not 6.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Self, FrameError> {
         packet.check_len()?;
+        // Read the fixed header once into an array: the accessors then need no bounds checks.
+        let packet = &Packet::new_unchecked(array_at::<HEADER_LEN>(packet.buffer.as_ref(), 0));
         if packet.version() != 6 {
             return Err(FrameError::BadVersion {
                 layer: LAYER,

@@ -131,6 +131,8 @@ pub mod sll {
         /// [`FrameError::Truncated`].
         pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Self, FrameError> {
             packet.check_len()?;
+            // Read the fixed header once into an array: no bounds checks in the accessors.
+            let packet = &Packet::new_unchecked(array_at::<HEADER_LEN>(packet.buffer.as_ref(), 0));
             Ok(SllRepr {
                 pkttype: packet.pkttype(),
                 arphrd: packet.arphrd(),
@@ -261,6 +263,8 @@ pub mod sll2 {
         /// [`FrameError::Truncated`].
         pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Self, FrameError> {
             packet.check_len()?;
+            // Read the fixed header once into an array: no bounds checks in the accessors.
+            let packet = &Packet::new_unchecked(array_at::<HEADER_LEN>(packet.buffer.as_ref(), 0));
             Ok(Sll2Repr {
                 protocol: packet.protocol(),
                 ifindex: packet.ifindex(),

@@ -1,6 +1,6 @@
 //! Local Route Header, 8 bytes (IBTA Vol 1 §7.7; spec/framing.md §1.7).
 
-use super::wire::{need, set_u16, set_u8, u16_at, u8_at};
+use super::wire::{array_at, need, set_u16, set_u8, u16_at, u8_at};
 use super::FrameError;
 use crate::types::{Lid, U4};
 
@@ -176,6 +176,8 @@ impl LrhRepr {
     /// [`FrameError::Truncated`].
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Self, FrameError> {
         packet.check_len()?;
+        // Read the fixed header once into an array: the accessors then need no bounds checks.
+        let packet = &Packet::new_unchecked(array_at::<HEADER_LEN>(packet.buffer.as_ref(), 0));
         Ok(LrhRepr {
             vl: packet.vl(),
             lver: packet.lver(),

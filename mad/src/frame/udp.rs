@@ -1,7 +1,7 @@
 //! UDP header (RFC 768). RoCEv2 uses destination port 4791 ([`super::ROCEV2_UDP_PORT`]) and
 //! sends checksum 0 (spec/framing.md §1.1, §1.5).
 
-use super::wire::{need, set_u16, u16_at};
+use super::wire::{array_at, need, set_u16, u16_at};
 use super::FrameError;
 
 /// Field offsets.
@@ -109,6 +109,8 @@ impl UdpRepr {
     /// [`FrameError::Truncated`]; [`FrameError::BadLength`] if the length field is below 8.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Self, FrameError> {
         packet.check_len()?;
+        // Read the fixed header once into an array: the accessors then need no bounds checks.
+        let packet = &Packet::new_unchecked(array_at::<HEADER_LEN>(packet.buffer.as_ref(), 0));
         let len = usize::from(packet.len());
         if len < HEADER_LEN {
             return Err(FrameError::BadLength {
