@@ -139,6 +139,8 @@ pub struct SimNet {
     trace: Vec<String>,
     /// Copies of every MAD put on the wire (before loss), per (from, attr).
     sent: HashMap<(usize, u16), u64>,
+    /// Copies per (from, attr, local comm ID of the message).
+    copies: HashMap<(usize, u16, u32), u64>,
     record_trace: bool,
 }
 
@@ -160,6 +162,7 @@ impl SimNet {
             faults: Vec::new(),
             trace: Vec::new(),
             sent: HashMap::new(),
+            copies: HashMap::new(),
             record_trace: true,
         }
     }
@@ -282,6 +285,16 @@ impl SimNet {
         self.sent.get(&(from, attr.raw())).copied().unwrap_or(0)
     }
 
+    /// The largest number of copies node `from` sent of one message `attr` (per local comm
+    /// ID), with that ID: the retransmission bound the property tests check.
+    pub fn max_copies(&self, from: usize, attr: AttrId) -> Option<(u64, u32)> {
+        self.copies
+            .iter()
+            .filter(|((f, a, _), _)| *f == from && *a == attr.raw())
+            .map(|((_, _, id), n)| (*n, *id))
+            .max()
+    }
+
     /// The trace so far, one line per wire event.
     pub fn trace(&self) -> &[String] {
         &self.trace
@@ -337,6 +350,9 @@ impl SimNet {
             .get(16..18)
             .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
         *self.sent.entry((from, attr)).or_default() += 1;
+        if let Some(id) = Mad::parse(&mad).ok().and_then(|m| m.msg.local_comm_id()) {
+            *self.copies.entry((from, attr, id.0)).or_default() += 1;
+        }
         let Some(to) = self.node_of(to_addr) else {
             self.log(|e| format!("{e:>12?} {from}->?  to unknown address {to_addr}"));
             return;

@@ -357,6 +357,11 @@ impl Endpoint {
         self.conns.get(&conn).map(|c| c.state)
     }
 
+    /// A connection's LAP sub-state.
+    pub fn lap_state(&self, conn: ConnId) -> Option<LapState> {
+        self.conns.get(&conn).map(|c| c.lap)
+    }
+
     /// Which side of a connection this endpoint is.
     pub fn side(&self, conn: ConnId) -> Option<Side> {
         self.conns.get(&conn).map(|c| c.side)
@@ -1001,6 +1006,27 @@ impl Endpoint {
         let (timeout, retries) = (c.request_timeout, c.max_retries);
         self.io
             .send_request(now, conn, c, CmMessage::Lap(lap), timeout, retries);
+        Ok(())
+    }
+
+    /// Reports that the QP migrated to its alternate path (`IB_EVENT_PATH_MIG`): the
+    /// alternate path becomes primary and a new LAP may be exchanged.
+    ///
+    /// # Errors
+    /// [`CallError`] for an unknown connection or a connection that is not established with
+    /// no LAP in progress.
+    pub fn notify_path_migrated(&mut self, _now: Instant, conn: ConnId) -> Result<(), CallError> {
+        let c = self
+            .conns
+            .get_mut(&conn)
+            .ok_or(CallError::UnknownConnection(conn))?;
+        if c.state != State::Established || !matches!(c.lap, LapState::Uninit | LapState::Idle) {
+            return Err(CallError::WrongState {
+                op: "notify_path_migrated",
+                state: c.state,
+            });
+        }
+        c.lap = LapState::Idle;
         Ok(())
     }
 
