@@ -13,6 +13,38 @@
 //! Nothing here allocates or panics on any input. Malformed input gives a [`FrameError`] naming
 //! the layer and the byte offset (from the start of the buffer given to [`decode`]).
 //!
+//! # Example
+//! ```
+//! use ibcm_mad::frame::{decode, EtherType, EthernetRepr, MacAddr, RoceV2UdRepr, VlanTags};
+//! use ibcm_mad::types::Psn;
+//!
+//! // A CM MAD to QP1 over RoCEv2/IPv4, as Linux rxe would send it.
+//! let repr = RoceV2UdRepr::gsi(
+//!     "10.0.0.1".parse().unwrap(),
+//!     "10.0.0.2".parse().unwrap(),
+//!     0x1234,        // IPv4 ID
+//!     0xd872,        // UDP source port
+//!     Psn::masked(7),
+//! )
+//! .unwrap();
+//! let eth = EthernetRepr {
+//!     dst_addr: MacAddr([0x02, 0, 0, 0, 0, 2]),
+//!     src_addr: MacAddr([0x02, 0, 0, 0, 0, 1]),
+//!     vlan: VlanTags::new(),
+//!     ethertype: EtherType::IPV4,
+//! };
+//! let mad = [0u8; 256];
+//! let mut frame = vec![0; repr.frame_len(&eth, mad.len())];
+//! repr.emit_frame(&eth, &mad, &mut frame).unwrap();
+//! assert_eq!(frame.len(), 322);
+//!
+//! // LINKTYPE_ETHERNET = 1.
+//! let packet = decode(1, &frame).unwrap().into_ib().unwrap();
+//! assert!(packet.icrc.is_ok());
+//! assert_eq!(packet.bth.dest_qp.get(), 1);
+//! assert_eq!(packet.mad().unwrap().unwrap(), &mad);
+//! ```
+//!
 //! [smoltcp]: https://docs.rs/smoltcp/latest/smoltcp/wire/index.html
 
 /// Defines the `Packet<T>` view struct and its constructors for one header module. The module
