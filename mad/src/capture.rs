@@ -405,7 +405,6 @@ impl<R: Read> CaptureReader<R> {
 
     /// The next record, an error, or `None` at the end. After an error the reader is
     /// finished: every later call returns `None`.
-    #[allow(clippy::should_implement_trait)]
     pub fn next_record(&mut self) -> Option<Result<Record<'_>, CaptureError>> {
         if self.done {
             return None;

@@ -11,7 +11,7 @@
 //!
 //! "rest" runs from the end of the BTH through the pad bytes; the ICRC itself (and the VCRC)
 //! are excluded. The headers are masked in a small stack copy and the rest is streamed into
-//! the hasher: no allocation. A packet of up to 512 bytes (every CM MAD) is hashed in one pass.
+//! the hasher: no allocation.
 //!
 //! IPv4 options (IHL > 5) are covered like the rest of the header. rxe never sends options, so
 //! this case is untested against a real implementation.
@@ -25,13 +25,12 @@ pub const ICRC_LEN: usize = 4;
 /// The "LRH" stand-in for RoCE and for LNH = 3.
 const LRH_ONES: [u8; 8] = [0xff; 8];
 
-/// Size of the stack copy: the masked headers plus as much of what follows as fits. A CM MAD
-/// packet (at most 8 + 40 + 8 + 12 + 8 + 256 + pad bytes) fits whole, so it is hashed in one
-/// pass (one long update is much faster than several short ones with crc32fast's SIMD paths).
-const SCRATCH: usize = 512;
-
-/// Longest header part that is staged: 8 × 0xFF + IPv4 with options (60) + UDP (8) + BTH (12).
-const MAX_HEADERS: usize = 8 + 60 + udp::HEADER_LEN + bth::HEADER_LEN;
+/// Size of the stack copy of the masked headers: 8 × 0xFF, IPv4 with options (60), UDP (8) and
+/// BTH (12). Everything after the BTH is streamed into the hasher from the packet itself.
+///
+/// Copying the whole packet to hash it in one update was measured no faster: the fresh copy
+/// defeats store-to-load forwarding.
+const SCRATCH: usize = 8 + 60 + udp::HEADER_LEN + bth::HEADER_LEN;
 
 /// Where things are in a staged copy: `buf[..len]` holds prefix, network headers, BTH and the
 /// first `taken` bytes of `bth_on`; the BTH starts at `bth_at`.
@@ -72,14 +71,14 @@ fn stage(
         });
     }
     let bth_at = prefix.len() + net.len();
-    if bth_at + bth::HEADER_LEN > MAX_HEADERS {
+    if bth_at + bth::HEADER_LEN > SCRATCH {
         return Err(FrameError::BadLength {
             layer: "ICRC headers",
             offset: 0,
             value: net.len(),
         });
     }
-    let taken = bth_on.len().min(SCRATCH - bth_at);
+    let taken = bth::HEADER_LEN;
     set_bytes(buf, 0, prefix);
     set_bytes(buf, prefix.len(), net);
     set_bytes(buf, bth_at, bth_on.get(..taken).unwrap_or(&[]));
