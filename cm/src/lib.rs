@@ -1,6 +1,7 @@
 //! `ibcm`: an InfiniBand Communication Manager (IBTA CM, MAD class 0x07).
 //!
 //! * [`proto`]: the protocol as a deterministic sans-IO state machine.
+//! * `rt` (feature `rt`, default): the tokio driver, async API and transports.
 //! * `sim` (feature `sim`): a deterministic network simulator for tests and benchmarks.
 #![deny(unsafe_code)]
 #![cfg_attr(not(fuzzing), warn(missing_docs))]
@@ -20,3 +21,6 @@ pub mod proto;
 
 #[cfg(feature = "sim")]
 pub mod sim;
+
+#[cfg(feature = "rt")]
+pub mod rt;

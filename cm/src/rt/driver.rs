@@ -1,0 +1,330 @@
+//! The task that owns the [`proto::Endpoint`](crate::proto::Endpoint) and its transport.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::Instant;
+
+use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, debug_span, warn};
+
+use super::handle::{status_channel, CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
+use super::DatagramTransport;
+use crate::proto::{
+    AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, EndpointConfig, Event,
+    EventKind, ListenOptions, SidrRepParams, SidrReqParams, Stats,
+};
+
+type Reply<T> = oneshot::Sender<T>;
+
+/// Commands from the handles.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Connect {
+        params: ConnectParams,
+        reply: Reply<Result<(ConnId, watch::Receiver<ConnStatus>), ConnectError>>,
+    },
+    Listen {
+        service_id: ServiceId,
+        options: ListenOptions,
+        tx: mpsc::UnboundedSender<(ConnId, IncomingKind)>,
+        reply: Reply<()>,
+    },
+    Unlisten {
+        service_id: ServiceId,
+    },
+    Accept {
+        conn: ConnId,
+        params: AcceptParams,
+        reply: Reply<Result<watch::Receiver<ConnStatus>, CallError>>,
+    },
+    Reject {
+        conn: ConnId,
+        reason: RejReason,
+        ari: Vec<u8>,
+        private_data: Vec<u8>,
+        reply: Reply<Result<(), CallError>>,
+    },
+    Mra {
+        conn: ConnId,
+        service_timeout: TimeoutExp,
+        reply: Reply<Result<(), CallError>>,
+    },
+    Disconnect {
+        conn: ConnId,
+        private_data: Vec<u8>,
+        reply: Reply<Result<(), CallError>>,
+    },
+    Sidr {
+        params: SidrReqParams,
+        reply: Reply<Result<oneshot::Receiver<Result<SidrAnswer, CmError>>, ConnectError>>,
+    },
+    SidrReply {
+        id: ConnId,
+        params: SidrRepParams,
+        reply: Reply<Result<(), CallError>>,
+    },
+    Stats {
+        reply: Reply<Stats>,
+    },
+    Len {
+        reply: Reply<usize>,
+    },
+    Shutdown,
+}
+
+/// The driver: one task, one endpoint, one timer.
+pub(crate) struct Driver<T> {
+    ep: Endpoint,
+    transport: T,
+    rx: mpsc::UnboundedReceiver<Command>,
+    registry: Registry,
+    listeners: BTreeMap<ServiceId, mpsc::UnboundedSender<(ConnId, IncomingKind)>>,
+    sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
+}
+
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+impl<T: DatagramTransport> Driver<T> {
+    pub(crate) fn new(
+        transport: T,
+        mut config: EndpointConfig,
+        rx: mpsc::UnboundedReceiver<Command>,
+        registry: Registry,
+    ) -> Self {
+        if config.local_gid == ibcm_mad::Gid::ZERO {
+            if let Some(g) = transport.local_addr().gid() {
+                config.local_gid = g;
+            }
+        }
+        Driver {
+            ep: Endpoint::new(config),
+            transport,
+            rx,
+            registry,
+            listeners: BTreeMap::new(),
+            sidr: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) async fn run(mut self) -> io::Result<()> {
+        let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
+        tokio::pin!(sleep);
+        let mut armed: Option<Instant> = None;
+        loop {
+            self.flush().await?;
+            let deadline = self.ep.poll_timeout();
+            if deadline != armed {
+                if let Some(d) = deadline {
+                    sleep.as_mut().reset(tokio::time::Instant::from_std(d));
+                }
+                armed = deadline;
+            }
+            tokio::select! {
+                cmd = self.rx.recv() => match cmd {
+                    None | Some(Command::Shutdown) => return Ok(()),
+                    Some(cmd) => self.on_command(cmd),
+                },
+                r = self.transport.recv() => match r {
+                    Ok((from, mad)) => self.ep.handle_datagram(now(), from, &mad),
+                    Err(e) => {
+                        warn!(error = %e, "transport receive failed; stopping");
+                        return Err(e);
+                    }
+                },
+                () = &mut sleep, if armed.is_some() => {
+                    armed = None;
+                    self.ep.handle_timeout(now());
+                }
+            }
+        }
+    }
+
+    /// Sends what the endpoint queued and dispatches its events.
+    async fn flush(&mut self) -> io::Result<()> {
+        loop {
+            let mut progressed = false;
+            while let Some(t) = self.ep.poll_transmit() {
+                progressed = true;
+                if let Err(e) = self.transport.send(t.to, &t.mad).await {
+                    // Like a lost packet: the core retransmits requests.
+                    debug!(to = %t.to, error = %e, "send failed");
+                }
+            }
+            while let Some(ev) = self.ep.poll_event() {
+                progressed = true;
+                self.on_event(ev);
+            }
+            if !progressed {
+                return Ok(());
+            }
+        }
+    }
+
+    fn set_status(&self, id: ConnId, st: ConnStatus) {
+        if let Some(tx) = self.registry.get(&id) {
+            tx.send_replace(st);
+        }
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        let span = debug_span!("conn", id = %ev.conn);
+        let _g = span.enter();
+        match ev.kind {
+            EventKind::ReqReceived(req) => {
+                self.registry.insert(ev.conn, status_channel());
+                let delivered = self
+                    .listeners
+                    .get(&req.service_id())
+                    .is_some_and(|tx| tx.send((ev.conn, IncomingKind::Connect(req))).is_ok());
+                if !delivered {
+                    let _ = self
+                        .ep
+                        .reject(now(), ev.conn, RejReason::InvalidServiceId, &[], &[]);
+                }
+            }
+            EventKind::SidrReqReceived(s) => {
+                let sid = s.service_id;
+                let delivered = self
+                    .listeners
+                    .get(&sid)
+                    .is_some_and(|tx| tx.send((ev.conn, IncomingKind::Sidr(s))).is_ok());
+                if !delivered {
+                    let p = SidrRepParams {
+                        status: ibcm_mad::SidrStatus::UnsupportedServiceId,
+                        ..SidrRepParams::success(ibcm_mad::Qpn::default(), ibcm_mad::Qkey(0))
+                    };
+                    let _ = self.ep.sidr_reply(now(), ev.conn, p);
+                }
+            }
+            EventKind::Established => self.set_status(ev.conn, ConnStatus::Established),
+            EventKind::Closed(e) => {
+                debug!(error = %e, "closed");
+                self.set_status(ev.conn, ConnStatus::Closed(e));
+                if self.ep.state(ev.conn).is_none() {
+                    // Gone without TimeWait.
+                    if let Some((_, tx)) = self.registry.remove(&ev.conn) {
+                        tx.send_replace(ConnStatus::Gone);
+                    }
+                }
+            }
+            EventKind::TimewaitExit { .. } => {
+                if let Some((_, tx)) = self.registry.remove(&ev.conn) {
+                    tx.send_replace(ConnStatus::Gone);
+                }
+            }
+            EventKind::SidrReply {
+                status,
+                qpn,
+                qkey,
+                private_data,
+            } => {
+                if let Some(reply) = self.sidr.remove(&ev.conn) {
+                    let _ = reply.send(Ok(SidrAnswer {
+                        status,
+                        qpn,
+                        qkey,
+                        private_data,
+                    }));
+                }
+            }
+            EventKind::SidrTimedOut => {
+                if let Some(reply) = self.sidr.remove(&ev.conn) {
+                    let _ = reply.send(Err(CmError::SidrTimedOut));
+                }
+            }
+            EventKind::LapReceived { .. } => {
+                // The async API does not load alternate paths (RoCE ignores LAP too).
+                let _ = self
+                    .ep
+                    .apr(now(), ev.conn, ibcm_mad::AprStatus::Unsupported, &[], &[]);
+            }
+            other => debug!(event = ?other, "event"),
+        }
+    }
+
+    fn on_command(&mut self, cmd: Command) {
+        let t = now();
+        match cmd {
+            Command::Connect { params, reply } => {
+                let r = self.ep.connect(t, params).map(|id| {
+                    let tx = status_channel();
+                    let rx = tx.subscribe();
+                    self.registry.insert(id, tx);
+                    (id, rx)
+                });
+                let _ = reply.send(r);
+            }
+            Command::Listen {
+                service_id,
+                options,
+                tx,
+                reply,
+            } => {
+                self.ep.listen(service_id, options);
+                self.listeners.insert(service_id, tx);
+                let _ = reply.send(());
+            }
+            Command::Unlisten { service_id } => {
+                self.ep.unlisten(service_id);
+                self.listeners.remove(&service_id);
+            }
+            Command::Accept {
+                conn,
+                params,
+                reply,
+            } => {
+                let r = self.ep.accept(t, conn, params).and_then(|()| {
+                    self.registry
+                        .get(&conn)
+                        .map(|s| s.subscribe())
+                        .ok_or(CallError::UnknownConnection(conn))
+                });
+                let _ = reply.send(r);
+            }
+            Command::Reject {
+                conn,
+                reason,
+                ari,
+                private_data,
+                reply,
+            } => {
+                let _ = reply.send(self.ep.reject(t, conn, reason, &ari, &private_data));
+            }
+            Command::Mra {
+                conn,
+                service_timeout,
+                reply,
+            } => {
+                let _ = reply.send(self.ep.mra(t, conn, service_timeout, &[]));
+            }
+            Command::Disconnect {
+                conn,
+                private_data,
+                reply,
+            } => {
+                let _ = reply.send(self.ep.disconnect(t, conn, &private_data));
+            }
+            Command::Sidr { params, reply } => {
+                let r = self.ep.sidr_request(t, params).map(|id| {
+                    let (tx, rx) = oneshot::channel();
+                    self.sidr.insert(id, tx);
+                    rx
+                });
+                let _ = reply.send(r);
+            }
+            Command::SidrReply { id, params, reply } => {
+                let _ = reply.send(self.ep.sidr_reply(t, id, params));
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.ep.stats().clone());
+            }
+            Command::Len { reply } => {
+                let _ = reply.send(self.ep.len());
+            }
+            Command::Shutdown => {}
+        }
+    }
+}

@@ -1,0 +1,510 @@
+//! The async API: [`Cm`] (the endpoint handle), [`Connection`], [`Listener`], [`Incoming`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use ibcm_mad::{Qpn, RejReason, ServiceId, TimeoutExp};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use super::driver::{Command, Driver};
+use super::DatagramTransport;
+use crate::proto::{
+    AcceptParams, CallError, ConnId, ConnectError, ConnectParams, ConnectionError, EndpointConfig,
+    IncomingRequest, IncomingSidr, ListenOptions, PeerAddr, SidrRepParams, SidrReqParams, Stats,
+};
+
+/// The answer to a SIDR_REQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrAnswer {
+    /// Status.
+    pub status: ibcm_mad::SidrStatus,
+    /// The serving UD QP.
+    pub qpn: Qpn,
+    /// Its Q_Key.
+    pub qkey: ibcm_mad::Qkey,
+    /// Private data (trailing zeros trimmed).
+    pub private_data: Vec<u8>,
+}
+
+/// What a connection handle can observe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnStatus {
+    /// Being set up.
+    Connecting,
+    /// Established.
+    Established,
+    /// Closed (TimeWait may still run).
+    Closed(ConnectionError),
+    /// Left TimeWait: the comm ID and QPN are free again.
+    Gone,
+}
+
+/// The registry the handles read: connection ID → status, written by the driver only.
+pub(crate) type Registry = Arc<DashMap<ConnId, watch::Sender<ConnStatus>>>;
+
+/// Errors of the async API.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CmError {
+    /// The connect call was refused at once.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The call on a connection was refused at once.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The connection failed or ended.
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    /// The driver task is gone (shut down, or its transport failed).
+    #[error("the CM endpoint's driver task has stopped")]
+    DriverGone,
+    /// SIDR_REQ unanswered.
+    #[error("SIDR request timed out")]
+    SidrTimedOut,
+}
+
+/// A cloneable handle to a CM endpoint running in a tokio task.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use ibcm::rt::{Cm, MemNetwork};
+/// use ibcm::proto::{AcceptParams, ConnectParams, EndpointConfig, ListenOptions};
+/// use ibcm_mad::{Guid, Qpn, ServiceId};
+///
+/// let net = MemNetwork::new();
+/// let a_addr = "127.0.0.1:4791".parse::<std::net::SocketAddr>().unwrap().into();
+/// let b_addr = "127.0.0.2:4791".parse::<std::net::SocketAddr>().unwrap().into();
+/// let (a, _) = Cm::bind(net.transport(a_addr), EndpointConfig::default());
+/// let (b, _) = Cm::bind(
+///     net.transport(b_addr),
+///     EndpointConfig { local_ca_guid: Guid(2), ..Default::default() },
+/// );
+///
+/// let mut listener = b.listen(ServiceId(0x42), ListenOptions::default()).await.unwrap();
+/// let server = tokio::spawn(async move {
+///     let incoming = listener.next().await.unwrap();
+///     incoming.accept(AcceptParams::new(Qpn::new(0x22).unwrap())).await.unwrap()
+/// });
+/// let conn = a
+///     .connect(ConnectParams::new(b_addr, ServiceId(0x42), Qpn::new(0x11).unwrap()))
+///     .await
+///     .unwrap();
+/// let passive = server.await.unwrap();
+/// passive.established().await.unwrap();
+/// let why = conn.disconnect(&[]).await;
+/// assert!(matches!(why, ibcm::proto::ConnectionError::Disconnected { by_peer: false, .. }));
+/// assert!(matches!(
+///     passive.closed().await,
+///     ibcm::proto::ConnectionError::Disconnected { by_peer: true, .. }
+/// ));
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Cm {
+    tx: mpsc::UnboundedSender<Command>,
+    registry: Registry,
+}
+
+impl Cm {
+    /// Starts an endpoint on `transport` in a new tokio task. Returns the handle and the
+    /// task, which ends when every handle is dropped, on [`Cm::shutdown`], or when the
+    /// transport fails (its error is the task's output).
+    pub fn bind<T: DatagramTransport>(
+        transport: T,
+        config: EndpointConfig,
+    ) -> (Cm, JoinHandle<std::io::Result<()>>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let registry: Registry = Arc::new(DashMap::new());
+        let driver = Driver::new(transport, config, rx, registry.clone());
+        let task = tokio::spawn(driver.run());
+        (Cm { tx, registry }, task)
+    }
+
+    async fn call<R>(&self, f: impl FnOnce(oneshot::Sender<R>) -> Command) -> Result<R, CmError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(f(tx)).map_err(|_| CmError::DriverGone)?;
+        rx.await.map_err(|_| CmError::DriverGone)
+    }
+
+    fn watch(&self, id: ConnId) -> Option<watch::Receiver<ConnStatus>> {
+        self.registry.get(&id).map(|s| s.subscribe())
+    }
+
+    /// Connects; resolves when the connection is established.
+    ///
+    /// # Errors
+    /// [`CmError::Connect`] for refused parameters, [`CmError::Connection`] when the peer
+    /// rejects or never answers, [`CmError::DriverGone`].
+    pub async fn connect(&self, params: ConnectParams) -> Result<Connection, CmError> {
+        let conn = self.start_connect(params).await?;
+        conn.established().await?;
+        Ok(conn)
+    }
+
+    /// Sends the REQ and returns the connection at once (still connecting); await
+    /// [`Connection::established`] to know how it went.
+    ///
+    /// # Errors
+    /// [`CmError::Connect`], [`CmError::DriverGone`].
+    pub async fn start_connect(&self, mut params: ConnectParams) -> Result<Connection, CmError> {
+        // The async API always sends the RTU itself.
+        params.auto_rtu = true;
+        let (id, status) = self
+            .call(|reply| Command::Connect { params, reply })
+            .await??;
+        Ok(Connection {
+            id,
+            cm: self.clone(),
+            status,
+        })
+    }
+
+    /// Starts listening on `service_id`. Incoming requests arrive on the returned
+    /// [`Listener`]; dropping it stops listening.
+    ///
+    /// # Errors
+    /// [`CmError::DriverGone`].
+    pub async fn listen(
+        &self,
+        service_id: ServiceId,
+        options: ListenOptions,
+    ) -> Result<Listener, CmError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.call(|reply| Command::Listen {
+            service_id,
+            options,
+            tx,
+            reply,
+        })
+        .await?;
+        Ok(Listener {
+            rx,
+            cm: self.clone(),
+            service_id,
+        })
+    }
+
+    /// Resolves `params.service_id` with SIDR.
+    ///
+    /// # Errors
+    /// [`CmError::SidrTimedOut`], [`CmError::Connect`] (private data too long),
+    /// [`CmError::DriverGone`]. A non-success status is an `Ok` answer.
+    pub async fn sidr(&self, params: SidrReqParams) -> Result<SidrAnswer, CmError> {
+        let rx = self.call(|reply| Command::Sidr { params, reply }).await??;
+        rx.await.map_err(|_| CmError::DriverGone)?
+    }
+
+    /// Counters of the endpoint.
+    ///
+    /// # Errors
+    /// [`CmError::DriverGone`].
+    pub async fn stats(&self) -> Result<Stats, CmError> {
+        self.call(|reply| Command::Stats { reply }).await
+    }
+
+    /// Connections in the endpoint's table (all states, TimeWait included).
+    ///
+    /// # Errors
+    /// [`CmError::DriverGone`].
+    pub async fn len(&self) -> Result<usize, CmError> {
+        self.call(|reply| Command::Len { reply }).await
+    }
+
+    /// Stops the driver task (connections are abandoned without DREQ).
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Command::Shutdown);
+    }
+
+    pub(crate) fn send(&self, cmd: Command) {
+        let _ = self.tx.send(cmd);
+    }
+}
+
+/// A connection (either side).
+#[derive(Debug, Clone)]
+pub struct Connection {
+    id: ConnId,
+    cm: Cm,
+    status: watch::Receiver<ConnStatus>,
+}
+
+impl Connection {
+    /// The local communication ID.
+    pub fn id(&self) -> ConnId {
+        self.id
+    }
+
+    /// The current status.
+    pub fn status(&self) -> ConnStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Waits until the connection is established.
+    ///
+    /// # Errors
+    /// The [`ConnectionError`] if it fails (or has failed) instead.
+    pub async fn established(&self) -> Result<(), ConnectionError> {
+        let mut rx = self.status.clone();
+        loop {
+            match &*rx.borrow_and_update() {
+                ConnStatus::Established => return Ok(()),
+                ConnStatus::Closed(e) => return Err(e.clone()),
+                ConnStatus::Gone => return Err(ConnectionError::LocallyClosed),
+                ConnStatus::Connecting => {}
+            }
+            if rx.changed().await.is_err() {
+                return Err(ConnectionError::LocallyClosed);
+            }
+        }
+    }
+
+    /// Waits until the connection is closed, and says why.
+    pub async fn closed(&self) -> ConnectionError {
+        let mut rx = self.status.clone();
+        loop {
+            match &*rx.borrow_and_update() {
+                ConnStatus::Closed(e) => return e.clone(),
+                ConnStatus::Gone => return ConnectionError::LocallyClosed,
+                _ => {}
+            }
+            if rx.changed().await.is_err() {
+                return ConnectionError::LocallyClosed;
+            }
+        }
+    }
+
+    /// Disconnects (DREQ when established; REJ during setup) and waits until the connection
+    /// is closed. Returns why it closed (normally `Disconnected { by_peer: false }`).
+    pub async fn disconnect(&self, private_data: &[u8]) -> ConnectionError {
+        let (reply, rx) = oneshot::channel();
+        self.cm.send(Command::Disconnect {
+            conn: self.id,
+            private_data: private_data.to_vec(),
+            reply,
+        });
+        if let Ok(Err(e)) = rx.await {
+            warn!(conn = %self.id, error = %e, "disconnect refused");
+        }
+        self.closed().await
+    }
+
+    /// Waits until the connection has also left TimeWait (its QPN may be reused).
+    pub async fn gone(&self) {
+        let mut rx = self.status.clone();
+        loop {
+            if matches!(&*rx.borrow_and_update(), ConnStatus::Gone) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// An incoming connection or SIDR request on a [`Listener`].
+#[derive(Debug)]
+pub enum IncomingKind {
+    /// A REQ.
+    Connect(Box<IncomingRequest>),
+    /// A SIDR_REQ.
+    Sidr(Box<IncomingSidr>),
+}
+
+/// A request that must be answered: [`accept`](Incoming::accept),
+/// [`reject`](Incoming::reject) or (for a REQ) [`mra`](Incoming::mra). Dropping it unanswered
+/// rejects it (REJ 28 / SIDR status 2) and logs a warning.
+#[derive(Debug)]
+pub struct Incoming {
+    id: ConnId,
+    cm: Cm,
+    kind: IncomingKind,
+    answered: bool,
+}
+
+impl Incoming {
+    /// What arrived.
+    pub fn kind(&self) -> &IncomingKind {
+        &self.kind
+    }
+
+    /// The REQ, if this is a connection request.
+    pub fn request(&self) -> Option<&IncomingRequest> {
+        match &self.kind {
+            IncomingKind::Connect(r) => Some(r),
+            IncomingKind::Sidr(_) => None,
+        }
+    }
+
+    /// Where it came from.
+    pub fn peer(&self) -> PeerAddr {
+        match &self.kind {
+            IncomingKind::Connect(r) => r.peer,
+            IncomingKind::Sidr(s) => s.peer,
+        }
+    }
+
+    /// Accepts a REQ (sends the REP) and returns the connection, still waiting for the RTU.
+    ///
+    /// # Errors
+    /// [`CmError::Call`] if the REQ is gone (the peer gave up) or the parameters are refused.
+    pub async fn accept(mut self, params: AcceptParams) -> Result<Connection, CmError> {
+        self.answered = true;
+        let id = self.id;
+        let status = self
+            .cm
+            .call(|reply| Command::Accept {
+                conn: id,
+                params,
+                reply,
+            })
+            .await??;
+        Ok(Connection {
+            id,
+            cm: self.cm.clone(),
+            status,
+        })
+    }
+
+    /// Rejects a REQ with `reason`, ARI and private data.
+    ///
+    /// # Errors
+    /// [`CmError::Call`] if the REQ is gone or the data does not fit.
+    pub async fn reject(
+        mut self,
+        reason: RejReason,
+        ari: &[u8],
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
+        self.answered = true;
+        let id = self.id;
+        let (ari, private_data) = (ari.to_vec(), private_data.to_vec());
+        self.cm
+            .call(|reply| Command::Reject {
+                conn: id,
+                reason,
+                ari,
+                private_data,
+                reply,
+            })
+            .await??;
+        Ok(())
+    }
+
+    /// Sends an MRA: the answer will take up to `service_timeout`. The request stays to be
+    /// answered.
+    ///
+    /// # Errors
+    /// [`CmError::Call`] if the REQ is gone.
+    pub async fn mra(&self, service_timeout: TimeoutExp) -> Result<(), CmError> {
+        let id = self.id;
+        self.cm
+            .call(|reply| Command::Mra {
+                conn: id,
+                service_timeout,
+                reply,
+            })
+            .await??;
+        Ok(())
+    }
+
+    /// Answers a SIDR_REQ.
+    ///
+    /// # Errors
+    /// [`CmError::Call`] if this is not a SIDR request or the data does not fit.
+    pub async fn sidr_reply(mut self, params: SidrRepParams) -> Result<(), CmError> {
+        self.answered = true;
+        let id = self.id;
+        self.cm
+            .call(|reply| Command::SidrReply { id, params, reply })
+            .await??;
+        Ok(())
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        warn!(conn = %self.id, "incoming request dropped unanswered: rejecting it");
+        match self.kind {
+            IncomingKind::Connect(_) => {
+                let (reply, _) = oneshot::channel();
+                self.cm.send(Command::Reject {
+                    conn: self.id,
+                    reason: RejReason::ConsumerReject,
+                    ari: Vec::new(),
+                    private_data: Vec::new(),
+                    reply,
+                });
+            }
+            IncomingKind::Sidr(_) => {
+                let (reply, _) = oneshot::channel();
+                self.cm.send(Command::SidrReply {
+                    id: self.id,
+                    params: SidrRepParams {
+                        status: ibcm_mad::SidrStatus::Rejected,
+                        ..SidrRepParams::success(Qpn::default(), ibcm_mad::Qkey(0))
+                    },
+                    reply,
+                });
+            }
+        }
+    }
+}
+
+/// The stream of requests for one service ID. Dropping it stops listening.
+#[derive(Debug)]
+pub struct Listener {
+    rx: mpsc::UnboundedReceiver<(ConnId, IncomingKind)>,
+    cm: Cm,
+    service_id: ServiceId,
+}
+
+impl Listener {
+    /// The next request; `None` when the endpoint stopped.
+    pub async fn next(&mut self) -> Option<Incoming> {
+        let (id, kind) = self.rx.recv().await?;
+        Some(Incoming {
+            id,
+            cm: self.cm.clone(),
+            kind,
+            answered: false,
+        })
+    }
+
+    /// The service ID listened on.
+    pub fn service_id(&self) -> ServiceId {
+        self.service_id
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.cm.send(Command::Unlisten {
+            service_id: self.service_id,
+        });
+    }
+}
+
+/// A default for waiting on paused-clock tests and tools.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub(crate) fn status_channel() -> watch::Sender<ConnStatus> {
+    watch::Sender::new(ConnStatus::Connecting)
+}
+
+impl Cm {
+    /// A handle to an existing connection by ID (e.g. one accepted elsewhere).
+    pub fn connection(&self, id: ConnId) -> Option<Connection> {
+        self.watch(id).map(|status| Connection {
+            id,
+            cm: self.clone(),
+            status,
+        })
+    }
+}

@@ -1,0 +1,24 @@
+//! The tokio runtime around the sans-IO core (feature `rt`, on by default).
+//!
+//! One task ([`Cm::bind`]) owns a [`proto::Endpoint`](crate::proto::Endpoint) and a
+//! [`DatagramTransport`]; cloneable [`Cm`] handles talk to it over a channel. The task sleeps
+//! on one timer, re-armed only when the endpoint's next deadline changes, and reads the clock
+//! through tokio (so `#[tokio::test(start_paused = true)]` tests run in virtual time).
+//!
+//! Transports: [`MemNetwork`]/[`MemTransport`] (in-process), [`UdpTransport`] (RoCEv2 over a
+//! UDP socket) and [`UmadTransport`] (Linux `/dev/infiniband/umadN`).
+
+mod driver;
+mod handle;
+mod sys;
+mod transport;
+pub mod udp;
+pub mod umad;
+
+pub use handle::{
+    Cm, CmError, ConnStatus, Connection, Incoming, IncomingKind, Listener, SidrAnswer,
+    DEFAULT_TIMEOUT,
+};
+pub use transport::{DatagramTransport, MemNetwork, MemTransport};
+pub use udp::{IcrcPolicy, UdpStats, UdpTransport};
+pub use umad::{UmadError, UmadHdr, UmadTransport};

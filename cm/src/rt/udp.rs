@@ -1,0 +1,274 @@
+//! RoCEv2 over a UDP socket: a software GSI (QP1) endpoint.
+//!
+//! Each MAD travels as the UDP payload BTH (opcode 0x64 UD SEND Only, P_Key 0xFFFF, DestQP 1)
+//! + DETH (Q_Key 0x8001_0000, SrcQP 1) + MAD + ICRC to UDP port 4791, exactly as rxe or a
+//! RoCE NIC sends it; peers are named by IP address (GID `::ffff:a.b.c.d`).
+//!
+//! # The ICRC and the IPv4 header
+//! The ICRC covers the IPv4 header except TOS, TTL and checksum (spec/framing.md §2.2), so the
+//! sender must know the header the kernel will write. This transport makes it predictable:
+//! the socket is **unconnected** and has `IP_MTU_DISCOVER = IP_PMTUDISC_DO`, so Linux sets DF
+//! and — for a DF datagram on an unconnected socket — IP ID **0** (`ip_select_ident_segs`;
+//! verified on the build machine: three datagrams from an unconnected DF socket all carried ID
+//! 0, while a connected socket counts up from a random value). Total length, protocol and the
+//! addresses follow from the datagram; the IHL is 5 (no options). The receiver checks the ICRC
+//! under the same assumption, using the source address and port `recvfrom` reports.
+//!
+//! A peer that sends with another IP ID (rxe draws a per-destination ID) cannot be checked
+//! this way without the IP header; [`IcrcPolicy::Lenient`] accepts such MADs and counts
+//! them in [`UdpStats::icrc_unverified`]. IPv6 has no ID field and is always checkable.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ibcm_mad::frame::{
+    bth, deth, icrc, udp, BthRepr, IpRepr, Opcode, RoceV2UdRepr, ROCEV2_UDP_PORT,
+};
+use ibcm_mad::{Psn, MAD_LEN};
+use tokio::net::UdpSocket;
+
+use super::sys;
+use super::DatagramTransport;
+use crate::proto::PeerAddr;
+
+/// What to do with a received datagram whose ICRC does not match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IcrcPolicy {
+    /// Drop it (counted in [`UdpStats::icrc_bad`]). For peers that send like this transport
+    /// (IPv4 ID 0) or over IPv6.
+    #[default]
+    Strict,
+    /// Accept it (counted in [`UdpStats::icrc_unverified`]): for peers whose IPv4 ID cannot be
+    /// known, such as rxe.
+    Lenient,
+}
+
+/// Counters of a [`UdpTransport`].
+#[derive(Debug, Default)]
+pub struct UdpStats {
+    /// Datagrams received.
+    pub rx: AtomicU64,
+    /// Datagrams sent.
+    pub tx: AtomicU64,
+    /// Dropped: not RoCEv2 / not a UD MAD to QP1 / truncated.
+    pub not_mad: AtomicU64,
+    /// Dropped: bad ICRC (strict policy).
+    pub icrc_bad: AtomicU64,
+    /// Accepted although the ICRC did not match (lenient policy).
+    pub icrc_unverified: AtomicU64,
+}
+
+/// The RoCEv2/UDP transport.
+#[derive(Debug)]
+pub struct UdpTransport {
+    sock: UdpSocket,
+    local: SocketAddr,
+    psn: u32,
+    policy: IcrcPolicy,
+    stats: Arc<UdpStats>,
+    buf: Box<[u8; 2048]>,
+    out: Box<[u8; 512]>,
+}
+
+impl UdpTransport {
+    /// Binds to `ip`:4791.
+    ///
+    /// # Errors
+    /// Socket errors (address in use, no such address, …).
+    pub async fn bind(ip: IpAddr) -> io::Result<Self> {
+        Self::bind_port(SocketAddr::new(ip, ROCEV2_UDP_PORT)).await
+    }
+
+    /// Binds to an explicit address (a port other than 4791 is for tests only: real RoCE
+    /// peers always send to 4791).
+    ///
+    /// # Errors
+    /// Socket errors.
+    pub async fn bind_port(addr: SocketAddr) -> io::Result<Self> {
+        let domain = if addr.is_ipv4() {
+            socket2::Domain::IPV4
+        } else {
+            socket2::Domain::IPV6
+        };
+        let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+        if addr.is_ipv4() {
+            sys::set_pmtudisc_do(&s)?;
+        }
+        s.set_nonblocking(true)?;
+        s.set_recv_buffer_size(4 << 20).ok();
+        s.set_send_buffer_size(4 << 20).ok();
+        s.bind(&addr.into())?;
+        let std_sock: std::net::UdpSocket = s.into();
+        let sock = UdpSocket::from_std(std_sock)?;
+        let local = sock.local_addr()?;
+        Ok(UdpTransport {
+            sock,
+            local,
+            psn: 0,
+            policy: IcrcPolicy::Strict,
+            stats: Arc::new(UdpStats::default()),
+            buf: Box::new([0; 2048]),
+            out: Box::new([0; 512]),
+        })
+    }
+
+    /// Sets the ICRC policy for received datagrams.
+    pub fn with_icrc_policy(mut self, policy: IcrcPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Counters (shared; they keep counting after the transport moved into a driver).
+    pub fn stats(&self) -> Arc<UdpStats> {
+        self.stats.clone()
+    }
+
+    /// The bound socket address.
+    pub fn socket_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Builds the UDP payload for `mad` to `to` into `out`; returns its length.
+    fn encode(&mut self, to: SocketAddr, mad: &[u8]) -> io::Result<usize> {
+        let psn = Psn::masked(self.psn);
+        self.psn = self.psn.wrapping_add(1);
+        let repr = RoceV2UdRepr::gsi(self.local.ip(), to.ip(), 0, self.local.port(), psn)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut repr = repr;
+        repr.udp.dst_port = to.port();
+        repr.emit_udp_payload(mad, &mut self.out[..])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    }
+}
+
+/// Length of BTH + DETH.
+const TRANSPORT_HEADERS: usize = bth::HEADER_LEN + deth::HEADER_LEN;
+
+/// Decodes a received UDP payload (BTH .. ICRC) that came from `from` to `local`. The ICRC is
+/// checked over an IP header rebuilt as this transport's sender writes it (IPv4 ID 0, DF).
+/// Returns the MAD and whether the ICRC matched, or `None` if it is not a UD MAD for QP1.
+fn decode(payload: &[u8], from: SocketAddr, local: SocketAddr) -> Option<(Bytes, bool)> {
+    let bth_bytes = payload.get(..bth::HEADER_LEN)?;
+    let bth = BthRepr::parse(&bth::Packet::new_checked(bth_bytes).ok()?).ok()?;
+    if bth.opcode != Opcode::UD_SEND_ONLY || bth.dest_qp.get() > 1 {
+        return None;
+    }
+    let pad = usize::from(bth.pad_count.get());
+    let mad = payload.get(TRANSPORT_HEADERS..TRANSPORT_HEADERS + MAD_LEN)?;
+    let icrc_at = payload.len().checked_sub(4)?;
+    if icrc_at < TRANSPORT_HEADERS + MAD_LEN + pad {
+        return None;
+    }
+    let found = u32::from_le_bytes(*payload.get(icrc_at..)?.first_chunk::<4>()?);
+    let mut repr = RoceV2UdRepr::gsi(from.ip(), local.ip(), 0, from.port(), Psn::default()).ok()?;
+    repr.udp.dst_port = local.port();
+    repr.udp.payload_len = payload.len();
+    let mut hdr = [0u8; 48];
+    let ip_len = repr.ip.buffer_len();
+    match &mut repr.ip {
+        IpRepr::V4(r) => r.payload_len = udp::HEADER_LEN + payload.len(),
+        IpRepr::V6(r) => r.payload_len = udp::HEADER_LEN + payload.len(),
+    }
+    repr.ip.emit(hdr.get_mut(..ip_len)?);
+    repr.udp.emit(&mut udp::Packet::new_unchecked(
+        hdr.get_mut(ip_len..ip_len + udp::HEADER_LEN)?,
+    ));
+    let expected = icrc::icrc_rocev2(
+        hdr.get(..ip_len + udp::HEADER_LEN)?,
+        payload.get(..icrc_at)?,
+    )
+    .ok()?;
+    let ok = cfg!(fuzzing) || expected == found;
+    Some((Bytes::copy_from_slice(mad), ok))
+}
+
+impl DatagramTransport for UdpTransport {
+    async fn send(&mut self, to: PeerAddr, mad: &[u8]) -> io::Result<()> {
+        let PeerAddr::Udp(to) = to else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the UDP transport needs a UDP peer address",
+            ));
+        };
+        let n = self.encode(to, mad)?;
+        let out = self.out.get(..n).unwrap_or(&[]);
+        self.sock.send_to(out, to).await?;
+        self.stats.tx.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn recv(&mut self) -> io::Result<(PeerAddr, Bytes)> {
+        loop {
+            let (len, from) = self.sock.recv_from(&mut self.buf[..]).await?;
+            self.stats.rx.fetch_add(1, Ordering::Relaxed);
+            let payload = self.buf.get(..len).unwrap_or(&[]);
+            let Some((mad, icrc_ok)) = decode(payload, from, self.local) else {
+                self.stats.not_mad.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            if !icrc_ok {
+                match self.policy {
+                    IcrcPolicy::Strict => {
+                        self.stats.icrc_bad.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    IcrcPolicy::Lenient => {
+                        self.stats.icrc_unverified.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            // Replies always go to the RoCEv2 port, whatever the source port was.
+            let peer = SocketAddr::new(from.ip(), reply_port(from, self.local));
+            return Ok((PeerAddr::Udp(peer), mad));
+        }
+    }
+
+    fn local_addr(&self) -> PeerAddr {
+        PeerAddr::Udp(self.local)
+    }
+}
+
+/// The port to answer to: 4791 for real RoCE peers (whose source port is an entropy value);
+/// when this transport itself is bound to another port (tests), the peer's source port.
+fn reply_port(from: SocketAddr, local: SocketAddr) -> u16 {
+    if local.port() == ROCEV2_UDP_PORT {
+        ROCEV2_UDP_PORT
+    } else {
+        from.port()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn loopback_round_trip_with_icrc() {
+        let mut a = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut b = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mad = [0x5au8; 256];
+        a.send(b.local_addr(), &mad).await.unwrap();
+        let (from, got) = b.recv().await.unwrap();
+        assert_eq!(from, a.local_addr());
+        assert_eq!(&got[..], &mad[..]);
+        assert_eq!(b.stats().icrc_bad.load(Ordering::Relaxed), 0);
+        // A wrong-ICRC datagram is dropped under the strict policy.
+        let raw = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let n = a.encode(b.socket_addr(), &mad).unwrap();
+        let mut bad = a.out[..n].to_vec();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        raw.send_to(&bad, b.socket_addr()).unwrap();
+        a.send(b.local_addr(), &mad).await.unwrap();
+        let (from, _) = b.recv().await.unwrap();
+        assert_eq!(from, a.local_addr());
+        assert_eq!(b.stats().icrc_bad.load(Ordering::Relaxed), 1);
+    }
+}
