@@ -233,6 +233,9 @@ fn decoder_matches_tshark() {
         ("derived/cm_raw101.pcap", &[], 5),
         ("derived/synth_req_ipv6.pcap", &[], 1),
         ("derived/synth_attrs.pcap", &[], 8),
+        // rxe traffic from the conformance lab (fixtures/KERNEL-CAPTURES.md).
+        ("kernel/rping_3.pcap", &[], 41),
+        ("kernel/xrc_handshake_no_qp.pcap", &[], 5),
     ];
     for (file, extra, ib) in cases {
         assert_eq!(compare(file, extra), *ib, "{file}");
