@@ -38,7 +38,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 B=${LAB_BUILD:-$HERE/build}
 CACHE=${LAB_CACHE:-$B/debs}
 OUT=${LAB_OUT:-$HERE/out}
-LOCK=$HERE/packages.lock
+LOCK=${LAB_LOCK:-$HERE/packages.lock}
 SR=$B/sysroot
 ACCEL=${LAB_ACCEL:-tcg}
 MEM=${LAB_MEM:-512}
@@ -113,12 +113,19 @@ fetch_debs() {
   done < "$LOCK"
   if [ ${#want[@]} -gt 0 ]; then
     ensure_apt_lists
-    log "downloading ${#want[@]} pinned packages into $CACHE"
-    ( cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root "${want[@]}" >/dev/null 2>&1 ) || true
+    # which pinned versions does the archive still have?  (one batch download stops at the
+    # first unknown version, so only ask for those)
+    local avail ok=() w
+    avail=$(apt-cache madison "${want[@]%%=*}" 2>/dev/null | awk -F'|' '{gsub(/ /,"",$1); gsub(/ /,"",$2); print $1"="$2}' | sort -u)
+    for w in "${want[@]}"; do grep -qxF "$w" <<< "$avail" && ok+=("$w"); done
+    log "downloading ${#ok[@]} pinned packages into $CACHE ($(( ${#want[@]} - ${#ok[@]} )) pinned versions gone)"
+    [ ${#ok[@]} -eq 0 ] || ( cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root "${ok[@]}" >/dev/null 2>&1 ) || true
     local line alt got
     for line in "${missing[@]}"; do
       read -r name ver arch sha <<< "$line"
       f=$(deb_file "$name" "$ver" "$arch")
+      grep -qxF "$name=$ver" <<< "$avail" && [ ! -e "$CACHE/$f" ] && \
+        { ( cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root "$name=$ver" >/dev/null 2>&1 ) || true; }
       if [ -e "$CACHE/$f" ]; then
         got=$(sha256sum < "$CACHE/$f" | cut -d' ' -f1)
         [ "$got" = "$sha" ] || die "SHA256 mismatch for $f (pinned $sha, got $got)"
