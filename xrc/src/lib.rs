@@ -1,4 +1,129 @@
-//! `ibcm-xrc`: XRC domains and target QPs with ownership policies.
+//! `ibcm-xrc`: XRC domains and target QPs whose lifetime is a policy the application chooses,
+//! kept consistent with the CM connections on them.
 //!
-//! **Status: not implemented yet.** This crate is a placeholder in the workspace; the XRC
-//! model is tracked by its own issue. Nothing here claims to work.
+//! Modern kernels give one fixed answer to "how long does an XRC TGT QP live" — as long as
+//! any process holds a handle (spec/xrc.md §0.1) — and the kernel CM drops a TGT-side
+//! connection without a DREQ (§3.2). This crate makes the lifetime an [`OwnershipPolicy`]
+//! chosen when the QP is created, and turns every end of a TGT QP into DREQs for the
+//! connections on it, a QPN quarantine for the CM TimeWait, and a well-defined REJ for
+//! anyone who later asks for the QP.
+//!
+//! # Contents
+//!
+//! * [`qp`]: QP states, attributes and the per-type modify rules (spec/xrc.md §1.6).
+//! * [`Verbs`]: the object-safe backend trait; [`sim::SimVerbs`] models the modern kernel
+//!   (per-process handles, domains pinned by TGT QPs and SRQs, process exit, open by
+//!   number); `RdmaVerbs` (feature `rdma`) drives libibverbs through a C shim.
+//! * [`objects`]: [`XrcSrq`] and [`IniQp`] helpers on top of a backend.
+//! * [`policy`]: the pure engine, `decide(facts, event) → actions`.
+//! * [`TgtRegistry`]: domains, TGT QPs, registrations and CM connections; executes the
+//!   engine's decisions and is the **coupling point with the CM** (see its module docs for
+//!   the exact calls).
+//! * [`wire`]: the REQ/REP private-data formats (SRQ numbers travel in the REP) and the
+//!   "target gone" REJ (reason 1 + a 12-byte ARI).
+//! * `keeper` (feature `keeper`, default): the xrcd-keeper daemon and its client.
+//!
+//! # Contract
+//!
+//! * Deterministic: the engine and the software model read no clock and no randomness; time
+//!   is an argument (`now: Instant`), QPNs come from seeded counters.
+//! * No input makes it panic: wire parsers return errors; lookups of unknown handles, QPNs or
+//!   connections return errors or are ignored.
+//! * `unsafe` only in the `ffi` module (feature `rdma`), each block with a `SAFETY` comment.
+//!
+//! # The policy × event matrix
+//!
+//! What happens to a **live** TGT QP. "Released" means: every *other* connection on the QP gets
+//! a DREQ ([`PolicyAction::SendDreq`]; REJ reason 1 if it is still being set up), registered
+//! processes are notified, the QP goes to ERR and its number is quarantined until the longest
+//! CM TimeWait of its connections has passed (the QP object is held until then, so the device
+//! cannot reuse the number); afterwards a REQ naming it gets REJ reason 1 "No QP available"
+//! with the [`TargetGone`] ARI carrying the cause. "Kept" means the QP and its other
+//! connections are untouched.
+//!
+//! | policy \ event | owner destroy | domain close | creator exit | last unregister | peer DREQ | peer timeout | keeper crash |
+//! |---|---|---|---|---|---|---|---|
+//! | **Explicit** | released (`owner destroyed`) | kept; it **pins** the domain, which closes after the QP is destroyed | kept as an **orphan** (any process may adopt or destroy it; listed by `leaks` when idle) | kept (registrations do not own it) | kept; connection forgotten | kept; connection forgotten | released (`keeper lost`) |
+//! | **DomainBound** | released (`owner destroyed`) | released (`domain closed`) | kept (that is the point) | kept | kept; connection forgotten | kept; connection forgotten | released (`keeper lost`) |
+//! | **ProcessBound** | released (`owner destroyed`) | released (`domain closed`) | released (`creator exited`) | kept | kept while the creator lives; connection forgotten | kept while the creator lives; connection forgotten | released (`keeper lost`) |
+//! | **Shared** | the caller's registration is dropped; released (`last registration dropped`) if it was the last, else kept | released (`domain closed`) | the creator's registration is dropped; released (`creator exited`) if it was the last, else kept | released (`last registration dropped`) | the connection's own registration is dropped; released (`last connection left`) if it was the last, else kept | as peer DREQ | released (`keeper lost`) |
+//!
+//! Notes:
+//! * "Owner destroy" is refused ([`RegistryError::NotOwner`]) for anyone but the owner while
+//!   the owner lives; an orphan may be destroyed by anyone.
+//! * Registrations on non-`Shared` QPs are non-owning users (OFED's `reg_xrc_rcv_qp` on a QP
+//!   someone else owns); they are notified when the QP goes.
+//! * Keeper crash: the kernel drops the keeper's handles, so every QP the keeper held is gone
+//!   unless some other process happens to hold its own handle — and then no policy can be
+//!   enforced any more. Clients are told "all keeper-held QPs are gone", never silently.
+//! * After release, every event is ignored (nothing is torn down twice) except a REQ naming
+//!   the QP (REJ as above) and a crossing peer DREQ (connection forgotten).
+//! * One test per cell: `policy::tests` (the engine) and `tests/matrix.rs` (the same cells
+//!   through [`TgtRegistry`] on the software model).
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use ibcm_xrc::sim::{SimConfig, SimKernel};
+//! use ibcm_xrc::{DomainSpec, OwnershipPolicy, PolicyAction, RegistryConfig, TgtRegistry, Verbs};
+//!
+//! let kernel = SimKernel::new(SimConfig::mlx5());
+//! let keeper = kernel.spawn();
+//! let worker = kernel.spawn();
+//! let mut reg: TgtRegistry<u32> = TgtRegistry::new(Box::new(keeper), RegistryConfig::default());
+//! let now = Instant::now();
+//! let dom = reg.open_domain("job42", DomainSpec::file("/tmp/job42.xrcd")).unwrap();
+//! let qpn = reg
+//!     .create_tgt_qp(now, dom, OwnershipPolicy::ProcessBound, worker.process())
+//!     .unwrap();
+//! // The worker exits: its ProcessBound QP goes, the QPN is quarantined.
+//! reg.process_exit(now, worker.process());
+//! assert!(reg.poll_timeout().is_some());
+//! reg.handle_timeout(now + Duration::from_secs(5));
+//! assert!(!kernel.tgt_qp_exists(qpn));
+//! # let _ = PolicyAction::<u32>::ReportOrphan { qpn };
+//! ```
+#![deny(unsafe_code)]
+#![cfg_attr(not(fuzzing), warn(missing_docs))]
+#![cfg_attr(
+    test,
+    allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+pub mod objects;
+pub mod policy;
+pub mod qp;
+pub mod registry;
+pub mod sim;
+pub mod types;
+pub mod verbs;
+pub mod wire;
+
+#[cfg(feature = "keeper")]
+pub mod keeper;
+
+#[cfg(feature = "rdma")]
+#[allow(unsafe_code)]
+pub mod ffi;
+
+pub use objects::{IniQp, XrcSrq};
+pub use policy::{
+    decide, Decision, OwnershipPolicy, PolicyAction, PolicyConfig, PolicyEvent, QpFacts, Verdict,
+};
+pub use qp::{QpAttr, QpState, QpType};
+pub use registry::{
+    ConnEvent, DomainId, DomainState, IncomingReq, IniPeer, Leak, QpLife, QpnStatus, Registrant,
+    RegistryConfig, RegistryError, TgtQp, TgtRegistry, XrcAccept, XrcDomain,
+};
+pub use types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
+pub use verbs::{DeviceInfo, IniQpCaps, QpInfo, SrqAttr, Verbs, VerbsError};
+pub use wire::{GoneCause, ReqMode, TargetGone, XrcRepData, XrcReqData};
+
+#[cfg(feature = "rdma")]
+pub use ffi::RdmaVerbs;

@@ -1,0 +1,52 @@
+//! Build script: with feature `rdma`, compile `csrc/shim.c` (the C shim around libibverbs'
+//! static inline XRC verbs) and link libibverbs. Without the feature it does nothing.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    #[cfg(feature = "rdma")]
+    rdma::build();
+}
+
+#[cfg(feature = "rdma")]
+mod rdma {
+    use std::process::Command;
+
+    /// Flags from `pkg-config PKG ARGS`, or `None` when pkg-config or the package is missing.
+    fn pkg_config(args: &[&str]) -> Option<Vec<String>> {
+        let out = Command::new("pkg-config").args(args).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let text = String::from_utf8(out.stdout).ok()?;
+        Some(text.split_whitespace().map(str::to_owned).collect())
+    }
+
+    pub(super) fn build() {
+        println!("cargo:rerun-if-changed=csrc/shim.c");
+        let mut cc = cc::Build::new();
+        cc.file("csrc/shim.c").warnings(true).extra_warnings(true);
+        if let Some(cflags) = pkg_config(&["--cflags", "libibverbs"]) {
+            for f in cflags {
+                if let Some(dir) = f.strip_prefix("-I") {
+                    cc.include(dir);
+                } else {
+                    cc.flag(&f);
+                }
+            }
+        }
+        cc.compile("ibcm_xrc_shim");
+        match pkg_config(&["--libs", "libibverbs"]) {
+            Some(libs) => {
+                for f in libs {
+                    if let Some(dir) = f.strip_prefix("-L") {
+                        println!("cargo:rustc-link-search=native={dir}");
+                    } else if let Some(lib) = f.strip_prefix("-l") {
+                        println!("cargo:rustc-link-lib={lib}");
+                    }
+                }
+            }
+            // No pkg-config metadata: fall back to the plain library name.
+            None => println!("cargo:rustc-link-lib=ibverbs"),
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! xrcd-keeper: the "persistent server" of the 2011 thread, as a daemon.
+//!
+//! On modern kernels a TGT QP lives exactly as long as some process holds a handle on it
+//! (spec/xrc.md §0.1), so a QP meant to outlive its creator (`DomainBound`, orphaned
+//! `Explicit`) or to be reference-counted across processes and jobs (`Shared`) needs a
+//! process that holds the handle. The keeper is that process: it opens the domains, creates
+//! (or opens) every TGT QP its clients ask for, holds one handle on each, and drops it when the
+//! QP's [`OwnershipPolicy`](crate::OwnershipPolicy) says so. Clients talk to it over a Unix
+//! socket with the JSON-lines protocol in [`proto`]; the OFED-compatible operations
+//! (register, unregister, modify and query a receive QP by number, from any process) are
+//! there.
+//!
+//! * [`core::KeeperCore`]: the state machine (no I/O; unit-tested).
+//! * [`server::serve`]: the daemon (threads, `SO_PEERCRED`, client-death cleanup).
+//! * [`client::KeeperClient`]: a blocking client with restart detection.
+//!
+//! A keeper restart is never silent: every reply and event carries the instance's random
+//! epoch, and a client that meets a different epoch is told that all keeper-held QPs are
+//! gone ([`client::ClientError::KeeperRestarted`]).
+
+pub mod client;
+pub mod core;
+pub mod proto;
+pub mod server;

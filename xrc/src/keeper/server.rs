@@ -1,0 +1,294 @@
+//! The keeper daemon: a Unix-socket server around [`KeeperCore`], one thread per client.
+//!
+//! A client's identity is its connection: the keeper reads the peer PID with `SO_PEERCRED`
+//! when it accepts (the `hello` PID is used only if that fails), and when the socket closes —
+//! clean exit, crash, SIGKILL — [`KeeperCore::close_session`] releases exactly the references
+//! that connection took.
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::core::{KeeperCore, SessionId, Target};
+use super::proto::{Envelope, Event, EventLine, Reply};
+use crate::registry::RegistryConfig;
+use crate::sim::{SimConfig, SimKernel};
+use crate::verbs::{Verbs, VerbsError};
+
+/// Longest request line accepted.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Which verbs backend the keeper uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The software model (machines without an XRC device).
+    Sim(SimConfig),
+    /// rdma-core (feature `rdma`), on the named device or the first one.
+    Verbs {
+        /// Device name.
+        device: Option<String>,
+    },
+}
+
+/// Keeper settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The socket path.
+    pub socket: PathBuf,
+    /// The backend.
+    pub backend: Backend,
+    /// Registry settings.
+    pub registry: RegistryConfig,
+}
+
+/// Errors starting or running the keeper.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// Another keeper answers on the socket.
+    #[error("a keeper is already serving {0}")]
+    AlreadyRunning(PathBuf),
+    /// The backend could not be opened (e.g. "device has no XRC").
+    #[error("backend: {0}")]
+    Backend(#[from] VerbsError),
+    /// Socket I/O.
+    #[error("socket {path}: {source}")]
+    Io {
+        /// The socket path.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// A fresh epoch: differs between keeper instances (OS-seeded hash of PID and wall time).
+pub fn new_epoch() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{:016x}", h.finish())
+}
+
+/// Opens the backend.
+///
+/// # Errors
+/// [`VerbsError`], e.g. [`VerbsError::NoXrc`] or [`VerbsError::Unavailable`] when built without
+/// the `rdma` feature.
+pub fn open_backend(b: &Backend) -> Result<Box<dyn Verbs>, VerbsError> {
+    match b {
+        Backend::Sim(cfg) => {
+            let kernel = SimKernel::new(cfg.clone());
+            Ok(Box::new(kernel.spawn()))
+        }
+        #[cfg(feature = "rdma")]
+        Backend::Verbs { device } => Ok(Box::new(crate::ffi::RdmaVerbs::open(device.as_deref())?)),
+        #[cfg(not(feature = "rdma"))]
+        Backend::Verbs { .. } => Err(VerbsError::Unavailable(
+            "built without the `rdma` feature; rebuild with --features rdma".into(),
+        )),
+    }
+}
+
+struct Shared {
+    core: KeeperCore,
+    writers: BTreeMap<SessionId, UnixStream>,
+}
+
+type SharedRef = Arc<Mutex<Shared>>;
+
+fn lock(s: &SharedRef) -> MutexGuard<'_, Shared> {
+    s.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write_line(w: &mut UnixStream, line: &str) -> io::Result<()> {
+    w.write_all(line.as_bytes())?;
+    w.write_all(b"\n")
+}
+
+impl Shared {
+    fn deliver(&mut self, events: Vec<(Target, Event)>) {
+        let epoch = self.core.epoch().to_owned();
+        for (target, event) in events {
+            let Ok(line) = serde_json::to_string(&EventLine {
+                epoch: epoch.clone(),
+                event,
+            }) else {
+                continue;
+            };
+            let ids: Vec<SessionId> = match target {
+                Target::All => self.writers.keys().copied().collect(),
+                Target::Session(s) => vec![s],
+            };
+            for s in ids {
+                if let Some(w) = self.writers.get_mut(&s) {
+                    if write_line(w, &line).is_err() {
+                        // A client that does not read: cut it off; its reader sees EOF.
+                        let _ = w.shutdown(std::net::Shutdown::Both);
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush_log(&mut self) {
+        for l in self.core.take_log() {
+            eprintln!("xrcd-keeper: {l}");
+        }
+    }
+}
+
+fn peer_pid(s: &UnixStream) -> Option<u32> {
+    rustix::net::sockopt::socket_peercred(s)
+        .ok()
+        .and_then(|c| u32::try_from(c.pid.as_raw_nonzero().get()).ok())
+}
+
+fn client_loop(shared: &SharedRef, session: SessionId, stream: UnixStream) {
+    let mut reader = BufReader::new(stream);
+    let mut buf = String::new();
+    loop {
+        buf.clear();
+        let n = match reader
+            .by_ref()
+            .take((MAX_LINE + 1) as u64)
+            .read_line(&mut buf)
+        {
+            Ok(n) => n,
+            Err(_) => break,
+        };
+        if n == 0 {
+            break;
+        }
+        let line = buf.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut sh = lock(shared);
+        let reply: Reply = if buf.len() > MAX_LINE {
+            let r = sh
+                .core
+                .bad_line(format!("line longer than {MAX_LINE} bytes"));
+            send_reply(&mut sh, session, &r);
+            break;
+        } else {
+            match serde_json::from_str::<Envelope>(line) {
+                Ok(env) => {
+                    let (r, events) = sh.core.handle(Instant::now(), session, env.id, env.req);
+                    sh.deliver(events);
+                    r
+                }
+                Err(e) => sh.core.bad_line(format!("bad request: {e}")),
+            }
+        };
+        send_reply(&mut sh, session, &reply);
+        sh.flush_log();
+    }
+    let mut sh = lock(shared);
+    sh.writers.remove(&session);
+    let events = sh.core.close_session(Instant::now(), session);
+    sh.deliver(events);
+    sh.flush_log();
+}
+
+fn send_reply(sh: &mut Shared, session: SessionId, reply: &Reply) {
+    if let (Some(w), Ok(line)) = (sh.writers.get_mut(&session), serde_json::to_string(reply)) {
+        let _ = write_line(w, &line);
+    }
+}
+
+fn timer_loop(shared: &SharedRef) {
+    loop {
+        let wait = {
+            let mut sh = lock(shared);
+            let now = Instant::now();
+            let events = sh.core.tick(now);
+            sh.deliver(events);
+            sh.flush_log();
+            sh.core
+                .next_deadline()
+                .map_or(Duration::from_millis(500), |d| {
+                    d.saturating_duration_since(now)
+                })
+        };
+        thread::sleep(wait.clamp(Duration::from_millis(10), Duration::from_millis(500)));
+    }
+}
+
+fn prepare_socket(path: &Path) -> Result<(), ServeError> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(ServeError::AlreadyRunning(path.to_owned()));
+        }
+        // A stale socket from a dead keeper.
+        std::fs::remove_file(path).map_err(|source| ServeError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Runs the keeper until the process is killed. Prints one `ready` line on standard output
+/// once the socket accepts connections: `ready epoch=<hex> socket=<path> backend=<b>
+/// device=<name>`.
+///
+/// # Errors
+/// [`ServeError`] if the socket or the backend cannot be set up.
+pub fn serve(cfg: &ServerConfig) -> Result<(), ServeError> {
+    prepare_socket(&cfg.socket)?;
+    let verbs = open_backend(&cfg.backend)?;
+    let backend = match cfg.backend {
+        Backend::Sim(_) => "sim",
+        Backend::Verbs { .. } => "verbs",
+    };
+    let device = verbs.device().name;
+    let epoch = new_epoch();
+    let core = KeeperCore::new(verbs, cfg.registry, epoch.clone(), backend, Instant::now());
+    let listener = UnixListener::bind(&cfg.socket).map_err(|source| ServeError::Io {
+        path: cfg.socket.clone(),
+        source,
+    })?;
+    let shared: SharedRef = Arc::new(Mutex::new(Shared {
+        core,
+        writers: BTreeMap::new(),
+    }));
+    {
+        let s = Arc::clone(&shared);
+        thread::spawn(move || timer_loop(&s));
+    }
+    println!(
+        "ready epoch={epoch} socket={} backend={backend} device={device}",
+        cfg.socket.display()
+    );
+    let _ = io::stdout().flush();
+    eprintln!(
+        "xrcd-keeper: serving {} (epoch {epoch}, {backend} backend, device {device})",
+        cfg.socket.display()
+    );
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let Ok(writer) = stream.try_clone() else {
+            continue;
+        };
+        let _ = writer.set_write_timeout(Some(Duration::from_secs(2)));
+        let pid = peer_pid(&stream);
+        let session = {
+            let mut sh = lock(&shared);
+            let s = sh.core.open_session(pid);
+            sh.writers.insert(s, writer);
+            s
+        };
+        let s = Arc::clone(&shared);
+        thread::spawn(move || client_loop(&s, session, stream));
+    }
+    Ok(())
+}
