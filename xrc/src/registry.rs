@@ -948,12 +948,8 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                 }
             }
         }
-        match self.domains.get(&req.domain) {
-            Some(d) if !d.closing => {}
-            _ => {
-                return Err(refuse(RejectKind::Gone(GoneCause::DomainClosed), None));
-            }
-        }
+        let domain_open = self.domains.get(&req.domain).is_some_and(|d| !d.closing);
+        let closed = refuse(RejectKind::Gone(GoneCause::DomainClosed), None);
         let (qpn, created) = match req.data.mode {
             ReqMode::Attach(qpn) => {
                 let decided = self.qps.get(&qpn).map(|q| {
@@ -961,6 +957,9 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                     (q.life, q.domain, q.peer, f)
                 });
                 match decided {
+                    Some((QpLife::Live, _, _, _)) if !domain_open => {
+                        return Err(refuse(RejectKind::Gone(GoneCause::DomainClosed), Some(qpn)));
+                    }
                     Some((QpLife::Live, dom, peer, _)) => {
                         if dom != req.domain || peer.is_some_and(|p| p != req.peer) {
                             return Err(refuse(RejectKind::AttachRefused, Some(qpn)));
@@ -994,6 +993,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                     }
                 }
             }
+            ReqMode::Any | ReqMode::Create if !domain_open => return Err(closed),
             ReqMode::Any => {
                 let existing = self.qps.iter().find(|(_, q)| {
                     q.life == QpLife::Live && q.domain == req.domain && q.peer == Some(req.peer)
@@ -1202,7 +1202,14 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         for a in d.actions {
             match a {
                 PolicyAction::ModifyToError { qpn } => {
-                    if let Some(h) = self.qps.get(&qpn).and_then(|q| q.handle) {
+                    // RESET→ERR is not a valid transition, and a QP in RESET (or already in
+                    // ERR) delivers nothing anyway.
+                    let h = self
+                        .qps
+                        .get(&qpn)
+                        .filter(|q| !matches!(q.state, QpState::Reset | QpState::Err))
+                        .and_then(|q| q.handle);
+                    if let Some(h) = h {
                         if self
                             .verbs
                             .modify_qp(h, &QpAttr::to_state(QpState::Err))

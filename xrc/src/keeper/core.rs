@@ -29,6 +29,8 @@ pub struct ConnKey {
     pub name: String,
 }
 
+const MAX_CLOSED: usize = 4096;
+
 /// A session number. It doubles as the registry's [`ProcessId`] for everything the session
 /// creates or registers, so closing one socket releases exactly that socket's references.
 pub type SessionId = u32;
@@ -56,6 +58,8 @@ pub struct KeeperCore {
     backend: String,
     keeper_pid: u32,
     sessions: BTreeMap<SessionId, Session>,
+    /// PIDs of recently closed sessions, for logs and status after they are gone.
+    closed: BTreeMap<SessionId, Option<u32>>,
     next_session: SessionId,
     slots: BTreeMap<(DomainId, String), Qpn>,
     log: Vec<String>,
@@ -188,6 +192,7 @@ impl KeeperCore {
             backend: backend.to_owned(),
             keeper_pid,
             sessions: BTreeMap::new(),
+            closed: BTreeMap::new(),
             next_session: 1,
             slots: BTreeMap::new(),
             log: Vec::new(),
@@ -249,7 +254,12 @@ impl KeeperCore {
         for c in conns {
             self.reg.handle_conn_event(now, &c, ConnEvent::LocalClosed);
         }
-        self.sessions.remove(&s);
+        if let Some(x) = self.sessions.remove(&s) {
+            self.closed.insert(s, x.pid);
+            while self.closed.len() > MAX_CLOSED {
+                self.closed.pop_first();
+            }
+        }
         self.drain()
     }
 
@@ -550,7 +560,34 @@ impl KeeperCore {
     }
 
     fn pid_of(&self, p: ProcessId) -> Option<u32> {
-        self.sessions.get(&p.0).and_then(|s| s.pid)
+        match self.sessions.get(&p.0) {
+            Some(s) => s.pid,
+            None => self.closed.get(&p.0).copied().flatten(),
+        }
+    }
+
+    /// Rewrites the registry's "pid N" (N = session number) as "pid P (session N)".
+    fn humanize(&self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len() + 16);
+        let mut rest = text;
+        while let Some(i) = rest.find("pid ") {
+            let (head, tail) = rest.split_at(i + 4);
+            out.push_str(head);
+            let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+            let (num, after) = tail.split_at(digits);
+            match num
+                .parse::<u32>()
+                .ok()
+                .map(|n| (n, self.pid_of(ProcessId(n))))
+            {
+                Some((n, Some(pid))) => out.push_str(&format!("{pid} (session {n})")),
+                Some((n, None)) => out.push_str(&format!("? (session {n})")),
+                None => out.push_str(num),
+            }
+            rest = after;
+        }
+        out.push_str(rest);
+        out
     }
 
     fn domain_name(&self, id: DomainId) -> String {
@@ -637,7 +674,12 @@ impl KeeperCore {
     fn drain(&mut self) -> Vec<(Target, Event)> {
         let mut out = Vec::new();
         while let Some(t) = self.reg.poll_trace() {
-            let mut line = format!("{} qp {} {}", self.elapsed(t.at), t.qpn, t.what);
+            let mut line = format!(
+                "{} qp {} {}",
+                self.elapsed(t.at),
+                t.qpn,
+                self.humanize(&t.what)
+            );
             if let Some(v) = t.verdict {
                 line.push_str(&format!(" -> {}", verdict_text(v)));
             }

@@ -1,0 +1,305 @@
+//! `xrcd-keeper`: holds XRC domains and TGT QP handles for `DomainBound` and `Shared` QPs
+//! across jobs, so they outlive the processes that use them (spec/xrc.md §7).
+//!
+//! ```text
+//! xrcd-keeper serve  --socket PATH [--backend sim|verbs] [--device NAME] [--quarantine-ms N]
+//! xrcd-keeper status --socket PATH [--json]     domains, TGT QPs, policy, holders by PID
+//! xrcd-keeper leaks  --socket PATH [--json]     TGT QPs with no connection, owner or registration
+//! xrcd-keeper hold   --socket PATH --domain NAME [--path FILE] --shared-qp [--key KEY]
+//! ```
+//!
+//! `serve` prints `ready epoch=… socket=… backend=… device=…` once it accepts connections and
+//! logs what it does on stderr. `hold` creates or registers the domain's `Shared` TGT QP,
+//! prints its QPN (`0x000048`) as the first line on stdout and holds the registration until
+//! it is killed; its death releases exactly its reference. If the keeper goes away, `hold`
+//! says that all keeper-held QPs are gone (and whether a new keeper instance took over) and
+//! exits with status 3; if its QP goes, it exits with status 4.
+//!
+//! Protocol and semantics: `ibcm_xrc::keeper`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use ibcm_xrc::keeper::client::{ClientError, KeeperClient};
+use ibcm_xrc::keeper::proto::{Event, HolderView, LeakView, Request, StatusReport};
+use ibcm_xrc::keeper::server::{serve, Backend, ServerConfig};
+use ibcm_xrc::sim::SimConfig;
+use ibcm_xrc::RegistryConfig;
+
+/// Holds XRC domains and TGT QPs for other processes.
+#[derive(Debug, Parser)]
+#[command(name = "xrcd-keeper", version, about)]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BackendArg {
+    /// The software model (no RDMA device needed).
+    Sim,
+    /// rdma-core (needs an XRC-capable device and a build with `--features rdma`).
+    Verbs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the keeper.
+    Serve {
+        /// Unix socket to listen on.
+        #[arg(long)]
+        socket: PathBuf,
+        /// Verbs backend.
+        #[arg(long, value_enum, default_value = "sim")]
+        backend: BackendArg,
+        /// RDMA device for `--backend verbs` (default: the first).
+        #[arg(long)]
+        device: Option<String>,
+        /// Quarantine of a released QPN when no connection tells a longer CM TimeWait.
+        #[arg(long, default_value_t = 4295)]
+        quarantine_ms: u64,
+    },
+    /// Print domains, TGT QPs, their policy and holders, one per line.
+    Status {
+        /// Unix socket of the keeper.
+        #[arg(long)]
+        socket: PathBuf,
+        /// Print the raw JSON report.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List TGT QPs with no live connection, owner or registration.
+    Leaks {
+        /// Unix socket of the keeper.
+        #[arg(long)]
+        socket: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create or register the domain's Shared TGT QP, print its QPN, hold it until killed.
+    Hold {
+        /// Unix socket of the keeper.
+        #[arg(long)]
+        socket: PathBuf,
+        /// Domain name (opened if the keeper does not have it yet).
+        #[arg(long)]
+        domain: String,
+        /// File naming the domain for other processes (default: a private domain).
+        #[arg(long)]
+        path: Option<String>,
+        /// Hold a Shared TGT QP (the only kind `hold` manages).
+        #[arg(long, required = true)]
+        shared_qp: bool,
+        /// Which Shared QP of the domain (several can be kept under different keys).
+        #[arg(long, default_value = "default")]
+        key: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xrcd-keeper: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<ExitCode> {
+    match args.cmd {
+        Cmd::Serve {
+            socket,
+            backend,
+            device,
+            quarantine_ms,
+        } => {
+            let mut registry = RegistryConfig::default();
+            registry.policy.default_timewait = Duration::from_millis(quarantine_ms);
+            let backend = match backend {
+                BackendArg::Sim => Backend::Sim(SimConfig::mlx5()),
+                BackendArg::Verbs => Backend::Verbs { device },
+            };
+            serve(&ServerConfig {
+                socket,
+                backend,
+                registry,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Status { socket, json } => {
+            let mut c = connect(&socket, "status")?;
+            let v = c.call(Request::Status)?;
+            if json {
+                println!("{v}");
+            } else {
+                let r: StatusReport = serde_json::from_value(v).context("status reply")?;
+                print_status(&r);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Leaks { socket, json } => {
+            let mut c = connect(&socket, "leaks")?;
+            let v = c.call(Request::Leaks)?;
+            if json {
+                println!("{v}");
+            } else {
+                let leaks: Vec<LeakView> = serde_json::from_value(v).context("leaks reply")?;
+                if leaks.is_empty() {
+                    println!("no leaks");
+                }
+                for l in leaks {
+                    println!(
+                        "leak qp {:#08x} domain={} policy={} creator={}",
+                        l.qpn,
+                        l.domain,
+                        l.policy,
+                        pid_text(l.creator_pid)
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Hold {
+            socket,
+            domain,
+            path,
+            shared_qp,
+            key,
+        } => {
+            if !shared_qp {
+                bail!("hold needs --shared-qp");
+            }
+            hold(&socket, &domain, path, &key)
+        }
+    }
+}
+
+fn connect(socket: &std::path::Path, name: &str) -> Result<KeeperClient> {
+    KeeperClient::connect(socket, name)
+        .with_context(|| format!("cannot reach a keeper on {}", socket.display()))
+}
+
+fn pid_text(p: Option<u32>) -> String {
+    p.map_or_else(|| "-".to_owned(), |p| p.to_string())
+}
+
+fn holder_text(h: &HolderView) -> String {
+    let mut s = match &h.conn {
+        Some(c) => format!("conn:{c}@{}", pid_text(h.pid)),
+        None => pid_text(h.pid),
+    };
+    if h.count > 1 {
+        s.push_str(&format!("x{}", h.count));
+    }
+    s
+}
+
+/// `live`, or `gone:<cause-with-dashes>` (one token, for scripts).
+fn life_text(life: &str) -> String {
+    match life.strip_prefix("gone: ") {
+        Some(cause) => format!("gone:{}", cause.replace(' ', "-")),
+        None => life.to_owned(),
+    }
+}
+
+fn print_status(r: &StatusReport) {
+    println!(
+        "keeper pid={} epoch={} backend={} device={} sessions={}",
+        r.keeper_pid,
+        r.epoch,
+        r.backend,
+        r.device,
+        r.sessions.len()
+    );
+    for s in &r.sessions {
+        println!(
+            "session {} pid={} name={}",
+            s.session,
+            pid_text(s.pid),
+            if s.name.is_empty() { "-" } else { &s.name }
+        );
+    }
+    for d in &r.domains {
+        println!("domain {} path={} state={}", d.name, d.path, d.state);
+    }
+    for q in &r.qps {
+        let holders: Vec<String> = q.holders.iter().map(holder_text).collect();
+        println!(
+            "qp {:#08x} domain={} policy={} life={} state={} creator={} owner={} holders={} conns={}",
+            q.qpn,
+            q.domain,
+            q.policy,
+            life_text(&q.life),
+            q.state,
+            pid_text(q.creator_pid),
+            pid_text(q.owner_pid),
+            if holders.is_empty() { "-".to_owned() } else { holders.join(",") },
+            if q.conns.is_empty() { "-".to_owned() } else { q.conns.join(",") },
+        );
+    }
+}
+
+fn hold(
+    socket: &std::path::Path,
+    domain: &str,
+    path: Option<String>,
+    key: &str,
+) -> Result<ExitCode> {
+    let mut c = connect(socket, "hold")?;
+    c.call(Request::OpenDomain {
+        domain: domain.to_owned(),
+        path,
+        create: true,
+        exclusive: false,
+    })?;
+    let r = c.call(Request::CreateOrRegister {
+        domain: domain.to_owned(),
+        key: key.to_owned(),
+    })?;
+    let qpn = r
+        .get("qpn")
+        .and_then(serde_json::Value::as_u64)
+        .context("reply without qpn")?;
+    let created = r
+        .get("created")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    println!("{qpn:#08x}");
+    std::io::stdout().flush()?;
+    eprintln!(
+        "xrcd-keeper hold: {} shared TGT QP {qpn:#08x} in domain {domain} (keeper epoch {}); holding until killed",
+        if created { "created" } else { "registered on" },
+        c.epoch()
+    );
+    loop {
+        match c.next_event() {
+            Ok(ev) => match ev.event {
+                Event::QpGone { qpn: q, cause } if u64::from(q) == qpn => {
+                    eprintln!("xrcd-keeper hold: TGT QP {qpn:#08x} is gone: {cause}");
+                    return Ok(ExitCode::from(4));
+                }
+                _ => {}
+            },
+            Err(ClientError::KeeperGone) => {
+                let why = match c.reconnect(Duration::from_secs(5)) {
+                    Err(e) => e.to_string(),
+                    // Same keeper, but our connection (and with it our registration) is gone.
+                    Ok(()) => {
+                        "lost the connection to the keeper: this hold's registration was released"
+                            .to_owned()
+                    }
+                };
+                eprintln!("xrcd-keeper hold: {why} (qpn {qpn:#08x})");
+                return Ok(ExitCode::from(3));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
