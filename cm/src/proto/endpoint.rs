@@ -1342,8 +1342,18 @@ impl Endpoint {
             }
             return;
         }
-        // Stale: the remote QPN already belongs to a live connection from that CA.
-        if let Some(&old) = self.by_qpn.get(&(req.local_qpn, req.local_ca_guid)) {
+        // Stale: the remote QPN already belongs to a live connection from that CA. XRC is
+        // exempt: INI and TGT QPs are shared by design, so (QPN, CA GUID) is no connection
+        // key there (Linux applies the check anyway; spec/cm-wire.md §7.4).
+        let xrc = req.transport() == ReqTransport::Xrc;
+        let stale = if xrc {
+            None
+        } else {
+            self.by_qpn
+                .get(&(req.local_qpn, req.local_ca_guid))
+                .copied()
+        };
+        if let Some(old) = stale {
             self.io.stats.stale += 1;
             let msg = rej(
                 CommId(0),
@@ -1423,7 +1433,9 @@ impl Endpoint {
         self.io.set_state(&mut conn, State::ReqRcvd);
         self.by_remote
             .insert((req.local_comm_id, req.local_ca_guid), id);
-        self.by_qpn.insert((req.local_qpn, req.local_ca_guid), id);
+        if !xrc {
+            self.by_qpn.insert((req.local_qpn, req.local_ca_guid), id);
+        }
         self.conns.insert(id, conn);
         let cma_header = req
             .service_id
@@ -1589,8 +1601,14 @@ impl Endpoint {
             self.io.stats.drop(DropReason::Duplicate);
             return;
         }
-        let remote_qpn = m.remote_qpn_for(c.transport == ReqTransport::Xrc);
-        if let Some(&old) = self.by_qpn.get(&(remote_qpn, m.local_ca_guid)) {
+        let xrc = c.transport == ReqTransport::Xrc;
+        let remote_qpn = m.remote_qpn_for(xrc);
+        let stale = if xrc {
+            None // shared TGT QPs: see on_req
+        } else {
+            self.by_qpn.get(&(remote_qpn, m.local_ca_guid)).copied()
+        };
+        if let Some(old) = stale {
             // Their QPN belongs to another live connection: REJ 10 and drop the old one.
             self.io.stats.stale += 1;
             let msg = rej(
@@ -1624,7 +1642,9 @@ impl Endpoint {
         let manual = !c.auto_rtu;
         self.by_remote
             .insert((m.local_comm_id, m.local_ca_guid), id);
-        self.by_qpn.insert((remote_qpn, m.local_ca_guid), id);
+        if !xrc {
+            self.by_qpn.insert((remote_qpn, m.local_ca_guid), id);
+        }
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };

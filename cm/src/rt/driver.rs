@@ -202,17 +202,23 @@ impl<T: DatagramTransport> Driver<T> {
             EventKind::Established => self.set_status(ev.conn, ConnStatus::Established),
             EventKind::Closed(e) => {
                 debug!(error = %e, "closed");
-                self.set_status(ev.conn, ConnStatus::Closed(e));
-                if self.ep.state(ev.conn).is_none() {
+                let gone = self.ep.state(ev.conn).is_none();
+                if gone {
                     // Gone without TimeWait.
                     if let Some((_, tx)) = self.registry.remove(&ev.conn) {
-                        tx.send_replace(ConnStatus::Gone);
+                        tx.send_replace(ConnStatus::Gone(e));
                     }
+                } else {
+                    self.set_status(ev.conn, ConnStatus::Closed(e));
                 }
             }
             EventKind::TimewaitExit { .. } => {
                 if let Some((_, tx)) = self.registry.remove(&ev.conn) {
-                    tx.send_replace(ConnStatus::Gone);
+                    let why = match &*tx.borrow() {
+                        ConnStatus::Closed(e) | ConnStatus::Gone(e) => e.clone(),
+                        _ => crate::proto::ConnectionError::LocallyClosed,
+                    };
+                    tx.send_replace(ConnStatus::Gone(why));
                 }
             }
             EventKind::SidrReply {

@@ -38,8 +38,8 @@ pub enum ConnStatus {
     Established,
     /// Closed (TimeWait may still run).
     Closed(ConnectionError),
-    /// Left TimeWait: the comm ID and QPN are free again.
-    Gone,
+    /// Closed and out of TimeWait: the comm ID and QPN are free again.
+    Gone(ConnectionError),
 }
 
 /// The registry the handles read: connection ID → status, written by the driver only.
@@ -242,7 +242,8 @@ impl Connection {
         self.status.borrow().clone()
     }
 
-    /// Waits until the connection is established.
+    /// Waits until the connection is established. Returns `Ok` also when it was established
+    /// and has been disconnected since.
     ///
     /// # Errors
     /// The [`ConnectionError`] if it fails (or has failed) instead.
@@ -251,8 +252,15 @@ impl Connection {
         loop {
             match &*rx.borrow_and_update() {
                 ConnStatus::Established => return Ok(()),
-                ConnStatus::Closed(e) => return Err(e.clone()),
-                ConnStatus::Gone => return Err(ConnectionError::LocallyClosed),
+                // A disconnect implies the connection was established first (a DREQ can
+                // overtake the RTU: spec/cm-wire.md §4.7, REP_SENT + DREQ rx).
+                ConnStatus::Closed(
+                    ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut,
+                )
+                | ConnStatus::Gone(
+                    ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut,
+                ) => return Ok(()),
+                ConnStatus::Closed(e) | ConnStatus::Gone(e) => return Err(e.clone()),
                 ConnStatus::Connecting => {}
             }
             if rx.changed().await.is_err() {
@@ -266,8 +274,7 @@ impl Connection {
         let mut rx = self.status.clone();
         loop {
             match &*rx.borrow_and_update() {
-                ConnStatus::Closed(e) => return e.clone(),
-                ConnStatus::Gone => return ConnectionError::LocallyClosed,
+                ConnStatus::Closed(e) | ConnStatus::Gone(e) => return e.clone(),
                 _ => {}
             }
             if rx.changed().await.is_err() {
@@ -295,7 +302,7 @@ impl Connection {
     pub async fn gone(&self) {
         let mut rx = self.status.clone();
         loop {
-            if matches!(&*rx.borrow_and_update(), ConnStatus::Gone) {
+            if matches!(&*rx.borrow_and_update(), ConnStatus::Gone(_)) {
                 return;
             }
             if rx.changed().await.is_err() {

@@ -1,0 +1,522 @@
+//! `cm-ping`: the ibcm CM engine's command-line face (like rdma-core's `ucmatose`).
+//!
+//! ```text
+//! cm-ping --listen ADDR [--service-id ID | --port P] [--reject REASON] [--accept-delay MS]
+//! cm-ping --connect ADDR[:PORT] [--bind IP] [--service-id ID | --port P] [--count N]
+//!         [--parallel K] [--xrc] [--private-data HEX] [--disconnect-from active|passive]
+//! ```
+//!
+//! Transport: RoCEv2 over UDP on port 4791 of the bound IP (default), or Linux umad with
+//! `--umad /dev/infiniband/umadN --gid-index I --local-ip IP`. Connecting to `IP:PORT` uses the
+//! rdma_cm conventions (service ID `0x0106 << 16 | PORT`, CMA IP header in the private data),
+//! so a Linux `rping -s`/`ucmatose` listener answers; `--service-id` gives a raw IB service ID.
+//!
+//! One line per event; the last line is
+//! `cm-ping: N established, R rejected, T timed out, D disconnected`. The listener accepts by
+//! default and runs until killed (SIGINT/SIGTERM print the summary line).
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use ibcm::proto::{
+    AcceptParams, ConnectParams, ConnectionError, EndpointConfig, IbAddr, ListenOptions, PeerAddr,
+};
+use ibcm::rt::{Cm, CmError, IcrcPolicy, IncomingKind, UdpTransport, UmadTransport};
+use ibcm_mad::cma::PortSpace;
+use ibcm_mad::{Gid, Guid, Qpn, RejReason, ReqTransport, ServiceId, TimeoutExp, U4};
+
+/// Marker an active cm-ping puts in the REQ private data to ask the passive side to disconnect.
+const DISCONNECT_MARKER: &[u8] = b"cm-ping:passive-disconnect";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Who {
+    Active,
+    Passive,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cm-ping",
+    version,
+    about = "Connect to / listen on an IB CM service"
+)]
+struct Args {
+    /// Listen on this local IP (UDP 4791) and accept connections.
+    #[arg(long, value_name = "ADDR", conflicts_with = "connect")]
+    listen: Option<IpAddr>,
+    /// Connect to ADDR (IP, or IP:PORT for an rdma_cm listener).
+    #[arg(long, value_name = "ADDR[:PORT]")]
+    connect: Option<String>,
+    /// Local IP to bind when connecting (default: 127.0.0.1 for a loopback peer, else 0.0.0.0).
+    #[arg(long)]
+    bind: Option<IpAddr>,
+    /// Raw IB CM service ID (hex with 0x, or decimal).
+    #[arg(long, value_parser = parse_u64, conflicts_with = "port")]
+    service_id: Option<u64>,
+    /// rdma_cm port (service ID 0x0106 << 16 | P, RDMA_PS_IB for --xrc).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Connections to make.
+    #[arg(long, default_value_t = 1)]
+    count: u64,
+    /// Connections in flight at once.
+    #[arg(long, default_value_t = 1)]
+    parallel: u64,
+    /// XRC (this side is the INI; the listener answers as XRC TGT).
+    #[arg(long)]
+    xrc: bool,
+    /// Private data for the REQ (hex).
+    #[arg(long, value_parser = parse_hex)]
+    private_data: Option<Hex>,
+    /// Which side sends the DREQ.
+    #[arg(long, value_enum, default_value_t = Who::Active)]
+    disconnect_from: Who,
+    /// Listener: reject every REQ with this reason (e.g. 28).
+    #[arg(long)]
+    reject: Option<u16>,
+    /// Listener: private data for rejects (hex).
+    #[arg(long, value_parser = parse_hex)]
+    reject_data: Option<Hex>,
+    /// Listener: answer each REQ with an MRA, then accept after this many milliseconds.
+    #[arg(long)]
+    accept_delay: Option<u64>,
+    /// CM response timeout exponent for the REQ (4.096 µs × 2^N; default 20).
+    #[arg(long, default_value_t = 20)]
+    timeout_exp: u8,
+    /// Max CM retries (default 15).
+    #[arg(long, default_value_t = 15)]
+    retries: u8,
+    /// Use Linux umad on this device instead of UDP.
+    #[arg(long, value_name = "DEV")]
+    umad: Option<String>,
+    /// umad: local GID index of the RoCEv2 IPv4 GID.
+    #[arg(long, default_value_t = 1)]
+    gid_index: u8,
+    /// umad: the local IP address (its GID is ::ffff:IP).
+    #[arg(long)]
+    local_ip: Option<IpAddr>,
+    /// Accept datagrams whose ICRC cannot be verified (peers like rxe whose IPv4 ID is not 0).
+    #[arg(long)]
+    icrc_lenient: bool,
+    /// Print only the summary line.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn parse_u64(s: &str) -> Result<u64, String> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(&h.replace('_', ""), 16).map_err(|e| e.to_string()),
+        None => s
+            .parse()
+            .map_err(|e: std::num::ParseIntError| e.to_string()),
+    }
+}
+
+/// Bytes given in hex on the command line.
+#[derive(Debug, Clone)]
+struct Hex(Vec<u8>);
+
+fn parse_hex(s: &str) -> Result<Hex, String> {
+    let s = s.trim_start_matches("0x").replace([':', ' ', '_'], "");
+    if s.len() % 2 != 0 {
+        return Err("odd number of hex digits".into());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            s.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+                .ok_or_else(|| format!("bad hex at {i}"))
+        })
+        .collect::<Result<Vec<u8>, String>>()
+        .map(Hex)
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    established: AtomicU64,
+    rejected: AtomicU64,
+    timed_out: AtomicU64,
+    disconnected: AtomicU64,
+}
+
+impl Counts {
+    fn line(&self) -> String {
+        format!(
+            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected",
+            self.established.load(Ordering::Relaxed),
+            self.rejected.load(Ordering::Relaxed),
+            self.timed_out.load(Ordering::Relaxed),
+            self.disconnected.load(Ordering::Relaxed)
+        )
+    }
+
+    fn count_error(&self, e: &ConnectionError) {
+        match e {
+            ConnectionError::Rejected { reason, .. } if *reason == RejReason::Timeout => {
+                self.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+            ConnectionError::Rejected { .. }
+            | ConnectionError::LocallyRejected { .. }
+            | ConnectionError::Stale => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            ConnectionError::TimedOut => {
+                self.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CM_PING_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cm-ping: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cm-ping: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn service_id(args: &Args, default_port: u16) -> ServiceId {
+    match (args.service_id, args.port) {
+        (Some(sid), _) => ServiceId(sid),
+        (None, Some(p)) => ServiceId::rdma_cm(ps(args), p),
+        (None, None) => ServiceId::rdma_cm(ps(args), default_port),
+    }
+}
+
+fn ps(args: &Args) -> PortSpace {
+    if args.xrc {
+        PortSpace::Ib
+    } else {
+        PortSpace::Tcp
+    }
+}
+
+async fn bind(args: &Args, local: IpAddr) -> Result<(Cm, PeerAddrMaker)> {
+    let guid = Guid(0x0002_c903_0000_0000 | u64::from(std::process::id()));
+    let cfg = EndpointConfig {
+        local_ca_guid: guid,
+        local_gid: Gid::from_ip(local),
+        ..Default::default()
+    };
+    if let Some(dev) = &args.umad {
+        let ip = args
+            .local_ip
+            .ok_or_else(|| anyhow!("--umad needs --local-ip (the address of the RoCE netdev)"))?;
+        let t = UmadTransport::open(dev, args.gid_index, Gid::from_ip(ip))?;
+        let cfg = EndpointConfig {
+            local_gid: Gid::from_ip(ip),
+            ..cfg
+        };
+        let (cm, _) = Cm::bind(t, cfg);
+        return Ok((cm, PeerAddrMaker::Umad));
+    }
+    let mut t = UdpTransport::bind(local)
+        .await
+        .with_context(|| format!("cannot bind UDP {local}:4791"))?;
+    if args.icrc_lenient {
+        t = t.with_icrc_policy(IcrcPolicy::Lenient);
+    }
+    let (cm, _) = Cm::bind(t, cfg);
+    Ok((cm, PeerAddrMaker::Udp))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PeerAddrMaker {
+    Udp,
+    Umad,
+}
+
+impl PeerAddrMaker {
+    fn peer(self, ip: IpAddr) -> PeerAddr {
+        match self {
+            PeerAddrMaker::Udp => PeerAddr::Udp(SocketAddr::new(ip, 4791)),
+            PeerAddrMaker::Umad => PeerAddr::Ib(IbAddr::roce(Gid::from_ip(ip))),
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<ExitCode> {
+    if let Some(ip) = args.listen {
+        return listen(args, ip).await;
+    }
+    let Some(target) = args.connect.clone() else {
+        bail!("give --listen ADDR or --connect ADDR");
+    };
+    connect(args, &target).await
+}
+
+fn out(args: &Args, line: std::fmt::Arguments<'_>) {
+    if !args.quiet {
+        println!("{line}");
+    }
+}
+
+async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
+    let args = Arc::new(args);
+    let (cm, _) = bind(&args, ip).await?;
+    let sid = service_id(&args, 7471);
+    let mut listener = cm.listen(sid, ListenOptions::default()).await?;
+    // rdma_cm listeners take both port spaces for a port (TCP for RC, IB for XRC).
+    let mut second = match sid.rdma_cm_port() {
+        Some((PortSpace::Tcp, p)) => Some(
+            cm.listen(
+                ServiceId::rdma_cm(PortSpace::Ib, p),
+                ListenOptions::default(),
+            )
+            .await?,
+        ),
+        _ => None,
+    };
+    out(&args, format_args!("listening on {ip} service_id={sid}"));
+    let counts = Arc::new(Counts::default());
+    let qpn = Arc::new(AtomicU32::new(0x10_0000));
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        let inc = tokio::select! {
+            i = listener.next() => i,
+            i = async { match second.as_mut() { Some(l) => l.next().await, None => std::future::pending().await } } => i,
+            _ = sigint.recv() => None,
+            _ = sigterm.recv() => None,
+        };
+        let Some(inc) = inc else {
+            break;
+        };
+        let (args, counts, qpn) = (args.clone(), counts.clone(), qpn.clone());
+        tokio::spawn(async move {
+            if let Err(e) = serve_one(&args, &counts, &qpn, inc).await {
+                out(&args, format_args!("error {e:#}"));
+            }
+        });
+    }
+    println!("{}", counts.line());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve_one(
+    args: &Args,
+    counts: &Counts,
+    qpn: &AtomicU32,
+    inc: ibcm::rt::Incoming,
+) -> Result<()> {
+    let IncomingKind::Connect(req) = inc.kind() else {
+        return Ok(());
+    };
+    let id_hint = req.req.local_comm_id;
+    let peer = req.peer;
+    let xrc = req.transport() == ReqTransport::Xrc;
+    let passive_disconnects = req.user_private_data().starts_with(DISCONNECT_MARKER);
+    out(
+        args,
+        format_args!(
+            "request from {peer} remote_comm_id={id_hint} remote_qpn={} sid={}{}",
+            req.remote_qpn(),
+            req.service_id(),
+            if xrc { " XRC" } else { "" }
+        ),
+    );
+    if let Some(reason) = args.reject {
+        let pd = args.reject_data.clone().map(|h| h.0).unwrap_or_default();
+        inc.reject(RejReason::from_raw(reason), &[], &pd).await?;
+        counts.rejected.fetch_add(1, Ordering::Relaxed);
+        out(
+            args,
+            format_args!("rejected remote_comm_id={id_hint} reason={reason}"),
+        );
+        return Ok(());
+    }
+    if let Some(ms) = args.accept_delay {
+        inc.mra(TimeoutExp::from_duration_ceil(Duration::from_millis(
+            ms * 2,
+        )))
+        .await?;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let q = Qpn::masked(qpn.fetch_add(1, Ordering::Relaxed));
+    let p = if xrc {
+        // One TGT QP per listener: every XRC connection lands on it.
+        AcceptParams::xrc_tgt(Qpn::masked(0x0ab_cdef))
+    } else {
+        AcceptParams::new(q)
+    };
+    let conn = inc.accept(p).await?;
+    match conn.established().await {
+        Ok(()) => {
+            counts.established.fetch_add(1, Ordering::Relaxed);
+            out(args, format_args!("established conn={}", conn.id()));
+        }
+        Err(e) => {
+            counts.count_error(&e);
+            out(args, format_args!("failed conn={} {e}", conn.id()));
+            return Ok(());
+        }
+    }
+    let why = if passive_disconnects {
+        conn.disconnect(&[]).await
+    } else {
+        conn.closed().await
+    };
+    if matches!(
+        why,
+        ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut
+    ) {
+        counts.disconnected.fetch_add(1, Ordering::Relaxed);
+    }
+    out(
+        args,
+        format_args!("disconnected conn={} ({why})", conn.id()),
+    );
+    Ok(())
+}
+
+fn parse_target(s: &str) -> Result<(IpAddr, Option<u16>)> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, None));
+    }
+    let sa: SocketAddr = s
+        .parse()
+        .with_context(|| format!("{s:?} is neither IP nor IP:PORT"))?;
+    Ok((sa.ip(), Some(sa.port())))
+}
+
+async fn connect(args: Args, target: &str) -> Result<ExitCode> {
+    let (ip, port) = parse_target(target)?;
+    let local = match (args.bind, args.local_ip) {
+        (Some(b), _) => b,
+        (None, Some(l)) => l,
+        (None, None) if ip.is_loopback() => "127.0.0.1".parse()?,
+        (None, None) => "0.0.0.0".parse()?,
+    };
+    let args = Arc::new(args);
+    let (cm, mk) = bind(&args, local).await?;
+    let peer = mk.peer(ip);
+    let counts = Arc::new(Counts::default());
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..args.parallel.max(1) {
+        let (cm, args, counts, next) = (cm.clone(), args.clone(), counts.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= args.count {
+                    break;
+                }
+                one_connection(&cm, &args, &counts, peer, local, port, i).await;
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if !args.quiet {
+        eprintln!(
+            "cm-ping: {} connections in {secs:.3} s ({:.0} conn/s)",
+            args.count,
+            args.count as f64 / secs.max(1e-9)
+        );
+    }
+    println!("{}", counts.line());
+    let ok = counts.established.load(Ordering::Relaxed) == args.count;
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+async fn one_connection(
+    cm: &Cm,
+    args: &Args,
+    counts: &Counts,
+    peer: PeerAddr,
+    local: IpAddr,
+    port: Option<u16>,
+    i: u64,
+) {
+    let qpn = Qpn::masked(0x1000 + i as u32);
+    let mut p = match (args.service_id, port.or(args.port)) {
+        (Some(sid), _) => ConnectParams::new(peer, ServiceId(sid), qpn),
+        (None, p) => {
+            let dport = p.unwrap_or(7471);
+            let mut p = ConnectParams::rdma_cm(
+                SocketAddr::new(local, 0xc000 | (i as u16 & 0x3fff)),
+                SocketAddr::new(peer.ip().unwrap_or(local), dport),
+                qpn,
+            );
+            p.peer = peer;
+            p
+        }
+    };
+    if args.xrc {
+        p = p.xrc();
+    }
+    let mut pd = args.private_data.clone().map(|h| h.0).unwrap_or_default();
+    if args.disconnect_from == Who::Passive {
+        pd = DISCONNECT_MARKER.to_vec();
+    }
+    p.private_data = pd;
+    p.remote_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
+    p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
+    p.max_cm_retries = U4::masked(args.retries);
+    let conn = match cm.connect(p).await {
+        Ok(c) => c,
+        Err(CmError::Connection(e)) => {
+            counts.count_error(&e);
+            out(args, format_args!("connection {i}: {e}"));
+            return;
+        }
+        Err(e) => {
+            out(args, format_args!("connection {i}: {e}"));
+            return;
+        }
+    };
+    counts.established.fetch_add(1, Ordering::Relaxed);
+    out(
+        args,
+        format_args!("established conn={} qpn={qpn}", conn.id()),
+    );
+    let why = match args.disconnect_from {
+        Who::Active => conn.disconnect(&[]).await,
+        Who::Passive => conn.closed().await,
+    };
+    if matches!(
+        why,
+        ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut
+    ) {
+        counts.disconnected.fetch_add(1, Ordering::Relaxed);
+    }
+    out(
+        args,
+        format_args!("disconnected conn={} ({why})", conn.id()),
+    );
+}
