@@ -1047,6 +1047,46 @@ mod tests {
     }
 
     #[test]
+    fn log_lines_name_real_pids() {
+        let (mut k, now) = keeper();
+        let a = k.open_session(Some(4242));
+        ok(
+            &mut k,
+            now,
+            a,
+            Request::OpenDomain {
+                domain: "d".into(),
+                path: None,
+                create: true,
+                exclusive: false,
+            },
+        );
+        ok(
+            &mut k,
+            now,
+            a,
+            Request::Create {
+                domain: "d".into(),
+                policy: "shared".into(),
+            },
+        );
+        let log = k.take_log().join("\n");
+        assert!(
+            log.contains("create shared by pid 4242 (session 1)"),
+            "{log}"
+        );
+        assert_eq!(
+            k.humanize("pid 99 and pid x"),
+            "pid ? (session 99) and pid x"
+        );
+        k.close_session(now, a);
+        assert!(k
+            .take_log()
+            .iter()
+            .any(|l| l.contains("session 1 (pid 4242) closed")));
+    }
+
+    #[test]
     fn gid_parsing() {
         assert_eq!(
             gid_arg("fe80:0000:0000:0000:0000:0000:0000:0001").unwrap()[15],

@@ -54,7 +54,7 @@ pub enum ServeError {
     AlreadyRunning(PathBuf),
     /// The backend could not be opened (e.g. "device has no XRC").
     #[error("backend: {0}")]
-    Backend(#[from] VerbsError),
+    Backend(VerbsError),
     /// Socket I/O.
     #[error("socket {path}: {source}")]
     Io {
@@ -63,6 +63,12 @@ pub enum ServeError {
         /// The error.
         source: io::Error,
     },
+}
+
+impl From<VerbsError> for ServeError {
+    fn from(e: VerbsError) -> Self {
+        Self::Backend(e)
+    }
 }
 
 /// A fresh epoch: differs between keeper instances (OS-seeded hash of PID and wall time).

@@ -1,0 +1,20 @@
+#!/bin/sh
+# xrc-rxe.sh -- conformance-lab scenario: ibcm-xrc's rdma-core backend on Soft-RoCE (rxe).
+# rxe has no XRC (spec/xrc.md §5), so xrc-probe must fail with the typed error
+# "device rxe0 has no XRC (IBV_DEVICE_XRC not set in device_cap_flags 0x...)", exit status 2,
+# and the forced ibv_open_xrcd must come back "not supported" (EOPNOTSUPP).
+# Run it with xrc/lab/run-xrc-rxe.sh (or copy it to tests/conformance/scenarios/ and pass
+# LAB_PEER_BIN=<target>/debug/xrc-probe to `lab.sh run-single xrc-rxe`).
+# lab-mods-a: cm
+# lab-timeout: 120
+. /lab/lib.sh
+if [ ! -x /lab/bin/xrc-probe ]; then say "SKIP no /lab/bin/xrc-probe (pass it with LAB_PEER_BIN)"; exit 0; fi
+run devinfo 20 sh -c 'ibv_devinfo -v -d rxe0 | grep -E "hca_id|device_cap_flags|XRC|xrc"'
+run xrc-probe 30 /lab/bin/xrc-probe --device rxe0
+run xrc-probe-force 30 /lab/bin/xrc-probe --device rxe0 --force
+run xrc-probe-any 30 /lab/bin/xrc-probe
+# The keeper on the real backend must refuse to start the same way (optional binary).
+if [ -x /lab/bin/xrcd-keeper ]; then
+  run keeper-verbs 30 /lab/bin/xrcd-keeper serve --socket /tmp/xrcd-keeper.sock --backend verbs --device rxe0
+fi
+exit 0
