@@ -1904,3 +1904,19 @@ impl Endpoint {
         ibcm_mad::Psn::masked(self.rng.random::<u32>())
     }
 }
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// The per-connection record is what `cm-bench scale` pays for a million connections
+    /// (≤ 512 B per connection including the indexes); keep it from growing unnoticed.
+    #[test]
+    fn conn_is_small() {
+        assert!(
+            core::mem::size_of::<Conn>() <= 152,
+            "{}",
+            core::mem::size_of::<Conn>()
+        );
+    }
+}

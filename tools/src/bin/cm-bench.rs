@@ -1,0 +1,333 @@
+//! `cm-bench`: CM performance, each number next to a baseline measured in the same run.
+//!
+//! ```text
+//! cm-bench rate  [--conns N] [--parallel K]    connection setup over RoCEv2/UDP on loopback
+//! cm-bench scale [--conns N]                   1M connections in memory: bytes/conn, rate
+//! ```
+//!
+//! * `rate`: two endpoints in this process, on 127.0.0.1:P and 127.0.0.2:P (UDP), set up N
+//!   connections with K in flight (REQ, REP, RTU = 3 MADs each). Then the raw UDP packet rate
+//!   between two sockets on the same addresses is measured (288-byte datagrams, one sender
+//!   thread, one receiver thread); the limit is that rate ÷ 3. Last line:
+//!   `rate: <conn/s> conn/s; limit: <conn/s> conn/s; ratio: <x.xx>`.
+//! * `scale`: two sans-IO endpoints exchange MADs in memory (the core without any transport);
+//!   N connections are established and held. Memory is the RSS growth divided by N and by 2
+//!   (both endpoints hold N connections); the setup rate is measured for the first 1,000
+//!   connections and for the last 1,000. Last line:
+//!   `scale: <bytes> B/conn; rate@1k: <conn/s>; rate@N: <conn/s>; ratio: <x.xx>`.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use ibcm::proto::{
+    AcceptParams, ConnectParams, Endpoint, EndpointConfig, EventKind, ListenOptions, PeerAddr,
+};
+use ibcm::rt::{Cm, UdpTransport};
+use ibcm_mad::{Guid, Qpn, ServiceId};
+
+#[derive(Debug, Parser)]
+#[command(name = "cm-bench", version, about = "ibcm benchmarks")]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Connection setup rate over RoCEv2/UDP loopback vs the raw UDP packet rate.
+    Rate {
+        /// Connections to set up.
+        #[arg(long, default_value_t = 20_000)]
+        conns: u64,
+        /// Connections in flight.
+        #[arg(long, default_value_t = 64)]
+        parallel: u64,
+        /// UDP port for both endpoints (4791 by default).
+        #[arg(long, default_value_t = 4791)]
+        port: u16,
+    },
+    /// Memory per connection and setup rate with many live connections (in memory).
+    Scale {
+        /// Connections to hold.
+        #[arg(long, default_value_t = 1_000_000)]
+        conns: u64,
+    },
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    match args.cmd {
+        Cmd::Rate {
+            conns,
+            parallel,
+            port,
+        } => rate(conns, parallel, port),
+        Cmd::Scale { conns } => scale(conns),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// rate
+
+fn rate(conns: u64, parallel: u64, port: u16) -> Result<()> {
+    let a_ip: IpAddr = "127.0.0.1".parse()?;
+    let b_ip: IpAddr = "127.0.0.2".parse()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let secs = rt.block_on(cm_rate(a_ip, b_ip, port, conns, parallel))?;
+    drop(rt);
+    let conn_rate = conns as f64 / secs;
+    println!("cm: {conns} connections in {secs:.3} s = {conn_rate:.0} conn/s");
+    let pkt_rate = udp_rate(a_ip, b_ip, port, 300_000)?;
+    let limit = pkt_rate / 3.0;
+    println!("udp: {pkt_rate:.0} datagrams/s (288 B, one sender thread, one receiver thread)");
+    println!(
+        "rate: {conn_rate:.0} conn/s; limit: {limit:.0} conn/s; ratio: {:.2}",
+        conn_rate / limit
+    );
+    Ok(())
+}
+
+async fn cm_rate(a_ip: IpAddr, b_ip: IpAddr, port: u16, conns: u64, parallel: u64) -> Result<f64> {
+    let ta = UdpTransport::bind_port(SocketAddr::new(a_ip, port))
+        .await
+        .with_context(|| format!("bind {a_ip}:{port}"))?;
+    let tb = UdpTransport::bind_port(SocketAddr::new(b_ip, port))
+        .await
+        .with_context(|| format!("bind {b_ip}:{port}"))?;
+    let b_addr = PeerAddr::Udp(SocketAddr::new(b_ip, port));
+    let (a, _) = Cm::bind(ta, EndpointConfig::default());
+    let (b, _) = Cm::bind(
+        tb,
+        EndpointConfig {
+            local_ca_guid: Guid(2),
+            max_half_open: 1 << 20,
+            ..Default::default()
+        },
+    );
+    let sid = ServiceId(0x1234);
+    let mut listener = b.listen(sid, ListenOptions::default()).await?;
+    let qpn = Arc::new(AtomicU64::new(0x10_0000));
+    tokio::spawn(async move {
+        while let Some(inc) = listener.next().await {
+            let q = Qpn::masked(qpn.fetch_add(1, Ordering::Relaxed) as u32);
+            let _ = inc.accept(AcceptParams::new(q)).await;
+        }
+    });
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..parallel.max(1) {
+        let (a, next) = (a.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= conns {
+                    break;
+                }
+                let p = ConnectParams::new(b_addr, sid, Qpn::masked(0x1000 + i as u32));
+                match a.connect(p).await {
+                    Ok(c) => held.push(c),
+                    Err(e) => return Err(anyhow::anyhow!("connection {i}: {e}")),
+                }
+            }
+            Ok(held)
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await??);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    // Tear down (not timed).
+    for c in &all {
+        let (c, _) = (c.clone(), ());
+        tokio::spawn(async move { c.disconnect(&[]).await });
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.shutdown();
+    b.shutdown();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(secs)
+}
+
+/// Datagrams per second from one socket to another on the same addresses (288-byte
+/// payloads, the size of a RoCEv2 CM MAD's UDP payload).
+fn udp_rate(a_ip: IpAddr, b_ip: IpAddr, port: u16, n: u64) -> Result<f64> {
+    let rx = UdpSocket::bind(SocketAddr::new(b_ip, port)).context("bind receiver")?;
+    let tx = UdpSocket::bind(SocketAddr::new(a_ip, port)).context("bind sender")?;
+    rx.set_read_timeout(Some(Duration::from_millis(300)))?;
+    let dst = SocketAddr::new(b_ip, port);
+    let received = Arc::new(AtomicU64::new(0));
+    let r2 = received.clone();
+    let receiver = std::thread::spawn(move || -> (u64, Option<Instant>, Option<Instant>) {
+        let mut buf = [0u8; 2048];
+        let (mut first, mut last) = (None, None);
+        let mut got = 0;
+        while got < n {
+            match rx.recv(&mut buf) {
+                Ok(_) => {
+                    let now = Instant::now();
+                    first.get_or_insert(now);
+                    last = Some(now);
+                    got += 1;
+                    r2.store(got, Ordering::Relaxed);
+                }
+                Err(_) => break,
+            }
+        }
+        (got, first, last)
+    });
+    let payload = [0u8; 288];
+    for i in 0..n {
+        // Keep the receiver's queue from overflowing: stay at most 2,000 datagrams ahead.
+        while i.saturating_sub(received.load(Ordering::Relaxed)) > 2_000 {
+            std::hint::spin_loop();
+        }
+        let _ = tx.send_to(&payload, dst);
+    }
+    let (got, first, last) = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver thread panicked"))?;
+    let secs = match (first, last) {
+        (Some(f), Some(l)) if l > f => (l - f).as_secs_f64(),
+        _ => anyhow::bail!("no datagrams received"),
+    };
+    Ok(got as f64 / secs)
+}
+
+// ------------------------------------------------------------------------------------------
+// scale
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+struct Pair {
+    a: Endpoint,
+    b: Endpoint,
+    a_addr: PeerAddr,
+    b_addr: PeerAddr,
+    now: Instant,
+    queue: VecDeque<(bool, bytes::Bytes)>,
+}
+
+impl Pair {
+    /// Moves MADs until both sides are quiet; B accepts every request.
+    fn pump(&mut self, next_qpn: &mut u32, established: &mut u64) {
+        loop {
+            let mut progressed = false;
+            while let Some(t) = self.a.poll_transmit() {
+                self.queue.push_back((true, t.mad));
+            }
+            while let Some(t) = self.b.poll_transmit() {
+                self.queue.push_back((false, t.mad));
+            }
+            while let Some(ev) = self.b.poll_event() {
+                progressed = true;
+                if let EventKind::ReqReceived(_) = ev.kind {
+                    *next_qpn = next_qpn.wrapping_add(1);
+                    let _ =
+                        self.b
+                            .accept(self.now, ev.conn, AcceptParams::new(Qpn::masked(*next_qpn)));
+                }
+            }
+            while let Some(ev) = self.a.poll_event() {
+                progressed = true;
+                if ev.kind == EventKind::Established {
+                    *established += 1;
+                }
+            }
+            if let Some((to_b, mad)) = self.queue.pop_front() {
+                progressed = true;
+                if to_b {
+                    self.b.handle_datagram(self.now, self.a_addr, &mad);
+                } else {
+                    self.a.handle_datagram(self.now, self.b_addr, &mad);
+                }
+            }
+            if !progressed {
+                return;
+            }
+        }
+    }
+}
+
+fn scale(n: u64) -> Result<()> {
+    anyhow::ensure!(n >= 2_000, "--conns must be at least 2000");
+    let a_addr = PeerAddr::Udp("127.0.0.1:4791".parse()?);
+    let b_addr = PeerAddr::Udp("127.0.0.2:4791".parse()?);
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut p = Pair {
+        a: Endpoint::new(EndpointConfig {
+            rng_seed: Some(1),
+            ..Default::default()
+        }),
+        b: Endpoint::new(EndpointConfig {
+            rng_seed: Some(2),
+            local_ca_guid: Guid(2),
+            max_half_open: usize::MAX,
+            ..Default::default()
+        }),
+        a_addr,
+        b_addr,
+        now,
+        queue: VecDeque::new(),
+    };
+    let sid = ServiceId(0x1234);
+    p.b.listen(sid, ListenOptions::default());
+    let rss0 = rss_bytes();
+    let (mut qpn_b, mut established) = (0x80_0000u32, 0u64);
+    let batch = 1_000u64;
+    let mut rate_first = 0.0;
+    let mut rate_last = 0.0;
+    let mut i = 0u64;
+    while i < n {
+        let this = batch.min(n - i);
+        let t = Instant::now();
+        for k in 0..this {
+            let q = Qpn::masked((i + k) as u32);
+            p.a.connect(p.now, ConnectParams::new(b_addr, sid, q))
+                .map_err(|e| anyhow::anyhow!("connect {}: {e}", i + k))?;
+            p.pump(&mut qpn_b, &mut established);
+        }
+        let r = this as f64 / t.elapsed().as_secs_f64();
+        if i == 0 {
+            rate_first = r;
+        }
+        if i + this >= n {
+            rate_last = r;
+        }
+        i += this;
+    }
+    anyhow::ensure!(established == n, "only {established} of {n} established");
+    anyhow::ensure!(p.a.len() as u64 == n && p.b.len() as u64 == n);
+    let rss1 = rss_bytes();
+    let per = rss1.saturating_sub(rss0) as f64 / (2 * n) as f64;
+    println!(
+        "held {n} established connections in each of two endpoints; RSS {:.1} MiB -> {:.1} MiB",
+        rss0 as f64 / 1048576.0,
+        rss1 as f64 / 1048576.0
+    );
+    println!(
+        "scale: {per:.0} B/conn; rate@1k: {rate_first:.0}; rate@N: {rate_last:.0}; ratio: {:.2}",
+        rate_last / rate_first
+    );
+    Ok(())
+}
