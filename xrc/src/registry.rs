@@ -40,6 +40,28 @@
 //!
 //! The CM must never move a shared TGT QP to ERR on disconnect (what `rdma_disconnect` does):
 //! the registry owns the QP's state. A DREQ on one connection says nothing about the others.
+//!
+//! ## With the `ibcm` crate's sans-IO `Endpoint` (a mapping, not a dependency)
+//!
+//! `K` = `ibcm::ConnId`. The passive side's TimeWait is the REQ's primary Local ACK Timeout
+//! (spec/cm-wire.md §4.4): `req.primary_path.local_ack_timeout.to_duration()`.
+//!
+//! | CM input / output | registry |
+//! |---|---|
+//! | `EventKind::ReqReceived(r)` with `r.transport() == ReqTransport::Xrc` | `handle_req` with `peer = IniPeer { ca_guid: r.remote_ca_guid(), ini_qpn: r.remote_qpn() }`, `data = XrcReqData::parse(r.user_private_data())` (default `Any` if absent) |
+//! | `Ok(acc)` | `endpoint.accept(now, conn, AcceptParams { private_data: acc.rep_private_data(app)?, ..AcceptParams::xrc_tgt(acc.tgt_qpn) })` |
+//! | `Err(g)` | `endpoint.reject(now, conn, g.reason(), &g.to_bytes(), &g.to_bytes())` |
+//! | `EventKind::Established` | `handle_conn_event(ConnEvent::Established)` |
+//! | `Closed(Disconnected { by_peer: true })` | `ConnEvent::PeerDreq` |
+//! | `Closed(TimedOut \| Rejected{..} \| Stale)` | `ConnEvent::PeerTimeout` |
+//! | `Closed(Disconnected { by_peer: false } \| LocallyRejected{..})` | `ConnEvent::LocalClosed` |
+//! | `PolicyAction::SendDreq { conn, .. }` | `endpoint.disconnect(now, conn, &[])` when established; before that `endpoint.reject(now, conn, RejReason::NoQp, &TargetGone::gone(cause, qpn).to_bytes(), …)` |
+//! | connection enters TimeWait (the CM knows until when) | optionally `note_timewait(tgt_qpn, until)` |
+//!
+//! On the initiator side nothing is needed from the registry: put [`XrcReqData`] in the REQ,
+//! read [`XrcRepData`] from the REP (the TGT QPN also arrives in the EECN field), and on a REJ
+//! check [`TargetGone::parse`] on the ARI (or the private data) to tell "target gone" from
+//! "refused".
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;

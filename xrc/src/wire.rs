@@ -689,6 +689,32 @@ mod tests {
     }
 
     #[test]
+    fn random_bytes_never_panic() {
+        // Deterministic xorshift; includes the markers so the deeper paths are reached.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..20_000u64 {
+            let len = (next() % 200) as usize;
+            let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            match i % 4 {
+                1 if b.len() >= 8 => b[..3].copy_from_slice(&[0x58, 0x51, 1]),
+                2 if b.len() >= 12 => b[4..7].copy_from_slice(&[0x58, 0x50, 1]),
+                3 if b.len() >= 12 => b[..4].copy_from_slice(&[0x58, 0x52, 0x43, 1]),
+                _ => {}
+            }
+            let _ = XrcReqData::parse(&b);
+            let _ = XrcRepData::parse(&b);
+            let _ = TargetGone::parse(&b);
+            let _ = XrcRepData::first_srqn_compat(&b);
+        }
+    }
+
+    #[test]
     fn target_gone_kinds() {
         for cause in 1..=7 {
             let c = GoneCause::from_code(cause).unwrap();
