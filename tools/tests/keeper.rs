@@ -57,6 +57,13 @@ struct Keeper {
     epoch: String,
 }
 
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.proc.kill();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
 fn start_keeper(socket: &Path) -> Keeper {
     let mut child = Command::new(BIN)
         .args(["serve", "--socket"])
