@@ -124,6 +124,9 @@ enum Fault {
     },
 }
 
+/// A MAD on the wire: (arrival, sequence, to, from, bytes); ordered by arrival, then sequence.
+type InFlight = (Instant, u64, usize, usize, Bytes);
+
 /// The simulated network.
 pub struct SimNet {
     epoch: Instant,
@@ -133,7 +136,7 @@ pub struct SimNet {
     default_link: Link,
     links: HashMap<(usize, usize), Link>,
     /// (arrival, sequence) → (to, from, MAD).
-    queue: BinaryHeap<Reverse<(Instant, u64, usize, usize, Bytes)>>,
+    queue: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
     faults: Vec<Fault>,
     trace: Vec<String>,
@@ -348,7 +351,8 @@ impl SimNet {
     fn put_on_wire(&mut self, from: usize, to_addr: PeerAddr, mad: Bytes) {
         let attr = mad
             .get(16..18)
-            .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+            .and_then(|b| b.first_chunk::<2>())
+            .map_or(0, |b| u16::from_be_bytes(*b));
         *self.sent.entry((from, attr)).or_default() += 1;
         if let Some(id) = Mad::parse(&mad).ok().and_then(|m| m.msg.local_comm_id()) {
             *self.copies.entry((from, attr, id.0)).or_default() += 1;

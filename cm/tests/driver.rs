@@ -1,5 +1,11 @@
 //! Driver plumbing on tokio's paused clock: commands reach the core, events reach the
 //! handles, the timer fires, drop guards answer. (Protocol behaviour is tested in the sim.)
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 #![cfg(feature = "rt")]
 
 use std::net::SocketAddr;
@@ -63,7 +69,7 @@ async fn connect_accept_disconnect_and_timewait() {
     assert_eq!(c.status(), ConnStatus::Established);
     let s = server.await.unwrap();
     s.established().await.unwrap();
-    assert_eq!(b.len().await.unwrap(), 1);
+    assert_eq!(b.connection_count().await.unwrap(), 1);
     assert!(matches!(
         c.disconnect(b"bye").await,
         ConnectionError::Disconnected { by_peer: false, .. }
@@ -75,8 +81,8 @@ async fn connect_accept_disconnect_and_timewait() {
     // TimeWait ends on the paused clock.
     c.gone().await;
     s.gone().await;
-    assert_eq!(a.len().await.unwrap(), 0);
-    assert_eq!(b.len().await.unwrap(), 0);
+    assert_eq!(a.connection_count().await.unwrap(), 0);
+    assert_eq!(b.connection_count().await.unwrap(), 0);
     let st = a.stats().await.unwrap();
     assert_eq!(st.established, 1);
 }

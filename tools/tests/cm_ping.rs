@@ -1,5 +1,11 @@
 //! cm-ping end to end: two OS processes over RoCEv2/UDP on loopback (127.0.0.1 and
 //! 127.0.0.2, port 4791 each).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -209,7 +209,7 @@ impl Cm {
     ///
     /// # Errors
     /// [`CmError::DriverGone`].
-    pub async fn len(&self) -> Result<usize, CmError> {
+    pub async fn connection_count(&self) -> Result<usize, CmError> {
         self.call(|reply| Command::Len { reply }).await
     }
 

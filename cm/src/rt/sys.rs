@@ -80,6 +80,14 @@ pub(crate) fn umad_register(fd: &impl AsRawFd, req: &mut UmadRegReq) -> io::Resu
     Ok(req.id)
 }
 
+/// Registers an owned file with the tokio reactor.
+pub(crate) fn async_fd(file: std::fs::File) -> io::Result<tokio::io::unix::AsyncFd<std::fs::File>> {
+    // SAFETY: the `File` owns its descriptor and moves into the `AsyncFd`, so the descriptor
+    // stays open and refers to the same file description for the `AsyncFd`'s whole life, and
+    // `File::as_raw_fd` always returns that same descriptor.
+    unsafe { tokio::io::unix::AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,12 +99,4 @@ mod tests {
         assert_eq!(IB_USER_MAD_REGISTER_AGENT, 0xc01c_1b01);
         assert_eq!(IB_USER_MAD_ENABLE_PKEY, 0x0000_1b03);
     }
-}
-
-/// Registers an owned file with the tokio reactor.
-pub(crate) fn async_fd(file: std::fs::File) -> io::Result<tokio::io::unix::AsyncFd<std::fs::File>> {
-    // SAFETY: the `File` owns its descriptor and moves into the `AsyncFd`, so the descriptor
-    // stays open and refers to the same file description for the `AsyncFd`'s whole life, and
-    // `File::as_raw_fd` always returns that same descriptor.
-    unsafe { tokio::io::unix::AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
 }

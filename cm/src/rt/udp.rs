@@ -1,8 +1,8 @@
 //! RoCEv2 over a UDP socket: a software GSI (QP1) endpoint.
 //!
-//! Each MAD travels as the UDP payload BTH (opcode 0x64 UD SEND Only, P_Key 0xFFFF, DestQP 1)
-//! + DETH (Q_Key 0x8001_0000, SrcQP 1) + MAD + ICRC to UDP port 4791, exactly as rxe or a
-//! RoCE NIC sends it; peers are named by IP address (GID `::ffff:a.b.c.d`).
+//! Each MAD travels as the UDP payload "BTH (opcode 0x64 UD SEND Only, P_Key 0xFFFF, DestQP 1),
+//! DETH (Q_Key 0x8001_0000, SrcQP 1), MAD, ICRC" to UDP port 4791, exactly as rxe or a RoCE NIC
+//! sends it; peers are named by IP address (GID `::ffff:a.b.c.d`).
 //!
 //! # The ICRC and the IPv4 header
 //! The ICRC covers the IPv4 header except TOS, TTL and checksum (spec/framing.md §2.2), so the

@@ -123,7 +123,7 @@ struct Hex(Vec<u8>);
 
 fn parse_hex(s: &str) -> Result<Hex, String> {
     let s = s.trim_start_matches("0x").replace([':', ' ', '_'], "");
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err("odd number of hex digits".into());
     }
     (0..s.len())
