@@ -152,6 +152,22 @@ fn class_of(established: bool, err: Option<&ConnectionError>) -> Class {
 
 fn run(seed: u64, loss: f64) -> Result<(usize, u64, u32), String> {
     let mut net = SimNet::new(seed);
+    let r = run_on(&mut net, loss);
+    // On failure, the end of the wire trace goes with the message.
+    r.map_err(|e| {
+        let t = net.trace();
+        let tail = t
+            .get(t.len().saturating_sub(40)..)
+            .unwrap_or(&[])
+            .join("\n");
+        format!(
+            "{e}\n--- last {} trace lines ---\n{tail}",
+            tail.lines().count()
+        )
+    })
+}
+
+fn run_on(net: &mut SimNet, loss: f64) -> Result<(usize, u64, u32), String> {
     net.set_trace(true);
     let a = net.add_node(EndpointConfig {
         timewait: Some(Duration::from_millis(50)),

@@ -90,6 +90,21 @@ plain_newtype!(
     "{:#010x}"
 );
 
+impl Tid {
+    /// The low 32 bits: the part the sender chose. umad rewrites the high half of every
+    /// request MAD it sends with its agent's `hi_tid` (so a retransmission or a reply seen
+    /// through another agent may differ there); compare TIDs with [`Tid::same_transaction`].
+    pub const fn low(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// Whether two TIDs name the same transaction, ignoring the high 32 bits that umad
+    /// rewrites.
+    pub const fn same_transaction(self, other: Tid) -> bool {
+        self.low() == other.low()
+    }
+}
+
 impl Qkey {
     /// The well-known Q_Key of QP1 (GSI), `IB_QP1_QKEY`.
     pub const GSI: Qkey = Qkey(0x8001_0000);
