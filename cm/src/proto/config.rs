@@ -224,6 +224,13 @@ pub struct AcceptParams {
     pub local_qpn: Qpn,
     /// XRC target: the TGT QPN, sent in the Local EECN field with SRQ = 1 and Local QPN 0.
     pub xrc_tgt_qpn: Option<Qpn>,
+    /// XRC target only: the TGT QP named by `xrc_tgt_qpn` is a **live QP that outlives its
+    /// connections** (an XRC TGT QP is shared, and a new connection may attach to it while an
+    /// earlier one is still in TimeWait). The TimeWait quarantine check is then skipped for
+    /// this accept: the number is not being reused by a new QP, the same QP is attached again.
+    /// The caller vouches for that and keeps the numbers of *gone* TGT QPs out of use itself
+    /// (ibcm-xrc's registry does). Default `false`: the quarantine applies as for RC.
+    pub xrc_tgt_live: bool,
     /// The PSN the local QP expects to receive first.
     pub starting_psn: Psn,
     /// Private data, at most 196 bytes.
@@ -251,6 +258,7 @@ impl AcceptParams {
         AcceptParams {
             local_qpn,
             xrc_tgt_qpn: None,
+            xrc_tgt_live: false,
             starting_psn: Psn::default(),
             private_data: Vec::new(),
             responder_resources: 16,

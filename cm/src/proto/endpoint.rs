@@ -639,7 +639,8 @@ impl Endpoint {
     ///
     /// # Errors
     /// [`CallError`] for an unknown connection, a state other than REQ_RCVD / MRA_REQ_SENT,
-    /// private data over 196 bytes, or a QPN in quarantine or already in use.
+    /// private data over 196 bytes, or a QPN in quarantine (not checked for a live XRC TGT
+    /// QP: [`AcceptParams::xrc_tgt_live`]) or already in use.
     pub fn accept(&mut self, now: Instant, conn: ConnId, p: AcceptParams) -> Result<(), CallError> {
         check_len("REP private data", &p.private_data, Rep::PRIVATE_DATA_LEN)?;
         let state = self
@@ -655,8 +656,10 @@ impl Endpoint {
         }
         let qpn = p.xrc_tgt_qpn.unwrap_or(p.local_qpn);
         let shared = p.xrc_tgt_qpn.is_some();
+        // A live shared TGT QP attached again is no reuse of its number (AcceptParams docs).
+        let live_tgt = shared && p.xrc_tgt_live;
         match self.check_qpn(qpn, now, shared) {
-            Err(ConnectError::QpnInQuarantine { qpn, .. }) => {
+            Err(ConnectError::QpnInQuarantine { qpn, .. }) if !live_tgt => {
                 return Err(CallError::QpnInQuarantine { qpn })
             }
             Err(ConnectError::QpnInUse { qpn }) => return Err(CallError::QpnInUse { qpn }),
