@@ -68,14 +68,16 @@ struct Conn {
     local_qpn: Qpn,
     remote_qpn: Qpn,
     remote_ca_guid: Guid,
-    peer: PeerAddr,
+    /// The peer, interned in [`Io::peers`] (connections to one node share one entry).
+    peer: PeerId,
     tid: Tid,
-    /// Timeout of our requests on this connection (REQ/REP, then DREQ/LAP).
-    request_timeout: Duration,
+    /// Timeout of our requests on this connection (REQ/REP, then DREQ/LAP), in µs.
+    request_timeout: Micros,
     max_retries: u8,
     /// Packet life time (for the MRA wait).
     packet_life_time: TimeoutExp,
-    timewait: Duration,
+    /// TimeWait duration, in µs.
+    timewait: Micros,
     timer: Option<(Instant, TimerKind)>,
     pending: Option<Box<Pending>>,
     extra: Option<Box<Extra>>,
@@ -84,6 +86,84 @@ struct Conn {
 impl Conn {
     fn extra(&mut self) -> &mut Extra {
         self.extra.get_or_insert_with(Box::default)
+    }
+}
+
+/// A duration in microseconds, saturating at ~71 minutes (CM timeouts above that are clamped;
+/// keeping them in 4 bytes halves the per-connection record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Micros(u32);
+
+impl Micros {
+    fn from_duration(d: Duration) -> Self {
+        Micros(u32::try_from(d.as_micros()).unwrap_or(u32::MAX).max(1))
+    }
+
+    fn get(self) -> Duration {
+        Duration::from_micros(u64::from(self.0))
+    }
+}
+
+/// Index of an interned peer address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct PeerId(u32);
+
+/// Peer addresses shared by the connections that use them, with reference counts.
+#[derive(Debug, Default)]
+struct Peers {
+    addrs: Vec<PeerAddr>,
+    refs: Vec<u32>,
+    index: HashMap<PeerAddr, u32>,
+    free: Vec<u32>,
+}
+
+impl Peers {
+    fn intern(&mut self, addr: PeerAddr) -> PeerId {
+        if let Some(&i) = self.index.get(&addr) {
+            if let Some(r) = self.refs.get_mut(i as usize) {
+                *r += 1;
+            }
+            return PeerId(i);
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                if let (Some(a), Some(r)) = (
+                    self.addrs.get_mut(i as usize),
+                    self.refs.get_mut(i as usize),
+                ) {
+                    *a = addr;
+                    *r = 1;
+                }
+                i
+            }
+            None => {
+                self.addrs.push(addr);
+                self.refs.push(1);
+                (self.addrs.len() - 1) as u32
+            }
+        };
+        self.index.insert(addr, i);
+        PeerId(i)
+    }
+
+    fn release(&mut self, id: PeerId) {
+        let Some(r) = self.refs.get_mut(id.0 as usize) else {
+            return;
+        };
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            if let Some(a) = self.addrs.get(id.0 as usize) {
+                self.index.remove(a);
+            }
+            self.free.push(id.0);
+        }
+    }
+
+    fn addr(&self, id: PeerId) -> PeerAddr {
+        self.addrs
+            .get(id.0 as usize)
+            .copied()
+            .unwrap_or(PeerAddr::Udp(std::net::SocketAddr::from(([0, 0, 0, 0], 0))))
     }
 }
 
@@ -107,6 +187,7 @@ struct SidrIn {
 /// hold a connection and queue output at the same time.
 #[derive(Debug)]
 struct Io {
+    peers: Peers,
     outbox: VecDeque<Transmit>,
     events: VecDeque<Event>,
     timers: BTreeSet<(Instant, u32, TimerKind)>,
@@ -129,6 +210,17 @@ impl Io {
             mad: mad.clone(),
         });
         mad
+    }
+
+    /// Sends on a connection, to its peer, with its TID.
+    fn send_conn(&mut self, c: &Conn, msg: CmMessage) -> Bytes {
+        let to = self.peers.addr(c.peer);
+        self.send(to, c.tid, msg)
+    }
+
+    fn resend_conn(&mut self, c: &Conn, mad: Bytes) {
+        let to = self.peers.addr(c.peer);
+        self.resend(to, mad);
     }
 
     fn resend(&mut self, to: PeerAddr, mad: Bytes) {
@@ -184,7 +276,7 @@ impl Io {
         timeout: Duration,
         retries: u8,
     ) {
-        let mad = self.send(conn.peer, conn.tid, msg);
+        let mad = self.send_conn(conn, msg);
         conn.pending = Some(Box::new(Pending {
             mad,
             retries_left: retries,
@@ -330,6 +422,7 @@ impl Endpoint {
             sidr_in: HashMap::new(),
             sidr_in_keys: HashSet::new(),
             io: Io {
+                peers: Peers::default(),
                 outbox: VecDeque::new(),
                 events: VecDeque::new(),
                 timers: BTreeSet::new(),
@@ -379,7 +472,7 @@ impl Endpoint {
 
     /// A connection's peer address.
     pub fn peer(&self, conn: ConnId) -> Option<PeerAddr> {
-        self.conns.get(&conn).map(|c| c.peer)
+        self.conns.get(&conn).map(|c| self.io.peers.addr(c.peer))
     }
 
     /// Connections in the table (all states, TimeWait included).
@@ -559,12 +652,12 @@ impl Endpoint {
             local_qpn: p.local_qpn,
             remote_qpn: Qpn::default(),
             remote_ca_guid: Guid(0),
-            peer: p.peer,
+            peer: self.io.peers.intern(p.peer),
             tid,
-            request_timeout,
+            request_timeout: Micros::from_duration(request_timeout),
             max_retries: p.max_cm_retries.get(),
             packet_life_time: p.packet_life_time,
-            timewait: primary_path.local_ack_timeout.to_duration(),
+            timewait: Micros::from_duration(primary_path.local_ack_timeout.to_duration()),
             timer: None,
             pending: None,
             extra: None,
@@ -614,7 +707,7 @@ impl Endpoint {
             remote_comm_id: c.remote_id,
             private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
         };
-        io.send(c.peer, c.tid, CmMessage::Rtu(rtu));
+        io.send_conn(c, CmMessage::Rtu(rtu));
         if private_data.iter().any(|&b| b != 0) {
             c.extra().rtu_private_data = Some(private_data.into());
         } else if let Some(x) = c.extra.as_mut() {
@@ -695,7 +788,7 @@ impl Endpoint {
             x.mra = None;
         }
         self.io.set_state(c, State::RepSent);
-        let (timeout, retries) = (c.request_timeout, c.max_retries);
+        let (timeout, retries) = (c.request_timeout.get(), c.max_retries);
         self.io
             .send_request(now, conn, c, CmMessage::Rep(rep), timeout, retries);
         Ok(())
@@ -735,7 +828,7 @@ impl Endpoint {
             }
         };
         let msg = rej(local, c.remote_id, kind, reason, ari, private_data);
-        self.io.send(c.peer, c.tid, msg);
+        self.io.send_conn(c, msg);
         self.io.cancel_request(conn, c);
         self.io
             .close(conn, c, ConnectionError::LocallyRejected { reason });
@@ -790,7 +883,7 @@ impl Endpoint {
             service_timeout,
             private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
         };
-        let bytes = io.send(c.peer, c.tid, CmMessage::Mra(mra));
+        let bytes = io.send_conn(c, CmMessage::Mra(mra));
         c.extra().mra = Some(bytes);
         match kind {
             MsgKind::Req => io.set_state(c, State::MraReqSent),
@@ -856,7 +949,7 @@ impl Endpoint {
                 };
                 self.io.set_state(c, State::DreqSent);
                 c.lap = LapState::Uninit;
-                let (timeout, retries) = (c.request_timeout, c.max_retries);
+                let (timeout, retries) = (c.request_timeout.get(), c.max_retries);
                 self.io
                     .send_request(now, conn, c, CmMessage::Dreq(dreq), timeout, retries);
                 Ok(())
@@ -870,7 +963,7 @@ impl Endpoint {
                     &guid.0.to_be_bytes(),
                     &[],
                 );
-                self.io.send(c.peer, c.tid, msg);
+                self.io.send_conn(c, msg);
                 self.io.cancel_request(conn, c);
                 self.io.close(conn, c, ConnectionError::LocallyClosed);
                 self.remove(conn);
@@ -1001,12 +1094,12 @@ impl Endpoint {
             local_comm_id: conn,
             remote_comm_id: c.remote_id,
             remote_qpn_eecn: c.remote_qpn,
-            remote_cm_response_timeout: TimeoutExp::from_duration_ceil(c.request_timeout),
+            remote_cm_response_timeout: TimeoutExp::from_duration_ceil(c.request_timeout.get()),
             alternate_path: path,
             private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
         };
         c.lap = LapState::LapSent;
-        let (timeout, retries) = (c.request_timeout, c.max_retries);
+        let (timeout, retries) = (c.request_timeout.get(), c.max_retries);
         self.io
             .send_request(now, conn, c, CmMessage::Lap(lap), timeout, retries);
         Ok(())
@@ -1069,7 +1162,7 @@ impl Endpoint {
             additional_info: add,
             private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
         };
-        let bytes = self.io.send(c.peer, c.tid, CmMessage::Apr(apr));
+        let bytes = self.io.send_conn(c, CmMessage::Apr(apr));
         c.extra().apr = Some(bytes);
         c.lap = LapState::Idle;
         Ok(())
@@ -1087,6 +1180,7 @@ impl Endpoint {
         self.io.set_state(&mut c, State::Idle);
         self.unindex(id, &c);
         self.release_qpn_of(&mut c);
+        self.io.peers.release(c.peer);
     }
 
     fn release_qpn_of(&mut self, c: &mut Conn) {
@@ -1121,7 +1215,7 @@ impl Endpoint {
         self.io.set_state(&mut c, State::Timewait);
         c.pending = None;
         c.extra = None;
-        let dur = self.cfg.timewait.unwrap_or(c.timewait) + self.cfg.timewait_slack;
+        let dur = self.cfg.timewait.unwrap_or(c.timewait.get()) + self.cfg.timewait_slack;
         let until = now + dur;
         if c.holds_qpn {
             let q = self.quarantine.entry(c.local_qpn).or_insert(until);
@@ -1177,6 +1271,7 @@ impl Endpoint {
         {
             self.quarantine.remove(&c.local_qpn);
         }
+        self.io.peers.release(c.peer);
         self.io.event(
             id,
             EventKind::TimewaitExit {
@@ -1195,7 +1290,7 @@ impl Endpoint {
                 p.retries_left -= 1;
                 let (mad, timeout) = (p.mad.clone(), p.timeout);
                 self.io.stats.retransmits += 1;
-                self.io.resend(c.peer, mad);
+                self.io.resend_conn(c, mad);
                 self.io.arm(id, c, now + timeout, TimerKind::Resend);
                 return;
             }
@@ -1213,7 +1308,7 @@ impl Endpoint {
                     &guid.0.to_be_bytes(),
                     &[],
                 );
-                self.io.send(c.peer, c.tid, msg);
+                self.io.send_conn(c, msg);
                 self.io.close(id, c, ConnectionError::TimedOut);
                 self.remove(id);
             }
@@ -1227,7 +1322,7 @@ impl Endpoint {
                     &guid.0.to_be_bytes(),
                     &[],
                 );
-                self.io.send(c.peer, c.tid, msg);
+                self.io.send_conn(c, msg);
                 self.io.close(id, c, ConnectionError::TimedOut);
                 self.remove(id);
             }
@@ -1338,7 +1433,7 @@ impl Endpoint {
                 State::MraReqSent => {
                     if let Some(mra) = c.extra.as_ref().and_then(|x| x.mra.clone()) {
                         self.io.stats.duplicate_replies += 1;
-                        self.io.resend(c.peer, mra);
+                        self.io.resend_conn(c, mra);
                     }
                 }
                 _ => self.io.stats.drop(DropReason::Duplicate),
@@ -1421,14 +1516,14 @@ impl Endpoint {
             local_qpn: Qpn::default(),
             remote_qpn: req.local_qpn,
             remote_ca_guid: req.local_ca_guid,
-            peer: from,
+            peer: self.io.peers.intern(from),
             tid,
-            request_timeout: req.local_cm_response_timeout.to_duration(),
+            request_timeout: Micros::from_duration(req.local_cm_response_timeout.to_duration()),
             max_retries: req.max_cm_retries.get(),
             packet_life_time: TimeoutExp::masked(
                 req.primary_path.local_ack_timeout.get().saturating_sub(1),
             ),
-            timewait: req.primary_path.local_ack_timeout.to_duration(),
+            timewait: Micros::from_duration(req.primary_path.local_ack_timeout.to_duration()),
             timer: None,
             pending: None,
             extra: None,
@@ -1471,7 +1566,7 @@ impl Endpoint {
                 };
                 self.io.close(old, c, ConnectionError::Stale);
                 self.io.set_state(c, State::DreqSent);
-                let (timeout, retries) = (c.request_timeout, c.max_retries);
+                let (timeout, retries) = (c.request_timeout.get(), c.max_retries);
                 self.io
                     .send_request(now, old, c, CmMessage::Dreq(dreq), timeout, retries);
                 // The old connection must not match the new REQ's QPN any more.
@@ -1593,7 +1688,7 @@ impl Endpoint {
             self.io.stats.drop(DropReason::MismatchedCommId);
             return;
         }
-        if c.peer != from {
+        if self.io.peers.addr(c.peer) != from {
             self.io.stats.drop(DropReason::WrongPeer);
             return;
         }
@@ -1622,7 +1717,7 @@ impl Endpoint {
                 &[],
                 &[],
             );
-            let (peer, tid) = (c.peer, c.tid);
+            let (peer, tid) = (self.io.peers.addr(c.peer), c.tid);
             self.io.send(peer, tid, msg);
             self.stale_old(now, old);
             if let Some(c) = self.conns.get_mut(&id) {
@@ -1640,7 +1735,7 @@ impl Endpoint {
         c.remote_ca_guid = m.local_ca_guid;
         c.remote_qpn = remote_qpn;
         let ack = cm_ack_timeout(m.target_ack_delay.get(), c.packet_life_time.get());
-        c.timewait = TimeoutExp::masked(ack).to_duration();
+        c.timewait = Micros::from_duration(TimeoutExp::masked(ack).to_duration());
         self.io.set_state(c, State::RepRcvd);
         let manual = !c.auto_rtu;
         self.by_remote
@@ -1680,12 +1775,12 @@ impl Endpoint {
                     private_data: PrivateData::from_slice(&pd).unwrap_or_default(),
                 };
                 self.io.stats.duplicate_replies += 1;
-                self.io.send(c.peer, c.tid, CmMessage::Rtu(rtu));
+                self.io.send_conn(c, CmMessage::Rtu(rtu));
             }
             State::MraRepSent => {
                 if let Some(mra) = c.extra.as_ref().and_then(|x| x.mra.clone()) {
                     self.io.stats.duplicate_replies += 1;
-                    self.io.resend(c.peer, mra);
+                    self.io.resend_conn(c, mra);
                 }
             }
             State::RepRcvd => match mra_dup {
@@ -1758,7 +1853,8 @@ impl Endpoint {
                     },
                 );
                 // Reply with the DREQ's TID.
-                self.io.send(c.peer, tid, drep);
+                let to = self.io.peers.addr(c.peer);
+                self.io.send(to, tid, drep);
                 self.enter_timewait(now, id);
             }
             State::Timewait => {
@@ -1871,7 +1967,7 @@ impl Endpoint {
             LapState::MraLapSent => {
                 if let Some(mra) = c.extra.as_ref().and_then(|x| x.mra.clone()) {
                     self.io.stats.duplicate_replies += 1;
-                    self.io.resend(c.peer, mra);
+                    self.io.resend_conn(c, mra);
                 }
             }
             _ => self.io.stats.drop(DropReason::Duplicate),
