@@ -10,8 +10,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use ibcm_mad::capture::Record;
-use ibcm_mad::frame::{self, Encap, IbPacket, IcrcStatus};
-use ibcm_mad::{Gid, Lid, Mad, MgmtClass};
+use ibcm_mad::frame::bth::Transport;
+use ibcm_mad::frame::{self, Encap, IbPacket, IcrcStatus, Opcode};
+use ibcm_mad::{Gid, Lid, Mad, MgmtClass, Pkey, Psn, Qkey, Qpn};
 
 /// One end of a packet: an IP address (RoCEv2), a GID (RoCEv1, IB with GRH) or a LID (IB).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,6 +67,31 @@ impl From<IcrcStatus> for Icrc {
     }
 }
 
+/// Transport-level details of the packet that carried a CM MAD (shown by `cm-trace -V`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Wire {
+    /// BTH P_Key.
+    pub pkey: Pkey,
+    /// BTH PSN.
+    pub psn: Psn,
+    /// BTH destination QP (1 for the CM's GSI QP).
+    pub dest_qp: Qpn,
+    /// DETH source QP.
+    pub src_qp: Option<Qpn>,
+    /// DETH Q_Key.
+    pub qkey: Option<Qkey>,
+    /// UDP source port (RoCEv2).
+    pub udp_src_port: Option<u16>,
+    /// LRH source and destination LIDs (native IB).
+    pub lids: Option<(Lid, Lid)>,
+    /// IPv4 TTL / IPv6 or GRH hop limit.
+    pub hop_limit: Option<u8>,
+    /// IPv4 TOS / IPv6 or GRH traffic class.
+    pub traffic_class: Option<u8>,
+    /// The ICRC as found on the wire (CRC value), when the packet carries one.
+    pub icrc_value: Option<u32>,
+}
+
 /// A CM MAD found in a capture.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CmEvent {
@@ -83,6 +109,48 @@ pub struct CmEvent {
     pub mad: Mad,
     /// ICRC verdict.
     pub icrc: Icrc,
+    /// Transport-level details.
+    pub wire: Wire,
+}
+
+/// What a non-CM record was, without allocating: the key of cm-trace's non-CM summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NonCm {
+    /// Not an IB/RoCE transport packet (the decoder's description: "ARP", "IPv4 TCP", …).
+    NotIb(&'static str),
+    /// An IB transport packet without a MAD (RC/UC/UD data, ACKs, CNPs, …).
+    Transport {
+        /// How it was carried.
+        encap: Encap,
+        /// BTH opcode.
+        opcode: Opcode,
+    },
+    /// A MAD of another management class.
+    Mad(MgmtClass),
+}
+
+impl fmt::Display for NonCm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NonCm::NotIb(what) => f.write_str(what),
+            NonCm::Transport { encap, opcode } => {
+                let t = match opcode.transport() {
+                    Transport::Rc => "RC",
+                    Transport::Uc => "UC",
+                    Transport::Rd => "RD",
+                    Transport::Ud => "UD",
+                    Transport::Cnp => "CNP",
+                    Transport::Xrc => "XRC",
+                    Transport::Vendor => "vendor",
+                };
+                match opcode.transport() {
+                    Transport::Ud | Transport::Cnp => write!(f, "{encap} {}", opcode.name()),
+                    _ => write!(f, "{encap} {t} {}", opcode.name()),
+                }
+            }
+            NonCm::Mad(class) => write!(f, "MAD class {class} ({:#04x})", class.raw()),
+        }
+    }
 }
 
 /// What a capture record was.
@@ -95,8 +163,8 @@ pub enum Item {
     Cm(CmEvent),
     /// Not CM: another protocol, IB data traffic, or a MAD of another class.
     NonCm {
-        /// What it was, briefly ("ARP", "RC SEND", "MAD class SubnAdm", …).
-        what: String,
+        /// What it was.
+        what: NonCm,
     },
     /// A frame that could not be decoded.
     Malformed {
@@ -120,6 +188,30 @@ fn endpoints(p: &IbPacket<'_>) -> (Endpoint, Endpoint) {
     }
 }
 
+fn wire(p: &IbPacket<'_>) -> Wire {
+    let (hop_limit, traffic_class) = match (&p.ip, &p.grh) {
+        (Some(ip), _) => (Some(ip.hop_limit()), Some(ip.traffic_class())),
+        (None, Some(g)) => (Some(g.hop_limit), Some(g.traffic_class)),
+        (None, None) => (None, None),
+    };
+    let icrc_value = match p.icrc {
+        IcrcStatus::Absent => None,
+        _ => p.packet.last_chunk::<4>().map(|b| u32::from_le_bytes(*b)),
+    };
+    Wire {
+        pkey: p.bth.pkey,
+        psn: p.bth.psn,
+        dest_qp: p.bth.dest_qp,
+        src_qp: p.deth.map(|d| d.src_qp),
+        qkey: p.deth.map(|d| d.qkey),
+        udp_src_port: p.udp.map(|u| u.src_port),
+        lids: p.lrh.map(|l| (l.slid, l.dlid)),
+        hop_limit,
+        traffic_class,
+        icrc_value,
+    }
+}
+
 /// Classifies one capture record.
 pub fn classify(rec: &Record<'_>) -> Item {
     let decoded = match frame::decode(rec.link_type, rec.data) {
@@ -134,7 +226,7 @@ pub fn classify(rec: &Record<'_>) -> Item {
     let p = match decoded {
         frame::Decoded::NotIb { what } => {
             return Item::NonCm {
-                what: what.to_string(),
+                what: NonCm::NotIb(what),
             }
         }
         frame::Decoded::Ib(p) => p,
@@ -142,7 +234,10 @@ pub fn classify(rec: &Record<'_>) -> Item {
     let mad = match p.mad() {
         None => {
             return Item::NonCm {
-                what: format!("{} {}", p.encap, p.bth.opcode),
+                what: NonCm::Transport {
+                    encap: p.encap,
+                    opcode: p.bth.opcode,
+                },
             }
         }
         Some(Err(e)) => {
@@ -157,10 +252,10 @@ pub fn classify(rec: &Record<'_>) -> Item {
     let class = MgmtClass::from_raw(mad[1]);
     if class != MgmtClass::Cm {
         return Item::NonCm {
-            what: format!("MAD class {class}"),
+            what: NonCm::Mad(class),
         };
     }
-    match Mad::parse(mad) {
+    match Mad::parse_fixed(mad) {
         Ok(m) => {
             let (src, dst) = endpoints(&p);
             Item::Cm(CmEvent {
@@ -171,6 +266,7 @@ pub fn classify(rec: &Record<'_>) -> Item {
                 dst,
                 mad: m,
                 icrc: p.icrc.into(),
+                wire: wire(&p),
             })
         }
         Err(e) => Item::Malformed {

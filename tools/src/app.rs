@@ -1,0 +1,387 @@
+//! The cm-trace run loop: inputs → records → CM events → connection tracking → the chosen
+//! view. The binary (`src/bin/cm-trace.rs`) only parses the command line; the tests call
+//! [`run`] directly.
+
+use std::cell::Cell;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::conn::{Conn, Outcome, Tracker, TrackerConfig};
+use crate::filter::Filter;
+use crate::input::{OpenError, Source};
+use crate::ladder::{conn_json, has_msg, ladder, outcome_text};
+use crate::render::{json_line, text_line};
+use crate::report::{stats_json, stats_text};
+use crate::stats::Stats;
+use crate::style::{Palette, Role};
+use crate::timeline::Timeline;
+use crate::trace::{classify, Icrc, Item};
+use crate::verbose::verbose;
+
+/// What cm-trace prints on standard output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum View {
+    /// One line per CM MAD, then a summary per file.
+    #[default]
+    Text,
+    /// Every field of every CM MAD (`-V`).
+    Verbose,
+    /// One JSON object per CM MAD (`--json`).
+    Json,
+    /// One ladder diagram per connection (`--ladder`).
+    Ladder,
+    /// One JSON object per connection (`--ladder --json`).
+    LadderJson,
+    /// The statistics report (`--stats`).
+    Stats,
+    /// The statistics as one JSON object (`--stats --json`).
+    StatsJson,
+}
+
+impl View {
+    fn records_events(self) -> bool {
+        matches!(self, View::Ladder | View::LadderJson)
+    }
+
+    fn per_mad(self) -> bool {
+        matches!(self, View::Text | View::Verbose | View::Json)
+    }
+
+    fn text_summaries(self) -> bool {
+        matches!(self, View::Text | View::Verbose | View::Ladder)
+    }
+}
+
+/// Run options.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The view.
+    pub view: View,
+    /// Filters.
+    pub filter: Filter,
+    /// Colour on standard output.
+    pub color: bool,
+    /// Show a progress bar on standard error for large files.
+    pub progress: bool,
+    /// Write the timeline (SVG, or HTML for a `.html` name) here.
+    pub timeline: Option<PathBuf>,
+    /// Largest number of connections drawn in the timeline.
+    pub timeline_max: usize,
+    /// Connection tracking settings (`record_events` is set from the view).
+    pub tracker: TrackerConfig,
+}
+
+/// Files larger than this get a progress bar (when enabled).
+pub const PROGRESS_MIN_BYTES: u64 = 16 << 20;
+
+/// What a run found.
+#[derive(Debug, Default)]
+pub struct Outcomes {
+    /// Inputs that could not be read at all (the exit status is non-zero when there are any).
+    pub unreadable: u64,
+    /// Statistics over all inputs.
+    pub stats: Stats,
+}
+
+struct FileCtx<'a, W: Write> {
+    opts: &'a Options,
+    pal: Palette,
+    out: &'a mut W,
+    err: &'a mut dyn Write,
+    file: &'a str,
+    multi: bool,
+    buf: Vec<u8>,
+    stats: Stats,
+    timeline: Option<&'a mut Timeline>,
+    timeline_file: usize,
+}
+
+impl<W: Write> FileCtx<'_, W> {
+    fn flush_buf(&mut self) -> io::Result<()> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn malformed(&mut self, what: &str) -> io::Result<()> {
+        if self.opts.view.text_summaries() {
+            self.pal.paint(&mut self.buf, Role::Bad, "!! malformed:");
+            let _ = writeln!(self.buf, " {what}");
+            self.flush_buf()
+        } else {
+            self.flush_buf()?;
+            self.out.flush()?;
+            let _ = writeln!(self.err, "cm-trace: {}: malformed: {what}", self.file);
+            Ok(())
+        }
+    }
+
+    fn finished(&mut self, done: &mut Vec<Conn>) -> io::Result<()> {
+        for c in done.drain(..) {
+            if !self.opts.filter.matches_conn(&c, |a| has_msg(&c, a)) {
+                continue;
+            }
+            self.stats.add_conn(&c);
+            if let Some(t) = self.timeline.as_deref_mut() {
+                t.add(self.timeline_file, &c);
+            }
+            match self.opts.view {
+                View::Ladder => ladder(&mut self.buf, &c, &self.pal),
+                View::LadderJson => {
+                    conn_json(&mut self.buf, &c, self.multi.then_some(self.file));
+                }
+                View::Text | View::Verbose => {
+                    if matches!(c.outcome, Outcome::TimedOut { .. }) {
+                        self.pal.paint(&mut self.buf, Role::Bad, "!! timeout:");
+                        let _ = writeln!(self.buf, " conn {}: {}", c.id, outcome_text(&c));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn summary_lines(buf: &mut Vec<u8>, s: &Stats, pal: &Palette) {
+    let _ = write!(
+        buf,
+        "-- {} frames: {} CM, {} non-CM, {} malformed",
+        s.frames, s.cm, s.non_cm, s.malformed
+    );
+    if s.bad_icrc > 0 {
+        buf.extend_from_slice(b", ");
+        pal.paint(buf, Role::Bad, &format!("{} CM with bad ICRC", s.bad_icrc));
+    }
+    buf.push(b'\n');
+    let kinds = s.non_cm_sorted();
+    if !kinds.is_empty() {
+        buf.extend_from_slice(b"-- non-CM:");
+        for (i, (k, n)) in kinds.iter().take(8).enumerate() {
+            let _ = write!(buf, "{} {n} {k}", if i == 0 { "" } else { "," });
+        }
+        if kinds.len() > 8 {
+            let rest: u64 = kinds.iter().skip(8).map(|k| k.1).sum();
+            let _ = write!(buf, ", {rest} other");
+        }
+        buf.push(b'\n');
+    }
+    let a = &s.all;
+    if a.attempted + a.partial + s.sidr.requests > 0 {
+        let _ = write!(
+            buf,
+            "-- connections: {} attempted, {} established, {} rejected, {} timed out, {} retransmissions, {} MRAs",
+            a.attempted,
+            a.established,
+            a.rejected_total(),
+            a.timed_out,
+            a.retransmissions,
+            a.mras
+        );
+        if a.partial > 0 {
+            let _ = write!(buf, ", {} without REQ", a.partial);
+        }
+        if s.sidr.requests > 0 {
+            let _ = write!(buf, ", {} SIDR", s.sidr.requests);
+        }
+        buf.push(b'\n');
+    }
+}
+
+fn open_progress(opts: &Options, size: Option<u64>) -> Option<indicatif::ProgressBar> {
+    let size = size?;
+    if !opts.progress || size < PROGRESS_MIN_BYTES {
+        return None;
+    }
+    let pb = indicatif::ProgressBar::with_draw_target(
+        Some(size),
+        indicatif::ProgressDrawTarget::stderr_with_hz(8),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, ETA {eta})",
+    ) {
+        pb.set_style(style);
+    }
+    Some(pb)
+}
+
+fn run_file<W: Write>(
+    ctx: &mut FileCtx<'_, W>,
+    src: &mut Source,
+    counter: &Rc<Cell<u64>>,
+    size: Option<u64>,
+) -> io::Result<()> {
+    let opts = ctx.opts;
+    let pb = open_progress(opts, size);
+    let mut tracker = Tracker::new(TrackerConfig {
+        record_events: opts.tracker.record_events
+            || opts.view.records_events()
+            || opts.timeline.is_some(),
+        ..opts.tracker
+    });
+    let mut done: Vec<Conn> = Vec::new();
+    let mut t0: Option<Duration> = None;
+    let mut last = Duration::ZERO;
+    ctx.stats.files = 1;
+    if ctx.multi && ctx.opts.view.text_summaries() {
+        ctx.pal
+            .paint(&mut ctx.buf, Role::Head, &format!("== {}", ctx.file));
+        ctx.buf.push(b'\n');
+    }
+    let filter_empty = opts.filter.is_empty();
+    loop {
+        let rec = match src.next_record() {
+            None => break,
+            Some(Err(e)) => {
+                // A damaged record ends the file (the reader cannot resynchronise).
+                ctx.stats.malformed += 1;
+                ctx.malformed(&e)?;
+                break;
+            }
+            Some(Ok(r)) => r,
+        };
+        ctx.stats.frames += 1;
+        let t = *t0.get_or_insert(rec.timestamp);
+        last = last.max(rec.timestamp);
+        match classify(&rec) {
+            Item::Cm(ev) => {
+                ctx.stats.cm += 1;
+                if ev.icrc == Icrc::Bad {
+                    ctx.stats.bad_icrc += 1;
+                }
+                ctx.stats.count_message(ev.mad.msg.attr_id());
+                let note = tracker.observe(&ev, &mut done);
+                if !done.is_empty() {
+                    ctx.finished(&mut done)?;
+                }
+                if opts.view.per_mad() && (filter_empty || opts.filter.matches_event(&ev, &note)) {
+                    let file = ctx.multi.then_some(ctx.file);
+                    match opts.view {
+                        View::Json => json_line(&mut ctx.buf, &ev, &note, file),
+                        View::Verbose => verbose(&mut ctx.buf, &ev, &note, t, &ctx.pal),
+                        _ => text_line(&mut ctx.buf, &ev, &note, t, &ctx.pal),
+                    }
+                }
+            }
+            Item::NonCm { what } => {
+                ctx.stats.non_cm += 1;
+                ctx.stats.count_non_cm(what);
+            }
+            Item::Malformed { frame, reason } => {
+                ctx.stats.malformed += 1;
+                ctx.malformed(&format!("frame {frame}: {reason}"))?;
+            }
+        }
+        if ctx.buf.len() >= 1 << 15 {
+            ctx.flush_buf()?;
+        }
+        if ctx.stats.frames.is_multiple_of(8192) {
+            if let Some(pb) = &pb {
+                pb.set_position(counter.get());
+            }
+        }
+    }
+    tracker.finish_all(&mut done);
+    ctx.finished(&mut done)?;
+    ctx.stats.evicted = tracker.stats.evicted;
+    ctx.stats.peak_live = tracker.stats.peak_live;
+    ctx.stats.span = t0.map_or(Duration::ZERO, |t| last.saturating_sub(t));
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    if opts.view.text_summaries() {
+        let stats = std::mem::take(&mut ctx.stats);
+        summary_lines(&mut ctx.buf, &stats, &ctx.pal);
+        ctx.stats = stats;
+    } else if opts.view == View::Json || opts.view == View::LadderJson {
+        ctx.flush_buf()?;
+        ctx.out.flush()?;
+        let mut line = Vec::new();
+        summary_lines(&mut line, &ctx.stats, &Palette::default());
+        for l in String::from_utf8_lossy(&line).lines() {
+            let _ = writeln!(
+                ctx.err,
+                "cm-trace: {}: {}",
+                ctx.file,
+                l.trim_start_matches("-- ")
+            );
+        }
+    }
+    ctx.flush_buf()
+}
+
+/// Decodes `files` (`-` = standard input) and writes the chosen view to `out`; errors and
+/// (for JSON views) summaries go to `err`.
+///
+/// # Errors
+/// Only I/O errors writing `out` (a closed pipe included) or the timeline file. Unreadable
+/// inputs are reported on `err` and counted in [`Outcomes::unreadable`].
+pub fn run<W: Write>(
+    opts: &Options,
+    files: &[String],
+    out: &mut W,
+    err: &mut dyn Write,
+) -> io::Result<Outcomes> {
+    let pal = Palette { on: opts.color };
+    let mut result = Outcomes::default();
+    let mut timeline = opts
+        .timeline
+        .as_ref()
+        .map(|_| Timeline::new(opts.timeline_max.max(1)));
+    let multi = files.len() > 1;
+    for file in files {
+        let (mut src, counter, size) = match Source::open(file) {
+            Ok(x) => x,
+            Err(e) => {
+                out.flush()?;
+                let what = match &e {
+                    OpenError::Io(_) => e.to_string(),
+                    OpenError::Format(s) => s.clone(),
+                };
+                let _ = writeln!(err, "cm-trace: {file}: {what}");
+                result.unreadable += 1;
+                continue;
+            }
+        };
+        let timeline_file = timeline.as_mut().map_or(0, |t| t.file(file));
+        let mut ctx = FileCtx {
+            opts,
+            pal,
+            out: &mut *out,
+            err: &mut *err,
+            file,
+            multi,
+            buf: Vec::with_capacity(1 << 16),
+            stats: Stats::default(),
+            timeline: timeline.as_mut(),
+            timeline_file,
+        };
+        run_file(&mut ctx, &mut src, &counter, size)?;
+        let stats = std::mem::take(&mut ctx.stats);
+        result.stats.merge(&stats);
+    }
+    let mut buf = Vec::new();
+    match opts.view {
+        View::Stats => stats_text(&mut buf, &result.stats, &pal),
+        View::StatsJson => stats_json(&mut buf, &result.stats),
+        _ => {}
+    }
+    out.write_all(&buf)?;
+    out.flush()?;
+    if let (Some(path), Some(t)) = (&opts.timeline, &timeline) {
+        let html = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"));
+        let doc = if html { t.html() } else { t.svg() };
+        std::fs::write(path, doc)?;
+        let _ = writeln!(
+            err,
+            "cm-trace: timeline with {} connection(s) written to {}",
+            t.len(),
+            path.display()
+        );
+    }
+    Ok(result)
+}
