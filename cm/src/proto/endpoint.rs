@@ -1,6 +1,6 @@
 //! The CM endpoint: the connection table and every transition of spec/cm-wire.md §4.7.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,6 +20,19 @@ use super::{
     DropReason, EndpointConfig, Event, EventKind, IncomingRequest, IncomingSidr, LapState,
     ListenOptions, PeerAddr, RepInfo, Side, SidrRepParams, SidrReqParams, State, Stats, Transmit,
 };
+
+/// The hash maps of the endpoint: foldhash (several times faster than SipHash on these small
+/// keys), seeded from the endpoint's RNG, so that lookups are fast, runs are reproducible under
+/// a fixed `rng_seed`, and a peer cannot predict the hash of the comm IDs and QPNs it sends.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::SeedableRandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::SeedableRandomState>;
+
+fn map<K, V>(seed: u64) -> HashMap<K, V> {
+    HashMap::with_hasher(foldhash::fast::SeedableRandomState::with_seed(
+        seed,
+        foldhash::SharedSeed::global_fixed(),
+    ))
+}
 
 /// Timers a connection (or SIDR request) can have armed; at most one at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -109,12 +122,23 @@ impl Micros {
 struct PeerId(u32);
 
 /// Peer addresses shared by the connections that use them, with reference counts.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Peers {
     addrs: Vec<PeerAddr>,
     refs: Vec<u32>,
     index: HashMap<PeerAddr, u32>,
     free: Vec<u32>,
+}
+
+impl Default for Peers {
+    fn default() -> Self {
+        Peers {
+            addrs: Vec::new(),
+            refs: Vec::new(),
+            index: map(0),
+            free: Vec::new(),
+        }
+    }
 }
 
 impl Peers {
@@ -407,22 +431,29 @@ impl Endpoint {
             None => ChaCha8Rng::from_os_rng(),
         };
         let operand: u32 = rng.random();
+        let seed: u64 = rng.random();
         Endpoint {
             cfg,
             rng,
             ids: IdAllocator::new(operand),
-            conns: HashMap::new(),
-            by_remote: HashMap::new(),
-            by_qpn: HashMap::new(),
-            local_qpns: HashMap::new(),
-            quarantine: HashMap::new(),
+            conns: map(seed),
+            by_remote: map(seed),
+            by_qpn: map(seed),
+            local_qpns: map(seed),
+            quarantine: map(seed),
             listeners: BTreeMap::new(),
-            sidr_out: HashMap::new(),
-            sidr_out_peer: HashMap::new(),
-            sidr_in: HashMap::new(),
-            sidr_in_keys: HashSet::new(),
+            sidr_out: map(seed),
+            sidr_out_peer: map(seed),
+            sidr_in: map(seed),
+            sidr_in_keys: HashSet::with_hasher(foldhash::fast::SeedableRandomState::with_seed(
+                seed,
+                foldhash::SharedSeed::global_fixed(),
+            )),
             io: Io {
-                peers: Peers::default(),
+                peers: Peers {
+                    index: map(seed),
+                    ..Peers::default()
+                },
                 outbox: VecDeque::new(),
                 events: VecDeque::new(),
                 timers: BTreeSet::new(),

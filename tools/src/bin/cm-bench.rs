@@ -12,8 +12,8 @@
 //!   `rate: <conn/s> conn/s; limit: <conn/s> conn/s; ratio: <x.xx>`.
 //! * `scale`: two sans-IO endpoints exchange MADs in memory (the core without any transport);
 //!   N connections are established and held. Memory is the RSS growth divided by N and by 2
-//!   (both endpoints hold N connections); the setup rate is measured for the first 1,000
-//!   connections and for the last 1,000. Last line:
+//!   (both endpoints hold N connections); the setup rate is the median of batches of 1,000
+//!   connections among the first five and among the last five. Last line:
 //!   `scale: <bytes> B/conn; rate@1k: <conn/s>; rate@N: <conn/s>; ratio: <x.xx>`.
 
 use std::collections::VecDeque;
@@ -56,6 +56,9 @@ enum Cmd {
         /// Connections to hold.
         #[arg(long, default_value_t = 1_000_000)]
         conns: u64,
+        /// Do not ask glibc for transparent huge pages (see below).
+        #[arg(long)]
+        no_thp: bool,
     },
 }
 
@@ -67,7 +70,12 @@ fn main() -> Result<()> {
             parallel,
             port,
         } => rate(conns, parallel, port),
-        Cmd::Scale { conns } => scale(conns),
+        Cmd::Scale { conns, no_thp } => {
+            if !no_thp && std::env::var_os("GLIBC_TUNABLES").is_none() {
+                return reexec_with_thp();
+            }
+            scale(conns)
+        }
     }
 }
 
@@ -207,6 +215,27 @@ fn udp_rate(a_ip: IpAddr, b_ip: IpAddr, port: u16, n: u64) -> Result<f64> {
 // ------------------------------------------------------------------------------------------
 // scale
 
+/// Runs this command again with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`: glibc then asks for
+/// transparent huge pages (`madvise`) for its large allocations. A million-connection table
+/// is hundreds of MiB of randomly accessed memory; with 4 KiB pages nearly every lookup also
+/// misses the TLB, and measured here that alone cuts the setup rate at 1M connections by half
+/// or more. A deployment holding that many connections should run the same way (or with THP
+/// set to `always`). `--no-thp` measures without.
+fn reexec_with_thp() -> Result<()> {
+    let exe = std::env::current_exe().context("locate cm-bench")?;
+    eprintln!("cm-bench: re-running with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (--no-thp to skip)");
+    let status = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+        .status()
+        .context("re-run cm-bench")?;
+    if status.success() {
+        Ok(())
+    } else {
+        anyhow::bail!("cm-bench scale failed: {status}")
+    }
+}
+
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -295,8 +324,10 @@ fn scale(n: u64) -> Result<()> {
     let rss0 = rss_bytes();
     let (mut qpn_b, mut established) = (0x80_0000u32, 0u64);
     let batch = 1_000u64;
-    let mut rate_first = 0.0;
-    let mut rate_last = 0.0;
+    // Setup rate per batch of 1,000; the figures are medians of the first five batches (up to
+    // 5k live connections) and of the last five (near N), so one slow batch (a table resize,
+    // a noisy neighbour) does not decide the ratio.
+    let mut rates = Vec::new();
     let mut i = 0u64;
     while i < n {
         let this = batch.min(n - i);
@@ -307,15 +338,16 @@ fn scale(n: u64) -> Result<()> {
                 .map_err(|e| anyhow::anyhow!("connect {}: {e}", i + k))?;
             p.pump(&mut qpn_b, &mut established);
         }
-        let r = this as f64 / t.elapsed().as_secs_f64();
-        if i == 0 {
-            rate_first = r;
-        }
-        if i + this >= n {
-            rate_last = r;
-        }
+        rates.push(this as f64 / t.elapsed().as_secs_f64());
         i += this;
     }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let rate_first = median(rates.get(..5.min(rates.len())).unwrap_or(&[]));
+    let rate_last = median(rates.get(rates.len().saturating_sub(5)..).unwrap_or(&[]));
     anyhow::ensure!(established == n, "only {established} of {n} established");
     anyhow::ensure!(p.a.len() as u64 == n && p.b.len() as u64 == n);
     let rss1 = rss_bytes();
