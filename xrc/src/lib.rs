@@ -96,6 +96,8 @@
     )
 )]
 
+#[cfg(feature = "cm")]
+pub mod cm;
 pub mod objects;
 pub mod policy;
 pub mod qp;

@@ -228,7 +228,8 @@ pub enum QpnStatus {
     Live,
     /// Gone and quarantined.
     Quarantined {
-        /// Why it went (`Unknown` for numbers reported by [`TgtRegistry::note_timewait`]).
+        /// Why it went (`Unknown` for numbers reported by [`TgtRegistry::note_timewait`], the
+        /// noted cause for [`TgtRegistry::note_gone`]).
         cause: GoneCause,
         /// End of the quarantine.
         until: Instant,
@@ -415,6 +416,9 @@ impl<K: Clone + Ord> QpEntry<K> {
     }
 }
 
+/// A quarantined number without a QP entry: (end, the parked QP holding the number, why).
+type ExtraQuarantine = (Instant, Option<(QpHandle, DomainId)>, GoneCause);
+
 /// Domains, TGT QPs with ownership policies, and their CM connections (module docs).
 pub struct TgtRegistry<K> {
     verbs: Box<dyn Verbs>,
@@ -424,7 +428,7 @@ pub struct TgtRegistry<K> {
     qps: BTreeMap<Qpn, QpEntry<K>>,
     conns: BTreeMap<K, Qpn>,
     /// Numbers quarantined without a QP entry: parked QPs and CM-reported TimeWaits.
-    extra_quarantine: BTreeMap<Qpn, (Instant, Option<(QpHandle, DomainId)>)>,
+    extra_quarantine: BTreeMap<Qpn, ExtraQuarantine>,
     outbox: VecDeque<PolicyAction<K>>,
     trace: VecDeque<TraceEntry<K>>,
 }
@@ -595,7 +599,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
             || self
                 .extra_quarantine
                 .values()
-                .any(|(_, h)| matches!(h, Some((_, dom)) if *dom == id));
+                .any(|(_, h, _)| matches!(h, Some((_, dom)) if *dom == id));
         if pinned {
             return;
         }
@@ -662,11 +666,16 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                     return Err(e.into());
                 }
             };
-            if let QpnStatus::Quarantined { until, .. } = self.qpn_status(qpn, now) {
+            if let QpnStatus::Quarantined { until, cause } = self.qpn_status(qpn, now) {
                 // The device reused a number still in TimeWait: keep that QP (so the number
-                // stays taken) until the quarantine ends, and try again.
+                // stays taken) until the quarantine ends, and try again. A CM-reported
+                // TimeWait of the same number may last longer than the QP's own quarantine.
+                let until = self
+                    .extra_quarantine
+                    .get(&qpn)
+                    .map_or(until, |e| e.0.max(until));
                 self.extra_quarantine
-                    .insert(qpn, (until, Some((h, domain))));
+                    .insert(qpn, (until, Some((h, domain)), cause));
                 self.log(
                     now,
                     qpn,
@@ -933,18 +942,49 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
             };
         }
         match self.extra_quarantine.get(&qpn) {
-            Some(&(until, _)) if until > now => QpnStatus::Quarantined {
-                cause: GoneCause::Unknown,
-                until,
-            },
+            Some(&(until, _, cause)) if until > now => QpnStatus::Quarantined { cause, until },
             _ => QpnStatus::Unknown,
         }
     }
 
-    /// Records that `qpn` is in CM TimeWait until `until` (the CM knows about connections
-    /// the registry never saw). Such a number is not handed out for a new TGT QP.
+    /// Records that `qpn` is in CM TimeWait until `until` (a connection on it ended, or the
+    /// CM knows about connections the registry never saw). Such a number is not handed out
+    /// for a new TGT QP; a gone QP of that number is held until then; a live one, if
+    /// released later, is quarantined at least until then.
     pub fn note_timewait(&mut self, qpn: Qpn, until: Instant) {
-        let e = self.extra_quarantine.entry(qpn).or_insert((until, None));
+        // A gone QP is held (and its number quarantined) until the longest TimeWait.
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            if let QpLife::Gone { cause, until: u } = q.life {
+                if u < until {
+                    q.life = QpLife::Gone { cause, until };
+                }
+                return;
+            }
+        }
+        let e = self
+            .extra_quarantine
+            .entry(qpn)
+            .or_insert((until, None, GoneCause::Unknown));
+        if e.0 < until {
+            e.0 = until;
+        }
+    }
+
+    /// Records that the TGT QP `qpn` went away outside this registry — typically one a
+    /// crashed keeper held (see [`TgtRegistry::crash`]; the restarted registry learns the
+    /// numbers from the crash's [`PolicyAction::QuarantineQpn`] actions) — for `cause`, and
+    /// that its number stays quarantined until `until`. Until then a REQ naming it is
+    /// rejected with this cause (instead of [`GoneCause::Unknown`]) and no new TGT QP gets
+    /// the number. Ignored for a QPN this registry manages itself.
+    pub fn note_gone(&mut self, qpn: Qpn, cause: GoneCause, until: Instant) {
+        if self.qps.contains_key(&qpn) {
+            return;
+        }
+        let e = self
+            .extra_quarantine
+            .entry(qpn)
+            .or_insert((until, None, cause));
+        e.2 = cause;
         if e.0 < until {
             e.0 = until;
         }
@@ -1110,6 +1150,34 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         Some(self.apply(now, qpn, event))
     }
 
+    /// Renames a connection key everywhere (the connection map, the QP's connection list, a
+    /// connection-scoped registration, queued actions). For a CM that learns its own
+    /// connection ID only after the REP went out — ibcm's async `Incoming::accept` — and so
+    /// calls [`TgtRegistry::handle_req`] with a provisional key. Returns whether `old` was
+    /// known; an existing `new` is overwritten.
+    pub fn rekey_conn(&mut self, old: &K, new: K) -> bool {
+        let Some(qpn) = self.conns.remove(old) else {
+            return false;
+        };
+        self.conns.insert(new.clone(), qpn);
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            if let Some(tw) = q.conns.remove(old) {
+                q.conns.insert(new.clone(), tw);
+            }
+            if let Some(c) = q.registrations.remove(&Registrant::Conn(old.clone())) {
+                q.registrations.insert(Registrant::Conn(new.clone()), c);
+            }
+        }
+        for a in &mut self.outbox {
+            if let PolicyAction::SendDreq { conn, .. } = a {
+                if conn == old {
+                    *conn = new.clone();
+                }
+            }
+        }
+        true
+    }
+
     /// The next action for the CM or keeper: [`PolicyAction::SendDreq`],
     /// [`PolicyAction::NotifyHolders`] or [`PolicyAction::ReportOrphan`].
     pub fn poll_action(&mut self) -> Option<PolicyAction<K>> {
@@ -1127,7 +1195,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
             QpLife::Gone { until, .. } => Some(until),
             QpLife::Live => None,
         });
-        let extra = self.extra_quarantine.values().map(|(u, _)| *u);
+        let extra = self.extra_quarantine.values().map(|(u, _, _)| *u);
         gone.chain(extra).min()
     }
 
@@ -1146,11 +1214,11 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         let extra: Vec<Qpn> = self
             .extra_quarantine
             .iter()
-            .filter(|(_, (until, _))| *until <= now)
+            .filter(|(_, (until, _, _))| *until <= now)
             .map(|(&n, _)| n)
             .collect();
         for qpn in extra {
-            if let Some((_, Some((h, dom)))) = self.extra_quarantine.remove(&qpn) {
+            if let Some((_, Some((h, dom)), _)) = self.extra_quarantine.remove(&qpn) {
                 let _ = self.verbs.destroy_qp(h);
                 self.log(now, qpn, "parked QP destroyed".into(), None, vec![]);
                 self.try_finish_close(dom);
@@ -1254,8 +1322,18 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                     }
                 }
                 PolicyAction::QuarantineQpn { qpn, until } => {
+                    // A TimeWait the CM reported for this number while the QP lived (a
+                    // connection that left earlier) may end later than the engine's.
+                    let noted = match self.extra_quarantine.get(&qpn) {
+                        Some(&(u, None, _)) => Some(u),
+                        _ => None,
+                    };
+                    let until = noted.map_or(until, |u| u.max(until));
                     if let (Some(q), Some(cause)) = (self.qps.get_mut(&qpn), cause_for_gone.take())
                     {
+                        if noted.is_some() {
+                            self.extra_quarantine.remove(&qpn);
+                        }
                         q.life = QpLife::Gone { cause, until };
                         q.owner = None;
                         q.registrations.clear();

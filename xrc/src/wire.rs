@@ -200,6 +200,31 @@ impl XrcReqData {
         ]
     }
 
+    /// Mode "any" (the target reuses its TGT QP for this INI or creates one), asking for
+    /// `policy` if a QP is created.
+    pub const fn any(policy: Option<OwnershipPolicy>) -> Self {
+        Self {
+            mode: ReqMode::Any,
+            policy,
+        }
+    }
+
+    /// Mode "create", asking for `policy` (`None`: the target's default).
+    pub const fn create(policy: Option<OwnershipPolicy>) -> Self {
+        Self {
+            mode: ReqMode::Create,
+            policy,
+        }
+    }
+
+    /// Mode "attach to `qpn`" (a reconnect, or another connection over the same INI QP).
+    pub const fn attach(qpn: Qpn) -> Self {
+        Self {
+            mode: ReqMode::Attach(qpn),
+            policy: None,
+        }
+    }
+
     /// Header followed by `app` (the application's own private data).
     ///
     /// # Errors
