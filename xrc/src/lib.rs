@@ -21,7 +21,25 @@
 //!   the exact calls).
 //! * [`wire`]: the REQ/REP private-data formats (SRQ numbers travel in the REP) and the
 //!   "target gone" REJ (reason 1 + a 12-byte ARI).
+//! * `cm` (feature `cm`, default): the coupling with ibcm — [`cm::XrcTarget`] next to an
+//!   `ibcm::proto::Endpoint`, [`cm::XrcInitiator`] / [`cm::IniOutcome`] on the initiator,
+//!   [`cm::sim`] on ibcm's simulator, [`cm::rt::XrcServer`] on ibcm's tokio runtime.
 //! * `keeper` (feature `keeper`, default): the xrcd-keeper daemon and its client.
+//!
+//! # Coupling with the CM
+//!
+//! The TGT side of an XRC connection is an [`cm::XrcTarget`] driven next to the node's ibcm
+//! endpoint (sans-IO, like the endpoint): an XRC REQ for a served service ID goes to
+//! [`TgtRegistry::handle_req`], which creates or opens the TGT QP per policy; the REP carries
+//! the TGT QPN in the Local EECN with SRQ = 1 and the accepting process's SRQNs in the
+//! private data ([`XrcRepData`]). When the QP goes away — owner destroy, domain close, creator
+//! exit, last unregister, last connection left, keeper crash — every connection on it gets a
+//! DREQ (REJ reason 1 while still being set up) carrying the [`TargetGone`] block, and the
+//! QPN stays quarantined until the CM TimeWait of every such connection has passed. A REQ
+//! naming a gone QP gets REJ reason 1 with the [`TargetGone`] ARI, so the initiator tells
+//! "target gone" ([`cm::IniOutcome::TargetGone`]) from "refused". A DREQ from the initiator
+//! leaves the QP to its policy (the table below, "peer DREQ"). The exact event-by-event
+//! mapping is in [`registry`] ("Coupling with the CM") and [`cm`].
 //!
 //! # Contract
 //!
@@ -58,8 +76,14 @@
 //!   enforced any more. Clients are told "all keeper-held QPs are gone", never silently.
 //! * After release, every event is ignored (nothing is torn down twice) except a REQ naming
 //!   the QP (REJ as above) and a crossing peer DREQ (connection forgotten).
-//! * One test per cell: `policy::tests` (the engine) and `tests/matrix.rs` (the same cells
-//!   through [`TgtRegistry`] on the software model).
+//! * One test per cell, three times: `policy::tests` (the engine), `tests/matrix.rs` (the
+//!   same cells through [`TgtRegistry`] on the software model) and `tests/cm_matrix.rs` (the
+//!   same cells through real CM traffic on ibcm's simulator: the DREQs the target sends and
+//!   the initiator receives, REJ reason 1 + ARI on reconnect, the QPN quarantine against the
+//!   CM TimeWait, a kept QP taking new connections).
+//! * Peer timeout through the CM: the initiator never completes the handshake (the target's
+//!   REP retries run out) or rejects after the REP; an established connection has no CM
+//!   keep-alive, so only a DREQ ends it.
 //!
 //! # Example
 //!

@@ -41,27 +41,37 @@
 //! The CM must never move a shared TGT QP to ERR on disconnect (what `rdma_disconnect` does):
 //! the registry owns the QP's state. A DREQ on one connection says nothing about the others.
 //!
-//! ## With the `ibcm` crate's sans-IO `Endpoint` (a mapping, not a dependency)
+//! ## With the `ibcm` crate's sans-IO `Endpoint`
 //!
-//! `K` = `ibcm::ConnId`. The passive side's TimeWait is the REQ's primary Local ACK Timeout
-//! (spec/cm-wire.md §4.4): `req.primary_path.local_ack_timeout.to_duration()`.
+//! This mapping is implemented by `crate::cm::XrcTarget` (feature `cm`, default); the table
+//! is the contract it follows. `K` = `ibcm::proto::ConnId`. The passive side's TimeWait is the
+//! REQ's primary Local ACK Timeout (spec/cm-wire.md §4.4), or the endpoint's configured
+//! override, plus its slack (`cm::passive_timewait`).
 //!
 //! | CM input / output | registry |
 //! |---|---|
-//! | `EventKind::ReqReceived(r)` with `r.transport() == ReqTransport::Xrc` | `handle_req` with `peer = IniPeer { ca_guid: r.remote_ca_guid(), ini_qpn: r.remote_qpn() }`, `data = XrcReqData::parse(r.user_private_data())` (default `Any` if absent) |
-//! | `Ok(acc)` | `endpoint.accept(now, conn, AcceptParams { private_data: acc.rep_private_data(app)?, ..AcceptParams::xrc_tgt(acc.tgt_qpn) })` |
+//! | `EventKind::ReqReceived(r)` with `r.transport() == ReqTransport::Xrc` | `handle_req` with `peer = IniPeer { ca_guid: r.remote_ca_guid(), ini_qpn: r.remote_qpn() }`, `data = XrcReqData::parse(r.user_private_data())` (default `Any` if absent or foreign) |
+//! | `Ok(acc)` | QP in RESET: `modify` to INIT and RTR (towards the INI QPN, with the PSN the REP announces); then `endpoint.accept(now, conn, AcceptParams { private_data: acc.rep_private_data(app)?, initiator_depth: 0, flow_control: false, xrc_tgt_live: !acc.created, ..AcceptParams::xrc_tgt(acc.tgt_qpn) })` |
 //! | `Err(g)` | `endpoint.reject(now, conn, g.reason(), &g.to_bytes(), &g.to_bytes())` |
 //! | `EventKind::Established` | `handle_conn_event(ConnEvent::Established)` |
 //! | `Closed(Disconnected { by_peer: true })` | `ConnEvent::PeerDreq` |
 //! | `Closed(TimedOut \| Rejected{..} \| Stale)` | `ConnEvent::PeerTimeout` |
-//! | `Closed(Disconnected { by_peer: false } \| LocallyRejected{..})` | `ConnEvent::LocalClosed` |
-//! | `PolicyAction::SendDreq { conn, .. }` | `endpoint.disconnect(now, conn, &[])` when established; before that `endpoint.reject(now, conn, RejReason::NoQp, &TargetGone::gone(cause, qpn).to_bytes(), …)` |
-//! | connection enters TimeWait (the CM knows until when) | optionally `note_timewait(tgt_qpn, until)` |
+//! | any other `Closed` | `ConnEvent::LocalClosed` |
+//! | the closed connection is in TimeWait | `note_timewait(tgt_qpn, endpoint.qpn_quarantined(tgt_qpn, now))`: a gone QP stays held, and its number quarantined, until the CM's TimeWait is over too |
+//! | `PolicyAction::SendDreq { conn, qpn, cause }` | established: `endpoint.disconnect(now, conn, &TargetGone::gone(cause, qpn).to_bytes())` (the block in the DREQ's private data tells the initiator why); before that: `endpoint.reject(now, conn, RejReason::NoQp, &block, &block)` |
+//!
+//! `AcceptParams::xrc_tgt_live` lets a REQ attach to a **live** TGT QP while an earlier
+//! connection on it is still in TimeWait (the endpoint would otherwise refuse the number as
+//! quarantined); the numbers of gone QPs are kept out of use by this registry's quarantine.
+//! A CM that learns the connection ID only after the REP went out (ibcm's async
+//! `Incoming::accept`) binds the REQ under a provisional key and calls
+//! [`TgtRegistry::rekey_conn`]. After a keeper crash ([`TgtRegistry::crash`]) the restarted
+//! registry learns the lost numbers with [`TgtRegistry::note_gone`].
 //!
 //! On the initiator side nothing is needed from the registry: put [`XrcReqData`] in the REQ,
 //! read [`XrcRepData`] from the REP (the TGT QPN also arrives in the EECN field), and on a REJ
-//! check [`TargetGone::parse`] on the ARI (or the private data) to tell "target gone" from
-//! "refused".
+//! check [`TargetGone::parse`] on the ARI (or the private data) — or on a DREQ's private
+//! data — to tell "target gone" from "refused" (`cm::IniOutcome` does this).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;

@@ -52,6 +52,11 @@
 //! | 8 | 3 | the TGT QPN the REQ named, 24-bit big-endian (zero if none) |
 //! | 11 | 1 | zero |
 //!
+//! When a TGT QP goes away under an **established** connection, the target's DREQ carries
+//! the same 12 bytes (kind `01`, the cause, the QPN) as its private data, so the initiator
+//! learns why it was disconnected (`cm::IniOutcome::TargetGone`); a peer that does not know
+//! the format sees an ordinary DREQ.
+//!
 //! Why reason 1 and not 28: rdma_cm answers every application refusal with 28 (consumer
 //! defined), so 28 cannot carry "gone" without a private-data convention every peer must
 //! know; "No QP available" already means "no QP here to accept you". An ibcm initiator checks

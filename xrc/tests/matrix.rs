@@ -613,3 +613,78 @@ fn rxe_backend_gives_no_xrc_through_the_registry() {
     let err = reg.open_domain("d", DomainSpec::Private).unwrap_err();
     assert!(err.to_string().contains("has no XRC"), "{err}");
 }
+
+#[test]
+fn rekey_moves_the_connection_and_its_registration() {
+    let mut e = env(P::Shared, true);
+    assert!(e.reg.rekey_conn(&"c1", "c7"));
+    assert!(!e.reg.rekey_conn(&"c1", "c8"), "c1 is gone");
+    let q = e.reg.query(e.qpn).unwrap();
+    assert_eq!(q.conns, vec!["c2", "c7"]);
+    assert!(q
+        .registrations
+        .iter()
+        .any(|(r, _)| *r == Registrant::Conn("c7")));
+    // Events now name the new key.
+    e.reg
+        .unregister(e.now, e.qpn, &Registrant::Process(e.creator))
+        .unwrap();
+    assert_eq!(
+        e.reg
+            .handle_conn_event(e.now, &"c7", ConnEvent::PeerDreq)
+            .unwrap(),
+        Verdict::Kept
+    );
+    assert_eq!(
+        e.reg.handle_conn_event(e.now, &"c1", ConnEvent::PeerDreq),
+        None
+    );
+}
+
+#[test]
+fn note_gone_quarantines_a_foreign_qpn_with_its_cause() {
+    let kernel = SimKernel::new(SimConfig::mlx5());
+    let mut reg: TgtRegistry<&str> =
+        TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
+    let now = Instant::now();
+    let dom = reg.open_domain("d", DomainSpec::Private).unwrap();
+    let p = kernel.spawn().process();
+    let lost = Qpn::new(0x48).unwrap(); // the model's first QPN
+    reg.note_gone(lost, GoneCause::KeeperLost, now + Duration::from_secs(1));
+    let rej = reg
+        .handle_req(now, &req("c", dom, p, ReqMode::Attach(lost)))
+        .unwrap_err();
+    assert_eq!(rej.kind, RejectKind::Gone(GoneCause::KeeperLost));
+    assert_ne!(reg.create_tgt_qp(now, dom, P::Explicit, p).unwrap(), lost);
+    reg.handle_timeout(now + Duration::from_secs(1));
+    let rej = reg
+        .handle_req(
+            now + Duration::from_secs(1),
+            &req("c", dom, p, ReqMode::Attach(lost)),
+        )
+        .unwrap_err();
+    assert_eq!(rej.kind, RejectKind::Gone(GoneCause::Unknown));
+}
+
+#[test]
+fn a_noted_timewait_extends_the_quarantine() {
+    // A connection that left the QP earlier is still in TimeWait when the QP goes: the QP is
+    // held (and its number quarantined) until that TimeWait ends too.
+    let mut e = env(P::Explicit, false);
+    let late = e.now + LATER;
+    e.reg.handle_conn_event(e.now, &"c1", ConnEvent::PeerDreq);
+    e.reg.note_timewait(e.qpn, late);
+    e.reg.destroy(e.now, e.qpn, e.creator).unwrap();
+    assert!(matches!(
+        e.reg.qpn_status(e.qpn, e.now),
+        ibcm_xrc::QpnStatus::Quarantined { until, .. } if until == late
+    ));
+    e.reg.handle_timeout(e.now + Duration::from_secs(5));
+    assert!(e.kernel.tgt_qp_exists(e.qpn), "still held");
+    // And a TimeWait reported after the release extends it as well.
+    e.reg.note_timewait(e.qpn, late + LATER);
+    e.reg.handle_timeout(late);
+    assert!(e.kernel.tgt_qp_exists(e.qpn));
+    e.reg.handle_timeout(late + LATER);
+    assert!(!e.kernel.tgt_qp_exists(e.qpn));
+}

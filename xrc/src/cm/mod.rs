@@ -1279,3 +1279,141 @@ impl XrcInitiator {
         self.events.pop_front()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qpn(n: u32) -> Qpn {
+        Qpn::new(n).unwrap()
+    }
+
+    #[test]
+    fn rej_with_the_block_is_target_gone_even_trimmed() {
+        let b = TargetGone::gone(GoneCause::DomainClosed, qpn(0x4800)).to_bytes();
+        let want = IniOutcome::TargetGone {
+            cause: GoneCause::DomainClosed,
+            qpn: Some(qpn(0x4800)),
+            by: GoneSignal::Rej,
+        };
+        assert_eq!(IniOutcome::from_rej(RejReason::NoQp, &b, &b), want);
+        // rdma_cm peers see no ARI; the CM trims trailing zeros of the private data.
+        let trimmed = b.get(..10).unwrap();
+        assert_eq!(IniOutcome::from_rej(RejReason::NoQp, &[], trimmed), want);
+    }
+
+    #[test]
+    fn other_rejs_are_refusals() {
+        let gone = TargetGone::gone(GoneCause::OwnerDestroyed, qpn(0x48)).to_bytes();
+        // The block with another reason is not "gone".
+        assert!(matches!(
+            IniOutcome::from_rej(RejReason::ConsumerReject, &gone, &[]),
+            IniOutcome::Refused {
+                reason: RejReason::ConsumerReject,
+                info: Some(_)
+            }
+        ));
+        let refused = TargetGone {
+            kind: RejectKind::AttachRefused,
+            qpn: Some(qpn(0x48)),
+        };
+        assert!(matches!(
+            IniOutcome::from_rej(refused.reason(), &refused.to_bytes(), &[]),
+            IniOutcome::Refused {
+                info: Some(TargetGone {
+                    kind: RejectKind::AttachRefused,
+                    ..
+                }),
+                ..
+            }
+        ));
+        // Foreign bytes, empty, garbage: never a panic, always "refused".
+        for ari in [
+            &[][..],
+            &[0x58, 0x52][..],
+            &[0xff; 72][..],
+            b"XRC\x01\x01\x09",
+        ] {
+            assert!(!IniOutcome::from_rej(RejReason::NoQp, ari, ari).is_target_gone());
+        }
+    }
+
+    #[test]
+    fn dreq_with_the_block_is_target_gone() {
+        let b = TargetGone::gone(GoneCause::KeeperLost, qpn(0x49)).to_bytes();
+        let e = ConnectionError::Disconnected {
+            by_peer: true,
+            private_data: b.get(..11).unwrap().to_vec(),
+        };
+        assert_eq!(
+            IniOutcome::from_close(&e),
+            IniOutcome::TargetGone {
+                cause: GoneCause::KeeperLost,
+                qpn: Some(qpn(0x49)),
+                by: GoneSignal::Dreq
+            }
+        );
+        let plain = ConnectionError::Disconnected {
+            by_peer: true,
+            private_data: vec![],
+        };
+        assert_eq!(
+            IniOutcome::from_close(&plain),
+            IniOutcome::Disconnected { by_peer: true }
+        );
+        assert_eq!(
+            IniOutcome::from_close(&ConnectionError::TimedOut),
+            IniOutcome::Failed(ConnectionError::TimedOut)
+        );
+    }
+
+    #[test]
+    fn closes_map_to_registry_events() {
+        let by_peer = ConnectionError::Disconnected {
+            by_peer: true,
+            private_data: vec![],
+        };
+        assert_eq!(conn_event_of(&by_peer), ConnEvent::PeerDreq);
+        assert_eq!(
+            conn_event_of(&ConnectionError::TimedOut),
+            ConnEvent::PeerTimeout
+        );
+        assert_eq!(
+            conn_event_of(&ConnectionError::Stale),
+            ConnEvent::PeerTimeout
+        );
+        assert_eq!(
+            conn_event_of(&ConnectionError::DisconnectTimedOut),
+            ConnEvent::LocalClosed
+        );
+    }
+
+    #[test]
+    fn connect_params_are_xrc_ini() {
+        let peer: PeerAddr = "127.0.0.2:4791"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into();
+        let p = xrc_connect_params(
+            peer,
+            ServiceId(1),
+            qpn(0x99),
+            &XrcReqData::attach(qpn(0x48)),
+            b"app",
+        )
+        .unwrap();
+        assert_eq!(p.transport, ReqTransport::Xrc);
+        assert!(p.allow_shared_qpn && !p.auto_rtu);
+        let (d, app) = XrcReqData::parse(&p.private_data).unwrap();
+        assert_eq!(d.mode, ReqMode::Attach(qpn(0x48)));
+        assert_eq!(app, b"app");
+        assert!(xrc_connect_params(
+            peer,
+            ServiceId(1),
+            qpn(0x99),
+            &XrcReqData::any(None),
+            &[0; 90]
+        )
+        .is_err());
+    }
+}
