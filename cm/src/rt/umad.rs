@@ -155,7 +155,19 @@ impl UmadHdr {
     }
 
     /// The peer address of a received record.
+    ///
+    /// On RoCE (a GRH and source LID 0: there are no LIDs) the address is canonical,
+    /// [`IbAddr::roce`] of the source GID, so that it equals the address an application gives
+    /// for the same peer: the core drops a REP from any other address than the one its REQ
+    /// went to, and rxe reports LID 0 where [`IbAddr::roce`] has the permissive LID (found by
+    /// the conformance lab: every kernel REP was dropped as coming from a wrong peer).
     pub fn peer(&self) -> IbAddr {
+        if self.grh_present && self.lid.0 == 0 {
+            return IbAddr {
+                qpn: self.qpn,
+                ..IbAddr::roce(self.gid)
+            };
+        }
         IbAddr {
             lid: self.lid,
             gid: self.grh_present.then_some(self.gid),
@@ -370,6 +382,26 @@ mod tests {
         assert_eq!(&b[46..52], &[0xff, 0xff, 10, 77, 0, 2]);
         assert_eq!(UmadHdr::decode(&b), h);
         assert_eq!(h.peer(), to);
+    }
+
+    #[test]
+    fn roce_receive_is_the_address_an_application_gives() {
+        // What ib_umad reports for a MAD from rxe: source LID 0, a GRH, SL/P_Key index as the
+        // work completion says.
+        let gid = Gid::from_ip("10.77.0.1".parse().unwrap());
+        let rx = UmadHdr {
+            qpn: Qpn::masked(1),
+            lid: Lid(0),
+            grh_present: true,
+            gid_index: 1,
+            hop_limit: 64,
+            gid,
+            ..UmadHdr::default()
+        };
+        assert_eq!(rx.peer(), IbAddr::roce(gid));
+        // Native IB keeps its LID.
+        let ib = UmadHdr { lid: Lid(7), ..rx };
+        assert_eq!(ib.peer().lid, Lid(7));
     }
 
     #[test]
