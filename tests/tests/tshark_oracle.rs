@@ -431,3 +431,245 @@ fn tshark_agrees_on_every_fixture() {
         "too few CM frames checked: {checked_frames}"
     );
 }
+
+/// tshark fields for the cm-trace view checks, in this order.
+const VIEW_FIELDS: &[&str] = &[
+    "frame.number",
+    "frame.time_epoch",
+    "infiniband.mad.attributeid",
+    "infiniband.mad.transactionid",
+    // local comm ID, per message (first non-empty wins)
+    "infiniband.cm.req",
+    "infiniband.cm.rep",
+    "infiniband.cm.rtu.localcommid",
+    "infiniband.cm.rej.localcommid",
+    "infiniband.cm.dreq.localcommid",
+    "infiniband.cm.drsp.localcommid",
+    // remote comm ID
+    "infiniband.cm.rep.remotecommid",
+    "infiniband.cm.rtu.remotecommid",
+    "infiniband.cm.rej.remotecommid",
+    "infiniband.cm.dreq.remotecommid",
+    "infiniband.cm.drsp.remotecommid",
+    // 15..
+    "infiniband.cm.req.serviceid",
+    "infiniband.cm.req.localqpn",
+    "infiniband.cm.rep.localqpn",
+    "infiniband.cm.rep.localeecn",
+    "infiniband.cm.req.remoteqpneecn",
+    "infiniband.cm.req.transpsvctype",
+    "infiniband.cm.req.ext_transport",
+    "infiniband.cm.rej.reason",
+    "infiniband.cm.rej.msgrej",
+    "infiniband.cm.req.localcaguid",
+    "infiniband.cm.rep.localcaguid",
+    "infiniband.cm.req.startpsn",
+    "infiniband.cm.rep.startpsn",
+    "infiniband.cm.req.ip_cm.sport",
+    "infiniband.cm.req.ip_cm.sip4",
+    "infiniband.cm.req.ip_cm.dip4",
+    // 31..
+    "ip.src",
+    "ip.dst",
+    "ipv6.src",
+    "ipv6.dst",
+    "infiniband.lrh.slid",
+    "infiniband.lrh.dlid",
+    "infiniband.cm.req.serviceid.dport",
+];
+
+fn view_rows(path: &Path) -> Vec<Vec<String>> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-n")
+        .arg("-r")
+        .arg(path)
+        .args(["--disable-protocol", "tftp"])
+        .args(["-Y", "infiniband.mad.mgmtclass == 0x07"])
+        .args(["-T", "fields", "-E", "separator=\t", "-E", "occurrence=f"]);
+    for f in VIEW_FIELDS {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("run tshark");
+    assert!(out.status.success(), "tshark failed on {}", path.display());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+fn cm_trace_view(view: ibcm_tools::app::View, path: &Path) -> String {
+    let opts = ibcm_tools::app::Options {
+        view,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let files = [path.to_string_lossy().to_string()];
+    ibcm_tools::app::run(&opts, &files, &mut out, &mut err).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn num(s: &str) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// cm-trace's own views against tshark on every fixture: every `--json` line (frame, time,
+/// attribute, TID, comm IDs, Service ID and rdma_cm port, QPNs, TGT QPN, XRC, REJ reason and
+/// message rejected, CA GUIDs, PSNs, CMA header addresses and port, packet addresses), and
+/// the `--stats --json` message counts and connection counts (REQ pairs, RTU pairs, REJ by
+/// reason) derived from tshark's rows.
+#[test]
+fn cm_trace_views_agree_with_tshark() {
+    use ibcm_tools::app::View;
+    use std::collections::{BTreeMap, BTreeSet};
+    if !have_tshark("cm_trace_views_agree_with_tshark") {
+        return;
+    }
+    let mut checked = 0;
+    for path in all_captures() {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name == "ib_linktype247_from_erf.pcap" {
+            continue;
+        }
+        let rows = view_rows(&path);
+        let lines: Vec<serde_json::Value> = cm_trace_view(View::Json, &path)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), lines.len(), "{name}: CM frames");
+        for (r, v) in rows.iter().zip(&lines) {
+            let f = |i: usize| r.get(i).map(String::as_str).unwrap_or("");
+            let first = |range: std::ops::Range<usize>| range.map(f).find(|s| !s.is_empty());
+            let ctx = format!("{name} frame {}", f(0));
+            let u = |k: &str| v[k].as_u64();
+            assert_eq!(num(f(0)), u("frame"), "{ctx}");
+            let t: f64 = f(1).parse().unwrap();
+            assert!(
+                (t - v["time"].as_f64().unwrap()).abs() < 2e-6,
+                "{ctx}: time"
+            );
+            assert_eq!(num(f(2)), u("attr_id"), "{ctx}");
+            assert_eq!(num(f(3)), u("tid"), "{ctx}");
+            let attr = num(f(2)).unwrap();
+            // tshark decodes the fields of REQ REJ REP RTU DREQ DREP only (§3.7 quirk 8).
+            if !matches!(attr, 0x10 | 0x12..=0x16) {
+                continue;
+            }
+            assert_eq!(first(4..10).and_then(num), u("local_comm_id"), "{ctx}");
+            assert_eq!(first(10..15).and_then(num), u("remote_comm_id"), "{ctx}");
+            assert_eq!(num(f(15)), u("service_id"), "{ctx}");
+            assert_eq!(first(16..18).and_then(num), u("local_qpn"), "{ctx}");
+            let eecn = num(f(18)).filter(|&e| e != 0);
+            assert_eq!(eecn, u("local_eecn"), "{ctx}");
+            assert_eq!(num(f(19)), u("remote_qpn"), "{ctx}");
+            if attr == 0x10 {
+                let xrc = num(f(20)) == Some(3) && num(f(21)) == Some(1);
+                assert_eq!(Some(xrc), v["xrc"].as_bool(), "{ctx}");
+                let tr = if xrc { "XRC" } else { "RC" };
+                if matches!(num(f(20)), Some(0 | 3)) {
+                    assert_eq!(v["transport"], tr, "{ctx}");
+                }
+            }
+            assert_eq!(num(f(22)), u("rej_reason"), "{ctx}");
+            if let Some(m) = num(f(23)) {
+                let want = ["REQ", "REP", "other"].get(m as usize).copied();
+                assert_eq!(want, v["msg_rejected"].as_str(), "{ctx}");
+            }
+            assert_eq!(first(24..26).and_then(num), u("ca_guid"), "{ctx}");
+            assert_eq!(first(26..28).and_then(num), u("psn"), "{ctx}");
+            // rdma_cm: port from the Service ID, and the CMA header.
+            if !f(37).is_empty() {
+                assert_eq!(num(f(37)), u("port"), "{ctx}");
+            }
+            if !f(29).is_empty() {
+                assert_eq!(num(f(28)), u("cma_src_port"), "{ctx}");
+                assert_eq!(Some(f(29)), v["cma_src"].as_str(), "{ctx}");
+                assert_eq!(Some(f(30)), v["cma_dst"].as_str(), "{ctx}");
+            }
+            // Packet addresses.
+            let (src, dst) = match v["encap"].as_str().unwrap() {
+                "RoCEv2/IPv4" => (f(31).to_string(), f(32).to_string()),
+                "RoCEv2/IPv6" => (f(33).to_string(), f(34).to_string()),
+                "IB LNH=2" => (format!("LID {}", f(35)), format!("LID {}", f(36))),
+                _ => (String::new(), String::new()),
+            };
+            if !src.is_empty() {
+                assert_eq!(Some(src.as_str()), v["src"].as_str(), "{ctx}");
+                assert_eq!(Some(dst.as_str()), v["dst"].as_str(), "{ctx}");
+            }
+            checked += 1;
+        }
+        // --stats --json against counts derived from tshark's rows.
+        let stats: serde_json::Value =
+            serde_json::from_str(cm_trace_view(View::StatsJson, &path).trim()).unwrap();
+        let mut by_attr: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut reqs = BTreeSet::new();
+        let mut rtus = BTreeSet::new();
+        let mut rejs: BTreeMap<(u64, u64, u64), ()> = BTreeMap::new();
+        for r in &rows {
+            let f = |i: usize| r.get(i).map(String::as_str).unwrap_or("");
+            let attr = num(f(2)).unwrap();
+            *by_attr.entry(attr).or_default() += 1;
+            match attr {
+                0x10 => {
+                    reqs.insert((num(f(24)), num(f(4))));
+                }
+                0x14 => {
+                    rtus.insert((num(f(6)), num(f(11))));
+                }
+                0x12 => {
+                    let k = (num(f(7)).unwrap(), num(f(12)).unwrap(), num(f(22)).unwrap());
+                    rejs.insert(k, ());
+                }
+                _ => {}
+            }
+        }
+        for (attr, n) in &by_attr {
+            let a = ibcm_mad::AttrId::from_raw(*attr as u16);
+            let key = if a.is_known() {
+                a.name().to_string()
+            } else {
+                format!("{attr:#06x}")
+            };
+            assert_eq!(stats["messages"][&key].as_u64(), Some(*n), "{name}: {key}");
+        }
+        // synth_attrs.pcap holds single messages cut from other exchanges: no REQ there.
+        assert_eq!(
+            stats["attempted"].as_u64(),
+            Some(reqs.len() as u64),
+            "{name}"
+        );
+        assert_eq!(
+            stats["established"].as_u64().unwrap() >= rtus.len() as u64,
+            true,
+            "{name}"
+        );
+        if !reqs.is_empty() {
+            assert_eq!(
+                stats["established"].as_u64(),
+                Some(rtus.len() as u64),
+                "{name}"
+            );
+            let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
+            for (_, _, reason) in rejs.keys() {
+                *by_reason.entry(reason.to_string()).or_default() += 1;
+            }
+            let ours: BTreeMap<String, u64> = stats["rejected"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+                .collect();
+            assert_eq!(ours, by_reason, "{name}: rejected by reason");
+        }
+    }
+    eprintln!("tshark oracle (cm-trace views): {checked} CM frames agree");
+    assert!(checked >= 50, "too few: {checked}");
+}

@@ -274,7 +274,8 @@ fn run_file<W: Write>(
                 ctx.malformed(&format!("frame {frame}: {reason}"))?;
             }
         }
-        if ctx.buf.len() >= 1 << 15 {
+        // At least the BufWriter's capacity, so the buffer is written through, not copied.
+        if ctx.buf.len() >= 1 << 16 {
             ctx.flush_buf()?;
         }
         if ctx.stats.frames.is_multiple_of(8192) {

@@ -309,10 +309,8 @@ pub fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Option<&str
         _ => {}
     }
     if let Some(h) = cma_header(msg) {
-        let out = o.key("cma_src");
-        let _ = write!(out, "\"{}\"", h.src);
-        let out = o.key("cma_dst");
-        let _ = write!(out, "\"{}\"", h.dst);
+        o.endpoint("cma_src", &Endpoint::Ip(h.src));
+        o.endpoint("cma_dst", &Endpoint::Ip(h.dst));
         o.u64("cma_src_port", u64::from(h.src_port));
     }
     if let Some(c) = note.conn {

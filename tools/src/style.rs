@@ -1,4 +1,4 @@
-//! Terminal colour: on for a terminal unless `NO_COLOR` is set (https://no-color.org), or
+//! Terminal colour: on for a terminal unless `NO_COLOR` is set (<https://no-color.org>), or
 //! forced with `--color always|never`.
 
 use std::io::Write;

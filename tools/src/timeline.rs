@@ -141,7 +141,7 @@ impl Timeline {
     /// The SVG document.
     pub fn svg(&self) -> String {
         let mut rows: Vec<&Row> = self.rows.iter().collect();
-        rows.sort_by_key(|r| (r.file, r.conn.id));
+        rows.sort_by_key(|r| (r.first, r.file, r.conn.id));
         let t0 = rows.iter().map(|r| r.conn.first).min().unwrap_or_default();
         let t1 = rows.iter().map(|r| r.conn.last).max().unwrap_or_default();
         let span = t1.checked_sub(t0).unwrap_or_default().as_secs_f64();
@@ -163,7 +163,10 @@ impl Timeline {
             s,
             r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
         );
-        let files: Vec<String> = self.files.iter().map(|f| esc(f)).collect();
+        let files = match self.files.as_slice() {
+            [one] => esc(one),
+            many => format!("{} files", many.len()),
+        };
         let _ = writeln!(
             s,
             r##"<text x="10" y="18" font-size="13" font-weight="bold" fill="#222">cm-trace timeline: {} connection(s){}  {}</text>"##,
@@ -173,7 +176,7 @@ impl Timeline {
             } else {
                 String::new()
             },
-            files.join(", ")
+            files
         );
         // Legend.
         let legend: [(&str, &str); 6] = [
@@ -242,7 +245,7 @@ impl Timeline {
         }
         for (i, r) in rows.iter().enumerate() {
             let y = TOP + i as f64 * ROW_H;
-            self.row(&mut s, r, y, &x);
+            self.row(&mut s, r, i, y, &x);
         }
         if self.dropped > 0 {
             let y = TOP + rows.len() as f64 * ROW_H + 13.0;
@@ -262,10 +265,10 @@ impl Timeline {
         s
     }
 
-    fn row(&self, s: &mut String, r: &Row, y: f64, x: &dyn Fn(Duration) -> f64) {
+    fn row(&self, s: &mut String, r: &Row, index: usize, y: f64, x: &dyn Fn(Duration) -> f64) {
         let c = &r.conn;
         let mid = y + ROW_H / 2.0;
-        if r.conn.id.is_multiple_of(2) {
+        if index % 2 == 1 {
             let _ = writeln!(
                 s,
                 r##"<rect x="0" y="{y:.1}" width="{:.0}" height="{ROW_H:.0}" fill="#f7f7f7"/>"##,
