@@ -13,6 +13,9 @@
 //!   block. If the RTU never comes, the REP times out as usual.
 //! * The endpoint's quarantine end is not visible: a closed connection's TGT QPN is noted
 //!   in TimeWait for the TimeWait it was accepted with (at least as long as the endpoint's).
+//! * If the endpoint refuses the accept (a newly created QP's number in its own TimeWait
+//!   quarantine), the REQ cannot be rejected any more through the consumed `Incoming`; the
+//!   initiator's REQ times out.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
