@@ -150,9 +150,9 @@ pub fn cm_endpoint(data: &[u8]) {
         }
     };
 
-    let mut ops = data.chunks(4);
+    let ops = data.chunks(4);
     let mut qpn = 0x100u32;
-    while let Some(op) = ops.next() {
+    for op in ops {
         let b = |k: usize| op.get(k).copied().unwrap_or(0);
         let side = usize::from(b(1) & 1);
         match b(0) % 12 {
