@@ -12,7 +12,9 @@
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    // Inserting into a set inside a match guard would hide the side effect.
+    clippy::collapsible_match
 )]
 #![cfg(feature = "sim")]
 
