@@ -67,7 +67,9 @@ async fn connect_accept_disconnect_and_timewait() {
     });
     let c = a.connect(params(b_addr, 0x11)).await.unwrap();
     assert_eq!(c.status(), ConnStatus::Established);
+    assert_eq!(c.rep().unwrap().remote_qpn, Qpn::new(0x22).unwrap());
     let s = server.await.unwrap();
+    assert!(s.rep().is_none(), "the passive side has no REP");
     s.established().await.unwrap();
     assert_eq!(b.connection_count().await.unwrap(), 1);
     assert!(matches!(

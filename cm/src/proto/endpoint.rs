@@ -1777,12 +1777,11 @@ impl Endpoint {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        if manual {
-            self.io.event(
-                id,
-                EventKind::RepReceived(Box::new(RepInfo { rep: m, remote_qpn })),
-            );
-        } else {
+        self.io.event(
+            id,
+            EventKind::RepReceived(Box::new(RepInfo { rep: m, remote_qpn })),
+        );
+        if !manual {
             Self::send_rtu(&mut self.io, id, c, &[]);
         }
     }

@@ -45,8 +45,10 @@ pub enum EventKind {
         /// The service timeout the peer announced.
         service_timeout: ibcm_mad::TimeoutExp,
     },
-    /// Active: a REP arrived and `auto_rtu` was off. Call
-    /// [`establish`](super::Endpoint::establish) (sends the RTU) or reject.
+    /// Active: a REP arrived (its private data, QPN, XRC TGT QPN…). With `auto_rtu` off the
+    /// application now calls [`establish`](super::Endpoint::establish) (sends the RTU) or
+    /// rejects; with `auto_rtu` on the RTU has been sent and [`EventKind::Established`]
+    /// follows at once.
     RepReceived(Box<RepInfo>),
     /// The connection is established (RTU sent or received, or COMM_EST reported).
     Established,

@@ -8,7 +8,9 @@ use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, debug_span, warn};
 
-use super::handle::{status_channel, CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
+use super::handle::{
+    status_channel, CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer,
+};
 use super::DatagramTransport;
 use crate::proto::{
     AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, EndpointConfig, Event,
@@ -79,6 +81,7 @@ pub(crate) struct Driver<T> {
     transport: T,
     rx: mpsc::UnboundedReceiver<Command>,
     registry: Registry,
+    reps: Reps,
     listeners: BTreeMap<ServiceId, mpsc::UnboundedSender<(ConnId, IncomingKind)>>,
     sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
 }
@@ -93,6 +96,7 @@ impl<T: DatagramTransport> Driver<T> {
         mut config: EndpointConfig,
         rx: mpsc::UnboundedReceiver<Command>,
         registry: Registry,
+        reps: Reps,
     ) -> Self {
         if config.local_gid == ibcm_mad::Gid::ZERO {
             if let Some(g) = transport.local_addr().gid() {
@@ -104,6 +108,7 @@ impl<T: DatagramTransport> Driver<T> {
             transport,
             rx,
             registry,
+            reps,
             listeners: BTreeMap::new(),
             sidr: BTreeMap::new(),
         }
@@ -199,12 +204,16 @@ impl<T: DatagramTransport> Driver<T> {
                     let _ = self.ep.sidr_reply(now(), ev.conn, p);
                 }
             }
+            EventKind::RepReceived(rep) => {
+                self.reps.insert(ev.conn, *rep);
+            }
             EventKind::Established => self.set_status(ev.conn, ConnStatus::Established),
             EventKind::Closed(e) => {
                 debug!(error = %e, "closed");
                 let gone = self.ep.state(ev.conn).is_none();
                 if gone {
                     // Gone without TimeWait.
+                    self.reps.remove(&ev.conn);
                     if let Some((_, tx)) = self.registry.remove(&ev.conn) {
                         tx.send_replace(ConnStatus::Gone(e));
                     }
@@ -213,6 +222,7 @@ impl<T: DatagramTransport> Driver<T> {
                 }
             }
             EventKind::TimewaitExit { .. } => {
+                self.reps.remove(&ev.conn);
                 if let Some((_, tx)) = self.registry.remove(&ev.conn) {
                     let why = match &*tx.borrow() {
                         ConnStatus::Closed(e) | ConnStatus::Gone(e) => e.clone(),

@@ -45,6 +45,10 @@ pub enum ConnStatus {
 /// The registry the handles read: connection ID → status, written by the driver only.
 pub(crate) type Registry = Arc<DashMap<ConnId, watch::Sender<ConnStatus>>>;
 
+/// The REPs active connections received (QPN, private data, XRC TGT QPN), written by the
+/// driver, removed with the connection.
+pub(crate) type Reps = Arc<DashMap<ConnId, crate::proto::RepInfo>>;
+
 /// Errors of the async API.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -106,6 +110,7 @@ pub enum CmError {
 pub struct Cm {
     tx: mpsc::UnboundedSender<Command>,
     registry: Registry,
+    reps: Reps,
 }
 
 impl Cm {
@@ -118,9 +123,10 @@ impl Cm {
     ) -> (Cm, JoinHandle<std::io::Result<()>>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let registry: Registry = Arc::new(DashMap::new());
-        let driver = Driver::new(transport, config, rx, registry.clone());
+        let reps: Reps = Arc::new(DashMap::new());
+        let driver = Driver::new(transport, config, rx, registry.clone(), reps.clone());
         let task = tokio::spawn(driver.run());
-        (Cm { tx, registry }, task)
+        (Cm { tx, registry, reps }, task)
     }
 
     async fn call<R>(&self, f: impl FnOnce(oneshot::Sender<R>) -> Command) -> Result<R, CmError> {
@@ -235,6 +241,13 @@ impl Connection {
     /// The local communication ID.
     pub fn id(&self) -> ConnId {
         self.id
+    }
+
+    /// The REP this (active) connection received: the peer's QPN, starting PSN and private
+    /// data, and for XRC the TGT QPN from the EECN field. `None` before the REP, on the
+    /// passive side, and once the connection has left the table.
+    pub fn rep(&self) -> Option<crate::proto::RepInfo> {
+        self.cm.reps.get(&self.id).map(|r| r.clone())
     }
 
     /// The current status.
