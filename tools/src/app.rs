@@ -2,10 +2,10 @@
 //! view. The binary (`src/bin/cm-trace.rs`) only parses the command line; the tests call
 //! [`run`] directly.
 
-use std::cell::Cell;
 use std::io::{self, Write};
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use crate::conn::{Conn, Outcome, Tracker, TrackerConfig};
@@ -18,6 +18,18 @@ use crate::stats::Stats;
 use crate::style::{Palette, Role};
 use crate::timeline::Timeline;
 use crate::trace::{classify, Icrc, Item};
+
+/// Records per batch handed from the decoding thread to the view thread.
+const BATCH: usize = 256;
+
+/// What the decoding thread hands over.
+enum Rec {
+    /// A classified record and its capture time.
+    Item(Duration, Item),
+    /// The reader failed; nothing follows.
+    Error(String),
+}
+
 use crate::verbose::verbose;
 
 /// What cm-trace prints on standard output.
@@ -210,7 +222,7 @@ fn open_progress(opts: &Options, size: Option<u64>) -> Option<indicatif::Progres
 fn run_file<W: Write>(
     ctx: &mut FileCtx<'_, W>,
     src: &mut Source,
-    counter: &Rc<Cell<u64>>,
+    counter: &Arc<AtomicU64>,
     size: Option<u64>,
 ) -> io::Result<()> {
     let opts = ctx.opts;
@@ -231,59 +243,90 @@ fn run_file<W: Write>(
         ctx.buf.push(b'\n');
     }
     let filter_empty = opts.filter.is_empty();
-    loop {
-        let rec = match src.next_record() {
-            None => break,
-            Some(Err(e)) => {
-                // A damaged record ends the file (the reader cannot resynchronise).
-                ctx.stats.malformed += 1;
-                ctx.malformed(&e)?;
-                break;
+    // Two threads: this one decodes (read, frame, MAD), the other tracks connections and
+    // renders; batches go over a bounded channel and come back empty for reuse.
+    std::thread::scope(|scope| -> io::Result<()> {
+        let (tx, rx) = mpsc::sync_channel::<Vec<Rec>>(16);
+        let (back_tx, back_rx) = mpsc::channel::<Vec<Rec>>();
+        scope.spawn(move || {
+            let mut batch = Vec::with_capacity(BATCH);
+            loop {
+                match src.next_record() {
+                    None => break,
+                    Some(Err(e)) => {
+                        batch.push(Rec::Error(e));
+                        break;
+                    }
+                    Some(Ok(r)) => batch.push(Rec::Item(r.timestamp, classify(&r))),
+                }
+                if batch.len() >= BATCH {
+                    if tx.send(batch).is_err() {
+                        return;
+                    }
+                    batch = back_rx
+                        .try_recv()
+                        .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                }
             }
-            Some(Ok(r)) => r,
-        };
-        ctx.stats.frames += 1;
-        let t = *t0.get_or_insert(rec.timestamp);
-        last = last.max(rec.timestamp);
-        match classify(&rec) {
-            Item::Cm(ev) => {
-                ctx.stats.cm += 1;
-                if ev.icrc == Icrc::Bad {
-                    ctx.stats.bad_icrc += 1;
-                }
-                ctx.stats.count_message(ev.mad.msg.attr_id());
-                let note = tracker.observe(&ev, &mut done);
-                if !done.is_empty() {
-                    ctx.finished(&mut done)?;
-                }
-                if opts.view.per_mad() && (filter_empty || opts.filter.matches_event(&ev, &note)) {
-                    let file = ctx.multi.then_some(ctx.file);
-                    match opts.view {
-                        View::Json => json_line(&mut ctx.buf, &ev, &note, file),
-                        View::Verbose => verbose(&mut ctx.buf, &ev, &note, t, &ctx.pal),
-                        _ => text_line(&mut ctx.buf, &ev, &note, t, &ctx.pal),
+            let _ = tx.send(batch);
+        });
+        for mut batch in rx {
+            for rec in batch.drain(..) {
+                let (ts, item) = match rec {
+                    Rec::Error(e) => {
+                        // A damaged record ends the file (the reader cannot resynchronise).
+                        ctx.stats.malformed += 1;
+                        ctx.malformed(&e)?;
+                        continue;
+                    }
+                    Rec::Item(ts, item) => (ts, item),
+                };
+                ctx.stats.frames += 1;
+                let t = *t0.get_or_insert(ts);
+                last = last.max(ts);
+                match item {
+                    Item::Cm(ev) => {
+                        ctx.stats.cm += 1;
+                        if ev.icrc == Icrc::Bad {
+                            ctx.stats.bad_icrc += 1;
+                        }
+                        ctx.stats.count_message(ev.mad.msg.attr_id());
+                        let note = tracker.observe(&ev, &mut done);
+                        if !done.is_empty() {
+                            ctx.finished(&mut done)?;
+                        }
+                        if opts.view.per_mad()
+                            && (filter_empty || opts.filter.matches_event(&ev, &note))
+                        {
+                            let file = ctx.multi.then_some(ctx.file);
+                            match opts.view {
+                                View::Json => json_line(&mut ctx.buf, &ev, &note, file),
+                                View::Verbose => verbose(&mut ctx.buf, &ev, &note, t, &ctx.pal),
+                                _ => text_line(&mut ctx.buf, &ev, &note, t, &ctx.pal),
+                            }
+                        }
+                    }
+                    Item::NonCm { what } => {
+                        ctx.stats.non_cm += 1;
+                        ctx.stats.count_non_cm(what);
+                    }
+                    Item::Malformed { frame, reason } => {
+                        ctx.stats.malformed += 1;
+                        ctx.malformed(&format!("frame {frame}: {reason}"))?;
                     }
                 }
+                // At least the BufWriter's capacity, so the buffer is written through.
+                if ctx.buf.len() >= 1 << 16 {
+                    ctx.flush_buf()?;
+                }
             }
-            Item::NonCm { what } => {
-                ctx.stats.non_cm += 1;
-                ctx.stats.count_non_cm(what);
-            }
-            Item::Malformed { frame, reason } => {
-                ctx.stats.malformed += 1;
-                ctx.malformed(&format!("frame {frame}: {reason}"))?;
-            }
-        }
-        // At least the BufWriter's capacity, so the buffer is written through, not copied.
-        if ctx.buf.len() >= 1 << 16 {
-            ctx.flush_buf()?;
-        }
-        if ctx.stats.frames.is_multiple_of(8192) {
+            let _ = back_tx.send(batch);
             if let Some(pb) = &pb {
-                pb.set_position(counter.get());
+                pb.set_position(counter.load(Ordering::Relaxed));
             }
         }
-    }
+        Ok(())
+    })?;
     tracker.finish_all(&mut done);
     ctx.finished(&mut done)?;
     ctx.stats.evicted = tracker.stats.evicted;

@@ -3,10 +3,10 @@
 //! file header). Reads a file or standard input (`-`) in constant memory, and counts the
 //! bytes read for the progress bar.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, Read};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ibcm_mad::capture::{CaptureError, CaptureReader, Record};
@@ -20,13 +20,13 @@ const ERF_MAX: usize = 1 << 16;
 /// A reader that counts the bytes it delivers.
 pub struct Counting<R> {
     inner: R,
-    count: Rc<Cell<u64>>,
+    count: Arc<AtomicU64>,
 }
 
 impl<R: Read> Read for Counting<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.count.set(self.count.get() + n as u64);
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -52,7 +52,7 @@ impl<R: Read> Read for Replay<R> {
     }
 }
 
-type Boxed = Box<dyn Read>;
+type Boxed = Box<dyn Read + Send>;
 
 /// A raw ERF file reader.
 pub struct ErfReader<R> {
@@ -227,7 +227,7 @@ impl std::fmt::Display for OpenError {
 }
 
 /// An opened input: the source, its byte counter (for progress) and its size when known.
-pub type Opened = (Source, Rc<Cell<u64>>, Option<u64>);
+pub type Opened = (Source, Arc<AtomicU64>, Option<u64>);
 
 /// The kind of an error from [`Source::next_record`].
 pub type RecordError = String;
@@ -240,7 +240,7 @@ impl Source {
     /// The file cannot be opened or read, or is not pcap, pcapng or ERF.
     pub fn open(path: &str) -> Result<Opened, OpenError> {
         let (reader, size): (Boxed, Option<u64>) = if path == "-" {
-            (Box::new(io::stdin().lock()), None)
+            (Box::new(io::stdin()), None)
         } else {
             let f = File::open(path).map_err(OpenError::Io)?;
             let meta = f.metadata().map_err(OpenError::Io)?;
@@ -256,11 +256,11 @@ impl Source {
     ///
     /// # Errors
     /// As [`Source::open`].
-    pub fn from_reader(mut reader: Boxed) -> Result<(Source, Rc<Cell<u64>>), OpenError> {
+    pub fn from_reader(mut reader: Boxed) -> Result<(Source, Arc<AtomicU64>), OpenError> {
         let mut head = vec![0u8; 16];
         let n = read_full(&mut reader, &mut head).map_err(OpenError::Io)?;
         head.truncate(n);
-        let count = Rc::new(Cell::new(0u64));
+        let count = Arc::new(AtomicU64::new(0));
         let magic = head
             .first_chunk::<4>()
             .map(|m| u32::from_be_bytes(*m))
@@ -277,7 +277,7 @@ impl Source {
         });
         let counting = Counting {
             inner: replay,
-            count: Rc::clone(&count),
+            count: Arc::clone(&count),
         };
         if n == 0 {
             return Err(OpenError::Format("empty file".to_string()));
