@@ -23,6 +23,8 @@ use crate::trace::{classify, Icrc, Item};
 const BATCH: usize = 256;
 
 /// What the decoding thread hands over.
+// Records travel in reused batches; boxing the large variant would allocate per packet.
+#[allow(clippy::large_enum_variant)]
 enum Rec {
     /// A classified record and its capture time.
     Item(Duration, Item),
