@@ -191,6 +191,7 @@ def cm_frames(frames):
             d["ip_id"] = struct.unpack("!H", ip[4:6])[0]
             d["ip_df"] = bool(ip[6] & 0x40)
         d.update(decode_cm(mad))
+        d["mad"] = bytes(mad).hex()
         out.append(d)
     return out
 
@@ -235,7 +236,7 @@ def cmd_cm(pcap, as_json):
         if as_json:
             print(json.dumps(d))
         else:
-            keys = [k for k in d if k not in ("frame", "t", "epoch", "src", "dst", "msg")]
+            keys = [k for k in d if k not in ("frame", "t", "epoch", "src", "dst", "msg", "mad")]
             print("%5d %9.6f %s -> %s %-5s %s" % (d["frame"], d["t"], d["src"], d["dst"], d["msg"],
                   " ".join("%s=%s" % (k, d[k]) for k in keys)))
 

@@ -8,10 +8,13 @@
 #                           to the peer's port 9, so the wire pcap can be cut per cell
 #   gid_index               index of rxe0's RoCEv2 IPv4-mapped GID (1 in this lab)
 #   wait_cm_listen [N]      until an rdma_cm id is in LISTEN (rdma res show cm_id)
+# A host part of a run-netns scenario may source it too, with LAB_DIR=$LAB_SHARE and ROLE=host
+# (bash; only run/bg/bgwait/bgkill/mark/waitfor/wait_line make sense there).
+LAB_DIR=${LAB_DIR:-/lab}
 MYIP=${LAB_ip%/*}
 PEER=${LAB_peer:-}
-ROLE=${LAB_role:-a}
-RES=/lab/results
+ROLE=${ROLE:-${LAB_role:-a}}
+RES=$LAB_DIR/results
 up() { cut -d' ' -f1 /proc/uptime; }
 say() { echo "[lab $(up)] $*"; }
 run() {
@@ -42,10 +45,10 @@ bgwait() {
   echo "$_rc" > "$RES/$ROLE.$_n.rc"
   echo "=== END $_n rc=$_rc (background)"
 }
-mark() { echo "$(up)" > "/lab/sync/$1"; }
+mark() { echo "$(up)" > "$LAB_DIR/sync/$1"; }
 waitfor() {
   _i=0; _lim=$(( ${2:-60} * 10 ))
-  while [ ! -e "/lab/sync/$1" ]; do
+  while [ ! -e "$LAB_DIR/sync/$1" ]; do
     sleep 0.1; _i=$((_i+1)); [ $_i -ge $_lim ] && { say "waitfor $1 timed out"; return 1; }
   done
   return 0

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! cm-ping --listen ADDR [--service-id ID | --port P] [--reject REASON] [--accept-delay MS]
+//!         [--accept-data HEX]
 //! cm-ping --connect ADDR[:PORT] [--bind IP] [--service-id ID | --port P] [--count N]
-//!         [--parallel K] [--xrc] [--private-data HEX] [--disconnect-from active|passive]
+//!         [--parallel K] [--hold] [--xrc] [--private-data HEX] [--disconnect-from active|passive]
 //! ```
 //!
 //! Transport: RoCEv2 over UDP on port 4791 of the bound IP (default), or Linux umad with
@@ -26,7 +27,7 @@ use clap::{Parser, ValueEnum};
 use ibcm::proto::{
     AcceptParams, ConnectParams, ConnectionError, EndpointConfig, IbAddr, ListenOptions, PeerAddr,
 };
-use ibcm::rt::{Cm, CmError, IcrcPolicy, IncomingKind, UdpTransport, UmadTransport};
+use ibcm::rt::{Cm, CmError, Connection, IcrcPolicy, IncomingKind, UdpTransport, UmadTransport};
 use ibcm_mad::cma::PortSpace;
 use ibcm_mad::{Gid, Guid, Qpn, RejReason, ReqTransport, ServiceId, TimeoutExp, U4};
 
@@ -76,6 +77,11 @@ struct Args {
     /// Which side sends the DREQ.
     #[arg(long, value_enum, default_value_t = Who::Active)]
     disconnect_from: Who,
+    /// Keep every connection until all are established, then disconnect them all: the
+    /// connect step is timed alone (first REQ to last established, like `cmtime`'s
+    /// "connect") and printed as `cm-ping: connect step: N connections in S s (R conn/s)`.
+    #[arg(long)]
+    hold: bool,
     /// Listener: reject every REQ with this reason (e.g. 28).
     #[arg(long)]
     reject: Option<u16>,
@@ -85,6 +91,9 @@ struct Args {
     /// Listener: answer each REQ with an MRA, then accept after this many milliseconds.
     #[arg(long)]
     accept_delay: Option<u64>,
+    /// Listener: private data for the REP (hex).
+    #[arg(long, value_parser = parse_hex)]
+    accept_data: Option<Hex>,
     /// CM response timeout exponent for the REQ (4.096 µs × 2^N; default 20).
     #[arg(long, default_value_t = 20)]
     timeout_exp: u8,
@@ -135,6 +144,15 @@ fn parse_hex(s: &str) -> Result<Hex, String> {
         })
         .collect::<Result<Vec<u8>, String>>()
         .map(Hex)
+}
+
+/// Hex of `b` without its trailing zero bytes ("-" when nothing is left).
+fn hex_trim(b: &[u8]) -> String {
+    let n = b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
+    if n == 0 {
+        return "-".into();
+    }
+    b.iter().take(n).map(|x| format!("{x:02x}")).collect()
 }
 
 #[derive(Debug, Default)]
@@ -334,13 +352,17 @@ async fn serve_one(
     let peer = req.peer;
     let xrc = req.transport() == ReqTransport::Xrc;
     let passive_disconnects = req.user_private_data().starts_with(DISCONNECT_MARKER);
+    let cma = req.cma_header.map_or(String::new(), |h| {
+        format!(" cma={}:{}->{}", h.src, h.src_port, h.dst)
+    });
     out(
         args,
         format_args!(
-            "request from {peer} remote_comm_id={id_hint} remote_qpn={} sid={}{}",
+            "request from {peer} remote_comm_id={id_hint} remote_qpn={} sid={}{}{cma} pd={}",
             req.remote_qpn(),
             req.service_id(),
-            if xrc { " XRC" } else { "" }
+            if xrc { " XRC" } else { "" },
+            hex_trim(req.user_private_data())
         ),
     );
     if let Some(reason) = args.reject {
@@ -354,19 +376,27 @@ async fn serve_one(
         return Ok(());
     }
     if let Some(ms) = args.accept_delay {
-        inc.mra(TimeoutExp::from_duration_ceil(Duration::from_millis(
-            ms * 2,
-        )))
-        .await?;
+        let t = TimeoutExp::from_duration_ceil(Duration::from_millis(ms * 2));
+        inc.mra(t).await?;
+        out(
+            args,
+            format_args!(
+                "mra sent remote_comm_id={id_hint} service_timeout={}; accepting in {ms} ms",
+                t.get()
+            ),
+        );
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     let q = Qpn::masked(qpn.fetch_add(1, Ordering::Relaxed));
-    let p = if xrc {
+    let mut p = if xrc {
         // One TGT QP per listener: every XRC connection lands on it.
         AcceptParams::xrc_tgt(Qpn::masked(0x0ab_cdef))
     } else {
         AcceptParams::new(q)
     };
+    if let Some(h) = &args.accept_data {
+        p.private_data = h.0.clone();
+    }
     let conn = inc.accept(p).await?;
     match conn.established().await {
         Ok(()) => {
@@ -425,17 +455,38 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     for _ in 0..args.parallel.max(1) {
         let (cm, args, counts, next) = (cm.clone(), args.clone(), counts.clone(), next.clone());
         workers.push(tokio::spawn(async move {
+            let mut held = Vec::new();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= args.count {
                     break;
                 }
-                one_connection(&cm, &args, &counts, peer, local, port, i).await;
+                held.extend(one_connection(&cm, &args, &counts, peer, local, port, i).await);
             }
+            held
         }));
     }
+    let mut held = Vec::new();
     for w in workers {
-        let _ = w.await;
+        held.extend(w.await.unwrap_or_default());
+    }
+    if args.hold {
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "cm-ping: connect step: {} connections in {secs:.3} s ({:.0} conn/s)",
+            held.len(),
+            held.len() as f64 / secs.max(1e-9)
+        );
+        let mut closing = Vec::new();
+        for conn in held {
+            let (args, counts) = (args.clone(), counts.clone());
+            closing.push(tokio::spawn(async move {
+                finish(&args, &counts, conn).await;
+            }));
+        }
+        for c in closing {
+            let _ = c.await;
+        }
     }
     let secs = start.elapsed().as_secs_f64();
     if !args.quiet {
@@ -462,7 +513,7 @@ async fn one_connection(
     local: IpAddr,
     port: Option<u16>,
     i: u64,
-) {
+) -> Option<Connection> {
     let qpn = Qpn::masked(0x1000 + i as u32);
     let mut p = match (args.service_id, port.or(args.port)) {
         (Some(sid), _) => ConnectParams::new(peer, ServiceId(sid), qpn),
@@ -492,12 +543,18 @@ async fn one_connection(
         Ok(c) => c,
         Err(CmError::Connection(e)) => {
             counts.count_error(&e);
-            out(args, format_args!("connection {i}: {e}"));
-            return;
+            match &e {
+                ConnectionError::Rejected { private_data, .. } => out(
+                    args,
+                    format_args!("connection {i}: {e} pd={}", hex_trim(private_data)),
+                ),
+                _ => out(args, format_args!("connection {i}: {e}")),
+            }
+            return None;
         }
         Err(e) => {
             out(args, format_args!("connection {i}: {e}"));
-            return;
+            return None;
         }
     };
     counts.established.fetch_add(1, Ordering::Relaxed);
@@ -505,6 +562,15 @@ async fn one_connection(
         args,
         format_args!("established conn={} qpn={qpn}", conn.id()),
     );
+    if args.hold {
+        return Some(conn);
+    }
+    finish(args, counts, conn).await;
+    None
+}
+
+/// Disconnects (or waits for the passive side's DREQ) and counts the outcome.
+async fn finish(args: &Args, counts: &Counts, conn: Connection) {
     let why = match args.disconnect_from {
         Who::Active => conn.disconnect(&[]).await,
         Who::Passive => conn.closed().await,

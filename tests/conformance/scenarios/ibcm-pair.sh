@@ -1,0 +1,56 @@
+#!/bin/sh
+# ibcm-pair.sh -- ibcm <-> ibcm over rxe/umad in two nocm VMs (no kernel CM at boot), then the
+# kernel-vs-ibcm rate comparison on the very same VM pair and link:
+#   ibcm-xrc, ibcm-xrc-dreq-passive   cm-ping --xrc (INI, VM b) -> cm-ping --listen (TGT, VM a)
+#   ibcm-rate    cm-ping --count 1000 --parallel 1000 --hold: the connect step of 1000
+#                connections, all in flight at once as cmtime does
+#   kernel-rate  then rdma_ucm (ib_cm, rdma_cm) is loaded in both VMs and `cmtime -c N` runs
+#                over the same link: its "connect" step is the kernel's figure
+# lab-mods-a: nocm
+# lab-mods-b: nocm
+# lab-timeout: 300
+. /lab/lib.sh
+. /lab/scenarios/ibcm-cells.sh
+A=10.77.0.1 B=10.77.0.2
+RATE_N=1000 RATE_K=1000
+CM_ARGS="--umad /dev/infiniband/umad0 --gid-index $(gid_index) --local-ip $MYIP"
+if [ ! -x /lab/bin/cm-ping ]; then say "SKIP no /lab/bin/cm-ping (pass it with LAB_PEER_BIN)"; exit 1; fi
+# lpassive CELL SECS args: VM a's cm-ping listener for one cell (cell markers around it)
+lpassive() {
+  _c=$1; _t=$2; shift 2
+  cell_begin "$_c"
+  bg "$_c" "$_t" cm-ping --listen $A $CM_ARGS "$@"
+  wait_line "$_c" '^listening on' 20
+  mark "$_c.ready"; waitfor "$_c.done" "$_t"; sleep 0.5; bgkill "$_c"; bgwait "$_c" 10
+  cell_end "$_c"
+}
+lactive() {
+  _c=$1; _t=$2; shift 2
+  waitfor "$_c.ready" 120 && run "$_c" "$_t" cm-ping $CM_ARGS "$@"
+  mark "$_c.done"
+}
+if [ "$ROLE" = a ]; then
+  lpassive ibcm-xrc 30 --port 7401 --accept-data $PD_REP_I
+  lpassive ibcm-xrc-dreq-passive 30 --port 7402
+  lpassive ibcm-rate 120 --port 7403 --quiet
+  # the kernel CM on the same pair: every umad agent of cm-ping is closed now
+  run kernel-cm-load 20 modprobe rdma_ucm
+  mark a.kernel-cm
+  cell_begin kernel-rate
+  bg kernel-rate 120 cmtime -c $RATE_N; wait_cm_listen 100; mark kernel-rate.ready
+  waitfor kernel-rate.done 120; sleep 1; bgkill kernel-rate; bgwait kernel-rate 20
+  cell_end kernel-rate
+  run counters 10 sh -c '. /lab/lib.sh; counters'
+  mark a.done
+else
+  lactive ibcm-xrc 30 --xrc --connect $A:7401 --private-data $PD_REQ_I
+  lactive ibcm-xrc-dreq-passive 30 --xrc --connect $A:7402 --disconnect-from passive
+  lactive ibcm-rate 120 --connect $A:7403 --count $RATE_N --parallel $RATE_K --hold --quiet
+  run kernel-cm-load 20 modprobe rdma_ucm
+  waitfor a.kernel-cm 30
+  waitfor kernel-rate.ready 60 && run kernel-rate 120 cmtime -s $A -c $RATE_N
+  mark kernel-rate.done
+  run counters 10 sh -c '. /lab/lib.sh; counters'
+  waitfor a.done 60
+fi
+exit 0
