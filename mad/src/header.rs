@@ -97,10 +97,24 @@ impl MadHeader {
     #[inline(always)]
     pub fn parse_fixed(bytes: &[u8; Self::LEN]) -> Self {
         let mut r = Rd::new(bytes);
-        let base_version = r.u8();
-        let mgmt_class = r.u8();
-        let class_version = r.u8();
-        let method = r.u8();
+        // The common case, a CM Send (01 07 02 03), skips the code lookups.
+        let lead = r.u32();
+        if lead == 0x0107_0203 {
+            let status = r.u16();
+            let class_specific = r.u16();
+            let tid = r.u64();
+            let attr_id = r.u16();
+            r.skip(2);
+            let attr_mod = r.u32();
+            return MadHeader {
+                status,
+                class_specific,
+                attr_mod,
+                attr_id: AttrId::from_raw(attr_id),
+                ..MadHeader::cm(Tid(tid), AttrId::Unknown(0))
+            };
+        }
+        let [base_version, mgmt_class, class_version, method] = lead.to_be_bytes();
         let status = r.u16();
         let class_specific = r.u16();
         let tid = r.u64();
