@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use crate::conn::{Conn, Outcome, Tracker, TrackerConfig};
+use crate::conn::{Conn, Note, Outcome, Tracker, TrackerConfig};
 use crate::filter::Filter;
 use crate::input::{OpenError, Source};
 use crate::ladder::{conn_json, has_msg, ladder, outcome_text};
@@ -17,20 +17,7 @@ use crate::report::{stats_json, stats_text};
 use crate::stats::Stats;
 use crate::style::{Palette, Role};
 use crate::timeline::Timeline;
-use crate::trace::{classify, Icrc, Item};
-
-/// Records per batch handed from the decoding thread to the view thread.
-const BATCH: usize = 256;
-
-/// What the decoding thread hands over.
-// Records travel in reused batches; boxing the large variant would allocate per packet.
-#[allow(clippy::large_enum_variant)]
-enum Rec {
-    /// A classified record and its capture time.
-    Item(Duration, Item),
-    /// The reader failed; nothing follows.
-    Error(String),
-}
+use crate::trace::{classify, CmEvent, Icrc, Item};
 
 use crate::verbose::verbose;
 
@@ -99,10 +86,9 @@ pub struct Outcomes {
     pub stats: Stats,
 }
 
-struct FileCtx<'a, W: Write> {
+struct FileCtx<'a> {
     opts: &'a Options,
     pal: Palette,
-    out: &'a mut W,
     err: &'a mut dyn Write,
     file: &'a str,
     multi: bool,
@@ -112,48 +98,46 @@ struct FileCtx<'a, W: Write> {
     timeline_file: usize,
 }
 
-impl<W: Write> FileCtx<'_, W> {
-    fn flush_buf(&mut self) -> io::Result<()> {
-        self.out.write_all(&self.buf)?;
+impl FileCtx<'_> {
+    fn flush_buf(&mut self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(&self.buf)?;
         self.buf.clear();
         Ok(())
     }
 
-    fn malformed(&mut self, what: &str) -> io::Result<()> {
+    fn malformed(&mut self, out: &mut impl Write, what: &str) -> io::Result<()> {
         if self.opts.view.text_summaries() {
             self.pal.paint(&mut self.buf, Role::Bad, "!! malformed:");
             let _ = writeln!(self.buf, " {what}");
-            self.flush_buf()
+            self.flush_buf(out)
         } else {
-            self.flush_buf()?;
-            self.out.flush()?;
+            self.flush_buf(out)?;
+            out.flush()?;
             let _ = writeln!(self.err, "cm-trace: {}: malformed: {what}", self.file);
             Ok(())
         }
     }
 
-    fn finished(&mut self, done: &mut Vec<Conn>) -> io::Result<()> {
-        for c in done.drain(..) {
-            if !self.opts.filter.matches_conn(&c, |a| has_msg(&c, a)) {
-                continue;
+    fn finished(&mut self, c: &Conn) -> io::Result<()> {
+        if !self.opts.filter.is_empty() && !self.opts.filter.matches_conn(c, |a| has_msg(c, a)) {
+            return Ok(());
+        }
+        self.stats.add_conn(c);
+        if let Some(t) = self.timeline.as_deref_mut() {
+            t.add(self.timeline_file, c);
+        }
+        match self.opts.view {
+            View::Ladder => ladder(&mut self.buf, c, &self.pal),
+            View::LadderJson => {
+                conn_json(&mut self.buf, c, self.multi.then_some(self.file));
             }
-            self.stats.add_conn(&c);
-            if let Some(t) = self.timeline.as_deref_mut() {
-                t.add(self.timeline_file, &c);
-            }
-            match self.opts.view {
-                View::Ladder => ladder(&mut self.buf, &c, &self.pal),
-                View::LadderJson => {
-                    conn_json(&mut self.buf, &c, self.multi.then_some(self.file));
+            View::Text | View::Verbose => {
+                if matches!(c.outcome, Outcome::TimedOut { .. }) {
+                    self.pal.paint(&mut self.buf, Role::Bad, "!! timeout:");
+                    let _ = writeln!(self.buf, " conn {}: {}", c.id, outcome_text(c));
                 }
-                View::Text | View::Verbose => {
-                    if matches!(c.outcome, Outcome::TimedOut { .. }) {
-                        self.pal.paint(&mut self.buf, Role::Bad, "!! timeout:");
-                        let _ = writeln!(self.buf, " conn {}: {}", c.id, outcome_text(&c));
-                    }
-                }
-                _ => {}
             }
+            _ => {}
         }
         Ok(())
     }
@@ -221,8 +205,133 @@ fn open_progress(opts: &Options, size: Option<u64>) -> Option<indicatif::Progres
     Some(pb)
 }
 
-fn run_file<W: Write>(
-    ctx: &mut FileCtx<'_, W>,
+/// Per-MAD JSON lines per batch handed to the formatting thread.
+const BATCH: usize = 256;
+
+/// What the decoding thread sends the JSON formatting thread.
+enum ToFormatter {
+    /// CM events and their notes, to format and write.
+    Batch(Vec<(CmEvent, Note)>),
+    /// Write and flush everything so far, then acknowledge.
+    Flush,
+}
+
+/// The `--json` view on a second thread: this thread reads, decodes and tracks; the other
+/// formats the JSON lines and writes them. Events travel in reused batches.
+struct Formatter<'s> {
+    batch: Vec<(CmEvent, Note)>,
+    tx: mpsc::SyncSender<ToFormatter>,
+    back: mpsc::Receiver<Vec<(CmEvent, Note)>>,
+    ack: mpsc::Receiver<()>,
+    handle: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
+}
+
+/// The error of a formatting thread that stopped early (it failed writing).
+fn formatter_gone() -> io::Error {
+    io::Error::other("the JSON formatting thread stopped")
+}
+
+impl<'s> Formatter<'s> {
+    fn start<W: Write + Send>(
+        scope: &'s std::thread::Scope<'s, '_>,
+        out: &'s mut W,
+        file: Option<&'s str>,
+    ) -> Self {
+        let (tx, rx) = mpsc::sync_channel::<ToFormatter>(8);
+        let (back_tx, back) = mpsc::channel();
+        let (ack_tx, ack) = mpsc::channel();
+        let handle = scope.spawn(move || -> io::Result<()> {
+            let mut buf = Vec::with_capacity(1 << 17);
+            for msg in rx {
+                match msg {
+                    ToFormatter::Batch(mut b) => {
+                        for (ev, note) in &b {
+                            json_line(&mut buf, ev, note, file);
+                            if buf.len() >= 1 << 16 {
+                                out.write_all(&buf)?;
+                                buf.clear();
+                            }
+                        }
+                        b.clear();
+                        let _ = back_tx.send(b);
+                    }
+                    ToFormatter::Flush => {
+                        out.write_all(&buf)?;
+                        buf.clear();
+                        out.flush()?;
+                        let _ = ack_tx.send(());
+                    }
+                }
+            }
+            out.write_all(&buf)
+        });
+        Formatter {
+            batch: Vec::with_capacity(BATCH),
+            tx,
+            back,
+            ack,
+            handle,
+        }
+    }
+
+    /// Queues one line.
+    #[inline]
+    fn push(&mut self, ev: CmEvent, note: Note) -> io::Result<()> {
+        self.batch.push((ev, note));
+        if self.batch.len() >= BATCH {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self) -> io::Result<()> {
+        let next = self
+            .back
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+        let full = std::mem::replace(&mut self.batch, next);
+        self.tx
+            .send(ToFormatter::Batch(full))
+            .map_err(|_| formatter_gone())
+    }
+
+    /// Waits until everything queued so far is written and flushed.
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()?;
+        self.tx
+            .send(ToFormatter::Flush)
+            .map_err(|_| formatter_gone())?;
+        self.ack.recv().map_err(|_| formatter_gone())
+    }
+
+    /// Sends the rest and waits for the thread to finish.
+    fn finish(mut self) -> io::Result<()> {
+        let sent = if self.batch.is_empty() {
+            Ok(())
+        } else {
+            self.send()
+        };
+        drop(self.tx);
+        let joined = self
+            .handle
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the JSON formatting thread failed")));
+        // The thread's own error (a closed pipe) explains a failed send best.
+        joined.and(sent)
+    }
+}
+
+/// How per-MAD output leaves [`run_file`]'s loop.
+enum PerMad<'s, W> {
+    /// Formatted on this thread into the context's buffer, written to the output.
+    Inline(&'s mut W),
+    /// `--json`: formatted and written on a second thread.
+    Threaded(Formatter<'s>),
+}
+
+fn run_file<W: Write + Send>(
+    ctx: &mut FileCtx<'_>,
+    out: &mut W,
     src: &mut Source,
     counter: &Arc<AtomicU64>,
     size: Option<u64>,
@@ -235,7 +344,6 @@ fn run_file<W: Write>(
             || opts.timeline.is_some(),
         ..opts.tracker
     });
-    let mut done: Vec<Conn> = Vec::new();
     let mut t0: Option<Duration> = None;
     let mut last = Duration::ZERO;
     ctx.stats.files = 1;
@@ -245,43 +353,35 @@ fn run_file<W: Write>(
         ctx.buf.push(b'\n');
     }
     let filter_empty = opts.filter.is_empty();
-    // Two threads: this one decodes (read, frame, MAD), the other tracks connections and
-    // renders; batches go over a bounded channel and come back empty for reuse.
+    let file = ctx.multi.then_some(ctx.file);
+    // CM messages by attribute ID (the common ones; see below).
+    let mut msg_counts = [0u64; 0x20];
     std::thread::scope(|scope| -> io::Result<()> {
-        let (tx, rx) = mpsc::sync_channel::<Vec<Rec>>(16);
-        let (back_tx, back_rx) = mpsc::channel::<Vec<Rec>>();
-        scope.spawn(move || {
-            let mut batch = Vec::with_capacity(BATCH);
+        // The JSON view formats and writes on a second thread (nothing else writes to `out`
+        // meanwhile: its malformed-record notes and summaries go to `err`).
+        let mut per_mad = if opts.view == View::Json {
+            PerMad::Threaded(Formatter::start(scope, &mut *out, file))
+        } else {
+            PerMad::Inline(&mut *out)
+        };
+        let looped = (|| -> io::Result<()> {
+            let mut records = 0u64;
             loop {
-                match src.next_record() {
+                let (ts, item) = match src.next_record() {
                     None => break,
                     Some(Err(e)) => {
-                        batch.push(Rec::Error(e));
-                        break;
-                    }
-                    Some(Ok(r)) => batch.push(Rec::Item(r.timestamp, classify(&r))),
-                }
-                if batch.len() >= BATCH {
-                    if tx.send(batch).is_err() {
-                        return;
-                    }
-                    batch = back_rx
-                        .try_recv()
-                        .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-                }
-            }
-            let _ = tx.send(batch);
-        });
-        for mut batch in rx {
-            for rec in batch.drain(..) {
-                let (ts, item) = match rec {
-                    Rec::Error(e) => {
                         // A damaged record ends the file (the reader cannot resynchronise).
                         ctx.stats.malformed += 1;
-                        ctx.malformed(&e)?;
-                        continue;
+                        match &mut per_mad {
+                            PerMad::Inline(out) => ctx.malformed(out, &e)?,
+                            PerMad::Threaded(f) => {
+                                f.flush()?;
+                                let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {e}", ctx.file);
+                            }
+                        }
+                        break;
                     }
-                    Rec::Item(ts, item) => (ts, item),
+                    Some(Ok(r)) => (r.timestamp, classify(&r)),
                 };
                 ctx.stats.frames += 1;
                 let t = *t0.get_or_insert(ts);
@@ -292,19 +392,28 @@ fn run_file<W: Write>(
                         if ev.icrc == Icrc::Bad {
                             ctx.stats.bad_icrc += 1;
                         }
-                        ctx.stats.count_message(ev.mad.msg.attr_id());
-                        let note = tracker.observe(&ev, &mut done);
-                        if !done.is_empty() {
-                            ctx.finished(&mut done)?;
+                        // Counted here, added to the statistics' map at the end.
+                        let attr = ev.mad.msg.attr_id().raw();
+                        match msg_counts.get_mut(usize::from(attr)) {
+                            Some(n) => *n += 1,
+                            None => ctx.stats.count_message(ev.mad.msg.attr_id()),
+                        }
+                        let note = tracker.observe(&ev);
+                        if tracker.has_finished() {
+                            tracker.drain_finished(|c| ctx.finished(c))?;
                         }
                         if opts.view.per_mad()
                             && (filter_empty || opts.filter.matches_event(&ev, &note))
                         {
-                            let file = ctx.multi.then_some(ctx.file);
-                            match opts.view {
-                                View::Json => json_line(&mut ctx.buf, &ev, &note, file),
-                                View::Verbose => verbose(&mut ctx.buf, &ev, &note, t, &ctx.pal),
-                                _ => text_line(&mut ctx.buf, &ev, &note, t, &ctx.pal),
+                            match &mut per_mad {
+                                PerMad::Threaded(f) => f.push(ev, note)?,
+                                PerMad::Inline(_) => match opts.view {
+                                    View::Json => json_line(&mut ctx.buf, &ev, &note, file),
+                                    View::Verbose => {
+                                        verbose(&mut ctx.buf, &ev, &note, t, &ctx.pal);
+                                    }
+                                    _ => text_line(&mut ctx.buf, &ev, &note, t, &ctx.pal),
+                                },
                             }
                         }
                     }
@@ -314,23 +423,47 @@ fn run_file<W: Write>(
                     }
                     Item::Malformed { frame, reason } => {
                         ctx.stats.malformed += 1;
-                        ctx.malformed(&format!("frame {frame}: {reason}"))?;
+                        let what = format!("frame {frame}: {reason}");
+                        match &mut per_mad {
+                            PerMad::Inline(out) => ctx.malformed(out, &what)?,
+                            PerMad::Threaded(f) => {
+                                f.flush()?;
+                                let _ =
+                                    writeln!(ctx.err, "cm-trace: {}: malformed: {what}", ctx.file);
+                            }
+                        }
                     }
                 }
-                // At least the BufWriter's capacity, so the buffer is written through.
-                if ctx.buf.len() >= 1 << 16 {
-                    ctx.flush_buf()?;
+                if let PerMad::Inline(out) = &mut per_mad {
+                    // At least the BufWriter's capacity, so the buffer is written through.
+                    if ctx.buf.len() >= 1 << 16 {
+                        ctx.flush_buf(*out)?;
+                    }
+                }
+                records += 1;
+                if records.is_multiple_of(4096) {
+                    if let Some(pb) = &pb {
+                        pb.set_position(counter.load(Ordering::Relaxed));
+                    }
                 }
             }
-            let _ = back_tx.send(batch);
-            if let Some(pb) = &pb {
-                pb.set_position(counter.load(Ordering::Relaxed));
+            Ok(())
+        })();
+        match per_mad {
+            PerMad::Threaded(f) => {
+                let finished = f.finish();
+                looped.and(finished)
             }
+            PerMad::Inline(_) => looped,
         }
-        Ok(())
     })?;
-    tracker.finish_all(&mut done);
-    ctx.finished(&mut done)?;
+    for (attr, &n) in (0u16..).zip(msg_counts.iter()) {
+        if n > 0 {
+            *ctx.stats.messages.entry(attr).or_default() += n;
+        }
+    }
+    tracker.finish_all();
+    tracker.drain_finished(|c| ctx.finished(c))?;
     ctx.stats.evicted = tracker.stats.evicted;
     ctx.stats.peak_live = tracker.stats.peak_live;
     ctx.stats.span = t0.map_or(Duration::ZERO, |t| last.saturating_sub(t));
@@ -342,8 +475,8 @@ fn run_file<W: Write>(
         summary_lines(&mut ctx.buf, &stats, &ctx.pal);
         ctx.stats = stats;
     } else if opts.view == View::Json || opts.view == View::LadderJson {
-        ctx.flush_buf()?;
-        ctx.out.flush()?;
+        ctx.flush_buf(out)?;
+        out.flush()?;
         let mut line = Vec::new();
         summary_lines(&mut line, &ctx.stats, &Palette::default());
         for l in String::from_utf8_lossy(&line).lines() {
@@ -355,7 +488,7 @@ fn run_file<W: Write>(
             );
         }
     }
-    ctx.flush_buf()
+    ctx.flush_buf(out)
 }
 
 /// Decodes `files` (`-` = standard input) and writes the chosen view to `out`; errors and
@@ -364,7 +497,7 @@ fn run_file<W: Write>(
 /// # Errors
 /// Only I/O errors writing `out` (a closed pipe included) or the timeline file. Unreadable
 /// inputs are reported on `err` and counted in [`Outcomes::unreadable`].
-pub fn run<W: Write>(
+pub fn run<W: Write + Send>(
     opts: &Options,
     files: &[String],
     out: &mut W,
@@ -395,7 +528,6 @@ pub fn run<W: Write>(
         let mut ctx = FileCtx {
             opts,
             pal,
-            out: &mut *out,
             err: &mut *err,
             file,
             multi,
@@ -404,7 +536,7 @@ pub fn run<W: Write>(
             timeline: timeline.as_mut(),
             timeline_file,
         };
-        run_file(&mut ctx, &mut src, &counter, size)?;
+        run_file(&mut ctx, out, &mut src, &counter, size)?;
         let stats = std::mem::take(&mut ctx.stats);
         result.stats.merge(&stats);
     }

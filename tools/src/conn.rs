@@ -32,7 +32,7 @@ use ibcm_mad::{
     TimeoutExp,
 };
 
-use crate::hash::FastMap;
+use crate::hash::{Key, SlotIndex};
 use crate::trace::{CmEvent, Endpoint, Icrc};
 
 /// Which end of a connection sent a message.
@@ -580,18 +580,57 @@ pub struct TrackerStats {
     pub peak_live: u64,
 }
 
+const KIND_END: u64 = 1;
+const KIND_PAIR: u64 = 2;
+const KIND_ACTIVE: u64 = 3;
+const KIND_SIDR: u64 = 4;
+
+/// Index key of one end: (CA GUID, comm ID).
+#[inline]
+fn end_key(guid: u64, id: u32) -> Key {
+    [guid, u64::from(id), KIND_END << 56]
+}
+
+/// Index key of a comm-ID pair (active, passive).
+#[inline]
+fn pair_key(a: u32, p: u32) -> Key {
+    [u64::from(a) << 32 | u64::from(p), 0, KIND_PAIR << 56]
+}
+
+/// Index key of (address, 32-bit ID) of kind `kind`.
+#[inline]
+fn addr_key(kind: u64, e: &Endpoint, id: u32) -> Key {
+    let (tag, bytes): (u64, [u8; 16]) = match e {
+        Endpoint::Ip(std::net::IpAddr::V4(a)) => (1, a.to_ipv6_mapped().octets()),
+        Endpoint::Ip(std::net::IpAddr::V6(a)) => (2, a.octets()),
+        Endpoint::Gid(g) => (3, g.0),
+        Endpoint::Lid(l) => (4, u128::from(l.0).to_be_bytes()),
+    };
+    let w = u128::from_be_bytes(bytes);
+    [
+        (w >> 64) as u64,
+        w as u64,
+        kind << 56 | tag << 48 | u64::from(id),
+    ]
+}
+
 /// The connection table of one capture file.
 #[derive(Debug)]
 pub struct Tracker {
     cfg: TrackerConfig,
-    slots: Vec<Option<Conn>>,
+    /// Connections (live where `gens` is non-zero).
+    slots: Vec<Conn>,
     free: Vec<usize>,
+    /// Finished connections not yet handed over (their slots are not free yet).
+    finished: Vec<usize>,
     live: usize,
     next_id: u64,
-    by_end: FastMap<(u64, u32), usize>,
-    by_pair: FastMap<(u32, u32), usize>,
-    by_active: FastMap<(Endpoint, u32), usize>,
-    by_sidr: FastMap<(Endpoint, u32), usize>,
+    /// Generation of each slot (0 = free): index entries of an older generation are dead.
+    gens: Vec<u32>,
+    next_gen: u32,
+    /// (CA GUID, comm ID), (comm ID pair), (active address, comm ID), (SIDR requester,
+    /// Request ID) → slot.
+    index: SlotIndex,
     /// Ended connections in order of ending: (ended-at, slot, conn id).
     ended: std::collections::VecDeque<(Duration, usize, u64)>,
     /// When the next idle sweep is due.
@@ -611,12 +650,12 @@ impl Tracker {
             },
             slots: Vec::new(),
             free: Vec::new(),
+            finished: Vec::new(),
             live: 0,
             next_id: 1,
-            by_end: FastMap::default(),
-            by_pair: FastMap::default(),
-            by_active: FastMap::default(),
-            by_sidr: FastMap::default(),
+            gens: Vec::new(),
+            next_gen: 1,
+            index: SlotIndex::default(),
             ended: std::collections::VecDeque::new(),
             next_sweep: Duration::ZERO,
             now: Duration::ZERO,
@@ -624,79 +663,135 @@ impl Tracker {
         }
     }
 
+    #[inline]
+    fn find(&self, key: &Key) -> Option<usize> {
+        let gens = &self.gens;
+        self.index
+            .get(key, |s| gens.get(s as usize).copied().unwrap_or(0))
+    }
+
+    #[inline]
+    fn put(&mut self, key: Key, slot: usize) {
+        let gens = &self.gens;
+        let g = gens.get(slot).copied().unwrap_or(0);
+        if g == 0 {
+            return;
+        }
+        self.index
+            .insert(key, slot, g, |s| gens.get(s as usize).copied().unwrap_or(0));
+    }
+
     /// Connections tracked now.
     pub fn live(&self) -> usize {
         self.live
     }
 
+    #[inline]
+    fn is_live(&self, slot: usize) -> bool {
+        self.gens.get(slot).is_some_and(|&g| g != 0)
+    }
+
+    #[inline]
     fn conn(&self, slot: usize) -> Option<&Conn> {
-        self.slots.get(slot).and_then(Option::as_ref)
+        if self.is_live(slot) {
+            self.slots.get(slot)
+        } else {
+            None
+        }
     }
 
+    #[inline]
     fn conn_mut(&mut self, slot: usize) -> Option<&mut Conn> {
-        self.slots.get_mut(slot).and_then(Option::as_mut)
+        if self.is_live(slot) {
+            self.slots.get_mut(slot)
+        } else {
+            None
+        }
     }
 
-    fn alloc(&mut self, ev: &CmEvent, kind: ConnKind, done: &mut Vec<Conn>) -> usize {
+    fn alloc(&mut self, ev: &CmEvent, kind: ConnKind) -> usize {
         if self.live >= self.cfg.max_live {
-            self.evict(done);
+            self.evict();
         }
         let id = self.next_id;
         self.next_id += 1;
-        let conn = Conn::new(id, ev, kind);
         self.live += 1;
         self.stats.peak_live = self.stats.peak_live.max(self.live as u64);
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.checked_add(1).unwrap_or(1);
         match self.free.pop() {
             Some(slot) => {
                 if let Some(s) = self.slots.get_mut(slot) {
-                    *s = Some(conn);
+                    // Reuse the slot (and its ladder's allocation) in place.
+                    let mut events = std::mem::take(&mut s.events);
+                    events.clear();
+                    *s = Conn::new(id, ev, kind);
+                    s.events = events;
+                }
+                if let Some(g) = self.gens.get_mut(slot) {
+                    *g = gen;
                 }
                 slot
             }
             None => {
-                self.slots.push(Some(conn));
+                self.slots.push(Conn::new(id, ev, kind));
+                self.gens.push(gen);
                 self.slots.len() - 1
             }
         }
     }
 
-    /// Removes a connection and its index entries; settles its outcome.
-    fn finish(&mut self, slot: usize, done: &mut Vec<Conn>) {
-        let Some(mut c) = self.slots.get_mut(slot).and_then(Option::take) else {
+    /// Stops tracking a connection (its index entries die with its generation), settles its
+    /// outcome and queues it for [`Tracker::drain_finished`].
+    fn finish(&mut self, slot: usize) {
+        let now = self.now;
+        let Some(g) = self.gens.get_mut(slot).filter(|g| **g != 0) else {
             return;
         };
+        *g = 0;
         self.live -= 1;
-        self.free.push(slot);
-        fn remove<K: std::hash::Hash + Eq>(map: &mut FastMap<K, usize>, key: K, slot: usize) {
-            if map.get(&key) == Some(&slot) {
-                map.remove(&key);
+        if let Some(c) = self.slots.get_mut(slot) {
+            c.settle(now);
+        }
+        self.finished.push(slot);
+    }
+
+    /// Whether connections finished since the last [`Tracker::drain_finished`].
+    #[inline]
+    pub fn has_finished(&self) -> bool {
+        !self.finished.is_empty()
+    }
+
+    /// Hands every connection finished so far to `f`, in order of finishing, and frees their
+    /// places. Stops at the first error (the connections not handed over are dropped).
+    ///
+    /// # Errors
+    /// The first error of `f`.
+    pub fn drain_finished<E>(
+        &mut self,
+        mut f: impl FnMut(&Conn) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut result = Ok(());
+        for &slot in &self.finished {
+            if result.is_ok() {
+                if let Some(c) = self.slots.get(slot) {
+                    result = f(c);
+                }
             }
+            self.free.push(slot);
         }
-        for end in [c.active, c.passive] {
-            if let (Some(g), Some(id)) = (end.ca_guid, end.comm_id) {
-                remove(&mut self.by_end, (g.0, id.0), slot);
-            }
-        }
-        if let (Some(a), Some(p)) = (c.active.comm_id, c.passive.comm_id) {
-            remove(&mut self.by_pair, (a.0, p.0), slot);
-        }
-        if let (Some(addr), Some(a)) = (c.active.addr, c.active.comm_id) {
-            remove(&mut self.by_active, (addr, a.0), slot);
-        }
-        if let (Some(addr), Some(r)) = (c.active.addr, c.request_id) {
-            remove(&mut self.by_sidr, (addr, r), slot);
-        }
-        c.settle(self.now);
-        done.push(c);
+        self.finished.clear();
+        result
     }
 
     /// Finishes the least recently active eighth of the table.
-    fn evict(&mut self, done: &mut Vec<Conn>) {
+    fn evict(&mut self) {
         let mut order: Vec<(Duration, u64, usize)> = self
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|c| (c.last, c.id, i)))
+            .filter(|(i, _)| self.is_live(*i))
+            .map(|(i, c)| (c.last, c.id, i))
             .collect();
         order.sort_unstable();
         let n = (self.cfg.max_live / 8).max(1);
@@ -704,13 +799,13 @@ impl Tracker {
             if let Some(c) = self.conn_mut(slot) {
                 c.evicted = true;
             }
-            self.finish(slot, done);
+            self.finish(slot);
             self.stats.evicted += 1;
         }
     }
 
     /// Finishes connections whose grace period or idle time has passed.
-    fn expire(&mut self, done: &mut Vec<Conn>) {
+    fn expire(&mut self) {
         while let Some(&(t, slot, id)) = self.ended.front() {
             if self.now < t + self.cfg.grace {
                 break;
@@ -721,7 +816,7 @@ impl Tracker {
                 c.id == id && c.ended.is_some_and(|e| c.last <= e)
             });
             if finish {
-                self.finish(slot, done);
+                self.finish(slot);
             } else if let Some(c) = self.conn(slot).filter(|c| c.id == id) {
                 // A message arrived after the end: wait again from that message.
                 let again = c.last;
@@ -737,29 +832,28 @@ impl Tracker {
                 .slots
                 .iter()
                 .enumerate()
-                .filter_map(|(i, s)| {
-                    s.as_ref()
-                        .filter(|c| c.last + self.cfg.idle < self.now)
-                        .map(|_| i)
-                })
+                .filter(|(i, c)| self.is_live(*i) && c.last + self.cfg.idle < self.now)
+                .map(|(i, _)| i)
                 .collect();
             for slot in idle {
-                self.finish(slot, done);
+                self.finish(slot);
             }
         }
     }
 
-    /// Finishes every connection (end of file), in order of first appearance.
-    pub fn finish_all(&mut self, done: &mut Vec<Conn>) {
+    /// Finishes every connection (end of file), in order of first appearance; then
+    /// [`Tracker::drain_finished`] hands them over.
+    pub fn finish_all(&mut self) {
         let mut slots: Vec<(u64, usize)> = self
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|c| (c.id, i)))
+            .filter(|(i, _)| self.is_live(*i))
+            .map(|(i, c)| (c.id, i))
             .collect();
         slots.sort_unstable();
         for (_, slot) in slots {
-            self.finish(slot, done);
+            self.finish(slot);
         }
         self.ended.clear();
     }
@@ -767,10 +861,10 @@ impl Tracker {
     /// Looks up the connection of a message carrying (local, remote) comm IDs; returns the
     /// slot and the sender's side.
     fn by_ids(&self, local: CommId, remote: CommId) -> Option<(usize, Side)> {
-        if let Some(&s) = self.by_pair.get(&(local.0, remote.0)) {
+        if let Some(s) = self.find(&pair_key(local.0, remote.0)) {
             return Some((s, Side::Active));
         }
-        if let Some(&s) = self.by_pair.get(&(remote.0, local.0)) {
+        if let Some(s) = self.find(&pair_key(remote.0, local.0)) {
             return Some((s, Side::Passive));
         }
         None
@@ -790,21 +884,14 @@ impl Tracker {
         }
         c.passive.comm_id = Some(id);
         if let Some(a) = c.active.comm_id {
-            self.by_pair.insert((a.0, id.0), slot);
+            self.put(pair_key(a.0, id.0), slot);
         }
     }
 
     /// Creates a connection for messages whose REQ was not seen; the sender of the first
     /// message is taken as `from`.
-    fn partial(
-        &mut self,
-        ev: &CmEvent,
-        local: CommId,
-        remote: CommId,
-        from: Side,
-        done: &mut Vec<Conn>,
-    ) -> usize {
-        let slot = self.alloc(ev, ConnKind::Unknown, done);
+    fn partial(&mut self, ev: &CmEvent, local: CommId, remote: CommId, from: Side) -> usize {
+        let slot = self.alloc(ev, ConnKind::Unknown);
         let (a, p) = match from {
             Side::Active => (local, remote),
             Side::Passive => (remote, local),
@@ -824,20 +911,20 @@ impl Tracker {
             }
         }
         if a.0 != 0 && p.0 != 0 {
-            self.by_pair.insert((a.0, p.0), slot);
+            self.put(pair_key(a.0, p.0), slot);
         }
         if a.0 != 0 {
-            self.by_active.insert((a_addr, a.0), slot);
+            self.put(addr_key(KIND_ACTIVE, &a_addr, a.0), slot);
         }
         slot
     }
 
     /// Finds (or creates) the connection of a message and the sender's side.
-    fn locate(&mut self, ev: &CmEvent, done: &mut Vec<Conn>) -> Option<(usize, Side)> {
+    fn locate(&mut self, ev: &CmEvent) -> Option<(usize, Side)> {
         match &ev.mad.msg {
             CmMessage::Req(r) => {
-                let key = (r.local_ca_guid.0, r.local_comm_id.0);
-                if let Some(&slot) = self.by_end.get(&key) {
+                let key = end_key(r.local_ca_guid.0, r.local_comm_id.0);
+                if let Some(slot) = self.find(&key) {
                     let same = self.conn(slot).is_some_and(|c| c.ended.is_none());
                     if same {
                         return Some((slot, Side::Active));
@@ -845,14 +932,14 @@ impl Tracker {
                     // The ID was reused after the old connection ended.
                     let retired = self.conn(slot).is_some_and(|c| c.req_sends > 0);
                     if retired {
-                        self.finish(slot, done);
+                        self.finish(slot);
                     } else {
                         // Messages seen before this REQ (e.g. a capture that starts with a
                         // retransmitted MRA): adopt them.
                         return Some((slot, Side::Active));
                     }
                 }
-                let slot = self.alloc(ev, ConnKind::Unknown, done);
+                let slot = self.alloc(ev, ConnKind::Unknown);
                 if let Some(c) = self.conn_mut(slot) {
                     c.active = End {
                         addr: Some(ev.src),
@@ -862,56 +949,53 @@ impl Tracker {
                     };
                     c.passive.addr = Some(ev.dst);
                 }
-                self.by_end.insert(key, slot);
-                self.by_active.insert((ev.src, r.local_comm_id.0), slot);
+                self.put(key, slot);
+                self.put(addr_key(KIND_ACTIVE, &ev.src, r.local_comm_id.0), slot);
                 Some((slot, Side::Active))
             }
             CmMessage::Rep(r) => {
-                if let Some(&slot) = self.by_end.get(&(r.local_ca_guid.0, r.local_comm_id.0)) {
+                if let Some(slot) = self.find(&end_key(r.local_ca_guid.0, r.local_comm_id.0)) {
                     return Some((slot, Side::Passive));
                 }
-                let slot = match self.by_active.get(&(ev.dst, r.remote_comm_id.0)) {
-                    Some(&s) => s,
+                let slot = match self.find(&addr_key(KIND_ACTIVE, &ev.dst, r.remote_comm_id.0)) {
+                    Some(s) => s,
                     None => match self.by_ids(r.local_comm_id, r.remote_comm_id) {
                         Some((s, _)) => s,
-                        None => {
-                            self.partial(ev, r.local_comm_id, r.remote_comm_id, Side::Passive, done)
-                        }
+                        None => self.partial(ev, r.local_comm_id, r.remote_comm_id, Side::Passive),
                     },
                 };
-                self.by_end
-                    .insert((r.local_ca_guid.0, r.local_comm_id.0), slot);
+                self.put(end_key(r.local_ca_guid.0, r.local_comm_id.0), slot);
                 self.learn_passive_id(slot, r.local_comm_id);
                 Some((slot, Side::Passive))
             }
             CmMessage::SidrReq(s) => {
-                let key = (ev.src, s.request_id.0);
-                if let Some(&slot) = self.by_sidr.get(&key) {
+                let key = addr_key(KIND_SIDR, &ev.src, s.request_id.0);
+                if let Some(slot) = self.find(&key) {
                     return Some((slot, Side::Active));
                 }
-                let slot = self.alloc(ev, ConnKind::Sidr, done);
+                let slot = self.alloc(ev, ConnKind::Sidr);
                 if let Some(c) = self.conn_mut(slot) {
                     c.active.addr = Some(ev.src);
                     c.passive.addr = Some(ev.dst);
                     c.request_id = Some(s.request_id.0);
                     c.service_id = Some(s.service_id);
                 }
-                self.by_sidr.insert(key, slot);
+                self.put(key, slot);
                 Some((slot, Side::Active))
             }
             CmMessage::SidrRep(s) => {
-                let key = (ev.dst, s.request_id.0);
-                if let Some(&slot) = self.by_sidr.get(&key) {
+                let key = addr_key(KIND_SIDR, &ev.dst, s.request_id.0);
+                if let Some(slot) = self.find(&key) {
                     return Some((slot, Side::Passive));
                 }
-                let slot = self.alloc(ev, ConnKind::Sidr, done);
+                let slot = self.alloc(ev, ConnKind::Sidr);
                 if let Some(c) = self.conn_mut(slot) {
                     c.active.addr = Some(ev.dst);
                     c.passive.addr = Some(ev.src);
                     c.request_id = Some(s.request_id.0);
                     c.service_id = Some(s.service_id);
                 }
-                self.by_sidr.insert(key, slot);
+                self.put(key, slot);
                 Some((slot, Side::Passive))
             }
             CmMessage::ClassPortInfo(_) | CmMessage::Unknown { .. } => None,
@@ -922,7 +1006,7 @@ impl Tracker {
                 }
                 if let CmMessage::Rej(rej) = msg {
                     if let Some(g) = rej.timeout_ca_guid() {
-                        if let Some(&slot) = self.by_end.get(&(g.0, local.0)) {
+                        if let Some(slot) = self.find(&end_key(g.0, local.0)) {
                             let side =
                                 self.conn(slot)
                                     .map_or(Side::Active, |c| match c.active.ca_guid {
@@ -935,7 +1019,7 @@ impl Tracker {
                 }
                 // From the passive side before its REP: matched by the active side's ID.
                 if remote.0 != 0 {
-                    if let Some(&slot) = self.by_active.get(&(ev.dst, remote.0)) {
+                    if let Some(slot) = self.find(&addr_key(KIND_ACTIVE, &ev.dst, remote.0)) {
                         self.learn_passive_id(slot, local);
                         return Some((slot, Side::Passive));
                     }
@@ -943,7 +1027,7 @@ impl Tracker {
                 // From the active side with the passive ID still unknown (REJ of a REP seen
                 // before the REP, DREQ of a half-seen connection).
                 if local.0 != 0 {
-                    if let Some(&slot) = self.by_active.get(&(ev.src, local.0)) {
+                    if let Some(slot) = self.find(&addr_key(KIND_ACTIVE, &ev.src, local.0)) {
                         self.learn_passive_id(slot, remote);
                         return Some((slot, Side::Active));
                     }
@@ -955,18 +1039,19 @@ impl Tracker {
                     CmMessage::Rej(m) if m.message_rejected == MsgKind::Req => Side::Passive,
                     _ => Side::Active,
                 };
-                Some((self.partial(ev, local, remote, from, done), from))
+                Some((self.partial(ev, local, remote, from), from))
             }
         }
     }
 
-    /// Tracks one CM message. Connections finished meanwhile are appended to `done`.
-    pub fn observe(&mut self, ev: &CmEvent, done: &mut Vec<Conn>) -> Note {
+    /// Tracks one CM message. Connections finished meanwhile wait for
+    /// [`Tracker::drain_finished`].
+    pub fn observe(&mut self, ev: &CmEvent) -> Note {
         if ev.time > self.now {
             self.now = ev.time;
         }
-        self.expire(done);
-        let Some((slot, from)) = self.locate(ev, done) else {
+        self.expire();
+        let Some((slot, from)) = self.locate(ev) else {
             return Note::default();
         };
         let record = self.cfg.record_events;

@@ -98,3 +98,155 @@ impl BuildHasher for FastState {
 
 /// A `HashMap` with [`FastState`].
 pub type FastMap<K, V> = std::collections::HashMap<K, V, FastState>;
+
+/// A key of a [`SlotIndex`]: three words (the caller packs its fields and a kind tag).
+pub type Key = [u64; 3];
+
+/// One entry: a key, the slot it names and the generation the slot had then.
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    key: Key,
+    slot: u32,
+    /// 0 = empty.
+    gen: u32,
+}
+
+/// An open-addressing (linear probing) index from [`Key`]s to slots of a table whose slots
+/// carry generations, with lazy deletion.
+///
+/// An entry is *live* while its slot still has the generation it was inserted with; the owner
+/// invalidates every entry of a slot at once by changing the slot's generation, so removing
+/// a connection costs no look-ups here. Dead entries are overwritten by later inserts and
+/// dropped when the table is rebuilt (when live and dead entries together fill half of it), so
+/// memory stays proportional to the live entries. One probe usually touches one cache line.
+#[derive(Debug, Clone)]
+pub struct SlotIndex {
+    entries: Vec<Entry>,
+    mask: usize,
+    /// Non-empty entries (live or dead).
+    used: usize,
+    seed: [u64; 3],
+}
+
+const MIN_INDEX: usize = 1024;
+
+#[inline]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a).wrapping_mul(u128::from(b));
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+impl Default for SlotIndex {
+    fn default() -> Self {
+        let s = RandomState::new();
+        SlotIndex {
+            entries: vec![Entry::default(); MIN_INDEX],
+            mask: MIN_INDEX - 1,
+            used: 0,
+            seed: [
+                s.hash_one(1u64) | 1,
+                s.hash_one(2u64) | 1,
+                s.hash_one(3u64) | 1,
+            ],
+        }
+    }
+}
+
+impl SlotIndex {
+    #[inline]
+    fn home(&self, k: &Key) -> usize {
+        let h = fold(k[0] ^ self.seed[0], k[1] ^ self.seed[1]);
+        let h = fold(h ^ k[2], self.seed[2]);
+        (h as usize) & self.mask
+    }
+
+    /// The slot of `key`, if its entry is live (`gen(slot)` is the slot's generation now).
+    #[inline]
+    pub fn get(&self, key: &Key, gen: impl Fn(u32) -> u32) -> Option<usize> {
+        let mut i = self.home(key);
+        loop {
+            let e = self.entries.get(i)?;
+            if e.gen == 0 {
+                return None;
+            }
+            if e.key == *key {
+                return (gen(e.slot) == e.gen).then_some(e.slot as usize);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Sets `key` → (`slot`, `slot_gen`), replacing an entry for the same key. `gen` gives
+    /// every slot's generation now (dead entries are reused).
+    pub fn insert(&mut self, key: Key, slot: usize, slot_gen: u32, gen: impl Fn(u32) -> u32) {
+        let Ok(slot) = u32::try_from(slot) else {
+            return;
+        };
+        if (self.used + 1) * 2 > self.entries.len() {
+            self.rebuild(&gen);
+        }
+        let new = Entry {
+            key,
+            slot,
+            gen: slot_gen,
+        };
+        let mut i = self.home(&key);
+        let mut reuse: Option<usize> = None;
+        loop {
+            let Some(e) = self.entries.get(i) else {
+                return;
+            };
+            if e.gen == 0 {
+                break;
+            }
+            if e.key == key {
+                if let Some(e) = self.entries.get_mut(i) {
+                    *e = new;
+                }
+                return;
+            }
+            if reuse.is_none() && gen(e.slot) != e.gen {
+                reuse = Some(i);
+            }
+            i = (i + 1) & self.mask;
+        }
+        let at = match reuse {
+            Some(r) => r,
+            None => {
+                self.used += 1;
+                i
+            }
+        };
+        if let Some(e) = self.entries.get_mut(at) {
+            *e = new;
+        }
+    }
+
+    /// Drops dead entries; doubles the table when live entries fill a quarter of it.
+    fn rebuild(&mut self, gen: &impl Fn(u32) -> u32) {
+        let live: Vec<Entry> = self
+            .entries
+            .iter()
+            .filter(|e| e.gen != 0 && gen(e.slot) == e.gen)
+            .copied()
+            .collect();
+        let mut cap = self.entries.len();
+        while (live.len() + 1) * 4 > cap {
+            cap *= 2;
+        }
+        self.entries.clear();
+        self.entries.resize(cap, Entry::default());
+        self.mask = cap - 1;
+        self.used = live.len();
+        for e in live {
+            let mut i = self.home(&e.key);
+            while let Some(slot) = self.entries.get_mut(i) {
+                if slot.gen == 0 {
+                    *slot = e;
+                    break;
+                }
+                i = (i + 1) & self.mask;
+            }
+        }
+    }
+}

@@ -50,9 +50,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use ibcm_mad::cma::CmaHeader;
+use ibcm_mad::frame::Encap;
 use ibcm_mad::{CmMessage, ReqTransport, ServiceId};
 
-use crate::conn::Note;
+use crate::conn::{Note, Side};
 use crate::style::{msg_role, Palette, Role};
 use crate::trace::{CmEvent, Endpoint, Icrc};
 
@@ -60,11 +61,100 @@ use crate::trace::{CmEvent, Endpoint, Icrc};
 /// Bumped on any incompatible change.
 pub const JSON_SCHEMA_VERSION: u32 = 2;
 
+/// The two decimal digits of 0..=99 as a little-endian `u16` (tens digit first in memory).
+// Indexing in a const initialiser cannot panic at run time (an error would fail the build).
+#[allow(clippy::indexing_slicing)]
+const PAIRS: [u16; 100] = {
+    let mut t = [0u16; 100];
+    let mut i = 0;
+    while i < 100 {
+        t[i] = (b'0' + (i / 10) as u8) as u16 | (((b'0' + (i % 10) as u8) as u16) << 8);
+        i += 1;
+    }
+    t
+};
+
+/// Exactly 8 digits of `v` (< 10^8, zero-padded) in a register, first digit in the lowest
+/// byte. The four pairs are computed independently (short dependency chains).
+#[inline(always)]
+fn digits8(v: u64) -> u64 {
+    let hi = v / 10_000;
+    let lo = v % 10_000;
+    let p = |x: u64| u64::from(PAIRS.get(x as usize).copied().unwrap_or(0x3030));
+    p(hi / 100) | p(hi % 100) << 16 | p(lo / 100) << 32 | p(lo % 100) << 48
+}
+
+/// Number of decimal digits of `v` (1..=20).
+#[inline(always)]
+fn dec_len(v: u64) -> usize {
+    // Indexing in a const initialiser cannot panic at run time.
+    #[allow(clippy::indexing_slicing)]
+    const POW10: [u64; 20] = {
+        let mut t = [0u64; 20];
+        let mut p = 1u64;
+        let mut i = 0;
+        while i < 20 {
+            t[i] = p;
+            p = p.wrapping_mul(10);
+            i += 1;
+        }
+        t
+    };
+    let bits = 64 - (v | 1).leading_zeros();
+    // floor(bits · log10 2): the digit count, or one less.
+    let guess = (bits * 1233) >> 12;
+    let guess = guess as usize;
+    guess + usize::from(POW10.get(guess).is_some_and(|&p| v >= p))
+}
+
+/// Appends `N` bytes, then keeps only the first `len` of them: a copy of a compile-time size
+/// (plain stores) instead of a `memcpy` call for a short run of variable length.
+#[inline(always)]
+fn put_prefix<const N: usize>(out: &mut Vec<u8>, bytes: &[u8; N], len: usize) {
+    let at = out.len();
+    out.extend_from_slice(bytes);
+    out.truncate(at + len.min(N));
+}
+
 /// Appends an unsigned integer.
 #[inline]
 pub fn put_u64(out: &mut Vec<u8>, v: u64) {
-    let mut b = itoa::Buffer::new();
-    out.extend_from_slice(b.format(v).as_bytes());
+    const E8: u64 = 100_000_000;
+    const E16: u64 = E8 * E8;
+    if v < 10 {
+        out.push(b'0' + v as u8);
+        return;
+    }
+    let n = dec_len(v);
+    if v < E8 {
+        let d = digits8(v).wrapping_shr(((8 - n) * 8) as u32);
+        put_prefix(out, &d.to_le_bytes(), n);
+    } else if v < E16 {
+        let d = u128::from(digits8(v / E8)) | u128::from(digits8(v % E8)) << 64;
+        let d = d.wrapping_shr(((16 - n) * 8) as u32);
+        put_prefix(out, &d.to_le_bytes(), n);
+    } else {
+        let top = n - 16;
+        let t = digits8(v / E16).wrapping_shr(((8 - top) * 8) as u32);
+        put_prefix(out, &t.to_le_bytes(), top);
+        let r = v % E16;
+        let d = u128::from(digits8(r / E8)) | u128::from(digits8(r % E8)) << 64;
+        out.extend_from_slice(&d.to_le_bytes());
+    }
+}
+
+/// Appends a short string (a name): byte by byte, which beats a `memcpy` call for a few
+/// bytes.
+#[inline]
+pub fn put_short(out: &mut Vec<u8>, s: &str) {
+    if s.len() > 32 {
+        out.extend_from_slice(s.as_bytes());
+        return;
+    }
+    out.reserve(32);
+    for &b in s.as_bytes() {
+        out.push(b);
+    }
 }
 
 /// Appends a float (shortest round-trip form; non-finite values as 0).
@@ -72,23 +162,53 @@ pub fn put_u64(out: &mut Vec<u8>, v: u64) {
 pub fn put_f64(out: &mut Vec<u8>, v: f64) {
     if v.is_finite() {
         let mut b = ryu::Buffer::new();
-        out.extend_from_slice(b.format_finite(v).as_bytes());
+        put_short(out, b.format_finite(v));
     } else {
         out.push(b'0');
     }
 }
 
-fn put_ipv4(out: &mut Vec<u8>, a: Ipv4Addr) {
-    let mut b = itoa::Buffer::new();
-    for (i, o) in a.octets().iter().enumerate() {
-        if i > 0 {
-            out.push(b'.');
-        }
-        out.extend_from_slice(b.format(*o).as_bytes());
+/// Each byte value in decimal (first digit in the lowest byte) and its length.
+// Indexing in a const initialiser cannot panic at run time.
+#[allow(clippy::indexing_slicing)]
+const OCTETS: [(u32, u8); 256] = {
+    let mut t = [(0u32, 0u8); 256];
+    let mut i = 0;
+    while i < 256 {
+        let v = i as u32;
+        t[i] = if v >= 100 {
+            (
+                (0x30 + v / 100) | (0x30 + v / 10 % 10) << 8 | (0x30 + v % 10) << 16,
+                3,
+            )
+        } else if v >= 10 {
+            ((0x30 + v / 10) | (0x30 + v % 10) << 8, 2)
+        } else {
+            (0x30 + v, 1)
+        };
+        i += 1;
     }
+    t
+};
+
+fn put_ipv4(out: &mut Vec<u8>, a: Ipv4Addr) {
+    // At most 15 bytes: built in a register, stored once.
+    let mut acc = 0u128;
+    let mut pos = 0u32;
+    for (i, o) in a.octets().into_iter().enumerate() {
+        if i > 0 {
+            acc |= u128::from(b'.').wrapping_shl(pos * 8);
+            pos += 1;
+        }
+        let (d, n) = OCTETS.get(usize::from(o)).copied().unwrap_or((0x30, 1));
+        acc |= u128::from(d).wrapping_shl(pos * 8);
+        pos += u32::from(n);
+    }
+    put_prefix(out, &acc.to_le_bytes(), pos as usize);
 }
 
 /// Appends an endpoint as text (`2.2.2.1`, a GID, `LID 5`).
+#[inline]
 pub fn put_endpoint(out: &mut Vec<u8>, e: &Endpoint) {
     match e {
         Endpoint::Ip(IpAddr::V4(a)) => put_ipv4(out, *a),
@@ -228,14 +348,6 @@ fn transport_name(t: ReqTransport) -> &'static str {
     }
 }
 
-fn sid_members(o: &mut Obj<'_>, sid: ServiceId) {
-    o.u64("service_id", sid.0);
-    if let Some((ps, port)) = sid.rdma_cm_port() {
-        o.name("port_space", ps.name());
-        o.u64("port", u64::from(port));
-    }
-}
-
 /// The rdma_cm IP header of a REQ / SIDR_REQ, when its Service ID is an rdma_cm one.
 pub fn cma_header(msg: &CmMessage) -> Option<CmaHeader> {
     let (sid, pd): (ServiceId, &[u8]) = match msg {
@@ -247,85 +359,176 @@ pub fn cma_header(msg: &CmMessage) -> Option<CmaHeader> {
     CmaHeader::parse(pd).ok()
 }
 
-/// Appends one JSON line (schema above) for a CM MAD.
-pub fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Option<&str>) {
-    let msg = &ev.mad.msg;
-    let mut o = Obj::new(out);
-    o.u64("v", u64::from(JSON_SCHEMA_VERSION));
-    if let Some(f) = file {
-        o.str("file", f);
+/// `,"key":` as a literal.
+macro_rules! key {
+    ($k:literal) => {
+        concat!(",\"", $k, "\":").as_bytes()
+    };
+}
+
+/// `,"key":N`.
+#[inline(always)]
+fn num(out: &mut Vec<u8>, key: &'static [u8], v: u64) {
+    out.extend_from_slice(key);
+    put_u64(out, v);
+}
+
+/// `,"key":"value"` for a name that needs no escaping.
+#[inline(always)]
+fn name(out: &mut Vec<u8>, key: &'static [u8], v: &str) {
+    out.extend_from_slice(key);
+    out.push(b'"');
+    put_short(out, v);
+    out.push(b'"');
+}
+
+/// `,"key":"endpoint"`.
+#[inline(always)]
+fn endpoint(out: &mut Vec<u8>, key: &'static [u8], e: &Endpoint) {
+    out.extend_from_slice(key);
+    out.push(b'"');
+    put_endpoint(out, e);
+    out.push(b'"');
+}
+
+/// `,"key":true|false`.
+#[inline(always)]
+fn boolean(out: &mut Vec<u8>, key: &'static [u8], v: bool) {
+    out.extend_from_slice(key);
+    out.extend_from_slice(if v { b"true" } else { b"false" });
+}
+
+#[inline(always)]
+fn sid(out: &mut Vec<u8>, sid: ServiceId) {
+    num(out, key!("service_id"), sid.0);
+    if let Some((ps, port)) = sid.rdma_cm_port() {
+        name(out, key!("port_space"), ps.name());
+        num(out, key!("port"), u64::from(port));
     }
-    o.u64("frame", ev.frame);
-    o.f64("time", ev.time.as_secs_f64());
-    o.name("msg", msg_name(msg));
-    o.u64("attr_id", u64::from(msg.attr_id().raw()));
-    o.u64("tid", ev.mad.header.tid.0);
-    o.opt_u64("local_comm_id", msg.local_comm_id().map(|c| u64::from(c.0)));
-    o.opt_u64(
-        "remote_comm_id",
-        msg.remote_comm_id().map(|c| u64::from(c.0)),
-    );
+}
+
+/// Appends one JSON line (schema above) for a CM MAD.
+///
+/// Written with literal keys straight into `out` (this is cm-trace's hottest path): the same
+/// bytes as building the object member by member.
+pub fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Option<&str>) {
+    const _: () = assert!(JSON_SCHEMA_VERSION == 2);
+    let msg = &ev.mad.msg;
+    out.reserve(1024);
+    out.extend_from_slice(b"{\"v\":2");
+    if let Some(f) = file {
+        out.extend_from_slice(key!("file"));
+        put_json_str(out, f);
+    }
+    num(out, key!("frame"), ev.frame);
+    out.extend_from_slice(key!("time"));
+    put_f64(out, ev.time.as_secs_f64());
+    out.extend_from_slice(match msg {
+        CmMessage::ClassPortInfo(_) => b",\"msg\":\"CPI\",\"attr_id\":1",
+        CmMessage::Req(_) => b",\"msg\":\"REQ\",\"attr_id\":16",
+        CmMessage::Mra(_) => b",\"msg\":\"MRA\",\"attr_id\":17",
+        CmMessage::Rej(_) => b",\"msg\":\"REJ\",\"attr_id\":18",
+        CmMessage::Rep(_) => b",\"msg\":\"REP\",\"attr_id\":19",
+        CmMessage::Rtu(_) => b",\"msg\":\"RTU\",\"attr_id\":20",
+        CmMessage::Dreq(_) => b",\"msg\":\"DREQ\",\"attr_id\":21",
+        CmMessage::Drep(_) => b",\"msg\":\"DREP\",\"attr_id\":22",
+        CmMessage::SidrReq(_) => b",\"msg\":\"SIDR_REQ\",\"attr_id\":23",
+        CmMessage::SidrRep(_) => b",\"msg\":\"SIDR_REP\",\"attr_id\":24",
+        CmMessage::Lap(_) => b",\"msg\":\"LAP\",\"attr_id\":25",
+        CmMessage::Apr(_) => b",\"msg\":\"APR\",\"attr_id\":26",
+        CmMessage::Unknown { .. } => b"",
+    });
+    if let CmMessage::Unknown { .. } = msg {
+        name(out, key!("msg"), msg_name(msg));
+        num(out, key!("attr_id"), u64::from(msg.attr_id().raw()));
+    }
+    num(out, key!("tid"), ev.mad.header.tid.0);
+    if let Some(c) = msg.local_comm_id() {
+        num(out, key!("local_comm_id"), u64::from(c.0));
+    }
+    if let Some(c) = msg.remote_comm_id() {
+        num(out, key!("remote_comm_id"), u64::from(c.0));
+    }
     match msg {
         CmMessage::Req(r) => {
-            sid_members(&mut o, r.service_id);
-            o.u64("ca_guid", r.local_ca_guid.0);
-            o.u64("local_qpn", u64::from(r.local_qpn.get()));
-            o.u64("psn", u64::from(r.starting_psn.get()));
-            o.name("transport", transport_name(r.transport()));
+            sid(out, r.service_id);
+            num(out, key!("ca_guid"), r.local_ca_guid.0);
+            num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
+            num(out, key!("psn"), u64::from(r.starting_psn.get()));
+            out.extend_from_slice(match r.transport() {
+                ReqTransport::Rc => b",\"transport\":\"RC\"",
+                ReqTransport::Uc => b",\"transport\":\"UC\"",
+                ReqTransport::Xrc => b",\"transport\":\"XRC\"",
+                ReqTransport::Other => b",\"transport\":\"other\"",
+            });
         }
         CmMessage::Rep(r) => {
-            o.u64("ca_guid", r.local_ca_guid.0);
-            o.u64("local_qpn", u64::from(r.local_qpn.get()));
+            num(out, key!("ca_guid"), r.local_ca_guid.0);
+            num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
             if r.local_eecn.get() != 0 {
-                o.u64("local_eecn", u64::from(r.local_eecn.get()));
+                num(out, key!("local_eecn"), u64::from(r.local_eecn.get()));
             }
-            o.u64("psn", u64::from(r.starting_psn.get()));
+            num(out, key!("psn"), u64::from(r.starting_psn.get()));
         }
-        CmMessage::Dreq(d) => o.u64("remote_qpn", u64::from(d.remote_qpn_eecn.get())),
-        CmMessage::Lap(l) => o.u64("remote_qpn", u64::from(l.remote_qpn_eecn.get())),
+        CmMessage::Dreq(d) => num(out, key!("remote_qpn"), u64::from(d.remote_qpn_eecn.get())),
+        CmMessage::Lap(l) => num(out, key!("remote_qpn"), u64::from(l.remote_qpn_eecn.get())),
         CmMessage::SidrReq(s) => {
-            o.u64("request_id", u64::from(s.request_id.0));
-            sid_members(&mut o, s.service_id);
+            num(out, key!("request_id"), u64::from(s.request_id.0));
+            sid(out, s.service_id);
         }
         CmMessage::SidrRep(s) => {
-            o.u64("request_id", u64::from(s.request_id.0));
-            sid_members(&mut o, s.service_id);
-            o.u64("local_qpn", u64::from(s.qpn.get()));
-            o.u64("sidr_status", u64::from(s.status.raw()));
+            num(out, key!("request_id"), u64::from(s.request_id.0));
+            sid(out, s.service_id);
+            num(out, key!("local_qpn"), u64::from(s.qpn.get()));
+            num(out, key!("sidr_status"), u64::from(s.status.raw()));
         }
         _ => {}
     }
-    o.bool("xrc", msg.is_xrc() || note.xrc);
+    boolean(out, key!("xrc"), msg.is_xrc() || note.xrc);
     match msg {
         CmMessage::Rej(r) => {
-            o.u64("rej_reason", u64::from(r.reason.raw()));
-            o.name("rej_reason_name", r.reason.name());
-            o.name("msg_rejected", r.message_rejected.name());
+            num(out, key!("rej_reason"), u64::from(r.reason.raw()));
+            name(out, key!("rej_reason_name"), r.reason.name());
+            name(out, key!("msg_rejected"), r.message_rejected.name());
         }
         CmMessage::Mra(m) => {
-            o.name("mraed", m.message_mraed.name());
-            o.u64("service_timeout", u64::from(m.service_timeout.get()));
+            name(out, key!("mraed"), m.message_mraed.name());
+            num(
+                out,
+                key!("service_timeout"),
+                u64::from(m.service_timeout.get()),
+            );
         }
         _ => {}
     }
     if let Some(h) = cma_header(msg) {
-        o.endpoint("cma_src", &Endpoint::Ip(h.src));
-        o.endpoint("cma_dst", &Endpoint::Ip(h.dst));
-        o.u64("cma_src_port", u64::from(h.src_port));
+        endpoint(out, key!("cma_src"), &Endpoint::Ip(h.src));
+        endpoint(out, key!("cma_dst"), &Endpoint::Ip(h.dst));
+        num(out, key!("cma_src_port"), u64::from(h.src_port));
     }
     if let Some(c) = note.conn {
-        o.u64("conn", c);
+        num(out, key!("conn"), c);
     }
-    if let Some(f) = note.from {
-        o.name("from", f.as_str());
+    match note.from {
+        Some(Side::Active) => out.extend_from_slice(b",\"from\":\"active\""),
+        Some(Side::Passive) => out.extend_from_slice(b",\"from\":\"passive\""),
+        None => {}
     }
-    o.bool("retrans", note.retrans);
-    o.name("icrc", ev.icrc.as_str());
-    o.endpoint("src", &ev.src);
-    o.endpoint("dst", &ev.dst);
-    o.name("encap", ev.encap.name());
-    o.close();
-    out.push(b'\n');
+    boolean(out, key!("retrans"), note.retrans);
+    out.extend_from_slice(match ev.icrc {
+        Icrc::Ok => b",\"icrc\":\"ok\"",
+        Icrc::Bad => b",\"icrc\":\"bad\"",
+        Icrc::Absent => b",\"icrc\":\"absent\"",
+    });
+    endpoint(out, key!("src"), &ev.src);
+    endpoint(out, key!("dst"), &ev.dst);
+    out.extend_from_slice(match ev.encap {
+        Encap::RoceV2Ipv4 => b",\"encap\":\"RoCEv2/IPv4\"}\n",
+        Encap::RoceV2Ipv6 => b",\"encap\":\"RoCEv2/IPv6\"}\n",
+        Encap::RoceV1 => b",\"encap\":\"RoCEv1\"}\n",
+        Encap::IbLocal => b",\"encap\":\"IB LNH=2\"}\n",
+        Encap::IbGlobal => b",\"encap\":\"IB LNH=3\"}\n",
+    });
 }
 
 /// Appends a duration as seconds with 6 decimals (`12.345678`), right-aligned in `width`.
@@ -495,4 +698,50 @@ pub fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration, pal
         pal.end(out, Role::Dim);
     }
     out.push(b'\n');
+}
+
+#[cfg(test)]
+mod number_tests {
+    use super::*;
+
+    #[test]
+    fn put_u64_matches_display() {
+        let mut vals = vec![0u64, 9, 10, 99, 100, u64::MAX, u64::MAX - 1];
+        let mut p = 1u64;
+        for _ in 0..20 {
+            vals.extend([p.wrapping_sub(1), p, p.wrapping_add(1)]);
+            p = p.wrapping_mul(10);
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            vals.push(x >> (x % 64));
+        }
+        let mut out = Vec::new();
+        for v in vals {
+            out.clear();
+            put_u64(&mut out, v);
+            assert_eq!(String::from_utf8(out.clone()).unwrap(), v.to_string());
+        }
+    }
+
+    #[test]
+    fn put_ipv4_matches_display() {
+        let mut out = Vec::new();
+        for a in [
+            [0, 0, 0, 0],
+            [255, 255, 255, 255],
+            [1, 22, 133, 4],
+            [10, 0, 100, 9],
+        ] {
+            out.clear();
+            put_endpoint(&mut out, &Endpoint::Ip(IpAddr::V4(Ipv4Addr::from(a))));
+            assert_eq!(
+                String::from_utf8(out.clone()).unwrap(),
+                Ipv4Addr::from(a).to_string()
+            );
+        }
+    }
 }

@@ -160,7 +160,8 @@ fn main() -> ExitCode {
         }
     };
     let stdout = io::stdout();
-    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    // Unlocked: the JSON view writes from a second thread.
+    let mut out = BufWriter::with_capacity(1 << 16, stdout);
     let stderr = io::stderr();
     let mut err = stderr.lock();
     match run(&opts, &args.files, &mut out, &mut err) {
