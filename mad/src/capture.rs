@@ -529,30 +529,48 @@ fn header<R: Read, P>(
 }
 
 fn pcap_step(parser: &PcapParser, nanos: bool, link_type: u32, avail: &[u8]) -> Step {
-    match parser.next_raw_packet(avail) {
-        Ok((rem, raw)) => {
-            let frac_ns = if nanos {
-                u64::from(raw.ts_frac)
-            } else {
-                u64::from(raw.ts_frac) * 1000
-            };
-            // A fraction of a second ≥ 1 s (invalid, seen in broken writers) carries over.
-            let timestamp = Duration::from_secs(u64::from(raw.ts_sec))
-                .saturating_add(Duration::from_nanos(frac_ns));
-            Step::Packet {
-                len: avail.len() - rem.len(),
-                meta: Meta {
-                    data_off: PCAP_RECORD_HEADER,
-                    caplen: raw.data.len(),
-                    orig_len: raw.orig_len,
-                    timestamp,
-                    link_type,
-                    interface: 0,
-                },
-            }
+    // The record header, read here: the same checks and results as pcap-file's
+    // `next_raw_packet` (16 header bytes, then `incl_len` data bytes), without its per-record
+    // overhead.
+    let Some((hdr, rest)) = avail.split_first_chunk::<PCAP_RECORD_HEADER>() else {
+        return Step::Incomplete(PCAP_RECORD_HEADER);
+    };
+    let big = parser.header().endianness == Endianness::Big;
+    let word = |i: usize| {
+        let b = hdr
+            .get(i * 4..i * 4 + 4)
+            .and_then(|b| b.first_chunk::<4>())
+            .copied()
+            .unwrap_or_default();
+        if big {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
         }
-        Err(PcapParseError::IncompleteBuffer(need, _)) => Step::Incomplete(need),
-        Err(e) => Step::Fatal(chain(&e)),
+    };
+    let (ts_sec, ts_frac, incl_len, orig_len) = (word(0), word(1), word(2), word(3));
+    let caplen = usize::try_from(incl_len).unwrap_or(usize::MAX);
+    if rest.len() < caplen {
+        return Step::Incomplete(caplen);
+    }
+    let frac_ns = if nanos {
+        u64::from(ts_frac)
+    } else {
+        u64::from(ts_frac) * 1000
+    };
+    // A fraction of a second ≥ 1 s (invalid, seen in broken writers) carries over.
+    let timestamp =
+        Duration::from_secs(u64::from(ts_sec)).saturating_add(Duration::from_nanos(frac_ns));
+    Step::Packet {
+        len: PCAP_RECORD_HEADER + caplen,
+        meta: Meta {
+            data_off: PCAP_RECORD_HEADER,
+            caplen,
+            orig_len,
+            timestamp,
+            link_type,
+            interface: 0,
+        },
     }
 }
 

@@ -17,7 +17,7 @@ use crate::report::{stats_json, stats_text};
 use crate::stats::Stats;
 use crate::style::{Palette, Role};
 use crate::timeline::Timeline;
-use crate::trace::{classify, CmEvent, Icrc, Item};
+use crate::trace::{classify, Icrc, Item};
 
 use crate::verbose::verbose;
 
@@ -205,23 +205,34 @@ fn open_progress(opts: &Options, size: Option<u64>) -> Option<indicatif::Progres
     Some(pb)
 }
 
-/// Per-MAD JSON lines per batch handed to the formatting thread.
+/// Records per batch handed to the JSON formatting thread.
 const BATCH: usize = 256;
+/// How many records ahead of the one being tracked the tracker is asked to prefetch the index
+/// positions of (`KEYS_AHEAD`) and the connection (`CONN_AHEAD`).
+const KEYS_AHEAD: usize = 8;
+const CONN_AHEAD: usize = 2;
+
+/// A classified record in a batch for the formatting thread; `note` is set for the CM MADs
+/// to print.
+struct Slot {
+    ts: Duration,
+    item: Item,
+    note: Option<Note>,
+}
 
 /// What the decoding thread sends the JSON formatting thread.
 enum ToFormatter {
-    /// CM events and their notes, to format and write.
-    Batch(Vec<(CmEvent, Note)>),
+    /// Records (the CM MADs with a note are printed).
+    Batch(Vec<Slot>),
     /// Write and flush everything so far, then acknowledge.
     Flush,
 }
 
 /// The `--json` view on a second thread: this thread reads, decodes and tracks; the other
-/// formats the JSON lines and writes them. Events travel in reused batches.
+/// formats the JSON lines and writes them. Records travel in reused batches.
 struct Formatter<'s> {
-    batch: Vec<(CmEvent, Note)>,
     tx: mpsc::SyncSender<ToFormatter>,
-    back: mpsc::Receiver<Vec<(CmEvent, Note)>>,
+    back: mpsc::Receiver<Vec<Slot>>,
     ack: mpsc::Receiver<()>,
     handle: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
 }
@@ -245,11 +256,13 @@ impl<'s> Formatter<'s> {
             for msg in rx {
                 match msg {
                     ToFormatter::Batch(mut b) => {
-                        for (ev, note) in &b {
-                            json_line(&mut buf, ev, note, file);
-                            if buf.len() >= 1 << 16 {
-                                out.write_all(&buf)?;
-                                buf.clear();
+                        for s in &b {
+                            if let (Item::Cm(ev), Some(note)) = (&s.item, &s.note) {
+                                json_line(&mut buf, ev, note, file);
+                                if buf.len() >= 1 << 16 {
+                                    out.write_all(&buf)?;
+                                    buf.clear();
+                                }
                             }
                         }
                         b.clear();
@@ -266,7 +279,6 @@ impl<'s> Formatter<'s> {
             out.write_all(&buf)
         });
         Formatter {
-            batch: Vec::with_capacity(BATCH),
             tx,
             back,
             ack,
@@ -274,59 +286,218 @@ impl<'s> Formatter<'s> {
         }
     }
 
-    /// Queues one line.
-    #[inline]
-    fn push(&mut self, ev: CmEvent, note: Note) -> io::Result<()> {
-        self.batch.push((ev, note));
-        if self.batch.len() >= BATCH {
-            self.send()?;
-        }
-        Ok(())
+    /// An empty batch (a returned one when there is one).
+    fn empty(&self) -> Vec<Slot> {
+        self.back
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH))
     }
 
-    fn send(&mut self) -> io::Result<()> {
-        let next = self
-            .back
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-        let full = std::mem::replace(&mut self.batch, next);
+    fn send(&self, batch: Vec<Slot>) -> io::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
         self.tx
-            .send(ToFormatter::Batch(full))
+            .send(ToFormatter::Batch(batch))
             .map_err(|_| formatter_gone())
     }
 
-    /// Waits until everything queued so far is written and flushed.
-    fn flush(&mut self) -> io::Result<()> {
-        self.send()?;
+    /// Waits until everything sent so far is written and flushed.
+    fn flush(&self) -> io::Result<()> {
         self.tx
             .send(ToFormatter::Flush)
             .map_err(|_| formatter_gone())?;
         self.ack.recv().map_err(|_| formatter_gone())
     }
 
-    /// Sends the rest and waits for the thread to finish.
-    fn finish(mut self) -> io::Result<()> {
-        let sent = if self.batch.is_empty() {
-            Ok(())
-        } else {
-            self.send()
-        };
+    /// Waits for the thread to write the rest and finish.
+    fn finish(self) -> io::Result<()> {
         drop(self.tx);
-        let joined = self
-            .handle
+        self.handle
             .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the JSON formatting thread failed")));
-        // The thread's own error (a closed pipe) explains a failed send best.
-        joined.and(sent)
+            .unwrap_or_else(|_| Err(io::Error::other("the JSON formatting thread failed")))
     }
 }
 
-/// How per-MAD output leaves [`run_file`]'s loop.
-enum PerMad<'s, W> {
-    /// Formatted on this thread into the context's buffer, written to the output.
-    Inline(&'s mut W),
-    /// `--json`: formatted and written on a second thread.
-    Threaded(Formatter<'s>),
+/// What [`run_file`]'s loops keep between records.
+struct LoopState {
+    tracker: Tracker,
+    /// CM messages by attribute ID (the common ones; added to the statistics at the end).
+    msg_counts: [u64; 0x20],
+    t0: Option<Duration>,
+    last: Duration,
+    filter_empty: bool,
+}
+
+/// Counts a record and tracks its CM MAD; returns the MAD's note when the per-MAD view shows
+/// it. Reporting a malformed record is left to the caller.
+#[inline]
+fn track(
+    ctx: &mut FileCtx<'_>,
+    st: &mut LoopState,
+    ts: Duration,
+    item: &Item,
+) -> io::Result<Option<Note>> {
+    let opts = ctx.opts;
+    ctx.stats.frames += 1;
+    st.t0.get_or_insert(ts);
+    st.last = st.last.max(ts);
+    match item {
+        Item::Cm(ev) => {
+            ctx.stats.cm += 1;
+            if ev.icrc == Icrc::Bad {
+                ctx.stats.bad_icrc += 1;
+            }
+            let attr = ev.mad.msg.attr_id();
+            match st.msg_counts.get_mut(usize::from(attr.raw())) {
+                Some(n) => *n += 1,
+                None => ctx.stats.count_message(attr),
+            }
+            let note = st.tracker.observe(ev);
+            if st.tracker.has_finished() {
+                st.tracker.drain_finished(|c| ctx.finished(c))?;
+            }
+            let shown =
+                opts.view.per_mad() && (st.filter_empty || opts.filter.matches_event(ev, &note));
+            Ok(shown.then_some(note))
+        }
+        Item::NonCm { what } => {
+            ctx.stats.non_cm += 1;
+            ctx.stats.count_non_cm(*what);
+            Ok(None)
+        }
+        Item::Malformed { .. } => {
+            ctx.stats.malformed += 1;
+            Ok(None)
+        }
+    }
+}
+
+/// The per-record loop of the views written on this thread.
+fn inline_loop<W: Write>(
+    ctx: &mut FileCtx<'_>,
+    st: &mut LoopState,
+    out: &mut W,
+    src: &mut Source,
+    progress: &dyn Fn(),
+) -> io::Result<()> {
+    let opts = ctx.opts;
+    let file = ctx.multi.then_some(ctx.file);
+    let mut records = 0u64;
+    loop {
+        let (ts, item) = match src.next_record() {
+            None => return Ok(()),
+            Some(Err(e)) => {
+                // A damaged record ends the file (the reader cannot resynchronise).
+                ctx.stats.malformed += 1;
+                return ctx.malformed(out, &e);
+            }
+            Some(Ok(r)) => (r.timestamp, classify(&r)),
+        };
+        let note = track(ctx, st, ts, &item)?;
+        match (&item, note) {
+            (Item::Cm(ev), Some(note)) => {
+                let t = st.t0.unwrap_or(ts);
+                match opts.view {
+                    View::Json => json_line(&mut ctx.buf, ev, &note, file),
+                    View::Verbose => verbose(&mut ctx.buf, ev, &note, t, &ctx.pal),
+                    _ => text_line(&mut ctx.buf, ev, &note, t, &ctx.pal),
+                }
+            }
+            (Item::Malformed { frame, reason }, _) => {
+                ctx.malformed(out, &format!("frame {frame}: {reason}"))?;
+            }
+            _ => {}
+        }
+        // At least the BufWriter's capacity, so the buffer is written through.
+        if ctx.buf.len() >= 1 << 16 {
+            ctx.flush_buf(out)?;
+        }
+        records += 1;
+        if records.is_multiple_of(4096) {
+            progress();
+        }
+    }
+}
+
+/// The per-record loop of `--json`, with the lines formatted and written by `f`.
+fn threaded_loop(
+    ctx: &mut FileCtx<'_>,
+    st: &mut LoopState,
+    f: &Formatter<'_>,
+    src: &mut Source,
+    progress: &dyn Fn(),
+) -> io::Result<()> {
+    let mut read_error = None;
+    let mut more = true;
+    while more {
+        let mut batch = f.empty();
+        while batch.len() < BATCH {
+            match src.next_record() {
+                None => {
+                    more = false;
+                    break;
+                }
+                Some(Err(e)) => {
+                    read_error = Some(e);
+                    more = false;
+                    break;
+                }
+                Some(Ok(r)) => batch.push(Slot {
+                    ts: r.timestamp,
+                    item: classify(&r),
+                    note: None,
+                }),
+            }
+        }
+        // The tracker's index and connections are too large to stay cached: it is asked to
+        // prefetch what it will look up a few records ahead, so that the memory accesses of
+        // several records overlap.
+        for s in batch.iter().take(KEYS_AHEAD) {
+            if let Item::Cm(ev) = &s.item {
+                st.tracker.prefetch_keys(ev);
+            }
+        }
+        let mut i = 0;
+        while i < batch.len() {
+            if let Some(Slot {
+                item: Item::Cm(ev), ..
+            }) = batch.get(i + KEYS_AHEAD)
+            {
+                st.tracker.prefetch_keys(ev);
+            }
+            if let Some(Slot {
+                item: Item::Cm(ev), ..
+            }) = batch.get(i + CONN_AHEAD)
+            {
+                st.tracker.prefetch_conn(ev);
+            }
+            let Some(slot) = batch.get_mut(i) else {
+                break;
+            };
+            slot.note = track(ctx, st, slot.ts, &slot.item)?;
+            if let Item::Malformed { frame, reason } = &slot.item {
+                // Everything before it is written first.
+                let what = format!("frame {frame}: {reason}");
+                let rest = batch.split_off(i + 1);
+                f.send(std::mem::replace(&mut batch, rest))?;
+                f.flush()?;
+                let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {what}", ctx.file);
+                i = 0;
+                continue;
+            }
+            i += 1;
+        }
+        f.send(batch)?;
+        progress();
+    }
+    if let Some(e) = read_error {
+        // A damaged record ends the file (the reader cannot resynchronise).
+        ctx.stats.malformed += 1;
+        f.flush()?;
+        let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {e}", ctx.file);
+    }
+    Ok(())
 }
 
 fn run_file<W: Write + Send>(
@@ -338,125 +509,49 @@ fn run_file<W: Write + Send>(
 ) -> io::Result<()> {
     let opts = ctx.opts;
     let pb = open_progress(opts, size);
-    let mut tracker = Tracker::new(TrackerConfig {
-        record_events: opts.tracker.record_events
-            || opts.view.records_events()
-            || opts.timeline.is_some(),
-        ..opts.tracker
-    });
-    let mut t0: Option<Duration> = None;
-    let mut last = Duration::ZERO;
+    let mut st = LoopState {
+        tracker: Tracker::new(TrackerConfig {
+            record_events: opts.tracker.record_events
+                || opts.view.records_events()
+                || opts.timeline.is_some(),
+            ..opts.tracker
+        }),
+        msg_counts: [0; 0x20],
+        t0: None,
+        last: Duration::ZERO,
+        filter_empty: opts.filter.is_empty(),
+    };
     ctx.stats.files = 1;
     if ctx.multi && ctx.opts.view.text_summaries() {
         ctx.pal
             .paint(&mut ctx.buf, Role::Head, &format!("== {}", ctx.file));
         ctx.buf.push(b'\n');
     }
-    let filter_empty = opts.filter.is_empty();
-    let file = ctx.multi.then_some(ctx.file);
-    // CM messages by attribute ID (the common ones; see below).
-    let mut msg_counts = [0u64; 0x20];
-    std::thread::scope(|scope| -> io::Result<()> {
-        // The JSON view formats and writes on a second thread (nothing else writes to `out`
-        // meanwhile: its malformed-record notes and summaries go to `err`).
-        let mut per_mad = if opts.view == View::Json {
-            PerMad::Threaded(Formatter::start(scope, &mut *out, file))
-        } else {
-            PerMad::Inline(&mut *out)
-        };
-        let looped = (|| -> io::Result<()> {
-            let mut records = 0u64;
-            loop {
-                let (ts, item) = match src.next_record() {
-                    None => break,
-                    Some(Err(e)) => {
-                        // A damaged record ends the file (the reader cannot resynchronise).
-                        ctx.stats.malformed += 1;
-                        match &mut per_mad {
-                            PerMad::Inline(out) => ctx.malformed(out, &e)?,
-                            PerMad::Threaded(f) => {
-                                f.flush()?;
-                                let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {e}", ctx.file);
-                            }
-                        }
-                        break;
-                    }
-                    Some(Ok(r)) => (r.timestamp, classify(&r)),
-                };
-                ctx.stats.frames += 1;
-                let t = *t0.get_or_insert(ts);
-                last = last.max(ts);
-                match item {
-                    Item::Cm(ev) => {
-                        ctx.stats.cm += 1;
-                        if ev.icrc == Icrc::Bad {
-                            ctx.stats.bad_icrc += 1;
-                        }
-                        // Counted here, added to the statistics' map at the end.
-                        let attr = ev.mad.msg.attr_id().raw();
-                        match msg_counts.get_mut(usize::from(attr)) {
-                            Some(n) => *n += 1,
-                            None => ctx.stats.count_message(ev.mad.msg.attr_id()),
-                        }
-                        let note = tracker.observe(&ev);
-                        if tracker.has_finished() {
-                            tracker.drain_finished(|c| ctx.finished(c))?;
-                        }
-                        if opts.view.per_mad()
-                            && (filter_empty || opts.filter.matches_event(&ev, &note))
-                        {
-                            match &mut per_mad {
-                                PerMad::Threaded(f) => f.push(ev, note)?,
-                                PerMad::Inline(_) => match opts.view {
-                                    View::Json => json_line(&mut ctx.buf, &ev, &note, file),
-                                    View::Verbose => {
-                                        verbose(&mut ctx.buf, &ev, &note, t, &ctx.pal);
-                                    }
-                                    _ => text_line(&mut ctx.buf, &ev, &note, t, &ctx.pal),
-                                },
-                            }
-                        }
-                    }
-                    Item::NonCm { what } => {
-                        ctx.stats.non_cm += 1;
-                        ctx.stats.count_non_cm(what);
-                    }
-                    Item::Malformed { frame, reason } => {
-                        ctx.stats.malformed += 1;
-                        let what = format!("frame {frame}: {reason}");
-                        match &mut per_mad {
-                            PerMad::Inline(out) => ctx.malformed(out, &what)?,
-                            PerMad::Threaded(f) => {
-                                f.flush()?;
-                                let _ =
-                                    writeln!(ctx.err, "cm-trace: {}: malformed: {what}", ctx.file);
-                            }
-                        }
-                    }
-                }
-                if let PerMad::Inline(out) = &mut per_mad {
-                    // At least the BufWriter's capacity, so the buffer is written through.
-                    if ctx.buf.len() >= 1 << 16 {
-                        ctx.flush_buf(*out)?;
-                    }
-                }
-                records += 1;
-                if records.is_multiple_of(4096) {
-                    if let Some(pb) = &pb {
-                        pb.set_position(counter.load(Ordering::Relaxed));
-                    }
-                }
-            }
-            Ok(())
-        })();
-        match per_mad {
-            PerMad::Threaded(f) => {
-                let finished = f.finish();
-                looped.and(finished)
-            }
-            PerMad::Inline(_) => looped,
+    let progress = || {
+        if let Some(pb) = &pb {
+            pb.set_position(counter.load(Ordering::Relaxed));
         }
-    })?;
+    };
+    if opts.view == View::Json {
+        // Formatted and written on a second thread. Nothing else writes to `out` meanwhile:
+        // this view's malformed-record notes and summaries go to `err`.
+        let file = ctx.multi.then_some(ctx.file);
+        std::thread::scope(|scope| -> io::Result<()> {
+            let f = Formatter::start(scope, &mut *out, file);
+            let looped = threaded_loop(ctx, &mut st, &f, src, &progress);
+            // The thread's own error (a closed pipe) explains a failed send best.
+            f.finish().and(looped)
+        })?;
+    } else {
+        inline_loop(ctx, &mut st, out, src, &progress)?;
+    }
+    let LoopState {
+        mut tracker,
+        msg_counts,
+        t0,
+        last,
+        ..
+    } = st;
     for (attr, &n) in (0u16..).zip(msg_counts.iter()) {
         if n > 0 {
             *ctx.stats.messages.entry(attr).or_default() += n;

@@ -242,7 +242,9 @@ impl Sig {
 const SIGS: usize = 8;
 
 /// A tracked connection.
+// `repr(C)` keeps `id` first, so that [`prefetch_conn`] can name every cache line of it.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct Conn {
     /// Connection number: 1, 2, … in order of first appearance in the file.
     pub id: u64,
@@ -580,6 +582,17 @@ pub struct TrackerStats {
     pub peak_live: u64,
 }
 
+/// Asks the cache for every line of `c` (a hint).
+#[inline]
+fn prefetch_conn(c: &Conn) {
+    // `Conn` is `repr(C)` with `id` first: the lines of `c` are 64-byte steps from `c.id`.
+    let first = std::slice::from_ref(&c.id);
+    let lines = std::mem::size_of::<Conn>().div_ceil(64);
+    for line in 0..lines {
+        prefetch_index::prefetch_index(first, line * 8);
+    }
+}
+
 const KIND_END: u64 = 1;
 const KIND_PAIR: u64 = 2;
 const KIND_ACTIVE: u64 = 3;
@@ -801,6 +814,66 @@ impl Tracker {
             }
             self.finish(slot);
             self.stats.evicted += 1;
+        }
+    }
+
+    /// Asks the cache for the connection a few places from the front of the queue of ended
+    /// connections: it is finished soon, and finishing reads most of it.
+    #[inline]
+    fn prefetch_next_to_finish(&self) {
+        const AHEAD: usize = 8;
+        if let Some(c) = self
+            .ended
+            .get(AHEAD)
+            .and_then(|&(_, slot, _)| self.slots.get(slot))
+        {
+            prefetch_conn(c);
+        }
+    }
+
+    /// Asks the cache for what [`Tracker::observe`] will read first for `ev`: the index
+    /// positions of its keys. A hint for an event some places ahead of the one being
+    /// observed; it changes nothing.
+    pub fn prefetch_keys(&self, ev: &CmEvent) {
+        let ix = &self.index;
+        match &ev.mad.msg {
+            CmMessage::Req(r) => {
+                ix.prefetch(&end_key(r.local_ca_guid.0, r.local_comm_id.0));
+                ix.prefetch(&addr_key(KIND_ACTIVE, &ev.src, r.local_comm_id.0));
+            }
+            CmMessage::Rep(r) => {
+                ix.prefetch(&end_key(r.local_ca_guid.0, r.local_comm_id.0));
+                ix.prefetch(&addr_key(KIND_ACTIVE, &ev.dst, r.remote_comm_id.0));
+                ix.prefetch(&pair_key(r.remote_comm_id.0, r.local_comm_id.0));
+            }
+            CmMessage::SidrReq(s) => ix.prefetch(&addr_key(KIND_SIDR, &ev.src, s.request_id.0)),
+            CmMessage::SidrRep(s) => ix.prefetch(&addr_key(KIND_SIDR, &ev.dst, s.request_id.0)),
+            m => {
+                if let (Some(l), Some(r)) = (m.local_comm_id(), m.remote_comm_id()) {
+                    ix.prefetch(&pair_key(l.0, r.0));
+                    ix.prefetch(&pair_key(r.0, l.0));
+                }
+            }
+        }
+    }
+
+    /// Asks the cache for the connection `ev` most likely belongs to, as the index says now
+    /// (a hint, after [`Tracker::prefetch_keys`] for the same event; it changes nothing).
+    pub fn prefetch_conn(&self, ev: &CmEvent) {
+        let slot = match &ev.mad.msg {
+            CmMessage::Req(r) => self.find(&end_key(r.local_ca_guid.0, r.local_comm_id.0)),
+            CmMessage::Rep(r) => self
+                .find(&end_key(r.local_ca_guid.0, r.local_comm_id.0))
+                .or_else(|| self.find(&addr_key(KIND_ACTIVE, &ev.dst, r.remote_comm_id.0))),
+            CmMessage::SidrReq(s) => self.find(&addr_key(KIND_SIDR, &ev.src, s.request_id.0)),
+            CmMessage::SidrRep(s) => self.find(&addr_key(KIND_SIDR, &ev.dst, s.request_id.0)),
+            m => match (m.local_comm_id(), m.remote_comm_id()) {
+                (Some(l), Some(r)) => self.by_ids(l, r).map(|(s, _)| s),
+                _ => None,
+            },
+        };
+        if let Some(c) = slot.and_then(|s| self.slots.get(s)) {
+            prefetch_conn(c);
         }
     }
 
@@ -1050,6 +1123,7 @@ impl Tracker {
         if ev.time > self.now {
             self.now = ev.time;
         }
+        self.prefetch_next_to_finish();
         self.expire();
         let Some((slot, from)) = self.locate(ev) else {
             return Note::default();

@@ -107,7 +107,6 @@ pub type Key = [u64; 3];
 struct Entry {
     key: Key,
     slot: u32,
-    /// 0 = empty.
     gen: u32,
 }
 
@@ -116,14 +115,20 @@ struct Entry {
 ///
 /// An entry is *live* while its slot still has the generation it was inserted with; the owner
 /// invalidates every entry of a slot at once by changing the slot's generation, so removing
-/// a connection costs no look-ups here. Dead entries are overwritten by later inserts and
-/// dropped when the table is rebuilt (when live and dead entries together fill half of it), so
-/// memory stays proportional to the live entries. One probe usually touches one cache line.
+/// a connection costs no look-ups here. Dead entries stay until the table is rebuilt (when
+/// live and dead entries together fill 7/8 of it), so memory stays proportional to the live
+/// entries.
+///
+/// Beside the entries, one control byte per position (0 = empty, else 0x80 | 7 bits of the
+/// hash) is probed first, SwissTable-style: a look-up for an absent key, the common case for a
+/// new connection, reads only the dense control bytes, which stay in the cache, and not the
+/// entries, which mostly do not.
 #[derive(Debug, Clone)]
 pub struct SlotIndex {
+    ctrl: Vec<u8>,
     entries: Vec<Entry>,
     mask: usize,
-    /// Non-empty entries (live or dead).
+    /// Non-empty positions (live or dead entries).
     used: usize,
     seed: [u64; 3],
 }
@@ -140,6 +145,7 @@ impl Default for SlotIndex {
     fn default() -> Self {
         let s = RandomState::new();
         SlotIndex {
+            ctrl: vec![0; MIN_INDEX],
             entries: vec![Entry::default(); MIN_INDEX],
             mask: MIN_INDEX - 1,
             used: 0,
@@ -153,36 +159,49 @@ impl Default for SlotIndex {
 }
 
 impl SlotIndex {
+    /// Home position and control byte of `k`.
     #[inline]
-    fn home(&self, k: &Key) -> usize {
+    fn hash(&self, k: &Key) -> (usize, u8) {
         let h = fold(k[0] ^ self.seed[0], k[1] ^ self.seed[1]);
         let h = fold(h ^ k[2], self.seed[2]);
-        (h as usize) & self.mask
+        ((h as usize) & self.mask, (h >> 57) as u8 | 0x80)
+    }
+
+    /// Asks the cache for the control byte and the entry where a look-up of `key` starts
+    /// (a hint: no effect on the result of anything).
+    #[inline]
+    pub fn prefetch(&self, key: &Key) {
+        let (i, _) = self.hash(key);
+        prefetch_index::prefetch_index(&self.ctrl, i);
+        prefetch_index::prefetch_index(&self.entries, i);
     }
 
     /// The slot of `key`, if its entry is live (`gen(slot)` is the slot's generation now).
     #[inline]
     pub fn get(&self, key: &Key, gen: impl Fn(u32) -> u32) -> Option<usize> {
-        let mut i = self.home(key);
+        let (mut i, tag) = self.hash(key);
         loop {
-            let e = self.entries.get(i)?;
-            if e.gen == 0 {
+            let c = *self.ctrl.get(i)?;
+            if c == 0 {
                 return None;
             }
-            if e.key == *key {
-                return (gen(e.slot) == e.gen).then_some(e.slot as usize);
+            if c == tag {
+                let e = self.entries.get(i)?;
+                if e.key == *key {
+                    return (gen(e.slot) == e.gen).then_some(e.slot as usize);
+                }
             }
             i = (i + 1) & self.mask;
         }
     }
 
     /// Sets `key` → (`slot`, `slot_gen`), replacing an entry for the same key. `gen` gives
-    /// every slot's generation now (dead entries are reused).
+    /// every slot's generation now (used to drop dead entries when the table is rebuilt).
     pub fn insert(&mut self, key: Key, slot: usize, slot_gen: u32, gen: impl Fn(u32) -> u32) {
         let Ok(slot) = u32::try_from(slot) else {
             return;
         };
-        if (self.used + 1) * 2 > self.entries.len() {
+        if (self.used + 1) * 8 > self.entries.len() * 7 {
             self.rebuild(&gen);
         }
         let new = Entry {
@@ -190,59 +209,56 @@ impl SlotIndex {
             slot,
             gen: slot_gen,
         };
-        let mut i = self.home(&key);
-        let mut reuse: Option<usize> = None;
+        let (mut i, tag) = self.hash(&key);
         loop {
-            let Some(e) = self.entries.get(i) else {
+            let Some(&c) = self.ctrl.get(i) else {
                 return;
             };
-            if e.gen == 0 {
+            if c == 0 {
                 break;
             }
-            if e.key == key {
-                if let Some(e) = self.entries.get_mut(i) {
+            if c == tag {
+                if let Some(e) = self.entries.get_mut(i).filter(|e| e.key == key) {
                     *e = new;
+                    return;
                 }
-                return;
-            }
-            if reuse.is_none() && gen(e.slot) != e.gen {
-                reuse = Some(i);
             }
             i = (i + 1) & self.mask;
         }
-        let at = match reuse {
-            Some(r) => r,
-            None => {
-                self.used += 1;
-                i
-            }
-        };
-        if let Some(e) = self.entries.get_mut(at) {
+        if let (Some(c), Some(e)) = (self.ctrl.get_mut(i), self.entries.get_mut(i)) {
+            *c = tag;
             *e = new;
+            self.used += 1;
         }
     }
 
-    /// Drops dead entries; doubles the table when live entries fill a quarter of it.
+    /// Drops dead entries; doubles the table while live entries would fill more than half.
     fn rebuild(&mut self, gen: &impl Fn(u32) -> u32) {
         let live: Vec<Entry> = self
-            .entries
+            .ctrl
             .iter()
-            .filter(|e| e.gen != 0 && gen(e.slot) == e.gen)
-            .copied()
+            .zip(&self.entries)
+            .filter(|(&c, e)| c != 0 && gen(e.slot) == e.gen)
+            .map(|(_, e)| *e)
             .collect();
         let mut cap = self.entries.len();
-        while (live.len() + 1) * 4 > cap {
+        while (live.len() + 1) * 2 > cap {
             cap *= 2;
         }
+        self.ctrl.clear();
+        self.ctrl.resize(cap, 0);
         self.entries.clear();
         self.entries.resize(cap, Entry::default());
         self.mask = cap - 1;
         self.used = live.len();
         for e in live {
-            let mut i = self.home(&e.key);
-            while let Some(slot) = self.entries.get_mut(i) {
-                if slot.gen == 0 {
-                    *slot = e;
+            let (mut i, tag) = self.hash(&e.key);
+            while let Some(c) = self.ctrl.get_mut(i) {
+                if *c == 0 {
+                    *c = tag;
+                    if let Some(slot) = self.entries.get_mut(i) {
+                        *slot = e;
+                    }
                     break;
                 }
                 i = (i + 1) & self.mask;
