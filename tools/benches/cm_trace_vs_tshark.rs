@@ -9,7 +9,8 @@
 //!   transport type, REJ reason, ICRC),
 //!
 //! both writing into a pipe that this process drains and counts, and prints
-//! `cm-trace: X s; tshark: Y s; ratio: Z`. The capture is deleted afterwards.
+//! `cm-trace: X s; tshark: Y s; ratio: Z`, with the load averages before and after (the
+//! machine may be shared). The capture is deleted afterwards.
 //!
 //! `CM_TRACE_BENCH_PACKETS=N` changes the size. Without `--bench` (as `cargo test --benches`
 //! runs it) it is a smoke run with 2,000 packets.
@@ -138,8 +139,17 @@ fn bench() -> Result<(), String> {
     result
 }
 
+/// The load averages (1, 5, 15 minutes), when the system tells them.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
 fn compare(path: &Path, packets: u64) -> Result<(), String> {
     let file = path.to_str().ok_or("temporary path is not UTF-8")?;
+    println!("load average before: {}", load_average());
     // Warm the page cache, then take the best of three cm-trace runs.
     let _ = std::fs::read(path);
     let mut best = Duration::MAX;
@@ -188,5 +198,6 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
         "cm-trace: {ct:.3} s; tshark: {ts:.3} s; ratio: {:.1}",
         ts / ct
     );
+    println!("load average after: {}", load_average());
     Ok(())
 }

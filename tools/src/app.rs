@@ -18,6 +18,7 @@ use crate::stats::Stats;
 use crate::style::{Palette, Role};
 use crate::timeline::Timeline;
 use crate::trace::{classify, Icrc, Item};
+use ibcm_mad::capture::Record;
 
 use crate::verbose::verbose;
 
@@ -212,50 +213,90 @@ const BATCH: usize = 256;
 const KEYS_AHEAD: usize = 8;
 const CONN_AHEAD: usize = 2;
 
-/// A classified record in a batch for the formatting thread; `note` is set for the CM MADs
-/// to print.
+/// A classified record in a batch; `note` is set for the CM MADs to print.
 struct Slot {
     ts: Duration,
     item: Item,
     note: Option<Note>,
 }
 
-/// What the decoding thread sends the JSON formatting thread.
-enum ToFormatter {
-    /// Records (the CM MADs with a note are printed).
-    Batch(Vec<Slot>),
+/// Records as read (their bytes copied out of the reader's buffer), for the second thread to
+/// classify.
+#[derive(Default)]
+struct RawBatch {
+    data: Vec<u8>,
+    /// Per record: frame number, timestamp, link type, original length, end of its bytes in
+    /// `data`.
+    recs: Vec<(u64, Duration, u32, u32, usize)>,
+}
+
+/// What the tracking thread sends the helper thread.
+enum Job {
+    /// Classify these records (the result goes back as a batch of [`Slot`]s).
+    Classify(RawBatch),
+    /// Format and write these records (the CM MADs with a note).
+    Format(Vec<Slot>),
     /// Write and flush everything so far, then acknowledge.
     Flush,
 }
 
-/// The `--json` view on a second thread: this thread reads, decodes and tracks; the other
-/// formats the JSON lines and writes them. Records travel in reused batches.
-struct Formatter<'s> {
-    tx: mpsc::SyncSender<ToFormatter>,
-    back: mpsc::Receiver<Vec<Slot>>,
+/// The `--json` view on two threads. This one reads the records and tracks the connections
+/// (both strictly in order); the helper classifies (decodes) batches of records ahead of the
+/// tracking and formats and writes the JSON lines of the batches tracked. Batches are reused.
+struct Helper<'s> {
+    tx: mpsc::SyncSender<Job>,
+    classified: mpsc::Receiver<(RawBatch, Vec<Slot>)>,
     ack: mpsc::Receiver<()>,
     handle: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
 }
 
-/// The error of a formatting thread that stopped early (it failed writing).
-fn formatter_gone() -> io::Error {
-    io::Error::other("the JSON formatting thread stopped")
+/// The error of a helper thread that stopped early (it failed writing).
+fn helper_gone() -> io::Error {
+    io::Error::other("the JSON helper thread stopped")
 }
 
-impl<'s> Formatter<'s> {
+/// Raw batches in flight (read, not yet tracked).
+const IN_FLIGHT: usize = 6;
+
+impl<'s> Helper<'s> {
     fn start<W: Write + Send>(
         scope: &'s std::thread::Scope<'s, '_>,
         out: &'s mut W,
         file: Option<&'s str>,
     ) -> Self {
-        let (tx, rx) = mpsc::sync_channel::<ToFormatter>(8);
-        let (back_tx, back) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel::<Job>(2 * IN_FLIGHT + 4);
+        let (classified_tx, classified) = mpsc::channel();
         let (ack_tx, ack) = mpsc::channel();
         let handle = scope.spawn(move || -> io::Result<()> {
             let mut buf = Vec::with_capacity(1 << 17);
-            for msg in rx {
-                match msg {
-                    ToFormatter::Batch(mut b) => {
+            let mut spare: Vec<Vec<Slot>> = Vec::new();
+            for job in rx {
+                match job {
+                    Job::Classify(raw) => {
+                        let mut slots = spare.pop().unwrap_or_default();
+                        let mut start = 0;
+                        for &(number, ts, link_type, orig_len, end) in &raw.recs {
+                            let data = raw.data.get(start..end).unwrap_or(&[]);
+                            start = end;
+                            let rec = Record {
+                                number,
+                                timestamp: ts,
+                                link_type,
+                                interface: 0,
+                                orig_len,
+                                data,
+                            };
+                            slots.push(Slot {
+                                ts,
+                                item: classify(&rec),
+                                note: None,
+                            });
+                        }
+                        if classified_tx.send((raw, slots)).is_err() {
+                            break;
+                        }
+                    }
+                    Job::Format(mut b) => {
                         for s in &b {
                             if let (Item::Cm(ev), Some(note)) = (&s.item, &s.note) {
                                 json_line(&mut buf, ev, note, file);
@@ -266,9 +307,11 @@ impl<'s> Formatter<'s> {
                             }
                         }
                         b.clear();
-                        let _ = back_tx.send(b);
+                        if spare.len() < 2 * IN_FLIGHT {
+                            spare.push(b);
+                        }
                     }
-                    ToFormatter::Flush => {
+                    Job::Flush => {
                         out.write_all(&buf)?;
                         buf.clear();
                         out.flush()?;
@@ -278,36 +321,29 @@ impl<'s> Formatter<'s> {
             }
             out.write_all(&buf)
         });
-        Formatter {
+        Helper {
             tx,
-            back,
+            classified,
             ack,
             handle,
         }
     }
 
-    /// An empty batch (a returned one when there is one).
-    fn empty(&self) -> Vec<Slot> {
-        self.back
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BATCH))
+    fn send(&self, job: Job) -> io::Result<()> {
+        self.tx.send(job).map_err(|_| helper_gone())
     }
 
-    fn send(&self, batch: Vec<Slot>) -> io::Result<()> {
+    fn format(&self, batch: Vec<Slot>) -> io::Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
-        self.tx
-            .send(ToFormatter::Batch(batch))
-            .map_err(|_| formatter_gone())
+        self.send(Job::Format(batch))
     }
 
     /// Waits until everything sent so far is written and flushed.
     fn flush(&self) -> io::Result<()> {
-        self.tx
-            .send(ToFormatter::Flush)
-            .map_err(|_| formatter_gone())?;
-        self.ack.recv().map_err(|_| formatter_gone())
+        self.send(Job::Flush)?;
+        self.ack.recv().map_err(|_| helper_gone())
     }
 
     /// Waits for the thread to write the rest and finish.
@@ -315,7 +351,7 @@ impl<'s> Formatter<'s> {
         drop(self.tx);
         self.handle
             .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the JSON formatting thread failed")))
+            .unwrap_or_else(|_| Err(io::Error::other("the JSON helper thread failed")))
     }
 }
 
@@ -420,34 +456,81 @@ fn inline_loop<W: Write>(
     }
 }
 
-/// The per-record loop of `--json`, with the lines formatted and written by `f`.
+/// Reads up to [`BATCH`] records into `raw`; `Ok(false)` at the end of the input, `Err` with
+/// the reader's message for a damaged record (which ends the input).
+fn read_batch(src: &mut Source, raw: &mut RawBatch) -> Result<bool, String> {
+    raw.data.clear();
+    raw.recs.clear();
+    while raw.recs.len() < BATCH {
+        match src.next_record() {
+            None => return Ok(false),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(r)) => {
+                raw.data.extend_from_slice(r.data);
+                raw.recs.push((
+                    r.number,
+                    r.timestamp,
+                    r.link_type,
+                    r.orig_len,
+                    raw.data.len(),
+                ));
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// The per-record loop of `--json`: records are read here and classified by `h` a few batches
+/// ahead, tracked here, and formatted and written by `h`.
 fn threaded_loop(
     ctx: &mut FileCtx<'_>,
     st: &mut LoopState,
-    f: &Formatter<'_>,
+    h: &Helper<'_>,
     src: &mut Source,
     progress: &dyn Fn(),
 ) -> io::Result<()> {
-    let mut read_error = None;
+    let mut read_error: Option<String> = None;
     let mut more = true;
-    while more {
-        let mut batch = f.empty();
-        while batch.len() < BATCH {
-            match src.next_record() {
-                None => {
-                    more = false;
-                    break;
-                }
-                Some(Err(e)) => {
+    let mut in_flight = 0usize;
+    let mut spare_raw: Vec<RawBatch> = Vec::new();
+    loop {
+        while more && in_flight < IN_FLIGHT {
+            let mut raw = spare_raw.pop().unwrap_or_default();
+            match read_batch(src, &mut raw) {
+                Ok(m) => more = m,
+                Err(e) => {
                     read_error = Some(e);
                     more = false;
-                    break;
                 }
-                Some(Ok(r)) => batch.push(Slot {
-                    ts: r.timestamp,
-                    item: classify(&r),
-                    note: None,
-                }),
+            }
+            if raw.recs.is_empty() {
+                spare_raw.push(raw);
+                break;
+            }
+            h.send(Job::Classify(raw))?;
+            in_flight += 1;
+        }
+        if in_flight == 0 {
+            break;
+        }
+        let (raw, mut batch) = h.classified.recv().map_err(|_| helper_gone())?;
+        in_flight -= 1;
+        spare_raw.push(raw);
+        // Read (and have classified) the next batch while this one is tracked.
+        if more {
+            let mut raw = spare_raw.pop().unwrap_or_default();
+            match read_batch(src, &mut raw) {
+                Ok(m) => more = m,
+                Err(e) => {
+                    read_error = Some(e);
+                    more = false;
+                }
+            }
+            if raw.recs.is_empty() {
+                spare_raw.push(raw);
+            } else {
+                h.send(Job::Classify(raw))?;
+                in_flight += 1;
             }
         }
         // The tracker's index and connections are too large to stay cached: it is asked to
@@ -480,21 +563,21 @@ fn threaded_loop(
                 // Everything before it is written first.
                 let what = format!("frame {frame}: {reason}");
                 let rest = batch.split_off(i + 1);
-                f.send(std::mem::replace(&mut batch, rest))?;
-                f.flush()?;
+                h.format(std::mem::replace(&mut batch, rest))?;
+                h.flush()?;
                 let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {what}", ctx.file);
                 i = 0;
                 continue;
             }
             i += 1;
         }
-        f.send(batch)?;
+        h.format(batch)?;
         progress();
     }
     if let Some(e) = read_error {
         // A damaged record ends the file (the reader cannot resynchronise).
         ctx.stats.malformed += 1;
-        f.flush()?;
+        h.flush()?;
         let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {e}", ctx.file);
     }
     Ok(())
@@ -537,10 +620,10 @@ fn run_file<W: Write + Send>(
         // this view's malformed-record notes and summaries go to `err`.
         let file = ctx.multi.then_some(ctx.file);
         std::thread::scope(|scope| -> io::Result<()> {
-            let f = Formatter::start(scope, &mut *out, file);
-            let looped = threaded_loop(ctx, &mut st, &f, src, &progress);
+            let h = Helper::start(scope, &mut *out, file);
+            let looped = threaded_loop(ctx, &mut st, &h, src, &progress);
             // The thread's own error (a closed pipe) explains a failed send best.
-            f.finish().and(looped)
+            h.finish().and(looped)
         })?;
     } else {
         inline_loop(ctx, &mut st, out, src, &progress)?;
@@ -657,4 +740,72 @@ pub fn run<W: Write + Send>(
         );
     }
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ibcm_mad::capture::{CaptureReader, PcapFileWriter, TsResolution};
+
+    /// `--json` with malformed records between CM MADs (several batches): every CM MAD gets
+    /// its line, in order, and each malformed record its report.
+    #[test]
+    fn json_with_malformed_records_between_batches() {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/captures/kernel/establish_dreq_active.pcap");
+        let mut frames = Vec::new();
+        let mut r = CaptureReader::open(&fixture).unwrap();
+        while let Some(rec) = r.next_record() {
+            let rec = rec.unwrap();
+            if matches!(classify(&rec), Item::Cm(_)) {
+                frames.push((rec.timestamp, rec.data.to_vec()));
+            }
+        }
+        assert!(!frames.is_empty());
+        let mut w = PcapFileWriter::new(Vec::new(), 1, TsResolution::Micro).unwrap();
+        let mut malformed = Vec::new();
+        let mut n = 0u64;
+        for i in 0..(3 * BATCH) {
+            let (ts, data) = &frames[i % frames.len()];
+            n += 1;
+            if i % 97 == 5 || i == BATCH - 1 || i == BATCH {
+                // An IPv4 packet cut short: a malformed frame.
+                w.write(*ts, &data[..40]).unwrap();
+                malformed.push(n);
+            } else {
+                w.write(*ts, data).unwrap();
+            }
+        }
+        let bytes = w.into_inner().unwrap();
+        let path =
+            std::env::temp_dir().join(format!("cm-trace-app-test-{}.pcap", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let file = path.to_str().unwrap().to_string();
+        let opts = Options {
+            view: View::Json,
+            ..Options::default()
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let res = run(&opts, std::slice::from_ref(&file), &mut out, &mut err);
+        let _ = std::fs::remove_file(&path);
+        let res = res.unwrap();
+        assert_eq!(res.stats.malformed, malformed.len() as u64);
+        let out = String::from_utf8(out).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        let shown: Vec<u64> = out
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["frame"].as_u64().unwrap()
+            })
+            .collect();
+        let cm_frames: Vec<u64> = (1..=n).filter(|f| !malformed.contains(f)).collect();
+        assert_eq!(shown, cm_frames);
+        for f in &malformed {
+            assert!(
+                err.contains(&format!("malformed: frame {f}: ")),
+                "frame {f} not reported: {err}"
+            );
+        }
+    }
 }

@@ -1,7 +1,9 @@
 //! The per-MAD views: the one-line text view and the JSON line view.
 //!
 //! Both write into a caller-owned, reused `Vec<u8>` (one line per call), so a run allocates
-//! nothing per packet: numbers go through `itoa`/`ryu`, IPv4 addresses are formatted by hand.
+//! nothing per packet. Integers and IPv4 addresses are formatted by hand into a register and
+//! stored at once (no byte-wise stack buffer, no `memcpy` call for a few bytes), floats go
+//! through `ryu`, and [`json_line`] writes its keys as literals.
 //!
 //! # JSON schema (version [`JSON_SCHEMA_VERSION`])
 //! `cm-trace --json` prints one object per CM MAD, one per line. Keys, in this order; a key is

@@ -214,7 +214,8 @@ fn wire(p: &IbPacket<'_>) -> Wire {
 
 /// Classifies one capture record.
 pub fn classify(rec: &Record<'_>) -> Item {
-    let decoded = match frame::decode(rec.link_type, rec.data) {
+    let result = frame::decode(rec.link_type, rec.data);
+    let decoded = match &result {
         Ok(d) => d,
         Err(e) => {
             return Item::Malformed {
@@ -223,6 +224,7 @@ pub fn classify(rec: &Record<'_>) -> Item {
             }
         }
     };
+    // By reference: the decoded packet is large, and moving it costs a copy.
     let p = match decoded {
         frame::Decoded::NotIb { what } => {
             return Item::NonCm {
@@ -257,7 +259,7 @@ pub fn classify(rec: &Record<'_>) -> Item {
     }
     match Mad::parse_fixed(mad) {
         Ok(m) => {
-            let (src, dst) = endpoints(&p);
+            let (src, dst) = endpoints(p);
             Item::Cm(CmEvent {
                 frame: rec.number,
                 time: rec.timestamp,
@@ -266,7 +268,7 @@ pub fn classify(rec: &Record<'_>) -> Item {
                 dst,
                 mad: m,
                 icrc: p.icrc.into(),
-                wire: wire(&p),
+                wire: wire(p),
             })
         }
         Err(e) => Item::Malformed {
