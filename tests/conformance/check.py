@@ -353,6 +353,9 @@ def ibcm_pair_cells(out):
                 c(p["pd"] == PD_REP_I, "REP private data %s" % p["pd"])
         c(" XRC " in o("a", n) and summary_of(o("a", n)) == (1, 0, 0, 1), "TGT cm-ping: %s" % (summary_of(o("a", n)),))
         c(summary_of(o("b", n)) == (1, 0, 0, 1), "INI cm-ping: %s" % (summary_of(o("b", n)),))
+        mm = re.search(r"^established conn=\S+ qpn=\S+ remote_qpn=(\S+) pd=(\S+)", o("b", n), re.M)
+        c(mm is not None and mm.group(1) == IBCM_XRC_TGT and mm.group(2) == (PD_REP_I if n == "ibcm-xrc" else "-"),
+          "INI cm-ping's REP: %s" % (mm.groups() if mm else None,))
         c.done(n, "ibcm XRC INI -> ibcm XRC TGT over umad: REQ(tst 3, ext 1), REP(QPN 0, EECN %s, SRQ 1), RTU, DREQ from the %s side, DREP"
                % (IBCM_XRC_TGT, "INI" if dreq_from == B_ else "TGT"))
 
@@ -423,6 +426,13 @@ def ibcm_cells(out, scen, tp, kip, iip, irole):
     def isays(c, cname, text):
         c(text in iout(cname), "cm-ping lacks %r" % text)
 
+    def irep(c, cname, qpn, pd):
+        """cm-ping (active) prints the REP it took: remote QPN (XRC: the TGT QPN) and private data"""
+        mm = re.search(r"^established conn=\S+ qpn=\S+ remote_qpn=(\S+) pd=(\S+)", iout(cname), re.M)
+        if c(mm is not None, "cm-ping printed no REP"):
+            c(qpn is None or mm.group(1) == qpn, "cm-ping's REP remote QPN %s != %s" % (mm.group(1), qpn))
+            c(mm.group(2) == pd, "cm-ping got REP private data %s" % mm.group(2))
+
     def isum(c, cname, want):
         got = summary_of(iout(cname))
         c(got == want, "cm-ping summary %s != %s" % (got, want))
@@ -442,7 +452,8 @@ def ibcm_cells(out, scen, tp, kip, iip, irole):
     ksays(c, "act-establish", K_OK)
     isum(c, "act-establish", (1, 0, 0, 1))
     isays(c, "act-establish", "(disconnected (locally))")
-    c.done(n + "establish", "REQ/REP/RTU/DREQ(ibcm)/DREP; REQ private data + CMA header reach the kernel, REP private data on the wire")
+    irep(c, "act-establish", m[1]["qpn"] if len(m) > 1 else None, PD_REP_K)
+    c.done(n + "establish", "REQ/REP/RTU/DREQ(ibcm)/DREP; REQ private data + CMA header reach the kernel, REP private data reaches ibcm")
 
     c, m = Check(), cms("act-dreq-kernel")
     if wire(c, m, "REQ REP RTU DREQ DREP"):
@@ -507,7 +518,8 @@ def ibcm_cells(out, scen, tp, kip, iip, irole):
         c(m[1]["pd"] == PD_REP_FULL, "REP private data (196 bytes) %s" % m[1]["pd"])
     ksays(c, "act-pdata", "EVENT CONNECT_REQUEST pd=%s pdlen=56" % PD_REQ_FULL)
     isum(c, "act-pdata", (1, 0, 0, 1))
-    c.done(n + "pdata", "56 bytes of REQ private data after the CMA header (v4, %s:49152->%s) delivered intact; 196-byte REP private data on the wire" % (iip, kip))
+    irep(c, "act-pdata", None, PD_REP_FULL)
+    c.done(n + "pdata", "56 bytes of REQ private data after the CMA header (v4, %s:49152->%s) and 196 bytes of REP private data delivered intact" % (iip, kip))
 
     def xrc_req(c, r):
         c(r["tst"] == 3 and r["ext"] == 1, "REQ transport %s ext %s (want 3, 1)" % (r["tst"], r["ext"]))
@@ -540,6 +552,7 @@ def ibcm_cells(out, scen, tp, kip, iip, irole):
         c(m[3]["src"] == iip and m[3]["rqpn"] == KERNEL_FAKE_QPN, "DREQ %s rqpn %s (want the TGT QPN)" % (m[3]["src"], m[3]["rqpn"]))
     ksays(c, "act-xrc", K_OK)
     isum(c, "act-xrc", (1, 0, 0, 1))
+    irep(c, "act-xrc", KERNEL_FAKE_QPN, PD_REP_K)
     c.done(n + "xrc", "XRC REQ to an XRC listener without a QP (cmpeer --qp xrc): kernel REP with QPN 0, "
            "EECN = TGT QPN %s, SRQ 1; ibcm RTU, DREQ to the TGT QPN, DREP" % KERNEL_FAKE_QPN)
 

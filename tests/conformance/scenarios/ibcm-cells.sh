@@ -79,7 +79,7 @@ kernel_side() {
   cell_end $TP-act-retrans
   kpassive $TP-act-pdata 30 --port 7207 --accept-pd $PD_REP_FULL
   # XRC REQ from ibcm to three kinds of kernel listener (README: XRC findings)
-  kpassive $TP-act-xrc-rc-listener 12 --port 7208 --ps ib --timeout 6000
+  kpassive $TP-act-xrc-rc-listener 12 --port 7208 --ps ib --timeout 4000
   ktool $TP-act-xrc-rping 20 rping -s -a "$KIP" -p 7209 -C 1 -v
   kpassive $TP-act-xrc 30 --port 7210 --qp xrc --accept-pd $PD_REP_K
   ktool $TP-act-rping 30 rping -s -a "$KIP" -p 7211 -C 1 -v

@@ -558,9 +558,17 @@ async fn one_connection(
         }
     };
     counts.established.fetch_add(1, Ordering::Relaxed);
+    // What the REP said: the peer's QPN (for XRC the TGT QPN from the EECN) and private data.
+    let rep = conn.rep().map_or(String::new(), |r| {
+        format!(
+            " remote_qpn={} pd={}",
+            r.remote_qpn,
+            hex_trim(r.rep.private_data.as_bytes())
+        )
+    });
     out(
         args,
-        format_args!("established conn={} qpn={qpn}", conn.id()),
+        format_args!("established conn={} qpn={qpn}{rep}", conn.id()),
     );
     if args.hold {
         return Some(conn);
