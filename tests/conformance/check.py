@@ -324,7 +324,7 @@ def ibcm_pair_cells(out):
     """ibcm <-> ibcm XRC over umad, and the rate comparison on the same VM pair; -> (kernel, ibcm) conn/s"""
     run = os.path.join(out, "ibcm-pair")
     res = os.path.join(run, "share", "results")
-    names = ("ibcm-xrc", "ibcm-xrc-dreq-passive", "ibcm-rate", "kernel-rate")
+    names = ("ibcm-xrc", "ibcm-xrc-dreq-passive", "ibcm-rate", "kernel-rate")  # the rate cells hold 2 rounds each
     if not cut_cells(run):
         for n in names:
             cell(n, False, "no capture: the ibcm-pair run did not happen (see %s.log)" % run)
@@ -359,30 +359,43 @@ def ibcm_pair_cells(out):
         c.done(n, "ibcm XRC INI -> ibcm XRC TGT over umad: REQ(tst 3, ext 1), REP(QPN 0, EECN %s, SRQ 1), RTU, DREQ from the %s side, DREP"
                % (IBCM_XRC_TGT, "INI" if dreq_from == B_ else "TGT"))
 
-    ibcm = kern = None
-    c, m = Check(), cms("ibcm-rate")
-    counts = {k: seq(m).split().count(k) for k in ("REQ", "REP", "RTU", "DREQ", "DREP")}
-    mm = re.search(r"connect step: (\d+) connections in ([0-9.]+) s", o("b", "ibcm-rate"))
-    if c(mm is not None, "no connect step line"):
-        ibcm = int(mm.group(1)) / float(mm.group(2))
-    c(summary_of(o("b", "ibcm-rate")) == (1000, 0, 0, 1000), "active: %s" % (summary_of(o("b", "ibcm-rate")),))
-    c(summary_of(o("a", "ibcm-rate")) == (1000, 0, 0, 1000), "passive: %s" % (summary_of(o("a", "ibcm-rate")),))
-    c(counts["REP"] == 1000 and counts["RTU"] == 1000, "wire counts %s" % counts)
-    c.done("ibcm-rate", "cm-ping --count 1000 --parallel 1000 --hold over umad between two nocm VMs: connect step %s s = %s conn/s; "
-           "%d REQs resent" % (mm.group(2) if mm else "?", "%.0f" % ibcm if ibcm else "?", counts["REQ"] - 1000))
+    # two alternating rounds (ibcm, kernel, ibcm, kernel); the rate is the best round of each
+    ibcm_r, kern_r = [], []
+    c, notes = Check(), []
+    for r in (1, 2):
+        n = "ibcm-rate-%d" % r
+        m = cms(n)
+        counts = {k: seq(m).split().count(k) for k in ("REQ", "REP", "RTU")}
+        mm = re.search(r"connect step: (\d+) connections in ([0-9.]+) s", o("b", n))
+        if c(mm is not None, "round %d: no connect step line" % r):
+            ibcm_r.append(int(mm.group(1)) / float(mm.group(2)))
+        c(summary_of(o("b", n)) == (1000, 0, 0, 1000), "round %d active: %s" % (r, summary_of(o("b", n))))
+        c(summary_of(o("a", n)) == (1000, 0, 0, 1000), "round %d passive: %s" % (r, summary_of(o("a", n))))
+        c(counts["REP"] == 1000 and counts["RTU"] == 1000, "round %d wire counts %s" % (r, counts))
+        notes.append("%s s = %s conn/s (%d REQs resent)" % (mm.group(2) if mm else "?", "%.0f" % ibcm_r[-1] if mm else "?",
+                                                          counts["REQ"] - 1000))
+    ibcm = max(ibcm_r) if len(ibcm_r) == 2 else None
+    c.done("ibcm-rate", "cm-ping --count 1000 --parallel 1000 --hold over umad between two nocm VMs, connect step, "
+           "2 rounds: %s; best %s conn/s" % ("; ".join(notes), "%.0f" % ibcm if ibcm else "?"))
 
-    c, m = Check(), cms("kernel-rate")
-    txt = o("b", "kernel-rate")
-    mm = re.search(r"^connect\s*:\s*([0-9.]+)\s+([0-9.]+)", txt, re.M)
-    c(read(os.path.join(res, "a.kernel-cm-load.rc")).strip() == "0" and read(os.path.join(res, "b.kernel-cm-load.rc")).strip() == "0",
-      "modprobe rdma_ucm failed")
-    c(read(os.path.join(res, "b.kernel-rate.rc")).strip() == "0", "cmtime client rc")
-    counts = {k: seq(m).split().count(k) for k in ("REQ", "REP", "RTU", "MRA")}
-    c(counts["REP"] == 1000 and counts["RTU"] == 1000, "wire counts %s" % counts)
-    if c(mm is not None, "no connect line in cmtime output"):
-        kern = 1000.0 / (float(mm.group(1)) / 1000.0)
-    c.done("kernel-rate", "the same VM pair after modprobe rdma_ucm: cmtime -c 1000 connect step %s ms = %s conn/s; "
-           "%d REQs resent, %d MRAs" % (mm.group(1) if mm else "?", "%.0f" % kern if kern else "?", counts["REQ"] - 1000, counts["MRA"]))
+    c, notes = Check(), []
+    for r in (1, 2):
+        n = "kernel-rate-%d" % r
+        m = cms(n)
+        txt = o("b", n)
+        mm = re.search(r"^connect\s*:\s*([0-9.]+)\s+([0-9.]+)", txt, re.M)
+        c(all(read(os.path.join(res, "%s.kernel-cm-load-%d.rc" % (x, r))).strip() == "0" for x in "ab"), "round %d: modprobe rdma_ucm failed" % r)
+        c(all(read(os.path.join(res, "%s.kernel-cm-unload-%d.rc" % (x, r))).strip() == "0" for x in "ab"), "round %d: the kernel CM did not unload" % r)
+        c(read(os.path.join(res, "b.%s.rc" % n)).strip() == "0", "round %d: cmtime client rc" % r)
+        counts = {k: seq(m).split().count(k) for k in ("REQ", "REP", "RTU", "MRA")}
+        c(counts["REP"] == 1000 and counts["RTU"] == 1000, "round %d wire counts %s" % (r, counts))
+        if c(mm is not None, "round %d: no connect line in cmtime output" % r):
+            kern_r.append(1000.0 / (float(mm.group(1)) / 1000.0))
+        notes.append("%s ms = %s conn/s (%d REQs resent, %d MRAs)" % (mm.group(1) if mm else "?", "%.0f" % kern_r[-1] if mm else "?",
+                                                                    counts["REQ"] - 1000, counts["MRA"]))
+    kern = max(kern_r) if len(kern_r) == 2 else None
+    c.done("kernel-rate", "the same VM pair with the kernel CM loaded (modprobe rdma_ucm, unloaded again after each round): "
+           "cmtime -c 1000 connect step, 2 rounds: %s; best %s conn/s" % ("; ".join(notes), "%.0f" % kern if kern else "?"))
     return kern, ibcm
 
 
