@@ -394,8 +394,9 @@ fn check_len(what: &'static str, data: &[u8], max: usize) -> Result<(), CallErro
 /// b.handle_datagram(now, a_addr, &req.mad);
 /// let ev = b.poll_event().unwrap();
 /// b.accept(now, ev.conn, AcceptParams::new(Qpn::new(0x22).unwrap())).unwrap();
-/// // REP b → a; a sends the RTU (auto_rtu) and is established.
+/// // REP b → a; a reports the REP, sends the RTU (auto_rtu) and is established.
 /// a.handle_datagram(now, b_addr, &b.poll_transmit().unwrap().mad);
+/// assert!(matches!(a.poll_event().unwrap().kind, EventKind::RepReceived(_)));
 /// assert_eq!(a.poll_event().unwrap().kind, EventKind::Established);
 /// b.handle_datagram(now, a_addr, &a.poll_transmit().unwrap().mad);
 /// assert_eq!(b.poll_event().unwrap().kind, EventKind::Established);
