@@ -149,6 +149,47 @@ async fn no_listener_rej_8_and_dropped_incoming_rej_28() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn refused_accept_or_reject_still_answers_the_peer() {
+    let net = MemNetwork::new();
+    let (a, b, b_addr) = pair(&net);
+    let mut l = b
+        .listen(ServiceId(0x42), ListenOptions::default())
+        .await
+        .unwrap();
+    let server = tokio::spawn(async move {
+        // 197 bytes of REP private data: refused, and the REQ is rejected for us.
+        let inc = l.next().await.unwrap();
+        let mut p = AcceptParams::new(Qpn::new(0x21).unwrap());
+        p.private_data = vec![0; 197];
+        let e1 = inc.accept(p).await.unwrap_err();
+        // 149 bytes of REJ private data: refused, rejected plainly instead.
+        let inc = l.next().await.unwrap();
+        let e2 = inc
+            .reject(RejReason::ConsumerReject, &[], &[0; 149])
+            .await
+            .unwrap_err();
+        (e1, e2)
+    });
+    for qpn in [0x11, 0x12] {
+        let err = a.connect(params(b_addr, qpn)).await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                CmError::Connection(ConnectionError::Rejected {
+                    reason: RejReason::ConsumerReject,
+                    private_data,
+                    ..
+                }) if private_data.is_empty()
+            ),
+            "{err:?}"
+        );
+    }
+    let (e1, e2) = server.await.unwrap();
+    assert!(matches!(e1, CmError::Call(_)), "{e1:?}");
+    assert!(matches!(e2, CmError::Call(_)), "{e2:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn reject_with_private_data_and_mra_then_accept() {
     let net = MemNetwork::new();
     let (a, b, b_addr) = pair(&net);

@@ -370,10 +370,13 @@ impl Incoming {
     /// Accepts a REQ (sends the REP) and returns the connection, still waiting for the RTU.
     ///
     /// # Errors
-    /// [`CmError::Call`] if the REQ is gone (the peer gave up) or the parameters are refused.
+    /// [`CmError::Call`] if the REQ is gone (the peer gave up) or the parameters are refused
+    /// (say, a QPN in TimeWait quarantine). A refused accept does not leave the peer waiting:
+    /// the request is then rejected (REJ 28, consumer reject), as when an `Incoming` is dropped
+    /// unanswered.
     pub async fn accept(mut self, params: AcceptParams) -> Result<Connection, CmError> {
-        self.answered = true;
         let id = self.id;
+        // On an error `self` is dropped unanswered, and the drop guard sends the REJ.
         let status = self
             .cm
             .call(|reply| Command::Accept {
@@ -382,6 +385,7 @@ impl Incoming {
                 reply,
             })
             .await??;
+        self.answered = true;
         Ok(Connection {
             id,
             cm: self.cm.clone(),
@@ -392,14 +396,14 @@ impl Incoming {
     /// Rejects a REQ with `reason`, ARI and private data.
     ///
     /// # Errors
-    /// [`CmError::Call`] if the REQ is gone or the data does not fit.
+    /// [`CmError::Call`] if the REQ is gone or the data does not fit. When the data does not
+    /// fit, the request is still rejected, with reason 28 (consumer reject) and no data.
     pub async fn reject(
         mut self,
         reason: RejReason,
         ari: &[u8],
         private_data: &[u8],
     ) -> Result<(), CmError> {
-        self.answered = true;
         let id = self.id;
         let (ari, private_data) = (ari.to_vec(), private_data.to_vec());
         self.cm
@@ -411,6 +415,7 @@ impl Incoming {
                 reply,
             })
             .await??;
+        self.answered = true;
         Ok(())
     }
 
@@ -434,13 +439,15 @@ impl Incoming {
     /// Answers a SIDR_REQ.
     ///
     /// # Errors
-    /// [`CmError::Call`] if this is not a SIDR request or the data does not fit.
+    /// [`CmError::Call`] if this is not a SIDR request or the data does not fit. When the
+    /// reply is refused, the requester still gets an answer: a SIDR_REP with status
+    /// "rejected".
     pub async fn sidr_reply(mut self, params: SidrRepParams) -> Result<(), CmError> {
-        self.answered = true;
         let id = self.id;
         self.cm
             .call(|reply| Command::SidrReply { id, params, reply })
             .await??;
+        self.answered = true;
         Ok(())
     }
 }

@@ -389,8 +389,11 @@ async fn serve_one(
     }
     let q = Qpn::masked(qpn.fetch_add(1, Ordering::Relaxed));
     let mut p = if xrc {
-        // One TGT QP per listener: every XRC connection lands on it.
-        AcceptParams::xrc_tgt(Qpn::masked(0x0ab_cdef))
+        // One TGT QP per listener: every XRC connection lands on it. It lives as long as the
+        // listener, so a new connection may attach while an earlier one is in TimeWait.
+        let mut p = AcceptParams::xrc_tgt(Qpn::masked(0x0ab_cdef));
+        p.xrc_tgt_live = true;
+        p
     } else {
         AcceptParams::new(q)
     };
