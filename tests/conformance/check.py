@@ -31,7 +31,7 @@ A, B = "10.77.0.1", "10.77.0.2"
 
 results = []
 # the lab.sh runs of tests/conformance/run (steps.txt names, <name>.log)
-LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "ibcm-pair")
+LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "ibcm-pair", "xrc-rxe")
 
 
 def cell(name, ok, detail=""):
@@ -244,6 +244,26 @@ def nocm_cells(out):
     c("Usage: cm-ping" in r("peer-cm-ping") and read(os.path.join(res, "a.peer-cm-ping.rc")).strip() == "0",
       "the host-built cm-ping does not run in the guest: %s" % r("peer-cm-ping").strip()[:200])
     c.done("nocm-hostbin", "host-built dynamic C and Rust binaries, and ibcm's release cm-ping, run from /lab/bin (guest glibc 2.36)")
+
+
+def xrc_rxe_cells(out):
+    """ibcm-xrc's rdma-core backend on rxe0 (scenarios/xrc-rxe.sh): rxe has no XRC, so
+    xrc-probe and xrcd-keeper --backend verbs must refuse with the typed error."""
+    res = os.path.join(out, "xrc-rxe", "share", "results")
+    r = lambda n: read(os.path.join(res, "a.%s.out" % n))  # noqa: E731
+    rc = lambda n: read(os.path.join(res, "a.%s.rc" % n)).strip()  # noqa: E731
+    c = Check()
+    c(rc("xrc-probe") == "2", "xrc-probe --device rxe0 exit %r, want 2: %s" % (rc("xrc-probe"), r("xrc-probe").strip()[:300]))
+    c("device rxe0 has no XRC (IBV_DEVICE_XRC not set" in r("xrc-probe"), "no typed no-XRC error: %s" % r("xrc-probe").strip()[:300])
+    c(re.search(r"^RESULT no-xrc device=rxe0", r("xrc-probe"), re.M) is not None, "no RESULT no-xrc line")
+    c(re.search(r"ibv_open_xrcd \(forced\): .*not supported", r("xrc-probe-force"), re.I) is not None,
+      "forced ibv_open_xrcd: %s" % r("xrc-probe-force").strip()[:300])
+    c(rc("xrc-probe-any") == "2", "xrc-probe on the first device exit %r, want 2" % rc("xrc-probe-any"))
+    c.done("xrc-rxe-no-xrc", "xrc-probe: device rxe0 has no XRC (exit 2); a forced ibv_open_xrcd is not supported")
+    c = Check()
+    c(rc("keeper-verbs") not in ("", "0"), "xrcd-keeper --backend verbs exit %r, want non-zero" % rc("keeper-verbs"))
+    c("device rxe0 has no XRC" in r("keeper-verbs"), "xrcd-keeper: %s" % r("keeper-verbs").strip()[:300])
+    c.done("xrc-rxe-keeper-verbs", "xrcd-keeper serve --backend verbs refuses rxe0: no XRC")
 
 
 def netns_cells(out):
@@ -802,7 +822,7 @@ def main(argv):
     rc, secs = steps.get("build", (1, "?"))
     cell("lab-build", rc == 0, "pinned debs cached, guest built (%s s)" % secs)
     rc, secs = steps.get("ibcm-build", (1, "?"))
-    cell("ibcm-build", rc == 0, "cargo build --release -p ibcm-tools --bin cm-ping (%s s)" % secs)
+    cell("ibcm-build", rc == 0, "cargo build --release -p ibcm-tools --bin cm-ping; xrc-probe, xrcd-keeper (rdma) (%s s)" % secs)
     for s in LAB_RUNS:
         rc, secs = steps.get(s, (1, "?"))
         cell("run-" + s, rc == 0, "lab.sh run exit %d, %s s" % (rc, secs))
@@ -813,6 +833,7 @@ def main(argv):
     ibcm_cells(out, "ibcm-udp", "udp", "10.78.0.2", "10.78.0.1", "host")
     udp_wire_cell(out)
     kern, ibcm = ibcm_pair_cells(out)
+    xrc_rxe_cells(out)
     cleanup_cell(out)
     if "--save-fixtures" in argv:
         save_fixtures(out, argv[argv.index("--save-fixtures") + 1])

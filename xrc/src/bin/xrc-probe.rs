@@ -13,7 +13,7 @@
 //!   by number, an XRC SRQ and its number, an INI QP, TGT RESET→INIT, then everything destroyed.
 //!
 //! The last stdout line is `RESULT xrc-ok|no-xrc|no-device|error …`; the exit status is 0, 2,
-//! 3 or 1 respectively. The conformance lab runs it on rxe (xrc/lab/README.md).
+//! 3 or 1 respectively. The conformance lab runs it on rxe (tests/conformance, run `xrc-rxe`).
 
 use std::process::ExitCode;
 

@@ -3,12 +3,12 @@
 # rxe has no XRC (spec/xrc.md §5), so xrc-probe must fail with the typed error
 # "device rxe0 has no XRC (IBV_DEVICE_XRC not set in device_cap_flags 0x...)", exit status 2,
 # and the forced ibv_open_xrcd must come back "not supported" (EOPNOTSUPP).
-# Run it with xrc/lab/run-xrc-rxe.sh (or copy it to tests/conformance/scenarios/ and pass
-# LAB_PEER_BIN=<target>/debug/xrc-probe to `lab.sh run-single xrc-rxe`).
+# tests/conformance/run runs it with LAB_PEER_BIN="out/bin/xrc-probe out/bin/xrcd-keeper"
+# (`lab.sh run-single xrc-rxe`); check.py's xrc_rxe_cells reads the results.
 # lab-mods-a: cm
 # lab-timeout: 120
 . /lab/lib.sh
-if [ ! -x /lab/bin/xrc-probe ]; then say "SKIP no /lab/bin/xrc-probe (pass it with LAB_PEER_BIN)"; exit 0; fi
+if [ ! -x /lab/bin/xrc-probe ]; then say "SKIP no /lab/bin/xrc-probe (pass it with LAB_PEER_BIN)"; exit 1; fi
 run devinfo 20 sh -c 'ibv_devinfo -v -d rxe0 | grep -E "hca_id|device_cap_flags|XRC|xrc"'
 run xrc-probe 30 /lab/bin/xrc-probe --device rxe0
 run xrc-probe-force 30 /lab/bin/xrc-probe --device rxe0 --force
