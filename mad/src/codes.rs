@@ -85,6 +85,32 @@ macro_rules! open_enum {
     };
 }
 
+/// A branch-free `from_raw_lut` for open enums with a `u8` representation: a 256-entry table
+/// built at compile time from `from_raw`. The message parsers use it; a `match` with a
+/// catch-all compiles to a jump table per field.
+macro_rules! u8_lut {
+    ($($name:ident),* $(,)?) => {$(
+        impl $name {
+            /// [`Self::from_raw`] through a compile-time table (no branches).
+            // A u8 always indexes a 256-entry table in bounds.
+            #[allow(clippy::indexing_slicing)]
+            #[inline(always)]
+            pub(crate) const fn from_raw_lut(v: u8) -> Self {
+                const LUT: [$name; 256] = {
+                    let mut t = [$name::Unknown(0); 256];
+                    let mut i = 0;
+                    while i < 256 {
+                        t[i] = $name::from_raw(i as u8);
+                        i += 1;
+                    }
+                    t
+                };
+                LUT[v as usize]
+            }
+        }
+    )*};
+}
+
 /// `impl Default` for an open enum (not derivable through the macro).
 macro_rules! default_variant {
     ($name:ident, $variant:ident) => {
@@ -451,6 +477,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn lookup_tables_equal_the_matches() {
+        for v in 0..=u8::MAX {
+            assert_eq!(MgmtClass::from_raw_lut(v), MgmtClass::from_raw(v));
+            assert_eq!(Method::from_raw_lut(v), Method::from_raw(v));
+            assert_eq!(MsgKind::from_raw_lut(v), MsgKind::from_raw(v));
+            assert_eq!(TransportType::from_raw_lut(v), TransportType::from_raw(v));
+            assert_eq!(
+                ExtTransportType::from_raw_lut(v),
+                ExtTransportType::from_raw(v)
+            );
+            assert_eq!(Mtu::from_raw_lut(v), Mtu::from_raw(v));
+            assert_eq!(Rate::from_raw_lut(v), Rate::from_raw(v));
+            assert_eq!(
+                FailoverAccepted::from_raw_lut(v),
+                FailoverAccepted::from_raw(v)
+            );
+            assert_eq!(AprStatus::from_raw_lut(v), AprStatus::from_raw(v));
+            assert_eq!(SidrStatus::from_raw_lut(v), SidrStatus::from_raw(v));
+        }
+    }
+
+    #[test]
     fn round_trip_every_value() {
         for v in 0..=u8::MAX {
             assert_eq!(Method::from_raw(v).raw(), v);
@@ -472,3 +520,16 @@ mod tests {
         assert_eq!(Mtu::Mtu1024.bytes(), Some(1024));
     }
 }
+
+u8_lut!(
+    MgmtClass,
+    Method,
+    MsgKind,
+    TransportType,
+    ExtTransportType,
+    Mtu,
+    Rate,
+    FailoverAccepted,
+    AprStatus,
+    SidrStatus,
+);

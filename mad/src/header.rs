@@ -123,9 +123,9 @@ impl MadHeader {
         let attr_mod = r.u32();
         MadHeader {
             base_version,
-            mgmt_class: MgmtClass::from_raw(mgmt_class),
+            mgmt_class: MgmtClass::from_raw_lut(mgmt_class),
             class_version,
-            method: Method::from_raw(method),
+            method: Method::from_raw_lut(method),
             status,
             class_specific,
             tid: Tid(tid),

@@ -61,7 +61,7 @@ impl Apr {
             local_comm_id: CommId(local_comm_id),
             remote_comm_id: CommId(remote_comm_id),
             additional_info_length,
-            ap_status: AprStatus::from_raw(ap_status),
+            ap_status: AprStatus::from_raw_lut(ap_status),
             additional_info,
             private_data,
         }

@@ -37,7 +37,7 @@ impl Mra {
         Mra {
             local_comm_id: CommId(local_comm_id),
             remote_comm_id: CommId(remote_comm_id),
-            message_mraed: MsgKind::from_raw(b8 >> 6),
+            message_mraed: MsgKind::from_raw_lut(b8 >> 6),
             service_timeout: TimeoutExp::masked(b9 >> 3),
             private_data,
         }

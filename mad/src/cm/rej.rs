@@ -86,7 +86,7 @@ impl Rej {
         Rej {
             local_comm_id: CommId(local_comm_id),
             remote_comm_id: CommId(remote_comm_id),
-            message_rejected: MsgKind::from_raw(b8 >> 6),
+            message_rejected: MsgKind::from_raw_lut(b8 >> 6),
             reject_info_length: U7::masked(b9 >> 1),
             reason: RejReason::from_raw(reason),
             ari,

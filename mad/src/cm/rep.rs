@@ -129,7 +129,7 @@ impl Rep {
             responder_resources,
             initiator_depth,
             target_ack_delay: TimeoutExp::masked(b26 >> 3),
-            failover_accepted: FailoverAccepted::from_raw((b26 >> 1) & 0x03),
+            failover_accepted: FailoverAccepted::from_raw_lut((b26 >> 1) & 0x03),
             end_to_end_flow_control: b26 & 0x01 != 0,
             rnr_retry_count: U3::masked(b27 >> 5),
             srq: b27 & 0x10 != 0,

@@ -114,7 +114,7 @@ impl SidrRep {
         let private_data = PrivateData(r.array::<136>());
         SidrRep {
             request_id: RequestId(request_id),
-            status: SidrStatus::from_raw(status),
+            status: SidrStatus::from_raw_lut(status),
             additional_info_length,
             ece_vendor_id: VendorId::masked((u32::from(ece_hi) << 8) | u32::from(ece_lo)),
             qpn: Qpn::masked(qpn),
