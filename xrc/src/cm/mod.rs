@@ -717,24 +717,28 @@ impl XrcTarget {
         }
     }
 
+    /// Queues the teardown of `conn` (its TGT QP went away): a DREQ once established, else a
+    /// REJ, counted, and reported as a [`TargetEvent::Teardown`].
+    fn teardown(&mut self, conn: ConnId, qpn: Qpn, cause: GoneCause) {
+        let established = self.is_established(conn);
+        if established {
+            self.stats.dreqs = self.stats.dreqs.saturating_add(1);
+        } else {
+            self.stats.rejs = self.stats.rejs.saturating_add(1);
+        }
+        self.teardowns.push_back(Teardown { conn, qpn, cause });
+        self.events.push_back(TargetEvent::Teardown {
+            conn,
+            qpn,
+            cause,
+            established,
+        });
+    }
+
     fn pump(&mut self) {
         while let Some(a) = self.reg.poll_action() {
             match a {
-                PolicyAction::SendDreq { conn, qpn, cause } => {
-                    let established = self.is_established(conn);
-                    if established {
-                        self.stats.dreqs = self.stats.dreqs.saturating_add(1);
-                    } else {
-                        self.stats.rejs = self.stats.rejs.saturating_add(1);
-                    }
-                    self.teardowns.push_back(Teardown { conn, qpn, cause });
-                    self.events.push_back(TargetEvent::Teardown {
-                        conn,
-                        qpn,
-                        cause,
-                        established,
-                    });
-                }
+                PolicyAction::SendDreq { conn, qpn, cause } => self.teardown(conn, qpn, cause),
                 PolicyAction::NotifyHolders { qpn, cause } => {
                     self.events
                         .push_back(TargetEvent::HoldersNotified { qpn, cause });
@@ -785,21 +789,7 @@ impl XrcTarget {
                 PolicyAction::QuarantineQpn { qpn, until } => {
                     self.reg.note_gone(qpn, GoneCause::KeeperLost, until);
                 }
-                PolicyAction::SendDreq { conn, qpn, cause } => {
-                    let established = self.is_established(conn);
-                    if established {
-                        self.stats.dreqs = self.stats.dreqs.saturating_add(1);
-                    } else {
-                        self.stats.rejs = self.stats.rejs.saturating_add(1);
-                    }
-                    self.teardowns.push_back(Teardown { conn, qpn, cause });
-                    self.events.push_back(TargetEvent::Teardown {
-                        conn,
-                        qpn,
-                        cause,
-                        established,
-                    });
-                }
+                PolicyAction::SendDreq { conn, qpn, cause } => self.teardown(conn, qpn, cause),
                 PolicyAction::NotifyHolders { qpn, cause } => {
                     self.events
                         .push_back(TargetEvent::HoldersNotified { qpn, cause });
