@@ -845,6 +845,15 @@ def main(argv):
     print("kernel-vs-ibcm: kernel %s conn/s, ibcm %s conn/s, ratio %s"
           % ("%.0f" % kern if kern else "?", "%.0f" % ibcm if ibcm else "?",
              "%.2f" % (ibcm / kern) if kern and ibcm else "n/a"))
+    # the lab's packages: how many were pinned, and every substitution lab.sh made for a pinned
+    # version the archive no longer has (never silent: it is named here, in the summary)
+    pk = read(os.path.join(out, "lab-packages.txt")).splitlines()
+    if pk and pk[0].startswith("pinned "):
+        subs = [l for l in pk[1:] if l.strip()]
+        print("lab-packages: %s pinned, %d substituted%s" % (pk[0].split()[1], len(subs),
+              (": " + "; ".join(subs)) if subs else " (every pinned version used)"))
+    else:
+        print("lab-packages: unknown (no %s: lab.sh build did not get to fetch)" % os.path.join(out, "lab-packages.txt"))
     if os.environ.get("LAB_SUITE_START"):
         import time
         print("conformance-time: %d s wall for the whole suite" % (time.time() - int(os.environ["LAB_SUITE_START"])))

@@ -29,8 +29,10 @@
 #   LAB_PEER_BIN  space-separated host files copied into /lab/bin of every guest of a run
 #                 (e.g. the host-built ibcm cm-ping)
 #   LAB_TIMEOUT   hard limit per run in seconds (default: scenario header, else 300)
-#   LAB_PIN=strict  fail when a pinned version is no longer downloadable (default: fall back
-#                   to the current candidate with a loud warning, recorded in versions-used.txt)
+#   LAB_PIN=strict  fail when a pinned version is no longer downloadable, even after an
+#                   `apt-get update` (default: substitute the refreshed lists' candidate, with a
+#                   loud warning, recorded in versions-used.txt and in the suite's summary line
+#                   `lab-packages:`)
 #   LAB_ACCEL  tcg (default) | kvm         LAB_MEM  guest MiB (default 512)
 set -euo pipefail
 
@@ -63,10 +65,17 @@ export QEMU_MODULE_DIR=$SR/usr/lib/x86_64-linux-gnu/qemu   # Debian builds accel
 QEMU=("$LDSO" --library-path "$LIBPATH" "$SR/usr/bin/qemu-system-x86_64"
       -L "$SR/usr/share/qemu" -L "$SR/usr/share/seabios" -L "$SR/usr/lib/ipxe/qemu")
 
+APT_REFRESHED=0
+# apt_refresh: `apt-get update`, at most once per lab.sh invocation
+apt_refresh() {
+  [ "$APT_REFRESHED" = 1 ] && return 0
+  log "apt-get update ($*)"
+  apt-get update -qq || die "apt-get update failed"
+  APT_REFRESHED=1
+}
 ensure_apt_lists() {
-  if [ "${LAB_APT_UPDATE:-0}" = 1 ] || ! apt-cache show busybox-static >/dev/null 2>&1; then
-    log "apt-get update"; apt-get update -qq || die "apt-get update failed"
-  fi
+  if [ "${LAB_APT_UPDATE:-0}" = 1 ]; then apt_refresh "LAB_APT_UPDATE=1"
+  elif ! apt-cache show busybox-static >/dev/null 2>&1; then apt_refresh "no package lists"; fi
 }
 
 # ------------------------------------------------------------------------------------------
@@ -98,13 +107,34 @@ cmd_pin() {
 
 deb_file() { local v=${2//:/%3a}; echo "${1}_${v}_${3}.deb"; }
 
-# fetch every pinned deb into $CACHE (verified by SHA256); writes $B/versions-used.txt
+# pinned_avail NAME=VER...: the NAME=VER among them that the package lists offer
+pinned_avail() {
+  apt-cache madison "${@%%=*}" 2>/dev/null \
+    | awk -F'|' '{gsub(/ /,"",$1); gsub(/ /,"",$2); print $1"="$2}' | sort -u | grep -xF -f <(printf '%s\n' "$@") || true
+}
+# download NAME=VER into $CACHE; true when the .deb is there afterwards
+download_deb() {
+  local name=${1%%=*} ver=${1#*=} arch=$2
+  [ -e "$CACHE/$(deb_file "$name" "$ver" "$arch")" ] && return 0
+  ( cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root "$name=$ver" >/dev/null 2>&1 ) || true
+  [ -e "$CACHE/$(deb_file "$name" "$ver" "$arch")" ]
+}
+
+# fetch every pinned deb into $CACHE (verified by SHA256); writes $B/versions-used.txt and
+# $OUT/lab-packages.txt (the summary check.py prints: pinned count, every substitution).
+# A pinned version the package lists do not offer, or whose download fails, first makes the
+# lists refresh (`apt-get update`, once): lists months old name versions the archive has
+# dropped and lack the ones pinned since.  Only a version still missing after the refresh is
+# substituted -- by the refreshed lists' candidate, which is downloaded and recorded -- unless
+# LAB_PIN=strict, which makes it an error.
 fetch_debs() {
-  mkdir -p "$CACHE" "$B"
-  local name ver arch size sha f want=() missing=()
+  mkdir -p "$CACHE" "$B" "$OUT"
+  local name ver arch size sha f want=() missing=() pinned=0
   : > "$B/versions-used.txt.new"
+  : > "$OUT/lab-packages.txt.new"
   while read -r name ver arch size sha; do
     case $name in ''|\#*) continue ;; esac
+    pinned=$((pinned + 1))
     f=$(deb_file "$name" "$ver" "$arch")
     if [ -e "$CACHE/$f" ] && [ "$(sha256sum < "$CACHE/$f" | cut -d' ' -f1)" = "$sha" ]; then
       echo "$name $ver $arch $f" >> "$B/versions-used.txt.new"; continue
@@ -113,35 +143,46 @@ fetch_debs() {
   done < "$LOCK"
   if [ ${#want[@]} -gt 0 ]; then
     ensure_apt_lists
-    # which pinned versions does the archive still have?  (one batch download stops at the
-    # first unknown version, so only ask for those)
-    local avail ok=() w
-    avail=$(apt-cache madison "${want[@]%%=*}" 2>/dev/null | awk -F'|' '{gsub(/ /,"",$1); gsub(/ /,"",$2); print $1"="$2}' | sort -u)
-    for w in "${want[@]}"; do grep -qxF "$w" <<< "$avail" && ok+=("$w"); done
-    log "downloading ${#ok[@]} pinned packages into $CACHE ($(( ${#want[@]} - ${#ok[@]} )) pinned versions gone)"
-    [ ${#ok[@]} -eq 0 ] || ( cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root "${ok[@]}" >/dev/null 2>&1 ) || true
-    local line alt got
+    local avail n_ok
+    avail=$(pinned_avail "${want[@]}")
+    n_ok=$(grep -c . <<< "$avail" || true)
+    if [ "$n_ok" -lt ${#want[@]} ]; then
+      apt_refresh "$(( ${#want[@]} - n_ok )) of ${#want[@]} pinned versions not in the package lists"
+      avail=$(pinned_avail "${want[@]}")
+      n_ok=$(grep -c . <<< "$avail" || true)
+    fi
+    log "downloading $n_ok pinned packages into $CACHE ($(( ${#want[@]} - n_ok )) pinned versions not offered)"
+    # one batch for speed (it stops at the first failure; the loop below fetches the rest)
+    [ "$n_ok" -eq 0 ] || ( cd "$CACHE" && xargs apt-get download -q -o APT::Sandbox::User=root <<< "$avail" >/dev/null 2>&1 ) || true
+    local line alt cand got
     for line in "${missing[@]}"; do
       read -r name ver arch sha <<< "$line"
       f=$(deb_file "$name" "$ver" "$arch")
-      grep -qxF "$name=$ver" <<< "$avail" && [ ! -e "$CACHE/$f" ] && \
-        { ( cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root "$name=$ver" >/dev/null 2>&1 ) || true; }
+      if ! download_deb "$name=$ver" "$arch" && [ "$APT_REFRESHED" = 0 ]; then
+        apt_refresh "download of pinned $name=$ver failed"
+        download_deb "$name=$ver" "$arch" || true
+      fi
       if [ -e "$CACHE/$f" ]; then
         got=$(sha256sum < "$CACHE/$f" | cut -d' ' -f1)
         [ "$got" = "$sha" ] || die "SHA256 mismatch for $f (pinned $sha, got $got)"
         echo "$name $ver $arch $f" >> "$B/versions-used.txt.new"; continue
       fi
-      [ "${LAB_PIN:-}" = strict ] && die "pinned $name=$ver is not downloadable (LAB_PIN=strict); run 'lab.sh pin'"
-      # fallback: the current candidate (for the kernel: what linux-image-amd64 points at now)
+      [ "${LAB_PIN:-}" = strict ] && die "pinned $name=$ver is not downloadable after apt-get update (LAB_PIN=strict); run 'lab.sh pin'"
+      # substitute: the refreshed lists' candidate (for the kernel: what linux-image-amd64 is now)
       alt=$name
       case $name in linux-image-[0-9]*) alt=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}') ;; esac
-      log "WARNING: pinned $name=$ver is gone from the archive; using the current $alt (re-pin with 'lab.sh pin')"
-      ( cd "$CACHE" && apt-get download -q -o APT::Sandbox::User=root "$alt" >/dev/null 2>&1 ) || die "cannot download $alt"
-      f=$(cd "$CACHE" && ls -t "${alt}"_*_"$arch".deb | head -1)
-      echo "$alt $(echo "$f" | cut -d_ -f2 | sed 's/%3a/:/') $arch $f UNPINNED" >> "$B/versions-used.txt.new"
+      cand=$(apt-cache policy "$alt" 2>/dev/null | awk '/Candidate:/{print $2; exit}')
+      { [ -n "$cand" ] && [ "$cand" != "(none)" ]; } || die "pinned $name=$ver is gone and the archive has no $alt at all"
+      download_deb "$alt=$cand" "$arch" || die "pinned $name=$ver is gone and its substitute $alt=$cand cannot be downloaded either"
+      log "WARNING: pinned $name=$ver is gone from the archive; SUBSTITUTED $alt=$cand (re-pin with 'lab.sh pin')"
+      f=$(deb_file "$alt" "$cand" "$arch")
+      echo "$alt $cand $arch $f SUBSTITUTED" >> "$B/versions-used.txt.new"
+      echo "$name $ver -> $alt $cand" >> "$OUT/lab-packages.txt.new"
     done
   fi
   sort "$B/versions-used.txt.new" > "$B/versions-used.txt"; rm -f "$B/versions-used.txt.new"
+  { echo "pinned $pinned"; cat "$OUT/lab-packages.txt.new"; } > "$OUT/lab-packages.txt"
+  rm -f "$OUT/lab-packages.txt.new"
 }
 
 # ------------------------------------------------------------------------------------------
