@@ -139,32 +139,16 @@ impl CmaHeader {
     /// [`ParseError::Truncated`] below 36 bytes; [`ParseError::InvalidField`] for an IP
     /// version other than 4 or 6 (offset 1). The cma_version is reported, not checked.
     pub fn parse(pd: &[u8]) -> Result<Self, ParseError> {
-        let h = pd
-            .first_chunk::<{ Self::LEN }>()
-            .ok_or(ParseError::Truncated {
-                offset: 0,
-                need: Self::LEN,
-                have: pd.len(),
-            })?;
-        let (head, addrs) = h.split_first_chunk::<4>().ok_or(ParseError::Truncated {
+        let truncated = ParseError::Truncated {
             offset: 0,
             need: Self::LEN,
             have: pd.len(),
-        })?;
-        let (src, dst) = addrs.split_at(16);
-        let src: [u8; 16] = src.try_into().unwrap_or([0; 16]);
-        let dst: [u8; 16] = dst.try_into().unwrap_or([0; 16]);
-        let [cma_version, ipv, p0, p1] = *head;
-        let addr = |b: [u8; 16]| -> IpAddr {
-            let [.., a, b2, c, d] = b;
-            IpAddr::V4(Ipv4Addr::new(a, b2, c, d))
         };
+        let (_, (cma_version, ipv, src_port, src, dst)) =
+            cma_hdr(pd).map_err(|_: nom::Err<nom::error::Error<&[u8]>>| truncated)?;
         let (src, dst) = match ipv >> 4 {
-            4 => (addr(src), addr(dst)),
-            6 => (
-                IpAddr::V6(Ipv6Addr::from(src)),
-                IpAddr::V6(Ipv6Addr::from(dst)),
-            ),
+            4 => (v4_tail(src), v4_tail(dst)),
+            6 => (IpAddr::V6(Ipv6Addr::from(src)), IpAddr::V6(Ipv6Addr::from(dst))),
             other => {
                 return Err(ParseError::InvalidField {
                     field: "cma_hdr ip_version",
@@ -175,7 +159,7 @@ impl CmaHeader {
         };
         Ok(CmaHeader {
             cma_version,
-            src_port: u16::from_be_bytes([p0, p1]),
+            src_port,
             src,
             dst,
         })
@@ -221,6 +205,30 @@ impl CmaHeader {
     pub fn user_data(pd: &[u8]) -> &[u8] {
         pd.get(Self::LEN..).unwrap_or(&[])
     }
+}
+
+/// cma_version, IP version byte, source port, source and destination address.
+type CmaFields = (u8, u8, u16, [u8; 16], [u8; 16]);
+
+/// The five fields of `struct cma_hdr` in wire order: cma_version, IP version byte, source
+/// port, source and destination address (16 bytes each). A nom parser: the header is the
+/// variable-meaning front of the private data, not the measured MAD parse path.
+fn cma_hdr(i: &[u8]) -> nom::IResult<&[u8], CmaFields> {
+    use nom::number::complete::{be_u16, be_u8};
+    use nom::Parser as _;
+    (be_u8, be_u8, be_u16, addr16, addr16).parse(i)
+}
+
+/// 16 address bytes.
+fn addr16(i: &[u8]) -> nom::IResult<&[u8], [u8; 16]> {
+    use nom::Parser as _;
+    nom::combinator::map_res(nom::bytes::complete::take(16usize), <[u8; 16]>::try_from).parse(i)
+}
+
+/// An IPv4 address in the last four of 16 bytes (rdma_cm's layout: zeros, not `::ffff`).
+fn v4_tail(b: [u8; 16]) -> IpAddr {
+    let [.., a, b2, c, d] = b;
+    IpAddr::V4(Ipv4Addr::new(a, b2, c, d))
 }
 
 #[cfg(test)]
