@@ -9,10 +9,10 @@ use bytes::Bytes;
 use ibcm_mad::{CmMessage, CommId, Mad, MsgKind, PrivateData, Rej, RejReason, Tid};
 use tracing::{debug, trace};
 
-use super::super::conn::{Conn, Pending};
-use super::super::timer::{TimerKind, Timers};
-use super::super::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
 use super::{map, HashMap};
+use crate::proto::conn::{Conn, Pending};
+use crate::proto::timer::{TimerKind, Timers};
+use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
 
 /// Index of an interned peer address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use ibcm_mad::{Apr, AprStatus, CmMessage, CommId, Lap, PathInfo, PrivateData, TimeoutExp};
 
-use super::super::{CallError, ConnId, DropReason, EventKind, LapState, State};
 use super::{check_len, trimmed, Endpoint};
+use crate::proto::{CallError, ConnId, DropReason, EventKind, LapState, State};
 
 impl Endpoint {
     /// Proposes an alternate path on an established connection (LAP); the answer is

@@ -52,7 +52,7 @@ mod teardown;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use ibcm_mad::{CmMessage, CommId, Guid, Mad, Qpn, ServiceId};
+use ibcm_mad::{CmMessage, CommId, Guid, Mad, Qpn, RequestId, ServiceId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tracing::{debug, trace};
@@ -61,8 +61,8 @@ use super::conn::Conn;
 use super::ids::{IdAllocator, SidrReqId};
 use super::timer::{Expired, TimerKind};
 use super::{
-    CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, LapState, ListenOptions,
-    PeerAddr, Side, State, Stats, Transmit,
+    CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, EventKind, LapState,
+    ListenOptions, PeerAddr, Side, State, Stats, Transmit,
 };
 use io::Io;
 pub(crate) use io::PeerId;
@@ -167,7 +167,7 @@ pub struct Endpoint {
     sidr_out_peer: HashMap<SidrReqId, PeerAddr>,
     /// Their SIDR_REQs waiting for the application, by the ID the application knows them by.
     sidr_in: HashMap<CommId, SidrIn>,
-    sidr_in_keys: HashSet<(ibcm_mad::RequestId, PeerAddr)>,
+    sidr_in_keys: HashSet<(RequestId, PeerAddr)>,
     io: Io,
 }
 
@@ -451,7 +451,7 @@ impl Endpoint {
         self.io.peers.release(c.peer);
         self.io.event(
             id,
-            super::EventKind::TimewaitExit {
+            EventKind::TimewaitExit {
                 local_qpn: c.local_qpn,
             },
         );

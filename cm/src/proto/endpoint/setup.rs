@@ -12,15 +12,15 @@ use ibcm_mad::{
 };
 use tracing::debug;
 
-use super::super::conn::{Conn, Micros};
-use super::super::ids::{cm_ack_timeout, form_tid};
-use super::super::timer::TimerKind;
-use super::super::{
+use super::io::{rej, timeout_rej, Io};
+use super::{check_len, trimmed, Endpoint};
+use crate::proto::conn::{Conn, Micros};
+use crate::proto::ids::{cm_ack_timeout, form_tid};
+use crate::proto::timer::TimerKind;
+use crate::proto::{
     roce_path, AcceptParams, CallError, ConnId, ConnectError, ConnectParams, ConnectionError,
     DropReason, EventKind, IncomingRequest, LapState, PeerAddr, RepInfo, Side, State,
 };
-use super::io::{rej, timeout_rej, Io};
-use super::{check_len, trimmed, Endpoint};
 
 impl Endpoint {
     // ---------------------------------------------------------------------------------------

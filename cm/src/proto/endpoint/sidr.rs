@@ -9,13 +9,13 @@ use ibcm_mad::{
     CmMessage, PrivateData, RequestId, ServiceId, SidrRep, SidrReq, SidrStatus, Tid, VendorId,
 };
 
-use super::super::conn::Pending;
-use super::super::ids::{form_tid, SidrReqId};
-use super::super::{
+use super::{check_len, trimmed, Endpoint};
+use crate::proto::conn::Pending;
+use crate::proto::ids::{form_tid, SidrReqId};
+use crate::proto::{
     CallError, ConnId, ConnectError, DropReason, EventKind, IncomingSidr, PeerAddr, SidrRepParams,
     SidrReqParams,
 };
-use super::{check_len, trimmed, Endpoint};
 
 /// An outgoing SIDR_REQ.
 #[derive(Debug)]

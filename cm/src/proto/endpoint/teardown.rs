@@ -4,9 +4,9 @@ use std::time::Instant;
 
 use ibcm_mad::{CmMessage, CommId, Drep, Dreq, PrivateData, RejReason, Tid};
 
-use super::super::{CallError, ConnId, ConnectionError, DropReason, LapState, PeerAddr, State};
 use super::io::timeout_rej;
 use super::{check_len, trimmed, Endpoint};
+use crate::proto::{CallError, ConnId, ConnectionError, DropReason, LapState, PeerAddr, State};
 
 impl Endpoint {
     /// Closes a connection in whatever way its state calls for:
