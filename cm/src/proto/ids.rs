@@ -1,6 +1,6 @@
-//! Local communication IDs (spec/cm-wire.md §4.5) and TIDs.
+//! Local communication IDs (spec/cm-wire.md §4.5), SIDR request IDs and TIDs.
 
-use ibcm_mad::{CommId, Tid};
+use ibcm_mad::{CommId, RequestId, Tid};
 
 /// Allocates local comm IDs the way Linux does: a cyclic cursor over the 32-bit space, XORed
 /// with a random operand, so IDs look random on the wire but repeat only after 2³² allocations.
@@ -25,6 +25,45 @@ impl IdAllocator {
                 return CommId(id);
             }
         }
+    }
+}
+
+/// The request ID of a SIDR_REQ this endpoint sent. It comes from the local comm ID allocator
+/// (so it never collides with a connection's ID, and the application knows the request by it:
+/// the `conn` of its SIDR events), but it is no comm ID: on the wire it is the SIDR Request ID
+/// that the SIDR_REP echoes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct SidrReqId(u32);
+
+impl SidrReqId {
+    /// The request ID for an ID freshly drawn from [`IdAllocator`].
+    pub(crate) fn allocated(id: CommId) -> Self {
+        SidrReqId(id.0)
+    }
+
+    /// The request a SIDR_REP answers.
+    pub(crate) fn from_wire(id: RequestId) -> Self {
+        SidrReqId(id.0)
+    }
+
+    /// From a timer queue key.
+    pub(crate) fn from_raw(raw: u32) -> Self {
+        SidrReqId(raw)
+    }
+
+    /// The Request ID field of our SIDR_REQ.
+    pub(crate) fn wire(self) -> RequestId {
+        RequestId(self.0)
+    }
+
+    /// The ID the application knows the request by (the `conn` of its SIDR events).
+    pub(crate) fn handle(self) -> CommId {
+        CommId(self.0)
+    }
+
+    /// The timer queue key.
+    pub(crate) fn raw(self) -> u32 {
+        self.0
     }
 }
 
@@ -64,6 +103,15 @@ mod tests {
         assert_eq!(first, CommId(0xdead_beef));
         let second = b.alloc(|id| id == CommId(0xdead_beee));
         assert_ne!(second, CommId(0xdead_beee));
+    }
+
+    #[test]
+    fn sidr_req_id_round_trips() {
+        let id = SidrReqId::allocated(CommId(0x1234_5678));
+        assert_eq!(id.wire(), RequestId(0x1234_5678));
+        assert_eq!(SidrReqId::from_wire(id.wire()), id);
+        assert_eq!(SidrReqId::from_raw(id.raw()), id);
+        assert_eq!(id.handle(), CommId(0x1234_5678));
     }
 
     #[test]

@@ -9,12 +9,14 @@
 
 mod addr;
 mod config;
+mod conn;
 mod endpoint;
 mod error;
 mod event;
 mod ids;
 mod state;
 mod stats;
+mod timer;
 
 pub use addr::{IbAddr, PeerAddr};
 pub use config::{

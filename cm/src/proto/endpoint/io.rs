@@ -1,0 +1,249 @@
+//! The endpoint's output side: queued transmissions and events, the timer queue, counters,
+//! and the peer addresses connections share. Kept apart from the connection table so that a
+//! handler can hold a connection and queue output at the same time.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ibcm_mad::{CmMessage, CommId, Mad, MsgKind, PrivateData, Rej, RejReason, Tid};
+use tracing::{debug, trace};
+
+use super::{map, HashMap};
+use crate::proto::conn::{Conn, Pending};
+use crate::proto::timer::{TimerKind, Timers};
+use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
+
+/// Index of an interned peer address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct PeerId(u32);
+
+/// Peer addresses shared by the connections that use them, with reference counts.
+#[derive(Debug)]
+pub(super) struct Peers {
+    addrs: Vec<PeerAddr>,
+    refs: Vec<u32>,
+    index: HashMap<PeerAddr, u32>,
+    free: Vec<u32>,
+}
+
+impl Peers {
+    pub(super) fn new(seed: u64) -> Self {
+        Peers {
+            addrs: Vec::new(),
+            refs: Vec::new(),
+            index: map(seed),
+            free: Vec::new(),
+        }
+    }
+
+    pub(super) fn intern(&mut self, addr: PeerAddr) -> PeerId {
+        if let Some(&i) = self.index.get(&addr) {
+            if let Some(r) = self.refs.get_mut(i as usize) {
+                *r += 1;
+            }
+            return PeerId(i);
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                if let (Some(a), Some(r)) = (
+                    self.addrs.get_mut(i as usize),
+                    self.refs.get_mut(i as usize),
+                ) {
+                    *a = addr;
+                    *r = 1;
+                }
+                i
+            }
+            None => {
+                self.addrs.push(addr);
+                self.refs.push(1);
+                (self.addrs.len() - 1) as u32
+            }
+        };
+        self.index.insert(addr, i);
+        PeerId(i)
+    }
+
+    pub(super) fn release(&mut self, id: PeerId) {
+        let Some(r) = self.refs.get_mut(id.0 as usize) else {
+            return;
+        };
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            if let Some(a) = self.addrs.get(id.0 as usize) {
+                self.index.remove(a);
+            }
+            self.free.push(id.0);
+        }
+    }
+
+    pub(super) fn addr(&self, id: PeerId) -> PeerAddr {
+        self.addrs
+            .get(id.0 as usize)
+            .copied()
+            .unwrap_or(PeerAddr::Udp(std::net::SocketAddr::from(([0, 0, 0, 0], 0))))
+    }
+}
+
+/// Output queues, timers and counters.
+#[derive(Debug)]
+pub(super) struct Io {
+    pub(super) peers: Peers,
+    pub(super) outbox: VecDeque<Transmit>,
+    pub(super) events: VecDeque<Event>,
+    pub(super) timers: Timers,
+    pub(super) stats: Stats,
+    /// Passive connections not yet established (kept by [`Io::set_state`]).
+    pub(super) half_open: usize,
+}
+
+impl Io {
+    pub(super) fn new(seed: u64) -> Self {
+        Io {
+            peers: Peers::new(seed),
+            outbox: VecDeque::new(),
+            events: VecDeque::new(),
+            timers: Timers::default(),
+            stats: Stats::default(),
+            half_open: 0,
+        }
+    }
+
+    pub(super) fn send(&mut self, to: PeerAddr, tid: Tid, msg: CmMessage) -> Bytes {
+        let mad = Mad::new(tid, msg).to_bytes();
+        trace!(%to, msg = %msg, "send");
+        self.stats.tx += 1;
+        match msg {
+            CmMessage::Rej(_) => self.stats.rej_sent += 1,
+            CmMessage::Mra(_) => self.stats.mra_sent += 1,
+            _ => {}
+        }
+        self.outbox.push_back(Transmit {
+            to,
+            mad: mad.clone(),
+        });
+        mad
+    }
+
+    /// Sends on a connection, to its peer, with its TID.
+    pub(super) fn send_conn(&mut self, c: &Conn, msg: CmMessage) -> Bytes {
+        let to = self.peers.addr(c.peer);
+        self.send(to, c.tid, msg)
+    }
+
+    pub(super) fn resend_conn(&mut self, c: &Conn, mad: Bytes) {
+        let to = self.peers.addr(c.peer);
+        self.resend(to, mad);
+    }
+
+    pub(super) fn resend(&mut self, to: PeerAddr, mad: Bytes) {
+        self.stats.tx += 1;
+        self.outbox.push_back(Transmit { to, mad });
+    }
+
+    /// Re-sends the MRA stored for a duplicate of the message it acknowledged (nothing if
+    /// there is none).
+    pub(super) fn resend_mra(&mut self, c: &Conn) {
+        if let Some(mra) = c.extra.as_ref().and_then(|x| x.mra.clone()) {
+            self.stats.duplicate_replies += 1;
+            self.resend_conn(c, mra);
+        }
+    }
+
+    pub(super) fn event(&mut self, conn: ConnId, kind: EventKind) {
+        self.events.push_back(Event { conn, kind });
+    }
+
+    pub(super) fn arm(&mut self, id: CommId, conn: &mut Conn, at: Instant, kind: TimerKind) {
+        self.disarm(id, conn);
+        conn.timer = Some((at, kind));
+        self.timers.insert_conn(at, id, kind);
+    }
+
+    pub(super) fn disarm(&mut self, id: CommId, conn: &mut Conn) {
+        if let Some((t, k)) = conn.timer.take() {
+            self.timers.remove_conn(t, id, k);
+        }
+    }
+
+    pub(super) fn set_state(&mut self, conn: &mut Conn, new: State) {
+        if conn.state.is_half_open_passive() {
+            self.half_open = self.half_open.saturating_sub(1);
+        }
+        if new.is_half_open_passive() {
+            self.half_open += 1;
+        }
+        if new == State::Established && conn.state != State::Established {
+            self.stats.established += 1;
+        }
+        conn.state = new;
+    }
+
+    pub(super) fn close(&mut self, id: CommId, conn: &mut Conn, err: ConnectionError) {
+        if !conn.closed {
+            conn.closed = true;
+            debug!(conn = %id, error = %err, "closed");
+            self.event(id, EventKind::Closed(err));
+        }
+    }
+
+    /// Starts a request that waits for an answer: sends it and arms the resend timer.
+    pub(super) fn send_request(
+        &mut self,
+        now: Instant,
+        id: CommId,
+        conn: &mut Conn,
+        msg: CmMessage,
+        (timeout, retries): (Duration, u8),
+    ) {
+        let mad = self.send_conn(conn, msg);
+        conn.pending = Some(Box::new(Pending {
+            mad,
+            retries_left: retries,
+            timeout,
+        }));
+        self.arm(id, conn, now + timeout, TimerKind::Resend);
+    }
+
+    pub(super) fn cancel_request(&mut self, id: CommId, conn: &mut Conn) {
+        conn.pending = None;
+        if matches!(conn.timer, Some((_, TimerKind::Resend))) {
+            self.disarm(id, conn);
+        }
+    }
+}
+
+/// A REJ.
+pub(super) fn rej(
+    local: CommId,
+    remote: CommId,
+    kind: MsgKind,
+    reason: RejReason,
+    ari: &[u8],
+    pd: &[u8],
+) -> CmMessage {
+    let mut r = Rej {
+        local_comm_id: local,
+        remote_comm_id: remote,
+        message_rejected: kind,
+        reason,
+        private_data: PrivateData::from_slice(pd).unwrap_or_default(),
+        ..Rej::default()
+    };
+    r.set_ari(ari);
+    CmMessage::Rej(r)
+}
+
+/// The REJ 4 "timeout" (ARI = our CA GUID) with which a connection in setup is given up, as
+/// Linux sends it when its retries run out or such an ID is destroyed.
+pub(super) fn timeout_rej(local: CommId, remote: CommId, ca_guid: ibcm_mad::Guid) -> CmMessage {
+    rej(
+        local,
+        remote,
+        MsgKind::Other,
+        RejReason::Timeout,
+        &ca_guid.0.to_be_bytes(),
+        &[],
+    )
+}

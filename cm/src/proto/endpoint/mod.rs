@@ -1,0 +1,551 @@
+//! The CM endpoint: the connection table, input dispatch, outputs and TimeWait; every
+//! transition of spec/cm-wire.md §4.7, split by feature.
+//!
+//! This module holds the [`Endpoint`] struct and its tables, the `poll_*` outputs, the input
+//! dispatch ([`Endpoint::handle_datagram`] routes each message to its handler,
+//! [`Endpoint::handle_timeout`] routes each expired timer), the retransmission of pending
+//! requests, and TimeWait with its QPN quarantine. Each feature's file holds both its
+//! application commands and its message handlers:
+//!
+//! | message / command | file | handler |
+//! |---|---|---|
+//! | `connect` (→ REQ) | `setup.rs` | [`Endpoint::connect`] |
+//! | REQ | `setup.rs` | `on_req` (duplicates, stale QPN, listener checks via `reject_req`) |
+//! | `accept` (→ REP) | `setup.rs` | [`Endpoint::accept`] |
+//! | REP | `setup.rs` | `on_rep`, duplicate REP: `on_dup_rep` |
+//! | `establish` (→ RTU) | `setup.rs` | [`Endpoint::establish`] (`send_rtu`) |
+//! | RTU | `setup.rs` | `on_rtu` |
+//! | `notify_established` (COMM_EST) | `setup.rs` | [`Endpoint::notify_established`] |
+//! | `mra` (→ MRA, for REQ, REP or LAP) | `setup.rs` | [`Endpoint::mra`] (`send_mra`) |
+//! | MRA (for REQ, REP or LAP) | `setup.rs` | `on_mra` |
+//! | `reject` (→ REJ) | `setup.rs` | [`Endpoint::reject`] |
+//! | REJ (any state) | `setup.rs` | `on_rej` |
+//! | REQ / REP retries exhausted (→ REJ 4) | `setup.rs` | `on_setup_timeout` |
+//! | stale connection found by a REQ or REP | `setup.rs` | `stale_old` |
+//! | `disconnect` (→ DREQ, or REJ during setup) | `teardown.rs` | [`Endpoint::disconnect`] |
+//! | DREQ | `teardown.rs` | `on_dreq` |
+//! | DREP | `teardown.rs` | `on_drep` |
+//! | DREQ retries exhausted | `teardown.rs` | `on_dreq_timeout` |
+//! | `sidr_request` (→ SIDR_REQ) | `sidr.rs` | [`Endpoint::sidr_request`] |
+//! | SIDR_REQ | `sidr.rs` | `on_sidr_req` |
+//! | `sidr_reply` (→ SIDR_REP) | `sidr.rs` | [`Endpoint::sidr_reply`] |
+//! | SIDR_REP | `sidr.rs` | `on_sidr_rep` |
+//! | SIDR_REQ timer (retransmit or give up) | `sidr.rs` | `on_sidr_timer` |
+//! | `load_alternate_path` (→ LAP) | `lap.rs` | [`Endpoint::load_alternate_path`] |
+//! | LAP | `lap.rs` | `on_lap` |
+//! | `apr` (→ APR) | `lap.rs` | [`Endpoint::apr`] |
+//! | APR | `lap.rs` | `on_apr` |
+//! | `notify_path_migrated` (PATH_MIG) | `lap.rs` | [`Endpoint::notify_path_migrated`] |
+//! | LAP retries exhausted | `lap.rs` | `on_lap_timeout` |
+//! | resend timer (retransmit, then route the give-up above) | `mod.rs` | `on_resend_timer` |
+//! | enter / leave TimeWait, QPN quarantine | `mod.rs` | `enter_timewait`, `on_timewait_exit` |
+//!
+//! Elsewhere: the connection record is in `proto/conn.rs`, the timer kinds and queue in
+//! `proto/timer.rs`, output queues, counters and peer interning in `endpoint/io.rs`.
+
+mod io;
+mod lap;
+mod setup;
+mod sidr;
+mod teardown;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use ibcm_mad::{CmMessage, CommId, Guid, Mad, Qpn, RequestId, ServiceId};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tracing::{debug, trace};
+
+use super::conn::Conn;
+use super::ids::{IdAllocator, SidrReqId};
+use super::timer::{Expired, TimerKind};
+use super::{
+    CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, EventKind, LapState,
+    ListenOptions, PeerAddr, Side, State, Stats, Transmit,
+};
+use io::Io;
+pub(crate) use io::PeerId;
+use sidr::{SidrIn, SidrOut};
+
+/// The hash maps of the endpoint: foldhash (several times faster than SipHash on these small
+/// keys), seeded from the endpoint's RNG, so that lookups are fast, runs are reproducible under
+/// a fixed `rng_seed`, and a peer cannot predict the hash of the comm IDs and QPNs it sends.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::SeedableRandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::SeedableRandomState>;
+
+fn map<K, V>(seed: u64) -> HashMap<K, V> {
+    HashMap::with_hasher(foldhash::fast::SeedableRandomState::with_seed(
+        seed,
+        foldhash::SharedSeed::global_fixed(),
+    ))
+}
+
+/// Private data with its trailing zeros removed (for events).
+fn trimmed(b: &[u8]) -> Vec<u8> {
+    let end = b.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
+    b.get(..end).unwrap_or(&[]).to_vec()
+}
+
+/// Checks that a command's field fits its wire size.
+fn check_len(what: &'static str, data: &[u8], max: usize) -> Result<(), CallError> {
+    if data.len() > max {
+        return Err(CallError::TooLong {
+            what,
+            len: data.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// The sans-IO IB CM endpoint.
+///
+/// # Method families
+/// * inputs: [`handle_datagram`](Self::handle_datagram) (a received MAD),
+///   [`handle_timeout`](Self::handle_timeout) (time passed);
+/// * commands: [`listen`](Self::listen), [`connect`](Self::connect), [`accept`](Self::accept),
+///   [`reject`](Self::reject), [`mra`](Self::mra), [`establish`](Self::establish),
+///   [`notify_established`](Self::notify_established), [`disconnect`](Self::disconnect),
+///   [`sidr_request`](Self::sidr_request), [`sidr_reply`](Self::sidr_reply),
+///   [`load_alternate_path`](Self::load_alternate_path), [`apr`](Self::apr);
+/// * outputs: [`poll_transmit`](Self::poll_transmit), [`poll_timeout`](Self::poll_timeout),
+///   [`poll_event`](Self::poll_event);
+/// * getters: [`stats`](Self::stats), [`state`](Self::state), [`len`](Self::len), ….
+///
+/// After every input or command, drain in the order transmit → timeout → events. Every input
+/// takes `now`; the endpoint never reads a clock, does no I/O and draws randomness only from
+/// its seeded RNG ([`EndpointConfig::rng_seed`]), so a run is reproducible.
+///
+/// # Example: two endpoints wired by hand
+/// ```
+/// use std::time::Instant;
+/// use ibcm::proto::*;
+/// use ibcm_mad::{Qpn, ServiceId, Guid};
+///
+/// let now = Instant::now();
+/// let a_addr: PeerAddr = "127.0.0.1:4791".parse::<std::net::SocketAddr>().unwrap().into();
+/// let b_addr: PeerAddr = "127.0.0.2:4791".parse::<std::net::SocketAddr>().unwrap().into();
+/// let mut a = Endpoint::new(EndpointConfig { rng_seed: Some(1), ..Default::default() });
+/// let mut b = Endpoint::new(EndpointConfig {
+///     rng_seed: Some(2),
+///     local_ca_guid: Guid(2),
+///     ..Default::default()
+/// });
+/// b.listen(ServiceId(0x1234), ListenOptions::default());
+/// let conn = a.connect(now, ConnectParams::new(b_addr, ServiceId(0x1234), Qpn::new(0x11).unwrap())).unwrap();
+///
+/// // REQ a → b; b's application accepts.
+/// let req = a.poll_transmit().unwrap();
+/// b.handle_datagram(now, a_addr, &req.mad);
+/// let ev = b.poll_event().unwrap();
+/// b.accept(now, ev.conn, AcceptParams::new(Qpn::new(0x22).unwrap())).unwrap();
+/// // REP b → a; a reports the REP, sends the RTU (auto_rtu) and is established.
+/// a.handle_datagram(now, b_addr, &b.poll_transmit().unwrap().mad);
+/// assert!(matches!(a.poll_event().unwrap().kind, EventKind::RepReceived(_)));
+/// assert_eq!(a.poll_event().unwrap().kind, EventKind::Established);
+/// b.handle_datagram(now, a_addr, &a.poll_transmit().unwrap().mad);
+/// assert_eq!(b.poll_event().unwrap().kind, EventKind::Established);
+/// assert_eq!(a.state(conn), Some(State::Established));
+/// ```
+#[derive(Debug)]
+pub struct Endpoint {
+    cfg: EndpointConfig,
+    ids: IdAllocator,
+    conns: HashMap<CommId, Conn>,
+    /// (remote comm ID, remote CA GUID) → connection: duplicate detection.
+    by_remote: HashMap<(CommId, Guid), CommId>,
+    /// (remote QPN, remote CA GUID) → connection: stale-connection detection.
+    by_qpn: HashMap<(Qpn, Guid), CommId>,
+    /// Live connections per local QPN.
+    local_qpns: HashMap<Qpn, u32>,
+    /// QPNs of connections in TimeWait, with the time they become free.
+    quarantine: HashMap<Qpn, Instant>,
+    listeners: BTreeMap<ServiceId, ListenOptions>,
+    /// Our SIDR_REQs waiting for their SIDR_REP.
+    sidr_out: HashMap<SidrReqId, SidrOut>,
+    sidr_out_peer: HashMap<SidrReqId, PeerAddr>,
+    /// Their SIDR_REQs waiting for the application, by the ID the application knows them by.
+    sidr_in: HashMap<CommId, SidrIn>,
+    sidr_in_keys: HashSet<(RequestId, PeerAddr)>,
+    io: Io,
+}
+
+impl Endpoint {
+    /// A new endpoint.
+    pub fn new(cfg: EndpointConfig) -> Self {
+        let mut rng = match cfg.rng_seed {
+            Some(seed) => ChaCha8Rng::seed_from_u64(seed),
+            None => ChaCha8Rng::from_os_rng(),
+        };
+        let operand: u32 = rng.random();
+        let seed: u64 = rng.random();
+        Endpoint {
+            cfg,
+            ids: IdAllocator::new(operand),
+            conns: map(seed),
+            by_remote: map(seed),
+            by_qpn: map(seed),
+            local_qpns: map(seed),
+            quarantine: map(seed),
+            listeners: BTreeMap::new(),
+            sidr_out: map(seed),
+            sidr_out_peer: map(seed),
+            sidr_in: map(seed),
+            sidr_in_keys: HashSet::with_hasher(foldhash::fast::SeedableRandomState::with_seed(
+                seed,
+                foldhash::SharedSeed::global_fixed(),
+            )),
+            io: Io::new(seed),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Getters
+
+    /// The configuration.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.cfg
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.io.stats
+    }
+
+    /// A connection's state (`None` once it has left the table).
+    pub fn state(&self, conn: ConnId) -> Option<State> {
+        self.conns.get(&conn).map(|c| c.state)
+    }
+
+    /// A connection's LAP sub-state.
+    pub fn lap_state(&self, conn: ConnId) -> Option<LapState> {
+        self.conns.get(&conn).map(|c| c.lap)
+    }
+
+    /// Which side of a connection this endpoint is.
+    pub fn side(&self, conn: ConnId) -> Option<Side> {
+        self.conns.get(&conn).map(|c| c.side)
+    }
+
+    /// A connection's remote QPN (for XRC INI: the TGT QPN), once known.
+    pub fn remote_qpn(&self, conn: ConnId) -> Option<Qpn> {
+        self.conns.get(&conn).map(|c| c.remote_qpn)
+    }
+
+    /// A connection's remote comm ID, once known.
+    pub fn remote_comm_id(&self, conn: ConnId) -> Option<CommId> {
+        self.conns.get(&conn).map(|c| c.remote_id)
+    }
+
+    /// A connection's peer address.
+    pub fn peer(&self, conn: ConnId) -> Option<PeerAddr> {
+        self.conns.get(&conn).map(|c| self.io.peers.addr(c.peer))
+    }
+
+    /// Connections in the table (all states, TimeWait included).
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether the table is empty (no connection, no pending SIDR, no timer).
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+            && self.sidr_out.is_empty()
+            && self.sidr_in.is_empty()
+            && self.io.timers.is_empty()
+    }
+
+    /// Passive connections not yet established.
+    pub fn half_open(&self) -> usize {
+        self.io.half_open
+    }
+
+    /// The IDs of all connections, sorted.
+    pub fn conn_ids(&self) -> Vec<ConnId> {
+        let mut v: Vec<ConnId> = self.conns.keys().copied().collect();
+        v.sort();
+        v
+    }
+
+    /// Whether `qpn` may be used for a new connection at `now`: not quarantined by a
+    /// connection in TimeWait.
+    pub fn qpn_quarantined(&self, qpn: Qpn, now: Instant) -> Option<Instant> {
+        self.quarantine.get(&qpn).copied().filter(|&t| t > now)
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Outputs
+
+    /// The next MAD to send.
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.io.outbox.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.io.timers.next_deadline()
+    }
+
+    /// The next event for the application.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.io.events.pop_front()
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Listening
+
+    /// Starts answering REQs and SIDR_REQs for `service_id` (exact match). Returns `false` if
+    /// the service ID was already listened on (the options are replaced).
+    pub fn listen(&mut self, service_id: ServiceId, opts: ListenOptions) -> bool {
+        self.listeners.insert(service_id, opts).is_none()
+    }
+
+    /// Stops listening. Returns whether there was a listener.
+    pub fn unlisten(&mut self, service_id: ServiceId) -> bool {
+        self.listeners.remove(&service_id).is_some()
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // IDs, QPNs and connection access
+
+    /// A local ID in use by no connection and no SIDR request.
+    fn alloc_id(&mut self) -> CommId {
+        let conns = &self.conns;
+        let sidr_in = &self.sidr_in;
+        let sidr_out = &self.sidr_out;
+        self.ids.alloc(|id| {
+            conns.contains_key(&id)
+                || sidr_in.contains_key(&id)
+                || sidr_out.contains_key(&SidrReqId::allocated(id))
+        })
+    }
+
+    fn check_qpn(&self, qpn: Qpn, now: Instant, shared: bool) -> Result<(), ConnectError> {
+        if let Some(until) = self.qpn_quarantined(qpn, now) {
+            return Err(ConnectError::QpnInQuarantine { qpn, until });
+        }
+        if !shared && self.local_qpns.get(&qpn).is_some_and(|&n| n > 0) {
+            return Err(ConnectError::QpnInUse { qpn });
+        }
+        Ok(())
+    }
+
+    fn use_qpn(&mut self, qpn: Qpn) {
+        *self.local_qpns.entry(qpn).or_default() += 1;
+    }
+
+    fn release_qpn(&mut self, qpn: Qpn) {
+        if let Some(n) = self.local_qpns.get_mut(&qpn) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.local_qpns.remove(&qpn);
+            }
+        }
+    }
+
+    /// The connection an application command names, with the output side.
+    fn conn_mut(&mut self, conn: ConnId) -> Result<(&mut Conn, &mut Io), CallError> {
+        let c = self
+            .conns
+            .get_mut(&conn)
+            .ok_or(CallError::UnknownConnection(conn))?;
+        Ok((c, &mut self.io))
+    }
+
+    /// Finds the connection a reply is for: our local ID in `remote_comm_id`, and their ID
+    /// either matching or (for answers to a REQ) not known yet. A miss is counted.
+    fn lookup(
+        &mut self,
+        ours: CommId,
+        theirs: CommId,
+        allow_unset: bool,
+    ) -> Option<(&mut Conn, &mut Io)> {
+        let Some(c) = self.conns.get_mut(&ours) else {
+            self.io.stats.drop(DropReason::UnknownCommId);
+            return None;
+        };
+        if c.remote_id == theirs || (allow_unset && c.remote_id == CommId(0)) {
+            Some((c, &mut self.io))
+        } else {
+            self.io.stats.drop(DropReason::MismatchedCommId);
+            None
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Table maintenance and TimeWait
+
+    /// Removes a connection from every index (it goes to IDLE without TimeWait).
+    fn remove(&mut self, id: CommId) {
+        let Some(mut c) = self.conns.remove(&id) else {
+            return;
+        };
+        self.io.disarm(id, &mut c);
+        self.io.set_state(&mut c, State::Idle);
+        self.unindex(id, &c);
+        self.release_qpn_of(&mut c);
+        self.io.peers.release(c.peer);
+    }
+
+    fn release_qpn_of(&mut self, c: &mut Conn) {
+        if c.holds_qpn {
+            c.holds_qpn = false;
+            self.release_qpn(c.local_qpn);
+        }
+    }
+
+    fn unindex(&mut self, id: CommId, c: &Conn) {
+        let key = (c.remote_id, c.remote_ca_guid);
+        if self.by_remote.get(&key) == Some(&id) {
+            self.by_remote.remove(&key);
+        }
+        let key = (c.remote_qpn, c.remote_ca_guid);
+        if self.by_qpn.get(&key) == Some(&id) {
+            self.by_qpn.remove(&key);
+        }
+    }
+
+    /// Moves a connection to TimeWait: out of the lookup indexes, QPN quarantined, timer
+    /// armed.
+    fn enter_timewait(&mut self, now: Instant, id: CommId) {
+        let Some(mut c) = self.conns.remove(&id) else {
+            return;
+        };
+        if c.state == State::Timewait {
+            self.conns.insert(id, c);
+            return;
+        }
+        self.unindex(id, &c);
+        self.io.set_state(&mut c, State::Timewait);
+        c.pending = None;
+        c.extra = None;
+        let dur = self.cfg.timewait.unwrap_or(c.timewait.get()) + self.cfg.timewait_slack;
+        let until = now + dur;
+        if c.holds_qpn {
+            let q = self.quarantine.entry(c.local_qpn).or_insert(until);
+            if *q < until {
+                *q = until;
+            }
+            self.release_qpn_of(&mut c);
+        }
+        self.io.arm(id, &mut c, until, TimerKind::Timewait);
+        self.conns.insert(id, c);
+    }
+
+    /// TimeWait is over: the connection leaves the table, its QPN the quarantine.
+    fn on_timewait_exit(&mut self, now: Instant, id: CommId) {
+        let Some(c) = self.conns.remove(&id) else {
+            return;
+        };
+        if self
+            .quarantine
+            .get(&c.local_qpn)
+            .is_some_and(|&until| until <= now)
+        {
+            self.quarantine.remove(&c.local_qpn);
+        }
+        self.io.peers.release(c.peer);
+        self.io.event(
+            id,
+            EventKind::TimewaitExit {
+                local_qpn: c.local_qpn,
+            },
+        );
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Input: time
+
+    /// Fires every timer due at `now`: retransmissions, give-ups and TimeWait exits. A call
+    /// with nothing due is a no-op.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(expired) = self.io.timers.pop_due(now) {
+            match expired {
+                Expired::Sidr { id, at } => self.on_sidr_timer(now, id, at),
+                Expired::Conn { id, at, kind } => {
+                    let Some(c) = self.conns.get_mut(&id) else {
+                        continue;
+                    };
+                    if c.timer != Some((at, kind)) {
+                        continue; // stale entry
+                    }
+                    c.timer = None;
+                    if kind == TimerKind::Timewait {
+                        self.on_timewait_exit(now, id);
+                    } else {
+                        self.on_resend_timer(now, id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Retransmits the pending request, or, with its retries exhausted, gives up in the way
+    /// the connection's state calls for.
+    fn on_resend_timer(&mut self, now: Instant, id: CommId) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if let Some(p) = c.pending.as_mut() {
+            if p.retries_left > 0 {
+                p.retries_left -= 1;
+                let (mad, timeout) = (p.mad.clone(), p.timeout);
+                self.io.stats.retransmits += 1;
+                self.io.resend_conn(c, mad);
+                self.io.arm(id, c, now + timeout, TimerKind::Resend);
+                return;
+            }
+        }
+        c.pending = None;
+        match c.state {
+            State::ReqSent | State::MraReqRcvd | State::RepSent | State::MraRepRcvd => {
+                self.on_setup_timeout(id);
+            }
+            State::DreqSent => self.on_dreq_timeout(now, id),
+            State::Established if matches!(c.lap, LapState::LapSent | LapState::MraLapRcvd) => {
+                self.on_lap_timeout(id);
+            }
+            _ => {}
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Input: datagrams
+
+    /// Handles one received MAD (256 bytes; the transport removed BTH/DETH/ICRC). Never fails:
+    /// malformed, unexpected and spoofed MADs are counted in [`Stats`] and dropped, or
+    /// answered as spec/cm-wire.md §4.6 says.
+    pub fn handle_datagram(&mut self, now: Instant, from: PeerAddr, data: &[u8]) {
+        self.io.stats.rx += 1;
+        let mad = match Mad::parse(data) {
+            Ok(m) => m,
+            Err(e) => {
+                debug!(%from, error = %e, "malformed MAD dropped");
+                self.io.stats.drop(DropReason::Malformed);
+                return;
+            }
+        };
+        trace!(%from, msg = %mad.msg, "recv");
+        let tid = mad.header.tid;
+        match mad.msg {
+            CmMessage::Req(m) => self.on_req(now, from, tid, m),
+            CmMessage::Mra(m) => self.on_mra(now, m),
+            CmMessage::Rej(m) => self.on_rej(now, m),
+            CmMessage::Rep(m) => self.on_rep(now, from, m),
+            CmMessage::Rtu(m) => self.on_rtu(m),
+            CmMessage::Dreq(m) => self.on_dreq(now, from, tid, m),
+            CmMessage::Drep(m) => self.on_drep(now, m),
+            CmMessage::SidrReq(m) => self.on_sidr_req(from, tid, m),
+            CmMessage::SidrRep(m) => self.on_sidr_rep(m),
+            CmMessage::Lap(m) => self.on_lap(m),
+            CmMessage::Apr(m) => self.on_apr(m),
+            CmMessage::ClassPortInfo(_) | CmMessage::Unknown { .. } => {
+                self.io.stats.drop(DropReason::Unsupported);
+            }
+        }
+    }
+}

@@ -1,0 +1,718 @@
+//! Connection setup: the `connect`, `accept`, `reject`, `mra`, `establish` and
+//! `notify_established` commands and the REQ, REP, RTU, MRA and REJ handlers (the MRA and REJ
+//! handlers serve every state: an MRA may acknowledge a LAP, a REJ may end an established
+//! connection).
+
+use std::time::Instant;
+
+use ibcm_mad::cma::CmaHeader;
+use ibcm_mad::{
+    CmMessage, CommId, Dreq, Guid, Mra, MsgKind, PrivateData, Qpn, Rej, RejReason, Rep, Req,
+    ReqTransport, Rtu, Tid, TimeoutExp,
+};
+use tracing::debug;
+
+use super::io::{rej, timeout_rej, Io};
+use super::{check_len, trimmed, Endpoint};
+use crate::proto::conn::{Conn, Micros};
+use crate::proto::ids::{cm_ack_timeout, form_tid};
+use crate::proto::timer::TimerKind;
+use crate::proto::{
+    roce_path, AcceptParams, CallError, ConnId, ConnectError, ConnectParams, ConnectionError,
+    DropReason, EventKind, IncomingRequest, LapState, PeerAddr, RepInfo, Side, State,
+};
+
+impl Endpoint {
+    // ---------------------------------------------------------------------------------------
+    // Active side: commands
+
+    /// Sends a REQ. The connection reports [`EventKind::Established`] (or
+    /// [`EventKind::RepReceived`] without `auto_rtu`) or [`EventKind::Closed`].
+    ///
+    /// # Errors
+    /// [`ConnectError`] for private data that does not fit, a QPN in TimeWait quarantine or in
+    /// use, or a missing path.
+    pub fn connect(&mut self, now: Instant, p: ConnectParams) -> Result<ConnId, ConnectError> {
+        let max = p.max_private_data();
+        if p.private_data.len() > max {
+            return Err(ConnectError::PrivateDataTooLong {
+                len: p.private_data.len(),
+                max,
+            });
+        }
+        self.check_qpn(p.local_qpn, now, p.allow_shared_qpn)?;
+        let primary_path = match p.primary_path {
+            Some(path) => path,
+            None => {
+                let remote = p.peer.gid().ok_or(ConnectError::NoPath)?;
+                let ack = TimeoutExp::masked(p.packet_life_time.get().saturating_add(1).min(31));
+                roce_path(self.cfg.local_gid, remote, ack)
+            }
+        };
+        let mut pd = [0u8; 92];
+        let user_off = match &p.cma_header {
+            Some(h) => {
+                // The buffer is 92 bytes, more than the header's 36.
+                let _ = h.emit(&mut pd);
+                CmaHeader::LEN
+            }
+            None => 0,
+        };
+        if let Some(dst) = pd.get_mut(user_off..user_off + p.private_data.len()) {
+            dst.copy_from_slice(&p.private_data);
+        }
+        let id = self.alloc_id();
+        let tid = form_tid(self.cfg.hi_tid, id);
+        let mut req = Req {
+            local_comm_id: id,
+            service_id: p.service_id,
+            local_ca_guid: self.cfg.local_ca_guid,
+            local_qpn: p.local_qpn,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            remote_cm_response_timeout: p.remote_cm_response_timeout,
+            end_to_end_flow_control: p.flow_control,
+            starting_psn: p.starting_psn,
+            local_cm_response_timeout: p.local_cm_response_timeout,
+            retry_count: p.retry_count,
+            partition_key: p.pkey,
+            path_mtu: p.path_mtu,
+            rnr_retry_count: p.rnr_retry_count,
+            max_cm_retries: p.max_cm_retries,
+            srq: p.srq,
+            primary_path,
+            alternate_path: p.alternate_path.unwrap_or_default(),
+            private_data: PrivateData(pd),
+            ..Req::default()
+        };
+        req.set_transport(p.transport);
+        let request_timeout =
+            p.packet_life_time.to_duration() * 2 + p.remote_cm_response_timeout.to_duration();
+        let mut conn = Conn {
+            state: State::ReqSent,
+            lap: LapState::Uninit,
+            side: Side::Active,
+            transport: p.transport,
+            closed: false,
+            auto_rtu: p.auto_rtu,
+            holds_qpn: true,
+            remote_id: CommId(0),
+            local_qpn: p.local_qpn,
+            remote_qpn: Qpn::default(),
+            remote_ca_guid: Guid(0),
+            peer: self.io.peers.intern(p.peer),
+            tid,
+            request_timeout: Micros::from_duration(request_timeout),
+            max_retries: p.max_cm_retries.get(),
+            packet_life_time: p.packet_life_time,
+            timewait: Micros::from_duration(primary_path.local_ack_timeout.to_duration()),
+            timer: None,
+            pending: None,
+            extra: None,
+        };
+        debug!(conn = %id, peer = %p.peer, sid = %p.service_id, "connect");
+        let budget = (request_timeout, p.max_cm_retries.get());
+        self.io
+            .send_request(now, id, &mut conn, CmMessage::Req(req), budget);
+        self.use_qpn(p.local_qpn);
+        self.conns.insert(id, conn);
+        Ok(id)
+    }
+
+    /// Sends the RTU for a connection in REP_RCVD / MRA_REP_SENT (when `auto_rtu` was off).
+    ///
+    /// # Errors
+    /// [`CallError`] for an unknown connection, a wrong state or private data over 224 bytes.
+    pub fn establish(
+        &mut self,
+        _now: Instant,
+        conn: ConnId,
+        private_data: &[u8],
+    ) -> Result<(), CallError> {
+        check_len("RTU private data", private_data, Rtu::PRIVATE_DATA_LEN)?;
+        let (c, io) = self.conn_mut(conn)?;
+        if !matches!(c.state, State::RepRcvd | State::MraRepSent) {
+            return Err(CallError::WrongState {
+                op: "establish",
+                state: c.state,
+            });
+        }
+        send_rtu(io, conn, c, private_data);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Passive side: commands
+
+    /// Accepts a REQ: sends the REP.
+    ///
+    /// # Errors
+    /// [`CallError`] for an unknown connection, a state other than REQ_RCVD / MRA_REQ_SENT,
+    /// private data over 196 bytes, or a QPN in quarantine (not checked for a live XRC TGT
+    /// QP: [`AcceptParams::xrc_tgt_live`]) or already in use.
+    pub fn accept(&mut self, now: Instant, conn: ConnId, p: AcceptParams) -> Result<(), CallError> {
+        check_len("REP private data", &p.private_data, Rep::PRIVATE_DATA_LEN)?;
+        let state = self
+            .conns
+            .get(&conn)
+            .ok_or(CallError::UnknownConnection(conn))?
+            .state;
+        if !matches!(state, State::ReqRcvd | State::MraReqSent) {
+            return Err(CallError::WrongState {
+                op: "accept",
+                state,
+            });
+        }
+        let qpn = p.xrc_tgt_qpn.unwrap_or(p.local_qpn);
+        let shared = p.xrc_tgt_qpn.is_some();
+        // A live shared TGT QP attached again is no reuse of its number (AcceptParams docs).
+        let live_tgt = shared && p.xrc_tgt_live;
+        match self.check_qpn(qpn, now, shared) {
+            Err(ConnectError::QpnInQuarantine { qpn, .. }) if !live_tgt => {
+                return Err(CallError::QpnInQuarantine { qpn })
+            }
+            Err(ConnectError::QpnInUse { qpn }) => return Err(CallError::QpnInUse { qpn }),
+            _ => {}
+        }
+        self.use_qpn(qpn);
+        let guid = self.cfg.local_ca_guid;
+        let (c, io) = self.conn_mut(conn)?;
+        let mut rep = Rep {
+            local_comm_id: conn,
+            remote_comm_id: c.remote_id,
+            local_qpn: p.local_qpn,
+            starting_psn: p.starting_psn,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            target_ack_delay: p.target_ack_delay,
+            failover_accepted: p.failover_accepted,
+            end_to_end_flow_control: p.flow_control,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: p.srq,
+            local_ca_guid: guid,
+            private_data: PrivateData::from_slice(&p.private_data).unwrap_or_default(),
+            ..Rep::default()
+        };
+        if let Some(tgt) = p.xrc_tgt_qpn {
+            rep.set_xrc_tgt_qpn(tgt);
+        }
+        c.local_qpn = qpn;
+        c.holds_qpn = true;
+        if let Some(x) = c.extra.as_mut() {
+            x.mra = None;
+        }
+        io.set_state(c, State::RepSent);
+        let budget = c.request_budget();
+        io.send_request(now, conn, c, CmMessage::Rep(rep), budget);
+        Ok(())
+    }
+
+    /// Rejects a connection: from REQ_RCVD / MRA_REQ_SENT (the REQ), REP_RCVD /
+    /// MRA_REP_SENT (the REP) or REP_SENT / MRA_REP_RCVD (after our REP).
+    ///
+    /// # Errors
+    /// [`CallError`] for an unknown connection, another state, or ARI over 72 / private data
+    /// over 148 bytes.
+    pub fn reject(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        reason: RejReason,
+        ari: &[u8],
+        private_data: &[u8],
+    ) -> Result<(), CallError> {
+        check_len("ARI", ari, Rej::ARI_LEN)?;
+        check_len("REJ private data", private_data, Rej::PRIVATE_DATA_LEN)?;
+        let (c, io) = self.conn_mut(conn)?;
+        let (local, kind, timewait) = match c.state {
+            // Linux sends local comm ID 0 when rejecting from REQ_RCVD.
+            State::ReqRcvd => (CommId(0), MsgKind::Req, false),
+            State::MraReqSent => (conn, MsgKind::Req, false),
+            State::RepRcvd | State::MraRepSent => (conn, MsgKind::Rep, false),
+            State::RepSent | State::MraRepRcvd => (conn, MsgKind::Other, true),
+            state => {
+                return Err(CallError::WrongState {
+                    op: "reject",
+                    state,
+                })
+            }
+        };
+        let msg = rej(local, c.remote_id, kind, reason, ari, private_data);
+        io.send_conn(c, msg);
+        io.cancel_request(conn, c);
+        io.close(conn, c, ConnectionError::LocallyRejected { reason });
+        if timewait {
+            self.enter_timewait(now, conn);
+        } else {
+            self.remove(conn);
+        }
+        Ok(())
+    }
+
+    /// Sends an MRA for the REQ (REQ_RCVD), the REP (REP_RCVD) or the LAP (LAP_RCVD) of a
+    /// connection: "the answer will take up to `service_timeout`". The MRA is re-sent when a
+    /// duplicate of the acknowledged message arrives.
+    ///
+    /// # Errors
+    /// [`CallError`] for an unknown connection, another state or private data over 222 bytes.
+    pub fn mra(
+        &mut self,
+        _now: Instant,
+        conn: ConnId,
+        service_timeout: TimeoutExp,
+        private_data: &[u8],
+    ) -> Result<(), CallError> {
+        check_len("MRA private data", private_data, Mra::PRIVATE_DATA_LEN)?;
+        let (c, io) = self.conn_mut(conn)?;
+        let kind = match (c.state, c.lap) {
+            (State::ReqRcvd | State::MraReqSent, _) => MsgKind::Req,
+            (State::RepRcvd | State::MraRepSent, _) => MsgKind::Rep,
+            (State::Established, LapState::LapRcvd | LapState::MraLapSent) => MsgKind::Other,
+            (state, _) => return Err(CallError::WrongState { op: "mra", state }),
+        };
+        send_mra(io, conn, c, kind, service_timeout, private_data);
+        Ok(())
+    }
+
+    /// Reports that the QP saw traffic (`IB_EVENT_COMM_EST`) although no RTU arrived: a
+    /// connection in REP_SENT / MRA_REP_RCVD becomes established.
+    ///
+    /// # Errors
+    /// [`CallError`] for an unknown connection or another state.
+    pub fn notify_established(&mut self, _now: Instant, conn: ConnId) -> Result<(), CallError> {
+        let (c, io) = self.conn_mut(conn)?;
+        if !matches!(c.state, State::RepSent | State::MraRepRcvd) {
+            return Err(CallError::WrongState {
+                op: "notify_established",
+                state: c.state,
+            });
+        }
+        io.cancel_request(conn, c);
+        io.set_state(c, State::Established);
+        io.event(conn, EventKind::Established);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // REQ
+
+    pub(super) fn on_req(&mut self, now: Instant, from: PeerAddr, tid: Tid, req: Req) {
+        // Duplicate?
+        if let Some(&id) = self.by_remote.get(&(req.local_comm_id, req.local_ca_guid)) {
+            let mra_dup = self.cfg.mra_on_duplicate_req;
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            match c.state {
+                State::ReqRcvd => match mra_dup {
+                    Some(st) => {
+                        self.io.stats.duplicate_replies += 1;
+                        send_mra(&mut self.io, id, c, MsgKind::Req, st, &[]);
+                    }
+                    None => self.io.stats.drop(DropReason::Duplicate),
+                },
+                State::MraReqSent => self.io.resend_mra(c),
+                _ => self.io.stats.drop(DropReason::Duplicate),
+            }
+            return;
+        }
+        // Stale: the remote QPN already belongs to a live connection from that CA. XRC is
+        // exempt: INI and TGT QPs are shared by design, so (QPN, CA GUID) is no connection
+        // key there (Linux applies the check anyway; spec/cm-wire.md §7.4).
+        let xrc = req.transport() == ReqTransport::Xrc;
+        let stale = if xrc {
+            None
+        } else {
+            self.by_qpn
+                .get(&(req.local_qpn, req.local_ca_guid))
+                .copied()
+        };
+        if let Some(old) = stale {
+            self.io.stats.stale += 1;
+            reject_req(&mut self.io, from, tid, &req, RejReason::StaleConn);
+            self.stale_old(now, old);
+            return;
+        }
+        let Some(opts) = self.listeners.get(&req.service_id) else {
+            debug!(sid = %req.service_id, "REQ for a service nobody listens on: REJ 8");
+            reject_req(&mut self.io, from, tid, &req, RejReason::InvalidServiceId);
+            return;
+        };
+        if !opts.transports.is_empty() && !opts.transports.contains(&req.transport()) {
+            reject_req(&mut self.io, from, tid, &req, RejReason::ConsumerReject);
+            return;
+        }
+        if self.io.half_open >= self.cfg.max_half_open {
+            self.io.stats.half_open_limit += 1;
+            reject_req(&mut self.io, from, tid, &req, RejReason::NoResources);
+            return;
+        }
+        let id = self.alloc_id();
+        let mut conn = Conn {
+            state: State::Idle,
+            lap: LapState::Uninit,
+            side: Side::Passive,
+            transport: req.transport(),
+            closed: false,
+            auto_rtu: false,
+            holds_qpn: false,
+            remote_id: req.local_comm_id,
+            local_qpn: Qpn::default(),
+            remote_qpn: req.local_qpn,
+            remote_ca_guid: req.local_ca_guid,
+            peer: self.io.peers.intern(from),
+            tid,
+            request_timeout: Micros::from_duration(req.local_cm_response_timeout.to_duration()),
+            max_retries: req.max_cm_retries.get(),
+            packet_life_time: TimeoutExp::masked(
+                req.primary_path.local_ack_timeout.get().saturating_sub(1),
+            ),
+            timewait: Micros::from_duration(req.primary_path.local_ack_timeout.to_duration()),
+            timer: None,
+            pending: None,
+            extra: None,
+        };
+        self.io.set_state(&mut conn, State::ReqRcvd);
+        self.by_remote
+            .insert((req.local_comm_id, req.local_ca_guid), id);
+        if !xrc {
+            self.by_qpn.insert((req.local_qpn, req.local_ca_guid), id);
+        }
+        self.conns.insert(id, conn);
+        let cma_header = req
+            .service_id
+            .rdma_cm_port()
+            .and_then(|_| CmaHeader::parse(req.private_data.as_bytes()).ok());
+        debug!(conn = %id, %from, sid = %req.service_id, "REQ received");
+        self.io.event(
+            id,
+            EventKind::ReqReceived(Box::new(IncomingRequest {
+                peer: from,
+                req,
+                cma_header,
+            })),
+        );
+    }
+
+    /// A new connection reused the QPN of `old`: `old` is stale. Linux sends it a DREQ when
+    /// it was established (spec/cm-wire.md §4.6).
+    fn stale_old(&mut self, now: Instant, old: CommId) {
+        let Some(c) = self.conns.get_mut(&old) else {
+            return;
+        };
+        match c.state {
+            State::Established => {
+                let dreq = Dreq {
+                    local_comm_id: old,
+                    remote_comm_id: c.remote_id,
+                    remote_qpn_eecn: c.remote_qpn,
+                    private_data: PrivateData::zeroed(),
+                };
+                self.io.close(old, c, ConnectionError::Stale);
+                self.io.set_state(c, State::DreqSent);
+                let budget = c.request_budget();
+                self.io
+                    .send_request(now, old, c, CmMessage::Dreq(dreq), budget);
+                // The old connection must not match the new REQ's QPN any more.
+                let key = (c.remote_qpn, c.remote_ca_guid);
+                if self.by_qpn.get(&key) == Some(&old) {
+                    self.by_qpn.remove(&key);
+                }
+            }
+            s if s.is_setup() => {
+                self.io.close(old, c, ConnectionError::Stale);
+                self.enter_timewait(now, old);
+            }
+            _ => {}
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // MRA, REJ
+
+    pub(super) fn on_mra(&mut self, now: Instant, m: Mra) {
+        let allow_unset = m.message_mraed == MsgKind::Req;
+        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, allow_unset) else {
+            return;
+        };
+        let id = m.remote_comm_id;
+        let next = match (m.message_mraed, c.state, c.lap) {
+            (MsgKind::Req, State::ReqSent, _) => Some(State::MraReqRcvd),
+            (MsgKind::Rep, State::RepSent, _) => Some(State::MraRepRcvd),
+            (MsgKind::Other, State::Established, LapState::LapSent) => None,
+            _ => {
+                io.stats.drop(DropReason::WrongState);
+                return;
+            }
+        };
+        io.stats.mra_received += 1;
+        match next {
+            Some(s) => io.set_state(c, s),
+            None => c.lap = LapState::MraLapRcvd,
+        }
+        let wait = m.service_timeout.to_duration() + c.packet_life_time.to_duration();
+        if c.pending.is_some() {
+            io.arm(id, c, now + wait, TimerKind::Resend);
+        }
+        io.event(
+            id,
+            EventKind::MraReceived {
+                service_timeout: m.service_timeout,
+            },
+        );
+    }
+
+    pub(super) fn on_rej(&mut self, now: Instant, m: Rej) {
+        // A REJ 4 "timeout" is matched by (ARI = the rejecting CA's GUID, their comm ID).
+        let by_ari = if m.reason == RejReason::Timeout {
+            m.timeout_ca_guid()
+                .and_then(|g| self.by_remote.get(&(m.local_comm_id, g)).copied())
+        } else {
+            None
+        };
+        let (id, c, io) = match by_ari {
+            Some(id) => match self.conns.get_mut(&id) {
+                Some(c) => (id, c, &mut self.io),
+                None => return,
+            },
+            None => {
+                let allow_unset =
+                    m.reason == RejReason::Timeout || m.message_rejected == MsgKind::Req;
+                match self.lookup(m.remote_comm_id, m.local_comm_id, allow_unset) {
+                    Some((c, io)) => (m.remote_comm_id, c, io),
+                    None => return,
+                }
+            }
+        };
+        let stale = m.reason == RejReason::StaleConn;
+        let err = if stale {
+            io.stats.stale += 1;
+            ConnectionError::Stale
+        } else {
+            ConnectionError::Rejected {
+                reason: m.reason,
+                ari: m.ari_bytes().to_vec(),
+                private_data: trimmed(m.private_data.as_bytes()),
+            }
+        };
+        let timewait = match c.state {
+            State::ReqSent | State::MraReqRcvd => stale,
+            State::RepSent | State::MraRepRcvd => stale,
+            State::ReqRcvd | State::MraReqSent => stale,
+            State::RepRcvd | State::MraRepSent => true,
+            State::Established => true,
+            State::DreqSent | State::DreqRcvd => true,
+            State::Timewait | State::Idle => {
+                io.stats.drop(DropReason::WrongState);
+                return;
+            }
+        };
+        io.stats.rej_received += 1;
+        io.cancel_request(id, c);
+        io.close(id, c, err);
+        if timewait {
+            self.enter_timewait(now, id);
+        } else {
+            self.remove(id);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // REP, RTU
+
+    pub(super) fn on_rep(&mut self, now: Instant, from: PeerAddr, m: Rep) {
+        let id = m.remote_comm_id;
+        let Some(c) = self.conns.get_mut(&id) else {
+            self.io.stats.drop(DropReason::UnknownCommId);
+            return;
+        };
+        // A duplicate of the REP we already took.
+        if c.remote_id == m.local_comm_id && c.remote_id != CommId(0) {
+            self.on_dup_rep(id);
+            return;
+        }
+        if c.remote_id != CommId(0) || !matches!(c.state, State::ReqSent | State::MraReqRcvd) {
+            self.io.stats.drop(DropReason::MismatchedCommId);
+            return;
+        }
+        if self.io.peers.addr(c.peer) != from {
+            self.io.stats.drop(DropReason::WrongPeer);
+            return;
+        }
+        if self
+            .by_remote
+            .contains_key(&(m.local_comm_id, m.local_ca_guid))
+        {
+            self.io.stats.drop(DropReason::Duplicate);
+            return;
+        }
+        let xrc = c.transport == ReqTransport::Xrc;
+        let remote_qpn = m.remote_qpn_for(xrc);
+        let stale = if xrc {
+            None // shared TGT QPs: see on_req
+        } else {
+            self.by_qpn.get(&(remote_qpn, m.local_ca_guid)).copied()
+        };
+        if let Some(old) = stale {
+            // Their QPN belongs to another live connection: REJ 10 and drop the old one.
+            self.io.stats.stale += 1;
+            let msg = rej(
+                id,
+                m.local_comm_id,
+                MsgKind::Rep,
+                RejReason::StaleConn,
+                &[],
+                &[],
+            );
+            self.io.send_conn(c, msg);
+            self.stale_old(now, old);
+            if let Some(c) = self.conns.get_mut(&id) {
+                self.io.cancel_request(id, c);
+                self.io.close(id, c, ConnectionError::Stale);
+            }
+            self.enter_timewait(now, id);
+            return;
+        }
+        self.io.cancel_request(id, c);
+        c.remote_id = m.local_comm_id;
+        c.remote_ca_guid = m.local_ca_guid;
+        c.remote_qpn = remote_qpn;
+        let ack = cm_ack_timeout(m.target_ack_delay.get(), c.packet_life_time.get());
+        c.timewait = Micros::from_duration(TimeoutExp::masked(ack).to_duration());
+        self.io.set_state(c, State::RepRcvd);
+        let auto_rtu = c.auto_rtu;
+        self.by_remote
+            .insert((m.local_comm_id, m.local_ca_guid), id);
+        if !xrc {
+            self.by_qpn.insert((remote_qpn, m.local_ca_guid), id);
+        }
+        self.io.event(
+            id,
+            EventKind::RepReceived(Box::new(RepInfo { rep: m, remote_qpn })),
+        );
+        if auto_rtu {
+            send_rtu(&mut self.io, id, c, &[]);
+        }
+    }
+
+    fn on_dup_rep(&mut self, id: CommId) {
+        let mra_dup = self.cfg.mra_on_duplicate_rep;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        match c.state {
+            State::Established => {
+                // Our RTU was lost: build it again.
+                let pd = c
+                    .extra
+                    .as_ref()
+                    .and_then(|x| x.rtu_private_data.clone())
+                    .unwrap_or_default();
+                let rtu = Rtu {
+                    local_comm_id: id,
+                    remote_comm_id: c.remote_id,
+                    private_data: PrivateData::from_slice(&pd).unwrap_or_default(),
+                };
+                self.io.stats.duplicate_replies += 1;
+                self.io.send_conn(c, CmMessage::Rtu(rtu));
+            }
+            State::MraRepSent => self.io.resend_mra(c),
+            State::RepRcvd => match mra_dup {
+                Some(st) => {
+                    self.io.stats.duplicate_replies += 1;
+                    send_mra(&mut self.io, id, c, MsgKind::Rep, st, &[]);
+                }
+                None => self.io.stats.drop(DropReason::Duplicate),
+            },
+            _ => self.io.stats.drop(DropReason::Duplicate),
+        }
+    }
+
+    pub(super) fn on_rtu(&mut self, m: Rtu) {
+        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, false) else {
+            return;
+        };
+        let id = m.remote_comm_id;
+        if !matches!(c.state, State::RepSent | State::MraRepRcvd) {
+            io.stats.drop(DropReason::Duplicate);
+            return;
+        }
+        io.cancel_request(id, c);
+        io.set_state(c, State::Established);
+        io.event(id, EventKind::Established);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Timeout
+
+    /// The REQ (REQ_SENT / MRA_REQ_RCVD) or REP (REP_SENT / MRA_REP_RCVD) ran out of
+    /// retries: REJ 4 "timeout" and the connection is gone.
+    pub(super) fn on_setup_timeout(&mut self, id: CommId) {
+        let guid = self.cfg.local_ca_guid;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        self.io.stats.timeouts += 1;
+        self.io.send_conn(c, timeout_rej(id, c.remote_id, guid));
+        self.io.close(id, c, ConnectionError::TimedOut);
+        self.remove(id);
+    }
+}
+
+/// Rejects a REQ that created no connection: to its sender, with its TID and local comm ID 0
+/// (as Linux does from REQ_RCVD).
+fn reject_req(io: &mut Io, from: PeerAddr, tid: Tid, req: &Req, reason: RejReason) {
+    let msg = rej(CommId(0), req.local_comm_id, MsgKind::Req, reason, &[], &[]);
+    io.send(from, tid, msg);
+}
+
+/// Sends the RTU: the connection is established.
+fn send_rtu(io: &mut Io, id: CommId, c: &mut Conn, private_data: &[u8]) {
+    let rtu = Rtu {
+        local_comm_id: id,
+        remote_comm_id: c.remote_id,
+        private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
+    };
+    io.send_conn(c, CmMessage::Rtu(rtu));
+    if private_data.iter().any(|&b| b != 0) {
+        c.extra().rtu_private_data = Some(private_data.into());
+    } else if let Some(x) = c.extra.as_mut() {
+        x.rtu_private_data = None;
+        x.mra = None;
+    }
+    if c.extra
+        .as_ref()
+        .is_some_and(|x| x.rtu_private_data.is_none() && x.mra.is_none() && x.apr.is_none())
+    {
+        c.extra = None;
+    }
+    io.set_state(c, State::Established);
+    c.lap = LapState::Uninit;
+    io.event(id, EventKind::Established);
+}
+
+/// Sends an MRA for the REQ, the REP or (`MsgKind::Other`) the LAP, and keeps it for
+/// duplicates.
+fn send_mra(
+    io: &mut Io,
+    id: CommId,
+    c: &mut Conn,
+    kind: MsgKind,
+    service_timeout: TimeoutExp,
+    private_data: &[u8],
+) {
+    let mra = Mra {
+        local_comm_id: id,
+        remote_comm_id: c.remote_id,
+        message_mraed: kind,
+        service_timeout,
+        private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
+    };
+    let bytes = io.send_conn(c, CmMessage::Mra(mra));
+    c.extra().mra = Some(bytes);
+    match kind {
+        MsgKind::Req => io.set_state(c, State::MraReqSent),
+        MsgKind::Rep => io.set_state(c, State::MraRepSent),
+        _ => c.lap = LapState::MraLapSent,
+    }
+}

@@ -1,0 +1,139 @@
+//! Teardown: the `disconnect` command and the DREQ and DREP handlers.
+
+use std::time::Instant;
+
+use ibcm_mad::{CmMessage, CommId, Drep, Dreq, PrivateData, RejReason, Tid};
+
+use super::io::timeout_rej;
+use super::{check_len, trimmed, Endpoint};
+use crate::proto::{CallError, ConnId, ConnectionError, DropReason, LapState, PeerAddr, State};
+
+impl Endpoint {
+    /// Closes a connection in whatever way its state calls for:
+    /// * ESTABLISHED: sends a DREQ (retransmitted until the DREP; then TimeWait);
+    /// * REQ_SENT / MRA_REQ_RCVD: gives up the attempt with REJ 4 "timeout" (ARI = our CA GUID),
+    ///   as Linux does when such an ID is destroyed;
+    /// * REQ_RCVD / MRA_REQ_SENT, REP_*: rejects with REJ 28;
+    /// * already closing (DREQ_SENT, TIMEWAIT): nothing to do.
+    ///
+    /// # Errors
+    /// [`CallError`] for an unknown connection or private data over 220 bytes.
+    pub fn disconnect(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        private_data: &[u8],
+    ) -> Result<(), CallError> {
+        check_len("DREQ private data", private_data, Dreq::PRIVATE_DATA_LEN)?;
+        let guid = self.cfg.local_ca_guid;
+        let (c, io) = self.conn_mut(conn)?;
+        match c.state {
+            State::Established => {
+                io.cancel_request(conn, c);
+                let dreq = Dreq {
+                    local_comm_id: conn,
+                    remote_comm_id: c.remote_id,
+                    remote_qpn_eecn: c.remote_qpn,
+                    private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
+                };
+                io.set_state(c, State::DreqSent);
+                c.lap = LapState::Uninit;
+                let budget = c.request_budget();
+                io.send_request(now, conn, c, CmMessage::Dreq(dreq), budget);
+                Ok(())
+            }
+            State::ReqSent | State::MraReqRcvd => {
+                io.send_conn(c, timeout_rej(conn, c.remote_id, guid));
+                io.cancel_request(conn, c);
+                io.close(conn, c, ConnectionError::LocallyClosed);
+                self.remove(conn);
+                Ok(())
+            }
+            State::ReqRcvd
+            | State::MraReqSent
+            | State::RepRcvd
+            | State::MraRepSent
+            | State::RepSent
+            | State::MraRepRcvd => self.reject(now, conn, RejReason::ConsumerReject, &[], &[]),
+            State::DreqSent | State::DreqRcvd | State::Timewait | State::Idle => Ok(()),
+        }
+    }
+
+    pub(super) fn on_dreq(&mut self, now: Instant, from: PeerAddr, tid: Tid, m: Dreq) {
+        let id = m.remote_comm_id;
+        let Some(c) = self
+            .conns
+            .get_mut(&id)
+            .filter(|c| c.remote_id == m.local_comm_id)
+        else {
+            // Unknown: answer anyway (orphan DREP, IDs swapped, same TID).
+            self.io.stats.orphan_dreps += 1;
+            let drep = Drep {
+                local_comm_id: m.remote_comm_id,
+                remote_comm_id: m.local_comm_id,
+                private_data: PrivateData::zeroed(),
+            };
+            self.io.send(from, tid, CmMessage::Drep(drep));
+            return;
+        };
+        if c.state != State::Timewait && m.remote_qpn_eecn != c.local_qpn {
+            self.io.stats.drop(DropReason::QpnMismatch);
+            return;
+        }
+        let drep = CmMessage::Drep(Drep {
+            local_comm_id: id,
+            remote_comm_id: c.remote_id,
+            private_data: PrivateData::zeroed(),
+        });
+        match c.state {
+            State::Established | State::RepSent | State::MraRepRcvd | State::DreqSent => {
+                self.io.cancel_request(id, c);
+                self.io.set_state(c, State::DreqRcvd);
+                self.io.close(
+                    id,
+                    c,
+                    ConnectionError::Disconnected {
+                        by_peer: true,
+                        private_data: trimmed(m.private_data.as_bytes()),
+                    },
+                );
+                // Reply with the DREQ's TID.
+                let to = self.io.peers.addr(c.peer);
+                self.io.send(to, tid, drep);
+                self.enter_timewait(now, id);
+            }
+            State::Timewait => {
+                self.io.stats.duplicate_replies += 1;
+                self.io.send(from, tid, drep);
+            }
+            _ => self.io.stats.drop(DropReason::WrongState),
+        }
+    }
+
+    pub(super) fn on_drep(&mut self, now: Instant, m: Drep) {
+        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, false) else {
+            return;
+        };
+        let id = m.remote_comm_id;
+        if !matches!(c.state, State::DreqSent | State::DreqRcvd) {
+            io.stats.drop(DropReason::WrongState);
+            return;
+        }
+        io.cancel_request(id, c);
+        let err = ConnectionError::Disconnected {
+            by_peer: false,
+            private_data: Vec::new(),
+        };
+        io.close(id, c, err);
+        self.enter_timewait(now, id);
+    }
+
+    /// Our DREQ ran out of retries: the connection is down anyway and enters TimeWait.
+    pub(super) fn on_dreq_timeout(&mut self, now: Instant, id: CommId) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        self.io.close(id, c, ConnectionError::DisconnectTimedOut);
+        self.enter_timewait(now, id);
+    }
+}
