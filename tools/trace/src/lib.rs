@@ -30,13 +30,14 @@
 //! * `app`: the run loop; `gen`: the capture generator.
 //!
 //! # Where nom is used, and where not
-//! nom parses the structures that are variable-length and off the per-packet hot path: the
-//! pcapng packet block bodies (fixed words, then the captured data), the raw ERF record
-//! header. The classic pcap record header (16 bytes at fixed offsets, read once per packet)
-//! is read by hand: it is the hot path the `cm_trace_vs_tshark` benchmark measures. The pcap
-//! file header, pcapng block framing and section / interface state come from pcap-file. The
-//! link layers inside a record (ERF extension headers, Linux cooked v1/v2, Ethernet, …) are
-//! decoded by `ibcm_mad::frame`, which does no I/O.
+//! nom parses the capture structures that are variable-length and off the per-packet hot
+//! path: pcapng blocks (framing, section headers, interface descriptions and their options,
+//! the packet block bodies) and raw ERF record headers. The classic pcap record header (16
+//! bytes at fixed offsets, read once per packet) is read by hand: it is the hot path that the
+//! `cm_trace_vs_tshark` benchmark measures. The classic pcap file header and the pcap writer
+//! are pcap-file's. The link layers inside a record (ERF extension headers, Linux cooked
+//! v1/v2, Ethernet, …) are decoded by `ibcm_mad::frame`, which does no I/O and keeps its own
+//! fixed-offset readers.
 #![forbid(unsafe_code)]
 #![cfg_attr(
     test,

@@ -18,8 +18,8 @@
 //! Who parses what:
 //! * `reader`: the pcap file header (pcap-file), then each 16-byte pcap record header at fixed
 //!   offsets: this is the per-packet hot path that the cm-trace vs tshark benchmark measures.
-//! * `pcapng`: block framing and section / interface state (pcap-file's `PcapNgParser`); the
-//!   packet block bodies (EPB, obsolete PB, SPB) with nom.
+//! * `pcapng`: with nom, the block framing, section headers, interface descriptions and their
+//!   options (`if_tsresol`, `if_tsoffset`), and the packet blocks (EPB, obsolete PB, SPB).
 //! * `erf`: raw ERF record files; the record header with nom.
 //! * `writer`: classic pcap output (pcap-file).
 
@@ -75,7 +75,7 @@ pub struct Record<'a> {
     /// applied; Simple Packet Blocks carry none and get zero).
     pub timestamp: Duration,
     /// Link type as stored (classic pcap: the whole header field, FCS bits included —
-    /// [`crate::frame::decode`] masks them; pcapng: the interface's link type).
+    /// [`ibcm_mad::frame::decode`] masks them; pcapng: the interface's link type).
     pub link_type: u32,
     /// pcapng interface ID (0 for classic pcap).
     pub interface: u32,

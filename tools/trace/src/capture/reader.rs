@@ -1,4 +1,4 @@
-//! [`CaptureReader`]: the streaming pcap / pcapng reader.
+//! [`CaptureReader`]: the streaming pcap / pcapng reader, and the pcap records.
 
 use std::fmt;
 use std::fs::File;
@@ -7,11 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapParseError, PcapParser, PcapTsResolution};
-use pcap_file::pcapng::{PcapNgParseError, PcapNgParser};
 use pcap_file::Endianness;
 
 use super::buffer::{Fill, Input};
-use super::pcapng::pcapng_step;
+use super::pcapng::PcapNg;
 use super::{chain, CaptureError, CaptureFormat, Record, TsResolution, MAX_RECORD_LEN};
 
 /// Length of a classic pcap record header.
@@ -47,10 +46,18 @@ enum Kind {
         nanos: bool,
         link_type: u32,
     },
-    PcapNg(Box<PcapNgParser>),
+    PcapNg(PcapNg),
 }
 
-/// A streaming pcap / pcapng reader. See the [module docs](self).
+/// A streaming pcap / pcapng reader.
+///
+/// The format comes from the magic number: pcap with µs or ns timestamps in either byte
+/// order, or pcapng with any number of sections, per-interface link types, `if_tsresol` and
+/// `if_tsoffset` (unknown block types are skipped). Reading goes through a bounded buffer of
+/// its own, so memory stays constant on multi-GB files and stdin, and
+/// [`CaptureReader::next_record`] returns records that borrow that buffer: no allocation per
+/// packet. After an unrecoverable error (a truncated last record, a corrupt block) it returns
+/// that error once, then `None`: every good record before the error is delivered.
 pub struct CaptureReader<R> {
     input: Input<R>,
     kind: Kind,
@@ -108,13 +115,8 @@ impl<R: Read> CaptureReader<R> {
             .map_or(0, |m| u32::from_be_bytes(*m));
         let (kind, format) = match magic {
             0x0a0d_0d0a => {
-                let parser = header(&mut input, |b| {
-                    PcapNgParser::new(b).map_err(|e| match e {
-                        PcapNgParseError::IncompleteBuffer(..) => None,
-                        e => Some(chain(&e)),
-                    })
-                })?;
-                (Kind::PcapNg(Box::new(parser)), CaptureFormat::PcapNg)
+                let parser = header(&mut input, PcapNg::new)?;
+                (Kind::PcapNg(parser), CaptureFormat::PcapNg)
             }
             0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 => {
                 let parser = header(&mut input, |b| {
@@ -190,7 +192,7 @@ impl<R: Read> CaptureReader<R> {
                         nanos,
                         link_type,
                     } => pcap_step(parser, *nanos, *link_type, avail),
-                    Kind::PcapNg(parser) => pcapng_step(parser, avail),
+                    Kind::PcapNg(parser) => parser.step(avail),
                 }
             };
             match step {
