@@ -406,3 +406,28 @@ fn big_endian_pcap() {
     );
     assert!(r.next_record().is_none());
 }
+
+/// Every single-byte change of a pcapng file reads to an end (records, then at most one
+/// error) without a panic.
+#[test]
+fn pcapng_byte_flips() {
+    let bytes = sample_pcapng();
+    for at in 0..bytes.len() {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut b = bytes.clone();
+            b[at] ^= flip;
+            let Ok(mut r) = CaptureReader::new(&b[..]) else {
+                continue;
+            };
+            let mut n = 0;
+            while let Some(rec) = r.next_record() {
+                n += 1;
+                assert!(n <= 6, "byte {at} ^ {flip:#x}");
+                if rec.is_err() {
+                    assert!(r.next_record().is_none());
+                    break;
+                }
+            }
+        }
+    }
+}
