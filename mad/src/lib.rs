@@ -4,7 +4,8 @@
 //! SIDR_REQ, SIDR_REP, LAP, APR and ClassPortInfo), the XRC encodings, rdma_cm's IP
 //! private-data header, and the packet framing around a MAD: RoCEv2 over IPv4/IPv6 (with
 //! 802.1Q/QinQ tags), RoCEv1, native InfiniBand LRH/GRH, ICRC and VCRC, and the capture link
-//! layers cm-trace meets (pcap, pcapng, ERF, Linux cooked v1/v2, raw IP).
+//! layers cm-trace meets (ERF record headers, Linux cooked v1/v2, raw IP) as they sit in a
+//! captured frame's bytes. Reading capture files (pcap, pcapng, raw ERF) is `ibcm-trace`'s job.
 //!
 //! # Contract
 //! * Deterministic, no I/O, no clock, no `unsafe`.
@@ -50,9 +51,6 @@ pub mod error;
 pub mod frame;
 pub mod header;
 pub mod types;
-
-#[cfg(feature = "capture")]
-pub mod capture;
 
 pub use cm::{
     Apr, ClassPortInfo, CmMessage, Drep, Dreq, Lap, Mad, Mra, PathInfo, Rej, Rep, Req,

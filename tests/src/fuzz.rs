@@ -2,10 +2,10 @@
 //! round-trip target also checks an invariant. The cargo-fuzz harnesses in `fuzz/` and the
 //! stable replay test `tests/tests/fuzz_replay.rs` both call these functions.
 
-use ibcm_mad::capture::CaptureReader;
 use ibcm_mad::cma::CmaHeader;
 use ibcm_mad::frame;
 use ibcm_mad::{AttrId, CmMessage, Mad, MadHeader};
+use ibcm_trace::CaptureReader;
 
 /// Link types the `frame_decode` target chooses from with its first input byte.
 pub const LINK_TYPES: [u32; 8] = [1, 101, 228, 229, 113, 276, 247, 197];
@@ -67,7 +67,7 @@ pub fn capture_read(data: &[u8]) {
     while let Some(rec) = r.next_record() {
         match rec {
             Ok(rec) => {
-                let _ = ibcm_tools::trace::classify(&rec);
+                let _ = ibcm_trace::classify(&rec);
             }
             Err(_) => break,
         }

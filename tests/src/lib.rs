@@ -38,13 +38,13 @@ pub fn all_captures() -> Vec<PathBuf> {
 }
 
 /// Reads every record of a capture and classifies it (cm-trace's view).
-pub fn classify_file(path: &Path) -> Vec<ibcm_tools::trace::Item> {
-    let mut r = ibcm_mad::capture::CaptureReader::open(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+pub fn classify_file(path: &Path) -> Vec<ibcm_trace::Item> {
+    let mut r =
+        ibcm_trace::CaptureReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut items = Vec::new();
     while let Some(rec) = r.next_record() {
         let rec = rec.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        items.push(ibcm_tools::trace::classify(&rec));
+        items.push(ibcm_trace::classify(&rec));
     }
     items
 }

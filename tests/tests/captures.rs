@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use ibcm_mad::{AttrId, CmMessage, CommId, Qpn, ServiceId, Tid};
 use ibcm_tests::{all_captures, classify_file, fixtures_dir};
-use ibcm_tools::trace::{CmEvent, Icrc, Item};
+use ibcm_trace::{CmEvent, Icrc, Item};
 
 fn cap(rel: &str) -> PathBuf {
     fixtures_dir().join("captures").join(rel)
@@ -255,7 +255,7 @@ fn icrc_verdicts() {
         if !c.to_string_lossy().contains("/real/") {
             continue;
         }
-        let mut r = ibcm_mad::capture::CaptureReader::open(&c).unwrap();
+        let mut r = ibcm_trace::CaptureReader::open(&c).unwrap();
         let (mut ok, mut bad) = (0, 0);
         while let Some(rec) = r.next_record() {
             let rec = rec.unwrap();

@@ -10,11 +10,11 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::process::Command;
 
-use ibcm_mad::capture::CaptureReader;
 use ibcm_mad::cma::CmaHeader;
 use ibcm_mad::frame::{self, Encap};
 use ibcm_mad::{CmMessage, Gid, Mad};
 use ibcm_tests::{all_captures, have_tshark};
+use ibcm_trace::CaptureReader;
 
 /// A field value, compared by meaning rather than by tshark's formatting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -498,15 +498,15 @@ fn view_rows(path: &Path) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn cm_trace_view(view: ibcm_tools::app::View, path: &Path) -> String {
-    let opts = ibcm_tools::app::Options {
+fn cm_trace_view(view: ibcm_trace::View, path: &Path) -> String {
+    let opts = ibcm_trace::Options {
         view,
         ..Default::default()
     };
     let mut out = Vec::new();
     let mut err = Vec::new();
     let files = [path.to_string_lossy().to_string()];
-    ibcm_tools::app::run(&opts, &files, &mut out, &mut err).unwrap();
+    ibcm_trace::run(&opts, &files, &mut out, &mut err).unwrap();
     String::from_utf8(out).unwrap()
 }
 
@@ -527,7 +527,7 @@ fn num(s: &str) -> Option<u64> {
 /// reason) derived from tshark's rows.
 #[test]
 fn cm_trace_views_agree_with_tshark() {
-    use ibcm_tools::app::View;
+    use ibcm_trace::View;
     use std::collections::{BTreeMap, BTreeSet};
     if !have_tshark("cm_trace_views_agree_with_tshark") {
         return;

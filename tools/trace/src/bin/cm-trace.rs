@@ -1,0 +1,176 @@
+//! `cm-trace`: decode InfiniBand CM MADs from pcap / pcapng / ERF captures, and show the
+//! connections they set up and tear down.
+//!
+//! ```text
+//! cm-trace FILE...                one line per CM MAD, then a summary per file
+//! cm-trace -V FILE...             every field of every CM MAD
+//! cm-trace --json FILE...         one JSON object per CM MAD (see the crate docs)
+//! cm-trace --ladder FILE...       one ladder diagram per connection (--json: one object each)
+//! cm-trace --stats [--json] FILE  connection statistics (see the crate docs)
+//! cm-trace --timeline out.svg ... one row per connection, as SVG (or .html)
+//! ```
+//! `-` reads standard input. Malformed frames are reported with their number and reason and
+//! never stop the run. The exit status is non-zero only when an input cannot be read at all.
+
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use ibcm_mad::{CommId, ServiceId};
+use ibcm_trace::ColorChoice;
+use ibcm_trace::TrackerConfig;
+use ibcm_trace::{parse_msg, parse_u64, AddrMatch, Filter};
+use ibcm_trace::{run, Options, View};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+/// Decode InfiniBand CM (MAD class 0x07) messages from capture files and show connections.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cm-trace",
+    version,
+    max_term_width = 100,
+    disable_version_flag = true
+)]
+struct Args {
+    /// Print the version.
+    #[arg(long, action = clap::ArgAction::Version)]
+    version: Option<bool>,
+    /// JSON: one object per CM MAD; with --stats one object; with --ladder one per connection.
+    #[arg(long)]
+    json: bool,
+    /// Every field of every CM message.
+    #[arg(short = 'V', long, conflicts_with_all = ["json", "ladder", "stats"])]
+    verbose: bool,
+    /// One ladder diagram per connection (REQ … DREP), with its end state.
+    #[arg(long, conflicts_with = "stats")]
+    ladder: bool,
+    /// Connection statistics: attempted / established / rejected / timed out, latencies.
+    #[arg(long)]
+    stats: bool,
+    /// Also draw a timeline of the connections into this SVG (or .html) file.
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<PathBuf>,
+    /// Most connections drawn in the timeline.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    timeline_max: usize,
+    /// Only these message types (REQ,REP,RTU,REJ,MRA,DREQ,DREP,SIDR_REQ,SIDR_REP,LAP,APR,CPI).
+    #[arg(short = 'm', long = "msg", value_name = "TYPES", value_delimiter = ',')]
+    msgs: Vec<String>,
+    /// Only this Service ID (hex 0x… or decimal; repeatable).
+    #[arg(short = 's', long = "service-id", value_name = "SID")]
+    service_ids: Vec<String>,
+    /// Only connections with this comm ID at either end (repeatable).
+    #[arg(short = 'c', long = "comm-id", value_name = "ID")]
+    comm_ids: Vec<String>,
+    /// Only this IP address, GID (IPv6 notation) or lid:N at either end (repeatable).
+    #[arg(short = 'a', long = "addr", value_name = "ADDR")]
+    addrs: Vec<String>,
+    /// Only XRC connections.
+    #[arg(long)]
+    xrc: bool,
+    /// Only problems: rejects, timeouts, retransmissions, bad ICRCs.
+    #[arg(short = 'p', long)]
+    problems: bool,
+    /// Colour: auto (a terminal without NO_COLOR), always, never.
+    #[arg(long, value_enum, default_value_t = Color::Auto)]
+    color: Color,
+    /// No progress bar on standard error.
+    #[arg(long)]
+    no_progress: bool,
+    /// Most connections tracked at once (the memory bound); older ones are finished early.
+    #[arg(long, value_name = "N", default_value_t = 65_536)]
+    max_conns: usize,
+    /// Seconds of capture time an ended connection waits for late retransmissions.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    grace: f64,
+    /// Capture files (pcap, pcapng, ERF; `-` for standard input).
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<String>,
+}
+
+fn build(args: &Args) -> Result<Options, String> {
+    let mut filter = Filter::default();
+    for m in &args.msgs {
+        filter.msgs.push(parse_msg(m)?);
+    }
+    for s in &args.service_ids {
+        let v = parse_u64(s).ok_or_else(|| format!("bad Service ID {s:?}"))?;
+        filter.service_ids.push(ServiceId(v));
+    }
+    for c in &args.comm_ids {
+        let v = parse_u64(c)
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| format!("bad comm ID {c:?}"))?;
+        filter.comm_ids.push(CommId(v));
+    }
+    for a in &args.addrs {
+        filter.addrs.push(a.parse::<AddrMatch>()?);
+    }
+    filter.xrc = args.xrc;
+    filter.problems = args.problems;
+    let view = match (args.verbose, args.json, args.ladder, args.stats) {
+        (true, ..) => View::Verbose,
+        (_, true, true, _) => View::LadderJson,
+        (_, true, _, true) => View::StatsJson,
+        (_, true, _, _) => View::Json,
+        (_, _, true, _) => View::Ladder,
+        (_, _, _, true) => View::Stats,
+        _ => View::Text,
+    };
+    if !(args.grace.is_finite() && args.grace >= 0.0) {
+        return Err(format!("bad --grace {}", args.grace));
+    }
+    let choice = match args.color {
+        Color::Auto => ColorChoice::Auto,
+        Color::Always => ColorChoice::Always,
+        Color::Never => ColorChoice::Never,
+    };
+    Ok(Options {
+        view,
+        filter,
+        color: choice.enabled(io::stdout().is_terminal())
+            && !matches!(view, View::Json | View::LadderJson | View::StatsJson),
+        progress: !args.no_progress && io::stderr().is_terminal(),
+        timeline: args.timeline.clone(),
+        timeline_max: args.timeline_max,
+        tracker: TrackerConfig {
+            max_live: args.max_conns,
+            grace: Duration::from_secs_f64(args.grace.min(1e9)),
+            ..TrackerConfig::default()
+        },
+    })
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let opts = match build(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cm-trace: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let stdout = io::stdout();
+    // Unlocked: the JSON view writes from a second thread.
+    let mut out = BufWriter::with_capacity(1 << 16, stdout);
+    let stderr = io::stderr();
+    let mut err = stderr.lock();
+    match run(&opts, &args.files, &mut out, &mut err) {
+        Ok(r) if r.unreadable > 0 => ExitCode::FAILURE,
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = out.flush();
+            eprintln!("cm-trace: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

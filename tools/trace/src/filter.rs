@@ -1,0 +1,267 @@
+//! Filters: message types, Service ID, comm ID, address, XRC only, problems only.
+//!
+//! Every given criterion must match (and within one criterion, any of its values). For the
+//! per-MAD views a message matches through its connection too: `--service-id` also selects
+//! the REP, RTU, DREQ … of a connection whose REQ had that Service ID, `--comm-id` matches
+//! either end's comm ID, `--xrc` every message of an XRC connection. For the connection views
+//! (`--ladder`, `--stats`, `--timeline`) a connection matches on its own attributes, and
+//! `--msg` keeps the connections that have at least one such message.
+//!
+//! `--problems` selects rejects, timeouts, retransmissions and bad ICRCs. In the per-MAD
+//! views a timeout is only known at the end of the capture, so it shows up there (in the
+//! summary of timed-out connections), while REJs, repeats and bad-ICRC MADs (and later
+//! messages of a connection that already had one) are printed as they come.
+
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use ibcm_mad::{AttrId, CmMessage, CommId, Gid, Lid, ServiceId};
+
+use crate::conn::{Conn, Note};
+use crate::trace::{CmEvent, Icrc, WireAddr};
+
+/// An address to match: an IP address (also matches the IPv4-mapped / IPv6 GID form), a GID,
+/// or a LID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddrMatch {
+    /// IP address or GID (a GID is written as an IPv6 address).
+    Ip(IpAddr),
+    /// LID (`lid:N`).
+    Lid(Lid),
+}
+
+impl FromStr for AddrMatch {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(l) = s.strip_prefix("lid:").or_else(|| s.strip_prefix("LID:")) {
+            return parse_u64(l)
+                .and_then(|v| u16::try_from(v).ok())
+                .map(|v| AddrMatch::Lid(Lid(v)))
+                .ok_or_else(|| format!("bad LID {l:?}"));
+        }
+        s.parse::<IpAddr>()
+            .map(AddrMatch::Ip)
+            .map_err(|_| format!("{s:?} is not an IP address, GID (IPv6 notation) or lid:N"))
+    }
+}
+
+impl AddrMatch {
+    fn gid(self) -> Option<Gid> {
+        match self {
+            AddrMatch::Ip(ip) => Some(Gid::from_ip(ip)),
+            AddrMatch::Lid(_) => None,
+        }
+    }
+
+    /// Whether `e` is this address.
+    pub fn matches(self, e: &WireAddr) -> bool {
+        match (self, e) {
+            (AddrMatch::Ip(a), WireAddr::Ip(b)) => a == *b || Gid::from_ip(a) == Gid::from_ip(*b),
+            (AddrMatch::Ip(_), WireAddr::Gid(g)) => self.gid() == Some(*g),
+            (AddrMatch::Lid(a), WireAddr::Lid(b)) => a == *b,
+            _ => false,
+        }
+    }
+}
+
+/// Parses a number written in decimal or as `0x` hex.
+pub fn parse_u64(s: &str) -> Option<u64> {
+    let s = s.trim().replace('_', "");
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Parses a message name (`REQ`, `rep`, `SIDR_REQ`, `CPI`, …) or a `0x` attribute ID.
+pub fn parse_msg(s: &str) -> Result<AttrId, String> {
+    let up = s.trim().to_ascii_uppercase().replace('-', "_");
+    let named = [
+        AttrId::ClassPortInfo,
+        AttrId::Req,
+        AttrId::Mra,
+        AttrId::Rej,
+        AttrId::Rep,
+        AttrId::Rtu,
+        AttrId::Dreq,
+        AttrId::Drep,
+        AttrId::SidrReq,
+        AttrId::SidrRep,
+        AttrId::Lap,
+        AttrId::Apr,
+    ];
+    if let Some(a) = named.iter().find(|a| a.name() == up) {
+        return Ok(*a);
+    }
+    if up == "CLASSPORTINFO" {
+        return Ok(AttrId::ClassPortInfo);
+    }
+    if up.starts_with("0X") {
+        if let Some(v) = parse_u64(s).and_then(|v| u16::try_from(v).ok()) {
+            return Ok(AttrId::from_raw(v));
+        }
+    }
+    Err(format!(
+        "unknown message type {s:?} (REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP LAP APR CPI, \
+         or a 0x attribute ID)"
+    ))
+}
+
+/// The filter set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Message types.
+    pub msgs: Vec<AttrId>,
+    /// Service IDs.
+    pub service_ids: Vec<ServiceId>,
+    /// Comm IDs (either end).
+    pub comm_ids: Vec<CommId>,
+    /// Addresses (either end).
+    pub addrs: Vec<AddrMatch>,
+    /// XRC connections only.
+    pub xrc: bool,
+    /// Problems only.
+    pub problems: bool,
+}
+
+impl Filter {
+    /// Whether no criterion is set.
+    pub fn is_empty(&self) -> bool {
+        self == &Filter::default()
+    }
+
+    /// Whether the per-MAD views show this message.
+    pub fn matches_event(&self, ev: &CmEvent, note: &Note) -> bool {
+        if !self.msgs.is_empty() && !self.msgs.contains(&ev.mad.msg.attr_id()) {
+            return false;
+        }
+        if !self.service_ids.is_empty() {
+            let sid = match &ev.mad.msg {
+                CmMessage::Req(r) => Some(r.service_id),
+                CmMessage::SidrReq(s) => Some(s.service_id),
+                CmMessage::SidrRep(s) => Some(s.service_id),
+                _ => note.service_id,
+            };
+            if !sid.is_some_and(|s| self.service_ids.contains(&s)) {
+                return false;
+            }
+        }
+        if !self.comm_ids.is_empty() {
+            let msg = &ev.mad.msg;
+            let ids = [
+                msg.local_comm_id(),
+                msg.remote_comm_id(),
+                note.comm_ids.0,
+                note.comm_ids.1,
+            ];
+            if !ids
+                .iter()
+                .flatten()
+                .any(|id| id.0 != 0 && self.comm_ids.contains(id))
+            {
+                return false;
+            }
+        }
+        if !self.addrs.is_empty() && !self.addrs.iter().any(|a| addr_in_event(*a, ev)) {
+            return false;
+        }
+        if self.xrc && !(note.xrc || ev.mad.msg.is_xrc()) {
+            return false;
+        }
+        if self.problems {
+            let p = note.retrans
+                || note.problem
+                || ev.icrc == Icrc::Bad
+                || matches!(ev.mad.msg, CmMessage::Rej(_));
+            if !p {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether the connection views show this connection (`msgs`: the attribute IDs it had,
+    /// as recorded by the caller).
+    pub fn matches_conn(&self, c: &Conn, has_msg: impl Fn(AttrId) -> bool) -> bool {
+        if !self.msgs.is_empty() && !self.msgs.iter().any(|a| has_msg(*a)) {
+            return false;
+        }
+        if !self.service_ids.is_empty()
+            && !c.service_id.is_some_and(|s| self.service_ids.contains(&s))
+        {
+            return false;
+        }
+        if !self.comm_ids.is_empty() && !self.comm_ids.iter().any(|id| c.has_comm_id(*id)) {
+            return false;
+        }
+        if !self.addrs.is_empty() {
+            let ends = [c.active.addr, c.passive.addr];
+            if !self
+                .addrs
+                .iter()
+                .any(|a| ends.iter().flatten().any(|e| a.matches(e)))
+            {
+                return false;
+            }
+        }
+        if self.xrc && !c.is_xrc() {
+            return false;
+        }
+        if self.problems && !c.has_problem() {
+            return false;
+        }
+        true
+    }
+}
+
+/// An address matches a MAD when it is the packet's source or destination, one of a REQ's
+/// primary/alternate path GIDs, or an address in the rdma_cm IP header of a REQ.
+fn addr_in_event(a: AddrMatch, ev: &CmEvent) -> bool {
+    if a.matches(&ev.src) || a.matches(&ev.dst) {
+        return true;
+    }
+    if let CmMessage::Req(r) = &ev.mad.msg {
+        if let Some(g) = a.gid() {
+            let p = &r.primary_path;
+            let alt = &r.alternate_path;
+            if [p.local_gid, p.remote_gid, alt.local_gid, alt.remote_gid].contains(&g) {
+                return true;
+            }
+        }
+        if r.service_id.rdma_cm_port().is_some() {
+            if let (Ok(h), AddrMatch::Ip(ip)) = (
+                ibcm_mad::cma::CmaHeader::parse(r.private_data.as_bytes()),
+                a,
+            ) {
+                return h.src == ip || h.dst == ip;
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses() {
+        assert_eq!(parse_msg("req"), Ok(AttrId::Req));
+        assert_eq!(parse_msg("sidr-rep"), Ok(AttrId::SidrRep));
+        assert_eq!(parse_msg("0xb0"), Ok(AttrId::from_raw(0xb0)));
+        assert!(parse_msg("bogus").is_err());
+        assert_eq!(parse_u64("0x0106_1144"), Some(0x0106_1144));
+        assert_eq!(parse_u64("42"), Some(42));
+        assert_eq!("lid:5".parse::<AddrMatch>(), Ok(AddrMatch::Lid(Lid(5))));
+        assert!("10.0.0.1".parse::<AddrMatch>().is_ok());
+        assert!("nope".parse::<AddrMatch>().is_err());
+    }
+
+    #[test]
+    fn ipv4_matches_mapped_gid() {
+        let a: AddrMatch = "10.0.0.1".parse().unwrap();
+        let g = Gid::from_ip("10.0.0.1".parse().unwrap());
+        assert!(a.matches(&WireAddr::Gid(g)));
+    }
+}

@@ -1,0 +1,153 @@
+//! Capture input: pcap and pcapng (through `crate::capture`), and raw ERF record files
+//! (what Endace/DAG tools and Wireshark's "ERF" format write: ERF records back to back, no
+//! file header). Reads a file or standard input (`-`) in constant memory, and counts the
+//! bytes read for the progress bar.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::capture::erf::{looks_like_erf, read_full, ErfReader};
+use crate::capture::{CaptureError, CaptureReader, Record};
+
+/// A reader that counts the bytes it delivers.
+pub(crate) struct Counting<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// A reader that first replays bytes already read (the sniffed magic number).
+struct Replay<R> {
+    head: Vec<u8>,
+    pos: usize,
+    inner: R,
+}
+
+impl<R: Read> Read for Replay<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(rest) = self.head.get(self.pos..).filter(|r| !r.is_empty()) {
+            let n = rest.len().min(buf.len());
+            if let (Some(dst), Some(src)) = (buf.get_mut(..n), rest.get(..n)) {
+                dst.copy_from_slice(src);
+            }
+            self.pos += n;
+            return Ok(n);
+        }
+        self.inner.read(buf)
+    }
+}
+
+type Boxed = Box<dyn Read + Send>;
+
+/// An open capture.
+pub(crate) enum Source {
+    /// pcap or pcapng.
+    Pcap(CaptureReader<Counting<Boxed>>),
+    /// Raw ERF records.
+    Erf(ErfReader<Counting<Boxed>>),
+}
+
+/// Why an input could not be opened.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The file could not be opened or read.
+    Io(io::Error),
+    /// Not a capture this tool reads.
+    Format(String),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Io(e) => write!(f, "cannot read: {e}"),
+            OpenError::Format(s) => f.write_str(s),
+        }
+    }
+}
+
+/// An opened input: the source, its byte counter (for progress) and its size when known.
+pub(crate) type Opened = (Source, Arc<AtomicU64>, Option<u64>);
+
+/// The kind of an error from [`Source::next_record`].
+pub(crate) type RecordError = String;
+
+impl Source {
+    /// Opens `path` (`-` = standard input). Returns the source, the byte counter, and the
+    /// file size when known.
+    ///
+    /// # Errors
+    /// The file cannot be opened or read, or is not pcap, pcapng or ERF.
+    pub(crate) fn open(path: &str) -> Result<Opened, OpenError> {
+        let (reader, size): (Boxed, Option<u64>) = if path == "-" {
+            (Box::new(io::stdin()), None)
+        } else {
+            let f = File::open(path).map_err(OpenError::Io)?;
+            let meta = f.metadata().map_err(OpenError::Io)?;
+            if meta.is_dir() {
+                return Err(OpenError::Format("is a directory".to_string()));
+            }
+            (Box::new(f), Some(meta.len()))
+        };
+        Self::from_reader(reader).map(|(s, c)| (s, c, size))
+    }
+
+    /// Sniffs the format of `reader` and opens it.
+    ///
+    /// # Errors
+    /// As [`Source::open`].
+    pub(crate) fn from_reader(mut reader: Boxed) -> Result<(Source, Arc<AtomicU64>), OpenError> {
+        let mut head = vec![0u8; 16];
+        let n = read_full(&mut reader, &mut head).map_err(OpenError::Io)?;
+        head.truncate(n);
+        let count = Arc::new(AtomicU64::new(0));
+        let magic = head
+            .first_chunk::<4>()
+            .map(|m| u32::from_be_bytes(*m))
+            .unwrap_or(0);
+        let known = matches!(
+            magic,
+            0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 | 0x0a0d_0d0a
+        );
+        let is_erf = !known && looks_like_erf(&head);
+        let replay: Boxed = Box::new(Replay {
+            head,
+            pos: 0,
+            inner: reader,
+        });
+        let counting = Counting {
+            inner: replay,
+            count: Arc::clone(&count),
+        };
+        if n == 0 {
+            return Err(OpenError::Format("empty file".to_string()));
+        }
+        if is_erf {
+            return Ok((Source::Erf(ErfReader::new(counting)), count));
+        }
+        match CaptureReader::new(counting) {
+            Ok(r) => Ok((Source::Pcap(r), count)),
+            Err(CaptureError::UnknownFormat { magic }) => Err(OpenError::Format(format!(
+                "not a pcap, pcapng or ERF capture (starts with {magic:#010x})"
+            ))),
+            Err(CaptureError::Io { source, .. }) => Err(OpenError::Io(source)),
+            Err(e) => Err(OpenError::Format(format!("not a readable capture: {e}"))),
+        }
+    }
+
+    /// The next record; after an error, `None`.
+    pub(crate) fn next_record(&mut self) -> Option<Result<Record<'_>, RecordError>> {
+        match self {
+            Source::Pcap(r) => r.next_record().map(|x| x.map_err(|e| e.to_string())),
+            Source::Erf(r) => r.next_record().map(|x| x.map_err(|e| e.to_string())),
+        }
+    }
+}

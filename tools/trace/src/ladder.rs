@@ -1,0 +1,373 @@
+//! `cm-trace --ladder`: one ladder diagram per connection, and `--ladder --json`: one JSON
+//! object per connection.
+//!
+//! ```text
+//! conn 1  RC  service 0x0000000001061b59 (rdma_cm TCP port 7001)
+//!   active   10.77.0.2  CA 0x505400fffe770002  comm 0xe27631d4  QPN 0x000011
+//!   passive  10.77.0.1  CA 0x505400fffe770001  comm 0xfd36d9f3  QPN 0x000011
+//!         +time   frame  active                            passive
+//!     +0.000000       1  ─── REQ ─────────────────────────▶
+//!     +0.088114       2  ◀───────────────────────── REP ───
+//!   result: closed by the active side (DREQ → DREP 8.1 ms); REQ → RTU 105.2 ms
+//! ```
+//!
+//! # JSON object (schema version [`crate::render::JSON_SCHEMA_VERSION`])
+//! `v`, `file` (several inputs), `conn`, `kind` (`RC UC XRC other unknown SIDR`),
+//! `service_id`, `port_space`, `port`, `request_id` (SIDR), `active` and `passive` (objects
+//! with `addr`, `ca_guid`, `comm_id`, `qpn`, each when known), `first`, `last` (capture time,
+//! seconds), `first_frame`, `outcome` (`closed established rejected timed_out waiting
+//! resolved partial`), `closed_by`, `rej_reason`, `rej_reason_name`, `rej_by`,
+//! `timed_out_waiting_for` / `waiting_for` (the missing answer), `sends` (for a timeout),
+//! `sidr_status`, `setup_ms` (REQ → RTU), `teardown_ms` (DREQ → DREP), `messages`,
+//! `retransmissions`, `mras`, `bad_icrc`, `evicted` (tracking stopped because the table was
+//! full), and `events` (when recorded): an array of `{frame, t, from, msg, retrans, icrc}`
+//! with `t` in seconds since the connection's first message, plus `rej_reason` / `mraed` /
+//! `service_timeout` / `sidr_status` where they apply; `events_dropped` counts entries beyond
+//! the per-connection limit.
+
+use std::io::Write;
+
+use ibcm_mad::AttrId;
+
+use crate::conn::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side};
+use crate::render::{human, put_secs, put_wire_addr, Obj, JSON_SCHEMA_VERSION};
+use crate::style::{msg_role, Palette, Role};
+use crate::trace::Icrc;
+
+/// Width of the arrow between the two columns.
+const ARROW: usize = 36;
+
+fn end_line(out: &mut Vec<u8>, label: &str, e: &End) {
+    let _ = write!(out, "  {label:<8} ");
+    match &e.addr {
+        Some(a) => put_wire_addr(out, a),
+        None => out.push(b'?'),
+    }
+    if let Some(g) = e.ca_guid {
+        let _ = write!(out, "  CA {g}");
+    }
+    if let Some(c) = e.comm_id {
+        let _ = write!(out, "  comm {c}");
+    }
+    if let Some(q) = e.qpn {
+        let _ = write!(out, "  QPN {q}");
+    }
+    out.push(b'\n');
+}
+
+fn arrow(out: &mut Vec<u8>, pal: &Palette, name: &str, role: Role, from: Side) {
+    let n = name.chars().count();
+    let rest = ARROW.saturating_sub(n + 6);
+    match from {
+        Side::Active => {
+            out.extend_from_slice("─── ".as_bytes());
+            pal.paint(out, role, name);
+            out.push(b' ');
+            for _ in 0..rest {
+                out.extend_from_slice("─".as_bytes());
+            }
+            out.extend_from_slice("▶".as_bytes());
+        }
+        Side::Passive => {
+            out.extend_from_slice("◀".as_bytes());
+            for _ in 0..rest {
+                out.extend_from_slice("─".as_bytes());
+            }
+            out.push(b' ');
+            pal.paint(out, role, name);
+            out.extend_from_slice(" ───".as_bytes());
+        }
+    }
+}
+
+fn entry(out: &mut Vec<u8>, pal: &Palette, c: &Conn, e: &LadderEntry, nth_retrans: u32) {
+    let rel = e.time.checked_sub(c.first).unwrap_or_default();
+    pal.start(out, Role::Dim);
+    out.extend_from_slice(b"    +");
+    put_secs(out, rel, 1);
+    let _ = write!(out, " {:>7}", e.frame);
+    pal.end(out, Role::Dim);
+    out.extend_from_slice(b"  ");
+    let name = if e.attr.is_known() {
+        e.attr.name()
+    } else {
+        "UNKNOWN"
+    };
+    arrow(out, pal, name, msg_role(e.attr), e.from);
+    match e.detail {
+        Detail::Rej(reason, rejected) => {
+            out.extend_from_slice(b"  ");
+            pal.paint(
+                out,
+                Role::Bad,
+                &format!("reason {} {}", reason.raw(), reason.name()),
+            );
+            let _ = write!(out, " (rejects {})", rejected.name());
+        }
+        Detail::Mra(kind, t) => {
+            let _ = write!(
+                out,
+                "  acknowledges {}, service timeout {} ({})",
+                kind.name(),
+                t.get(),
+                human(t.to_duration())
+            );
+        }
+        Detail::Sidr(s) => {
+            let _ = write!(out, "  status {} ({})", s.raw(), s.name());
+        }
+        Detail::None => {}
+    }
+    if e.retrans {
+        out.extend_from_slice(b"  ");
+        pal.paint(out, Role::Warn, &format!("retransmission #{nth_retrans}"));
+    }
+    if e.icrc == Icrc::Bad {
+        out.extend_from_slice(b"  ");
+        pal.paint(out, Role::Bad, "bad ICRC");
+    }
+    out.push(b'\n');
+}
+
+/// One sentence on how the connection ended.
+pub(crate) fn outcome_text(c: &Conn) -> String {
+    let mut s = match c.outcome {
+        Outcome::Closed { by: Some(side) } => {
+            format!("established, then closed by the {} side", side.as_str())
+        }
+        Outcome::Closed { by: None } => "closed (DREP seen, DREQ not in the capture)".to_string(),
+        Outcome::Established => "established, still open at the end of the capture".to_string(),
+        Outcome::Rejected { reason, by } => format!(
+            "rejected by the {} side: reason {} ({})",
+            by.as_str(),
+            reason.raw(),
+            reason.name()
+        ),
+        Outcome::TimedOut { phase, sends } => format!(
+            "timed out: {} sent {} time{}, no {} within the sender's timeout",
+            phase.request(),
+            sends,
+            if sends == 1 { "" } else { "s" },
+            phase.answer()
+        ),
+        Outcome::Waiting { phase } => format!(
+            "incomplete: the capture ends while the {} waits for its {}",
+            phase.request(),
+            phase.answer()
+        ),
+        Outcome::Resolved { status } => {
+            format!("SIDR resolved: status {} ({})", status.raw(), status.name())
+        }
+        Outcome::Partial => "partial: the REQ is not in the capture".to_string(),
+    };
+    let mut parts = Vec::new();
+    if let Some(d) = c.setup_latency() {
+        parts.push(format!("REQ → RTU {}", human(d)));
+    }
+    if let Some(d) = c.teardown_latency() {
+        parts.push(format!("DREQ → DREP {}", human(d)));
+    }
+    if c.retransmissions > 0 {
+        parts.push(format!("{} retransmission(s)", c.retransmissions));
+    }
+    if c.mras > 0 {
+        parts.push(format!("{} MRA(s)", c.mras));
+    }
+    if c.bad_icrc > 0 {
+        parts.push(format!("{} bad ICRC", c.bad_icrc));
+    }
+    if c.evicted {
+        parts.push("tracking stopped early: connection table full".to_string());
+    }
+    if !parts.is_empty() {
+        s.push_str("; ");
+        s.push_str(&parts.join(", "));
+    }
+    s
+}
+
+fn outcome_role(o: &Outcome) -> Role {
+    match o {
+        Outcome::Closed { .. } | Outcome::Established => Role::Setup,
+        Outcome::Resolved { status } if status.raw() == 0 => Role::Setup,
+        Outcome::Rejected { .. } | Outcome::TimedOut { .. } | Outcome::Resolved { .. } => Role::Bad,
+        Outcome::Waiting { .. } | Outcome::Partial => Role::Warn,
+    }
+}
+
+/// Appends the ladder of one finished connection.
+pub(crate) fn ladder(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
+    pal.start(out, Role::Head);
+    let _ = write!(out, "conn {}", c.id);
+    pal.end(out, Role::Head);
+    let _ = write!(out, "  {}", c.kind.as_str());
+    if let Some(sid) = c.service_id {
+        let _ = write!(out, "  service {sid}");
+        if let Some((ps, port)) = sid.rdma_cm_port() {
+            let _ = write!(out, " (rdma_cm {} port {port})", ps.name());
+        }
+    }
+    if let Some(r) = c.request_id {
+        let _ = write!(out, "  request ID {r:#010x}");
+    }
+    out.push(b'\n');
+    end_line(out, "active", &c.active);
+    end_line(out, "passive", &c.passive);
+    pal.start(out, Role::Dim);
+    let _ = writeln!(
+        out,
+        "{:>13} {:>7}  {:<width$}passive",
+        "+time",
+        "frame",
+        "active",
+        width = ARROW - 7
+    );
+    pal.end(out, Role::Dim);
+    let mut nth = 0;
+    for e in &c.events {
+        if e.retrans {
+            nth += 1;
+        }
+        entry(out, pal, c, e, nth);
+    }
+    if c.events_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "    … {} more message(s) not shown (per-connection limit)",
+            c.events_dropped
+        );
+    }
+    out.extend_from_slice(b"  result: ");
+    pal.paint(out, outcome_role(&c.outcome), &outcome_text(c));
+    out.extend_from_slice(b"\n\n");
+}
+
+fn end_obj(o: &mut Obj<'_>, key: &str, e: &End) {
+    let out = o.key(key);
+    let mut inner = Obj::new(out);
+    if let Some(a) = &e.addr {
+        inner.wire_addr("addr", a);
+    }
+    inner.opt_u64("ca_guid", e.ca_guid.map(|g| g.0));
+    inner.opt_u64("comm_id", e.comm_id.map(|c| u64::from(c.0)));
+    inner.opt_u64("qpn", e.qpn.map(|q| u64::from(q.get())));
+    inner.close();
+}
+
+/// Milliseconds, computed from whole nanoseconds so that e.g. 158.345 ms prints as such.
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_nanos() as f64 / 1e6
+}
+
+/// Appends one JSON line describing a finished connection (schema above).
+pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
+    let mut o = Obj::new(out);
+    o.u64("v", u64::from(JSON_SCHEMA_VERSION));
+    if let Some(f) = file {
+        o.str("file", f);
+    }
+    o.u64("conn", c.id);
+    o.name("kind", c.kind.as_str());
+    if let Some(sid) = c.service_id {
+        o.u64("service_id", sid.0);
+        if let Some((ps, port)) = sid.rdma_cm_port() {
+            o.name("port_space", ps.name());
+            o.u64("port", u64::from(port));
+        }
+    }
+    o.opt_u64("request_id", c.request_id.map(u64::from));
+    end_obj(&mut o, "active", &c.active);
+    end_obj(&mut o, "passive", &c.passive);
+    o.f64("first", c.first.as_secs_f64());
+    o.f64("last", c.last.as_secs_f64());
+    o.u64("first_frame", c.first_frame);
+    o.name("outcome", c.outcome.as_str());
+    match c.outcome {
+        Outcome::Closed { by: Some(s) } => o.name("closed_by", s.as_str()),
+        Outcome::Rejected { reason, by } => {
+            o.u64("rej_reason", u64::from(reason.raw()));
+            o.name("rej_reason_name", reason.name());
+            o.name("rej_by", by.as_str());
+        }
+        Outcome::TimedOut { phase, sends } => {
+            o.name("timed_out_waiting_for", phase.answer());
+            o.u64("sends", u64::from(sends));
+        }
+        Outcome::Waiting { phase } => o.name("waiting_for", phase.answer()),
+        Outcome::Resolved { status } => o.u64("sidr_status", u64::from(status.raw())),
+        _ => {}
+    }
+    if let Some(d) = c.setup_latency() {
+        o.f64("setup_ms", ms(d));
+    }
+    if let Some(d) = c.teardown_latency() {
+        o.f64("teardown_ms", ms(d));
+    }
+    o.u64("messages", u64::from(c.messages));
+    o.u64("retransmissions", u64::from(c.retransmissions));
+    o.u64("mras", u64::from(c.mras));
+    o.u64("bad_icrc", u64::from(c.bad_icrc));
+    o.bool("evicted", c.evicted);
+    if !c.events.is_empty() {
+        let out = o.key("events");
+        out.push(b'[');
+        for (i, e) in c.events.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let mut eo = Obj::new(out);
+            eo.u64("frame", e.frame);
+            eo.f64(
+                "t",
+                e.time
+                    .checked_sub(c.first)
+                    .unwrap_or_default()
+                    .as_secs_f64(),
+            );
+            eo.name("from", e.from.as_str());
+            eo.name(
+                "msg",
+                if e.attr.is_known() {
+                    e.attr.name()
+                } else {
+                    "UNKNOWN"
+                },
+            );
+            match e.detail {
+                Detail::Rej(r, _) => eo.u64("rej_reason", u64::from(r.raw())),
+                Detail::Mra(k, t) => {
+                    eo.name("mraed", k.name());
+                    eo.u64("service_timeout", u64::from(t.get()));
+                }
+                Detail::Sidr(s) => eo.u64("sidr_status", u64::from(s.raw())),
+                Detail::None => {}
+            }
+            eo.bool("retrans", e.retrans);
+            eo.name("icrc", e.icrc.as_str());
+            eo.close();
+        }
+        out.push(b']');
+        if c.events_dropped > 0 {
+            o.u64("events_dropped", u64::from(c.events_dropped));
+        }
+    }
+    o.close();
+    out.push(b'\n');
+}
+
+/// Whether the connection had a message of type `attr` (from its recorded events).
+pub(crate) fn has_msg(c: &Conn, attr: AttrId) -> bool {
+    c.events.iter().any(|e| e.attr == attr)
+        || match attr {
+            AttrId::Req => c.req.is_some() && c.kind != ConnKind::Sidr,
+            AttrId::Rep => c.rep.is_some(),
+            AttrId::Rtu => c.rtu.is_some(),
+            AttrId::Dreq => c.dreq.is_some(),
+            AttrId::Drep => c.drep.is_some(),
+            AttrId::Rej => c.rej.is_some(),
+            AttrId::Mra => c.mras > 0,
+            AttrId::SidrReq => c.kind == ConnKind::Sidr && c.req.is_some(),
+            AttrId::SidrRep => c.sidr_rep.is_some(),
+            _ => false,
+        }
+}

@@ -1,0 +1,77 @@
+//! `ibcm-trace`: cm-trace, the InfiniBand CM capture decoder (and `cm-trace-gen`, which builds
+//! large synthetic CM captures for benchmarking it).
+//!
+//! It depends on `ibcm-mad` (the codec: CM messages and packet framing) and on no other
+//! workspace crate: no CM core, no async runtime. Reading capture files is done here.
+//!
+//! # Public face
+//! What the binaries, the cross-crate tests (`ibcm-tests`), the fuzz targets and the benchmark
+//! use; everything else is crate-private.
+//! * Capture reading: [`CaptureReader`] (pcap / pcapng, streaming, constant memory) with its
+//!   [`Record`], [`CaptureFormat`], [`TsResolution`], [`CaptureError`], [`MAX_RECORD_LEN`],
+//!   and the [`PcapFileWriter`] for tests and generated captures.
+//! * Decoding: [`classify`] turns one capture record into an [`Item`] (a [`CmEvent`], a
+//!   [`NonCm`] record, or a malformed frame), with the packet's [`WireAddr`]s, [`Wire`]
+//!   details and [`Icrc`] verdict.
+//! * The run loop: [`run`] with its [`Options`] ([`View`], [`Filter`] with [`AddrMatch`],
+//!   [`TrackerConfig`]) and [`Outcomes`]; [`parse_msg`] and [`parse_u64`] read the filter
+//!   arguments; [`ColorChoice`] is `--color`.
+//! * Generated captures: [`generate`] from [`Template`]s ([`load_template`],
+//!   [`default_template_paths`]) with a [`GenConfig`], giving a [`GenSummary`].
+//!
+//! # Inside
+//! * `capture`: pcap / pcapng / raw ERF reading and the pcap writer.
+//! * `input`: opens a file or standard input and sniffs its format.
+//! * `trace`: capture record → CM event; `conn`: connection tracking (REQ … DREP by CA GUID
+//!   and comm IDs) in bounded memory, over the `hash` table.
+//! * Views: `render` (one line per MAD, JSON lines), `verbose` (`-V`), `ladder` (`--ladder`),
+//!   `report` and `stats` (`--stats`), `timeline` (`--timeline`), `style` (colours).
+//! * `filter`: message type, Service ID, comm ID, address, XRC and problem filters.
+//! * `app`: the run loop; `gen`: the capture generator.
+//!
+//! # Where nom is used, and where not
+//! nom parses the capture structures that are variable-length and off the per-packet hot
+//! path: pcapng blocks (framing, section headers, interface descriptions and their options,
+//! the packet block bodies) and raw ERF record headers. The classic pcap record header (16
+//! bytes at fixed offsets, read once per packet) is read by hand: it is the hot path that the
+//! `cm_trace_vs_tshark` benchmark measures. The classic pcap file header and the pcap writer
+//! are pcap-file's. The link layers inside a record (ERF extension headers, Linux cooked
+//! v1/v2, Ethernet, …) are decoded by `ibcm_mad::frame`, which does no I/O and keeps its own
+//! fixed-offset readers.
+#![forbid(unsafe_code)]
+#![cfg_attr(
+    test,
+    allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+mod app;
+mod capture;
+mod conn;
+mod filter;
+mod gen;
+mod hash;
+mod input;
+mod ladder;
+mod render;
+mod report;
+mod stats;
+mod style;
+mod timeline;
+mod trace;
+mod verbose;
+
+pub use app::{run, Options, Outcomes, View};
+pub use capture::{
+    CaptureError, CaptureFormat, CaptureReader, PcapFileWriter, Record, TsResolution,
+    MAX_RECORD_LEN,
+};
+pub use conn::TrackerConfig;
+pub use filter::{parse_msg, parse_u64, AddrMatch, Filter};
+pub use gen::{default_template_paths, generate, load_template, GenConfig, GenSummary, Template};
+pub use style::ColorChoice;
+pub use trace::{classify, CmEvent, Icrc, Item, NonCm, Wire, WireAddr};

@@ -1,0 +1,749 @@
+//! The per-MAD views: the one-line text view and the JSON line view.
+//!
+//! Both write into a caller-owned, reused `Vec<u8>` (one line per call), so a run allocates
+//! nothing per packet. Integers and IPv4 addresses are formatted by hand into a register and
+//! stored at once (no byte-wise stack buffer, no `memcpy` call for a few bytes), floats go
+//! through `ryu`, and [`json_line`] writes its keys as literals.
+//!
+//! # JSON schema (version [`JSON_SCHEMA_VERSION`])
+//! `cm-trace --json` prints one object per CM MAD, one per line. Keys, in this order; a key is
+//! absent where the message has no such field. Identifiers and numbers are JSON integers.
+//!
+//! | key | type | when | meaning |
+//! |---|---|---|---|
+//! | `v` | int | always | schema version (2) |
+//! | `file` | string | several input files | the input file |
+//! | `frame` | int | always | 1-based frame number in its file |
+//! | `time` | float | always | capture time, seconds since the Unix epoch |
+//! | `msg` | string | always | `REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP LAP APR CPI` or `UNKNOWN` |
+//! | `attr_id` | int | always | MAD Attribute ID |
+//! | `tid` | int | always | MAD Transaction ID |
+//! | `local_comm_id` | int | all but SIDR, CPI | Local Communication ID |
+//! | `remote_comm_id` | int | all but REQ, SIDR, CPI | Remote Communication ID |
+//! | `request_id` | int | SIDR_REQ, SIDR_REP | SIDR Request ID |
+//! | `service_id` | int | REQ, SIDR_REQ, SIDR_REP | Service ID |
+//! | `port_space`, `port` | string, int | rdma_cm Service IDs | rdma_cm port space (`TCP`, `UDP`, `IB`, `IPOIB`) and port |
+//! | `ca_guid` | int | REQ, REP | Local CA GUID |
+//! | `local_qpn` | int | REQ, REP, SIDR_REP | Local QPN (SIDR_REP: QPN) |
+//! | `local_eecn` | int | REP with non-zero EECN | Local EECN: an XRC target's TGT QPN |
+//! | `remote_qpn` | int | DREQ, LAP | Remote QPN/EECN |
+//! | `psn` | int | REQ, REP | Starting PSN |
+//! | `transport` | string | REQ | `RC`, `UC`, `XRC`, `other` |
+//! | `xrc` | bool | always | the message is an XRC REQ or belongs to an XRC connection |
+//! | `rej_reason`, `rej_reason_name` | int, string | REJ | REJ reason and its name |
+//! | `msg_rejected` | string | REJ | `REQ`, `REP`, `other` |
+//! | `mraed`, `service_timeout` | string, int | MRA | message acknowledged; Service Timeout exponent |
+//! | `sidr_status` | int | SIDR_REP | status |
+//! | `cma_src`, `cma_dst`, `cma_src_port` | string, string, int | REQ/SIDR_REQ with an rdma_cm Service ID and a valid CMA header | addresses and port from the rdma_cm private-data header |
+//! | `conn` | int | connection messages | connection number in the file (1, 2, … by first appearance) |
+//! | `from` | string | connection messages | `active` (the REQ side) or `passive` |
+//! | `retrans` | bool | always | an identical repeat (same attribute, TID and comm IDs) of an earlier message |
+//! | `icrc` | string | always | `ok`, `bad` or `absent` |
+//! | `src`, `dst` | string | always | sender and receiver: IP address (RoCEv2), GID (RoCEv1, IB with GRH) or `LID n` |
+//! | `encap` | string | always | `RoCEv2/IPv4`, `RoCEv2/IPv6`, `RoCEv1`, `IB LNH=2`, `IB LNH=3` |
+//!
+//! Version history: 1 = the first cm-trace (`xrc` only on XRC REQs). 2 adds `port_space`,
+//! `port`, `ca_guid`, `psn`, `transport`, `msg_rejected`, `mraed`, `service_timeout`,
+//! `sidr_status`, `cma_*`, `conn`, `from`, `retrans`, and sets `xrc` on every message of an
+//! XRC connection. Keys are only ever added within a version.
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use ibcm_mad::cma::CmaHeader;
+use ibcm_mad::frame::Encap;
+use ibcm_mad::{CmMessage, ReqTransport, ServiceId};
+
+use crate::conn::{Note, Side};
+use crate::style::{msg_role, Palette, Role};
+use crate::trace::{CmEvent, Icrc, WireAddr};
+
+/// Version of the JSON schemas (per-MAD lines, `--ladder --json` and `--stats --json`).
+/// Bumped on any incompatible change.
+pub(crate) const JSON_SCHEMA_VERSION: u32 = 2;
+
+/// The two decimal digits of 0..=99 as a little-endian `u16` (tens digit first in memory).
+// Indexing in a const initialiser cannot panic at run time (an error would fail the build).
+#[allow(clippy::indexing_slicing)]
+const PAIRS: [u16; 100] = {
+    let mut t = [0u16; 100];
+    let mut i = 0;
+    while i < 100 {
+        t[i] = (b'0' + (i / 10) as u8) as u16 | (((b'0' + (i % 10) as u8) as u16) << 8);
+        i += 1;
+    }
+    t
+};
+
+/// Exactly 8 digits of `v` (< 10^8, zero-padded) in a register, first digit in the lowest
+/// byte. The four pairs are computed independently (short dependency chains).
+#[inline(always)]
+fn digits8(v: u64) -> u64 {
+    let hi = v / 10_000;
+    let lo = v % 10_000;
+    let p = |x: u64| u64::from(PAIRS.get(x as usize).copied().unwrap_or(0x3030));
+    p(hi / 100) | p(hi % 100) << 16 | p(lo / 100) << 32 | p(lo % 100) << 48
+}
+
+/// Number of decimal digits of `v` (1..=20).
+#[inline(always)]
+fn dec_len(v: u64) -> usize {
+    // Indexing in a const initialiser cannot panic at run time.
+    #[allow(clippy::indexing_slicing)]
+    const POW10: [u64; 20] = {
+        let mut t = [0u64; 20];
+        let mut p = 1u64;
+        let mut i = 0;
+        while i < 20 {
+            t[i] = p;
+            p = p.wrapping_mul(10);
+            i += 1;
+        }
+        t
+    };
+    let bits = 64 - (v | 1).leading_zeros();
+    // floor(bits · log10 2): the digit count, or one less.
+    let guess = (bits * 1233) >> 12;
+    let guess = guess as usize;
+    guess + usize::from(POW10.get(guess).is_some_and(|&p| v >= p))
+}
+
+/// Appends `N` bytes, then keeps only the first `len` of them: a copy of a compile-time size
+/// (plain stores) instead of a `memcpy` call for a short run of variable length.
+#[inline(always)]
+fn put_prefix<const N: usize>(out: &mut Vec<u8>, bytes: &[u8; N], len: usize) {
+    let at = out.len();
+    out.extend_from_slice(bytes);
+    out.truncate(at + len.min(N));
+}
+
+/// Appends an unsigned integer.
+#[inline]
+pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
+    const E8: u64 = 100_000_000;
+    const E16: u64 = E8 * E8;
+    if v < 10 {
+        out.push(b'0' + v as u8);
+        return;
+    }
+    let n = dec_len(v);
+    if v < E8 {
+        let d = digits8(v).wrapping_shr(((8 - n) * 8) as u32);
+        put_prefix(out, &d.to_le_bytes(), n);
+    } else if v < E16 {
+        let d = u128::from(digits8(v / E8)) | u128::from(digits8(v % E8)) << 64;
+        let d = d.wrapping_shr(((16 - n) * 8) as u32);
+        put_prefix(out, &d.to_le_bytes(), n);
+    } else {
+        let top = n - 16;
+        let t = digits8(v / E16).wrapping_shr(((8 - top) * 8) as u32);
+        put_prefix(out, &t.to_le_bytes(), top);
+        let r = v % E16;
+        let d = u128::from(digits8(r / E8)) | u128::from(digits8(r % E8)) << 64;
+        out.extend_from_slice(&d.to_le_bytes());
+    }
+}
+
+/// Appends a short string (a name): byte by byte, which beats a `memcpy` call for a few
+/// bytes.
+#[inline]
+pub(crate) fn put_short(out: &mut Vec<u8>, s: &str) {
+    if s.len() > 32 {
+        out.extend_from_slice(s.as_bytes());
+        return;
+    }
+    out.reserve(32);
+    for &b in s.as_bytes() {
+        out.push(b);
+    }
+}
+
+/// Appends a float (shortest round-trip form; non-finite values as 0).
+#[inline]
+pub(crate) fn put_f64(out: &mut Vec<u8>, v: f64) {
+    if v.is_finite() {
+        let mut b = ryu::Buffer::new();
+        put_short(out, b.format_finite(v));
+    } else {
+        out.push(b'0');
+    }
+}
+
+/// Each byte value in decimal (first digit in the lowest byte) and its length.
+// Indexing in a const initialiser cannot panic at run time.
+#[allow(clippy::indexing_slicing)]
+const OCTETS: [(u32, u8); 256] = {
+    let mut t = [(0u32, 0u8); 256];
+    let mut i = 0;
+    while i < 256 {
+        let v = i as u32;
+        t[i] = if v >= 100 {
+            (
+                (0x30 + v / 100) | (0x30 + v / 10 % 10) << 8 | (0x30 + v % 10) << 16,
+                3,
+            )
+        } else if v >= 10 {
+            ((0x30 + v / 10) | (0x30 + v % 10) << 8, 2)
+        } else {
+            (0x30 + v, 1)
+        };
+        i += 1;
+    }
+    t
+};
+
+fn put_ipv4(out: &mut Vec<u8>, a: Ipv4Addr) {
+    // At most 15 bytes: built in a register, stored once.
+    let mut acc = 0u128;
+    let mut pos = 0u32;
+    for (i, o) in a.octets().into_iter().enumerate() {
+        if i > 0 {
+            acc |= u128::from(b'.').wrapping_shl(pos * 8);
+            pos += 1;
+        }
+        let (d, n) = OCTETS.get(usize::from(o)).copied().unwrap_or((0x30, 1));
+        acc |= u128::from(d).wrapping_shl(pos * 8);
+        pos += u32::from(n);
+    }
+    put_prefix(out, &acc.to_le_bytes(), pos as usize);
+}
+
+/// Appends a wire address as text (`2.2.2.1`, a GID, `LID 5`).
+#[inline]
+pub(crate) fn put_wire_addr(out: &mut Vec<u8>, e: &WireAddr) {
+    match e {
+        WireAddr::Ip(IpAddr::V4(a)) => put_ipv4(out, *a),
+        other => {
+            let _ = write!(out, "{other}");
+        }
+    }
+}
+
+/// Appends a JSON string (quoted and escaped).
+pub(crate) fn put_json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for c in s.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => {
+                let mut b = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+/// A JSON object under construction in a byte buffer.
+pub(crate) struct Obj<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> Obj<'a> {
+    /// Starts an object.
+    pub(crate) fn new(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        Obj { out, first: true }
+    }
+
+    /// Writes `"key":` (keys are plain ASCII identifiers).
+    #[inline]
+    pub(crate) fn key(&mut self, k: &str) -> &mut Vec<u8> {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        self.out.push(b'"');
+        self.out.extend_from_slice(k.as_bytes());
+        self.out.extend_from_slice(b"\":");
+        self.out
+    }
+
+    /// An integer member whose key is arbitrary text (escaped).
+    pub(crate) fn u64_str_key(&mut self, k: &str, v: u64) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        put_json_str(self.out, k);
+        self.out.push(b':');
+        put_u64(self.out, v);
+    }
+
+    /// An integer member.
+    #[inline]
+    pub(crate) fn u64(&mut self, k: &str, v: u64) {
+        put_u64(self.key(k), v);
+    }
+
+    /// An integer member, when present.
+    #[inline]
+    pub(crate) fn opt_u64(&mut self, k: &str, v: Option<u64>) {
+        if let Some(v) = v {
+            self.u64(k, v);
+        }
+    }
+
+    /// A float member.
+    pub(crate) fn f64(&mut self, k: &str, v: f64) {
+        put_f64(self.key(k), v);
+    }
+
+    /// A boolean member.
+    pub(crate) fn bool(&mut self, k: &str, v: bool) {
+        let out = self.key(k);
+        out.extend_from_slice(if v { b"true" } else { b"false" });
+    }
+
+    /// A string member whose value needs no escaping (static ASCII names).
+    pub(crate) fn name(&mut self, k: &str, v: &str) {
+        let out = self.key(k);
+        out.push(b'"');
+        out.extend_from_slice(v.as_bytes());
+        out.push(b'"');
+    }
+
+    /// A string member, escaped.
+    pub(crate) fn str(&mut self, k: &str, v: &str) {
+        put_json_str(self.key(k), v);
+    }
+
+    /// A wire-address member.
+    pub(crate) fn wire_addr(&mut self, k: &str, e: &WireAddr) {
+        let out = self.key(k);
+        out.push(b'"');
+        put_wire_addr(out, e);
+        out.push(b'"');
+    }
+
+    /// Ends the object.
+    pub(crate) fn close(self) {
+        self.out.push(b'}');
+    }
+}
+
+/// The message acronym as the JSON view spells it.
+pub(crate) fn msg_name(msg: &CmMessage) -> &'static str {
+    let attr = msg.attr_id();
+    if attr.is_known() {
+        attr.name()
+    } else {
+        "UNKNOWN"
+    }
+}
+
+fn transport_name(t: ReqTransport) -> &'static str {
+    match t {
+        ReqTransport::Rc => "RC",
+        ReqTransport::Uc => "UC",
+        ReqTransport::Xrc => "XRC",
+        ReqTransport::Other => "other",
+    }
+}
+
+/// The rdma_cm IP header of a REQ / SIDR_REQ, when its Service ID is an rdma_cm one.
+pub(crate) fn cma_header(msg: &CmMessage) -> Option<CmaHeader> {
+    let (sid, pd): (ServiceId, &[u8]) = match msg {
+        CmMessage::Req(r) => (r.service_id, r.private_data.as_bytes()),
+        CmMessage::SidrReq(s) => (s.service_id, s.private_data.as_bytes()),
+        _ => return None,
+    };
+    sid.rdma_cm_port()?;
+    CmaHeader::parse(pd).ok()
+}
+
+/// `,"key":` as a literal.
+macro_rules! key {
+    ($k:literal) => {
+        concat!(",\"", $k, "\":").as_bytes()
+    };
+}
+
+/// `,"key":N`.
+#[inline(always)]
+fn num(out: &mut Vec<u8>, key: &'static [u8], v: u64) {
+    out.extend_from_slice(key);
+    put_u64(out, v);
+}
+
+/// `,"key":"value"` for a name that needs no escaping.
+#[inline(always)]
+fn name(out: &mut Vec<u8>, key: &'static [u8], v: &str) {
+    out.extend_from_slice(key);
+    out.push(b'"');
+    put_short(out, v);
+    out.push(b'"');
+}
+
+/// `,"key":"address"`.
+#[inline(always)]
+fn wire_addr(out: &mut Vec<u8>, key: &'static [u8], e: &WireAddr) {
+    out.extend_from_slice(key);
+    out.push(b'"');
+    put_wire_addr(out, e);
+    out.push(b'"');
+}
+
+/// `,"key":true|false`.
+#[inline(always)]
+fn boolean(out: &mut Vec<u8>, key: &'static [u8], v: bool) {
+    out.extend_from_slice(key);
+    out.extend_from_slice(if v { b"true" } else { b"false" });
+}
+
+#[inline(always)]
+fn sid(out: &mut Vec<u8>, sid: ServiceId) {
+    num(out, key!("service_id"), sid.0);
+    if let Some((ps, port)) = sid.rdma_cm_port() {
+        name(out, key!("port_space"), ps.name());
+        num(out, key!("port"), u64::from(port));
+    }
+}
+
+/// Appends one JSON line (schema above) for a CM MAD.
+///
+/// Written with literal keys straight into `out` (this is cm-trace's hottest path): the same
+/// bytes as building the object member by member.
+pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Option<&str>) {
+    const _: () = assert!(JSON_SCHEMA_VERSION == 2);
+    let msg = &ev.mad.msg;
+    out.reserve(1024);
+    out.extend_from_slice(b"{\"v\":2");
+    if let Some(f) = file {
+        out.extend_from_slice(key!("file"));
+        put_json_str(out, f);
+    }
+    num(out, key!("frame"), ev.frame);
+    out.extend_from_slice(key!("time"));
+    put_f64(out, ev.time.as_secs_f64());
+    out.extend_from_slice(match msg {
+        CmMessage::ClassPortInfo(_) => b",\"msg\":\"CPI\",\"attr_id\":1",
+        CmMessage::Req(_) => b",\"msg\":\"REQ\",\"attr_id\":16",
+        CmMessage::Mra(_) => b",\"msg\":\"MRA\",\"attr_id\":17",
+        CmMessage::Rej(_) => b",\"msg\":\"REJ\",\"attr_id\":18",
+        CmMessage::Rep(_) => b",\"msg\":\"REP\",\"attr_id\":19",
+        CmMessage::Rtu(_) => b",\"msg\":\"RTU\",\"attr_id\":20",
+        CmMessage::Dreq(_) => b",\"msg\":\"DREQ\",\"attr_id\":21",
+        CmMessage::Drep(_) => b",\"msg\":\"DREP\",\"attr_id\":22",
+        CmMessage::SidrReq(_) => b",\"msg\":\"SIDR_REQ\",\"attr_id\":23",
+        CmMessage::SidrRep(_) => b",\"msg\":\"SIDR_REP\",\"attr_id\":24",
+        CmMessage::Lap(_) => b",\"msg\":\"LAP\",\"attr_id\":25",
+        CmMessage::Apr(_) => b",\"msg\":\"APR\",\"attr_id\":26",
+        CmMessage::Unknown { .. } => b"",
+    });
+    if let CmMessage::Unknown { .. } = msg {
+        name(out, key!("msg"), msg_name(msg));
+        num(out, key!("attr_id"), u64::from(msg.attr_id().raw()));
+    }
+    num(out, key!("tid"), ev.mad.header.tid.0);
+    if let Some(c) = msg.local_comm_id() {
+        num(out, key!("local_comm_id"), u64::from(c.0));
+    }
+    if let Some(c) = msg.remote_comm_id() {
+        num(out, key!("remote_comm_id"), u64::from(c.0));
+    }
+    match msg {
+        CmMessage::Req(r) => {
+            sid(out, r.service_id);
+            num(out, key!("ca_guid"), r.local_ca_guid.0);
+            num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
+            num(out, key!("psn"), u64::from(r.starting_psn.get()));
+            out.extend_from_slice(match r.transport() {
+                ReqTransport::Rc => b",\"transport\":\"RC\"",
+                ReqTransport::Uc => b",\"transport\":\"UC\"",
+                ReqTransport::Xrc => b",\"transport\":\"XRC\"",
+                ReqTransport::Other => b",\"transport\":\"other\"",
+            });
+        }
+        CmMessage::Rep(r) => {
+            num(out, key!("ca_guid"), r.local_ca_guid.0);
+            num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
+            if r.local_eecn.get() != 0 {
+                num(out, key!("local_eecn"), u64::from(r.local_eecn.get()));
+            }
+            num(out, key!("psn"), u64::from(r.starting_psn.get()));
+        }
+        CmMessage::Dreq(d) => num(out, key!("remote_qpn"), u64::from(d.remote_qpn_eecn.get())),
+        CmMessage::Lap(l) => num(out, key!("remote_qpn"), u64::from(l.remote_qpn_eecn.get())),
+        CmMessage::SidrReq(s) => {
+            num(out, key!("request_id"), u64::from(s.request_id.0));
+            sid(out, s.service_id);
+        }
+        CmMessage::SidrRep(s) => {
+            num(out, key!("request_id"), u64::from(s.request_id.0));
+            sid(out, s.service_id);
+            num(out, key!("local_qpn"), u64::from(s.qpn.get()));
+            num(out, key!("sidr_status"), u64::from(s.status.raw()));
+        }
+        _ => {}
+    }
+    boolean(out, key!("xrc"), msg.is_xrc() || note.xrc);
+    match msg {
+        CmMessage::Rej(r) => {
+            num(out, key!("rej_reason"), u64::from(r.reason.raw()));
+            name(out, key!("rej_reason_name"), r.reason.name());
+            name(out, key!("msg_rejected"), r.message_rejected.name());
+        }
+        CmMessage::Mra(m) => {
+            name(out, key!("mraed"), m.message_mraed.name());
+            num(
+                out,
+                key!("service_timeout"),
+                u64::from(m.service_timeout.get()),
+            );
+        }
+        _ => {}
+    }
+    if let Some(h) = cma_header(msg) {
+        wire_addr(out, key!("cma_src"), &WireAddr::Ip(h.src));
+        wire_addr(out, key!("cma_dst"), &WireAddr::Ip(h.dst));
+        num(out, key!("cma_src_port"), u64::from(h.src_port));
+    }
+    if let Some(c) = note.conn {
+        num(out, key!("conn"), c);
+    }
+    match note.from {
+        Some(Side::Active) => out.extend_from_slice(b",\"from\":\"active\""),
+        Some(Side::Passive) => out.extend_from_slice(b",\"from\":\"passive\""),
+        None => {}
+    }
+    boolean(out, key!("retrans"), note.retrans);
+    out.extend_from_slice(match ev.icrc {
+        Icrc::Ok => b",\"icrc\":\"ok\"",
+        Icrc::Bad => b",\"icrc\":\"bad\"",
+        Icrc::Absent => b",\"icrc\":\"absent\"",
+    });
+    wire_addr(out, key!("src"), &ev.src);
+    wire_addr(out, key!("dst"), &ev.dst);
+    out.extend_from_slice(match ev.encap {
+        Encap::RoceV2Ipv4 => b",\"encap\":\"RoCEv2/IPv4\"}\n",
+        Encap::RoceV2Ipv6 => b",\"encap\":\"RoCEv2/IPv6\"}\n",
+        Encap::RoceV1 => b",\"encap\":\"RoCEv1\"}\n",
+        Encap::IbLocal => b",\"encap\":\"IB LNH=2\"}\n",
+        Encap::IbGlobal => b",\"encap\":\"IB LNH=3\"}\n",
+    });
+}
+
+/// Appends a duration as seconds with 6 decimals (`12.345678`), right-aligned in `width`.
+pub(crate) fn put_secs(out: &mut Vec<u8>, d: Duration, width: usize) {
+    let _ = write!(
+        out,
+        "{:>width$}.{:06}",
+        d.as_secs(),
+        d.subsec_micros(),
+        width = width
+    );
+}
+
+/// A human duration: `812 µs`, `12.3 ms`, `4.205 s`.
+pub(crate) fn human(d: Duration) -> String {
+    let us = d.as_micros();
+    if us < 1000 {
+        format!("{us} µs")
+    } else if us < 1_000_000 {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.3} s", d.as_secs_f64())
+    }
+}
+
+fn put_hex(out: &mut Vec<u8>, v: u64, digits: usize) {
+    let _ = write!(out, "{v:#0w$x}", w = digits + 2);
+}
+
+/// The one-line summary of a message (after the addresses in the text view).
+pub(crate) fn summary(out: &mut Vec<u8>, msg: &CmMessage, pal: &Palette) {
+    pal.paint(out, msg_role(msg.attr_id()), msg_name(msg));
+    let ids = |out: &mut Vec<u8>, l: ibcm_mad::CommId, r: ibcm_mad::CommId| {
+        out.extend_from_slice(b" lcid=");
+        put_hex(out, u64::from(l.0), 8);
+        out.extend_from_slice(b" rcid=");
+        put_hex(out, u64::from(r.0), 8);
+    };
+    match msg {
+        CmMessage::Req(m) => {
+            out.extend_from_slice(b" lcid=");
+            put_hex(out, u64::from(m.local_comm_id.0), 8);
+            out.extend_from_slice(b" sid=");
+            put_hex(out, m.service_id.0, 16);
+            if let Some((ps, port)) = m.service_id.rdma_cm_port() {
+                let _ = write!(out, " ({}:{port})", ps.name());
+            }
+            out.extend_from_slice(b" qpn=");
+            put_hex(out, u64::from(m.local_qpn.get()), 6);
+            out.extend_from_slice(b" psn=");
+            put_hex(out, u64::from(m.starting_psn.get()), 6);
+            out.push(b' ');
+            out.extend_from_slice(transport_name(m.transport()).as_bytes());
+        }
+        CmMessage::Rep(m) => {
+            ids(out, m.local_comm_id, m.remote_comm_id);
+            out.extend_from_slice(b" qpn=");
+            put_hex(out, u64::from(m.local_qpn.get()), 6);
+            out.extend_from_slice(b" psn=");
+            put_hex(out, u64::from(m.starting_psn.get()), 6);
+            if m.local_eecn.get() != 0 {
+                out.extend_from_slice(b" eecn=");
+                put_hex(out, u64::from(m.local_eecn.get()), 6);
+            }
+        }
+        CmMessage::Rej(m) => {
+            ids(out, m.local_comm_id, m.remote_comm_id);
+            let _ = write!(out, " reason={} (", m.reason.raw());
+            pal.paint(out, Role::Bad, m.reason.name());
+            let _ = write!(out, ") rejected={}", m.message_rejected.name());
+        }
+        CmMessage::Mra(m) => {
+            ids(out, m.local_comm_id, m.remote_comm_id);
+            let _ = write!(
+                out,
+                " mraed={} service_timeout={} ({})",
+                m.message_mraed.name(),
+                m.service_timeout.get(),
+                human(m.service_timeout.to_duration())
+            );
+        }
+        CmMessage::Rtu(m) => ids(out, m.local_comm_id, m.remote_comm_id),
+        CmMessage::Drep(m) => ids(out, m.local_comm_id, m.remote_comm_id),
+        CmMessage::Dreq(m) => {
+            ids(out, m.local_comm_id, m.remote_comm_id);
+            out.extend_from_slice(b" remote_qpn=");
+            put_hex(out, u64::from(m.remote_qpn_eecn.get()), 6);
+        }
+        CmMessage::Lap(m) => {
+            ids(out, m.local_comm_id, m.remote_comm_id);
+            out.extend_from_slice(b" remote_qpn=");
+            put_hex(out, u64::from(m.remote_qpn_eecn.get()), 6);
+        }
+        CmMessage::Apr(m) => {
+            ids(out, m.local_comm_id, m.remote_comm_id);
+            let _ = write!(
+                out,
+                " status={} ({})",
+                m.ap_status.raw(),
+                m.ap_status.name()
+            );
+        }
+        CmMessage::SidrReq(m) => {
+            out.extend_from_slice(b" request_id=");
+            put_hex(out, u64::from(m.request_id.0), 8);
+            out.extend_from_slice(b" sid=");
+            put_hex(out, m.service_id.0, 16);
+            if let Some((ps, port)) = m.service_id.rdma_cm_port() {
+                let _ = write!(out, " ({}:{port})", ps.name());
+            }
+        }
+        CmMessage::SidrRep(m) => {
+            out.extend_from_slice(b" request_id=");
+            put_hex(out, u64::from(m.request_id.0), 8);
+            let _ = write!(out, " status={} ({})", m.status.raw(), m.status.name());
+            out.extend_from_slice(b" qpn=");
+            put_hex(out, u64::from(m.qpn.get()), 6);
+            out.extend_from_slice(b" qkey=");
+            put_hex(out, u64::from(m.qkey.0), 8);
+        }
+        CmMessage::ClassPortInfo(m) => {
+            let _ = write!(
+                out,
+                " base_version={} class_version={} cap={:#06x}",
+                m.base_version, m.class_version, m.capability_mask
+            );
+        }
+        CmMessage::Unknown { attr, .. } => {
+            let _ = write!(out, " attribute {attr:#06x}");
+        }
+    }
+}
+
+/// Appends the one-line text view of a CM MAD: frame, time relative to `t0`, addresses,
+/// message summary, XRC flag, retransmission mark, ICRC status and connection number.
+///
+/// ```text
+///      5     0.000000  2.2.2.1 → 2.2.2.3  REQ lcid=0x3eb0bde5 sid=0x0000000001061144 (TCP:4420) qpn=0x0000dc psn=0x017c2d RC  icrc=ok  conn=1
+/// ```
+pub(crate) fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration, pal: &Palette) {
+    let rel = ev.time.checked_sub(t0).unwrap_or_default();
+    pal.start(out, Role::Dim);
+    let _ = write!(out, "{:>6} ", ev.frame);
+    put_secs(out, rel, 5);
+    pal.end(out, Role::Dim);
+    out.extend_from_slice(b"  ");
+    put_wire_addr(out, &ev.src);
+    out.extend_from_slice(" → ".as_bytes());
+    put_wire_addr(out, &ev.dst);
+    out.extend_from_slice(b"  ");
+    summary(out, &ev.mad.msg, pal);
+    if ev.mad.msg.is_xrc() || note.xrc {
+        out.extend_from_slice(b" XRC");
+    }
+    if note.retrans {
+        out.push(b' ');
+        pal.paint(out, Role::Warn, "[retransmission]");
+    }
+    out.extend_from_slice(b"  icrc=");
+    match ev.icrc {
+        Icrc::Bad => pal.paint(out, Role::Bad, "bad"),
+        other => out.extend_from_slice(other.as_str().as_bytes()),
+    }
+    if let Some(c) = note.conn {
+        pal.start(out, Role::Dim);
+        let _ = write!(out, "  conn={c}");
+        pal.end(out, Role::Dim);
+    }
+    out.push(b'\n');
+}
+
+#[cfg(test)]
+mod number_tests {
+    use super::*;
+
+    #[test]
+    fn put_u64_matches_display() {
+        let mut vals = vec![0u64, 9, 10, 99, 100, u64::MAX, u64::MAX - 1];
+        let mut p = 1u64;
+        for _ in 0..20 {
+            vals.extend([p.wrapping_sub(1), p, p.wrapping_add(1)]);
+            p = p.wrapping_mul(10);
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            vals.push(x >> (x % 64));
+        }
+        let mut out = Vec::new();
+        for v in vals {
+            out.clear();
+            put_u64(&mut out, v);
+            assert_eq!(String::from_utf8(out.clone()).unwrap(), v.to_string());
+        }
+    }
+
+    #[test]
+    fn put_ipv4_matches_display() {
+        let mut out = Vec::new();
+        for a in [
+            [0, 0, 0, 0],
+            [255, 255, 255, 255],
+            [1, 22, 133, 4],
+            [10, 0, 100, 9],
+        ] {
+            out.clear();
+            put_wire_addr(&mut out, &WireAddr::Ip(IpAddr::V4(Ipv4Addr::from(a))));
+            assert_eq!(
+                String::from_utf8(out.clone()).unwrap(),
+                Ipv4Addr::from(a).to_string()
+            );
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! `cm-trace --stats`: connection and message counts, latency percentiles, per Service ID.
+//!
+//! Connections are counted by comm-ID pair (one [`Conn`] each), not by packet. Latencies are
+//! kept exactly up to [`EXACT_SAMPLES`] samples, then in a log-linear histogram with 64
+//! sub-buckets per power of two (relative error below 1.6 %), so memory stays bounded on any
+//! capture. Per-Service-ID rows are kept for at most [`MAX_SERVICES`] Service IDs; later ones
+//! are summed in an "other" row.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ibcm_mad::{AttrId, RejReason};
+
+use crate::conn::{Conn, ConnKind, Outcome};
+use crate::hash::FastMap;
+use crate::trace::NonCm;
+
+/// Samples kept exactly before switching to the histogram.
+pub(crate) const EXACT_SAMPLES: usize = 4096;
+/// Largest number of Service IDs with their own row.
+pub(crate) const MAX_SERVICES: usize = 1024;
+
+const SUB_BITS: u32 = 6;
+const SUB: usize = 1 << SUB_BITS;
+const GROUPS: usize = 64 - SUB_BITS as usize + 1;
+
+/// Latency samples (nanoseconds) with percentiles.
+#[derive(Debug, Clone, Default)]
+pub struct Latency {
+    exact: Vec<u64>,
+    hist: Option<Box<[u64]>>,
+    count: u64,
+    max: u64,
+    sum: u128,
+}
+
+fn bucket(v: u64) -> usize {
+    if v < SUB as u64 {
+        return v as usize;
+    }
+    let msb = 63 - v.leading_zeros();
+    let shift = msb - SUB_BITS;
+    let group = (shift + 1) as usize;
+    let sub = ((v >> shift) as usize) & (SUB - 1);
+    group * SUB + sub
+}
+
+/// The upper bound of a histogram bucket (the value reported for it).
+fn bucket_value(b: usize) -> u64 {
+    let group = b / SUB;
+    let sub = (b % SUB) as u64;
+    if group == 0 {
+        return sub;
+    }
+    let shift = (group - 1) as u32;
+    ((SUB as u64 + sub) << shift).saturating_add((1u64 << shift).saturating_sub(1))
+}
+
+impl Latency {
+    /// Adds a sample.
+    pub fn add(&mut self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.count += 1;
+        self.max = self.max.max(ns);
+        self.sum += u128::from(ns);
+        if let Some(h) = &mut self.hist {
+            if let Some(c) = h.get_mut(bucket(ns)) {
+                *c += 1;
+            }
+            return;
+        }
+        self.exact.push(ns);
+        if self.exact.len() > EXACT_SAMPLES {
+            let mut h = vec![0u64; GROUPS * SUB].into_boxed_slice();
+            for &v in &self.exact {
+                if let Some(c) = h.get_mut(bucket(v)) {
+                    *c += 1;
+                }
+            }
+            self.exact = Vec::new();
+            self.hist = Some(h);
+        }
+    }
+
+    /// Merges another set of samples.
+    pub fn merge(&mut self, other: &Latency) {
+        match &other.hist {
+            None => {
+                for &v in &other.exact {
+                    self.add(Duration::from_nanos(v));
+                }
+            }
+            Some(oh) => {
+                // Force our own histogram, then add bucket counts.
+                if self.hist.is_none() {
+                    let mut h = vec![0u64; GROUPS * SUB].into_boxed_slice();
+                    for &v in &self.exact {
+                        if let Some(c) = h.get_mut(bucket(v)) {
+                            *c += 1;
+                        }
+                    }
+                    self.exact = Vec::new();
+                    self.hist = Some(h);
+                }
+                if let Some(h) = &mut self.hist {
+                    for (a, b) in h.iter_mut().zip(oh.iter()) {
+                        *a += b;
+                    }
+                }
+                self.count += other.count;
+                self.max = self.max.max(other.max);
+                self.sum += other.sum;
+            }
+        }
+    }
+
+    /// Number of samples.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Largest sample.
+    pub fn max(&self) -> Option<Duration> {
+        (self.count > 0).then(|| Duration::from_nanos(self.max))
+    }
+
+    /// Mean.
+    pub fn mean(&self) -> Option<Duration> {
+        let n = u128::from(self.count);
+        (n > 0).then(|| Duration::from_nanos(u64::try_from(self.sum / n).unwrap_or(u64::MAX)))
+    }
+
+    /// The `p`-th percentile (nearest rank; `p` in 0..=100).
+    pub fn percentile(&self, p: f64) -> Option<Duration> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = ((p / 100.0) * self.count as f64).ceil().max(1.0) as u64;
+        let rank = rank.min(self.count);
+        match &self.hist {
+            None => {
+                let mut v = self.exact.clone();
+                v.sort_unstable();
+                let idx = usize::try_from(rank - 1).unwrap_or(0);
+                v.get(idx).map(|&ns| Duration::from_nanos(ns))
+            }
+            Some(h) => {
+                let mut seen = 0u64;
+                for (b, &c) in h.iter().enumerate() {
+                    seen += c;
+                    if seen >= rank {
+                        return Some(Duration::from_nanos(bucket_value(b).min(self.max)));
+                    }
+                }
+                self.max()
+            }
+        }
+    }
+}
+
+/// Connection counts and latencies (the whole capture, or one Service ID).
+#[derive(Debug, Clone, Default)]
+pub struct ConnStats {
+    /// Connections whose REQ is in the capture.
+    pub attempted: u64,
+    /// Connections that reached ESTABLISHED.
+    pub established: u64,
+    /// Rejected connections by REJ reason.
+    pub rejected: BTreeMap<u16, u64>,
+    /// Connections whose request timed out (REQ, REP or DREQ unanswered).
+    pub timed_out: u64,
+    /// Connections still waiting for an answer when the capture ended.
+    pub waiting: u64,
+    /// Connections whose REQ is not in the capture.
+    pub partial: u64,
+    /// Connections closed by DREQ/DREP.
+    pub closed: u64,
+    /// XRC connections.
+    pub xrc: u64,
+    /// Retransmitted messages (identical repeats).
+    pub retransmissions: u64,
+    /// MRAs.
+    pub mras: u64,
+    /// REQ → RTU.
+    pub setup: Latency,
+    /// DREQ → DREP.
+    pub teardown: Latency,
+}
+
+impl ConnStats {
+    fn add(&mut self, c: &Conn) {
+        if c.req.is_some() {
+            self.attempted += 1;
+        } else {
+            self.partial += 1;
+        }
+        if c.established() {
+            self.established += 1;
+        }
+        if c.is_xrc() {
+            self.xrc += 1;
+        }
+        match c.outcome {
+            Outcome::Rejected { reason, .. } => {
+                *self.rejected.entry(reason.raw()).or_default() += 1;
+            }
+            Outcome::TimedOut { .. } => self.timed_out += 1,
+            Outcome::Waiting { .. } => self.waiting += 1,
+            Outcome::Closed { .. } => self.closed += 1,
+            Outcome::Established | Outcome::Resolved { .. } | Outcome::Partial => {}
+        }
+        self.retransmissions += u64::from(c.retransmissions);
+        self.mras += u64::from(c.mras);
+        if let Some(d) = c.setup_latency() {
+            self.setup.add(d);
+        }
+        if let Some(d) = c.teardown_latency() {
+            self.teardown.add(d);
+        }
+    }
+
+    /// Rejected connections, all reasons.
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.values().sum()
+    }
+
+    fn merge(&mut self, o: &ConnStats) {
+        self.attempted += o.attempted;
+        self.established += o.established;
+        for (k, v) in &o.rejected {
+            *self.rejected.entry(*k).or_default() += v;
+        }
+        self.timed_out += o.timed_out;
+        self.waiting += o.waiting;
+        self.partial += o.partial;
+        self.closed += o.closed;
+        self.xrc += o.xrc;
+        self.retransmissions += o.retransmissions;
+        self.mras += o.mras;
+        self.setup.merge(&o.setup);
+        self.teardown.merge(&o.teardown);
+    }
+}
+
+/// SIDR exchange counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SidrStats {
+    /// SIDR_REQ exchanges.
+    pub requests: u64,
+    /// Answered with status 0.
+    pub resolved: u64,
+    /// Answered with another status.
+    pub failed: u64,
+    /// Unanswered.
+    pub unanswered: u64,
+}
+
+/// Everything `--stats` reports.
+#[derive(Debug, Clone, Default)]
+pub struct TraceStats {
+    /// Files decoded.
+    pub files: u64,
+    /// Records read.
+    pub frames: u64,
+    /// CM MADs.
+    pub cm: u64,
+    /// Non-CM records.
+    pub non_cm: u64,
+    /// Malformed records.
+    pub malformed: u64,
+    /// CM MADs with a bad ICRC.
+    pub bad_icrc: u64,
+    /// CM MADs by attribute.
+    pub messages: BTreeMap<u16, u64>,
+    /// Non-CM records by kind.
+    pub non_cm_kinds: FastMap<NonCm, u64>,
+    /// All connections.
+    pub all: ConnStats,
+    /// Per Service ID (at most [`MAX_SERVICES`]).
+    pub by_service: BTreeMap<u64, ConnStats>,
+    /// Connections of Service IDs beyond [`MAX_SERVICES`].
+    pub other_services: ConnStats,
+    /// SIDR exchanges.
+    pub sidr: SidrStats,
+    /// Connections evicted because the table was full.
+    pub evicted: u64,
+    /// Largest number of connections tracked at once (over all files).
+    pub peak_live: u64,
+    /// Capture time span covered (first to last record, summed over files).
+    pub span: Duration,
+}
+
+impl TraceStats {
+    /// Counts one CM message.
+    pub fn count_message(&mut self, attr: AttrId) {
+        *self.messages.entry(attr.raw()).or_default() += 1;
+    }
+
+    /// Counts one non-CM record.
+    pub fn count_non_cm(&mut self, what: NonCm) {
+        *self.non_cm_kinds.entry(what).or_default() += 1;
+    }
+
+    /// Adds a finished connection.
+    pub fn add_conn(&mut self, c: &Conn) {
+        if c.kind == ConnKind::Sidr {
+            self.sidr.requests += u64::from(c.req.is_some());
+            match c.outcome {
+                Outcome::Resolved { status } if status.raw() == 0 => self.sidr.resolved += 1,
+                Outcome::Resolved { .. } => self.sidr.failed += 1,
+                _ => self.sidr.unanswered += u64::from(c.req.is_some()),
+            }
+            return;
+        }
+        self.all.add(c);
+        if let Some(sid) = c.service_id {
+            let n = self.by_service.len();
+            match self.by_service.get_mut(&sid.0) {
+                Some(s) => s.add(c),
+                None if n < MAX_SERVICES => {
+                    let mut s = ConnStats::default();
+                    s.add(c);
+                    self.by_service.insert(sid.0, s);
+                }
+                None => self.other_services.add(c),
+            }
+        }
+    }
+
+    /// Merges another file's statistics.
+    pub fn merge(&mut self, o: &TraceStats) {
+        self.files += o.files;
+        self.frames += o.frames;
+        self.cm += o.cm;
+        self.non_cm += o.non_cm;
+        self.malformed += o.malformed;
+        self.bad_icrc += o.bad_icrc;
+        for (k, v) in &o.messages {
+            *self.messages.entry(*k).or_default() += v;
+        }
+        for (k, v) in &o.non_cm_kinds {
+            *self.non_cm_kinds.entry(*k).or_default() += v;
+        }
+        self.all.merge(&o.all);
+        for (sid, s) in &o.by_service {
+            let n = self.by_service.len();
+            match self.by_service.get_mut(sid) {
+                Some(mine) => mine.merge(s),
+                None if n < MAX_SERVICES => {
+                    self.by_service.insert(*sid, s.clone());
+                }
+                None => self.other_services.merge(s),
+            }
+        }
+        self.other_services.merge(&o.other_services);
+        self.sidr.requests += o.sidr.requests;
+        self.sidr.resolved += o.sidr.resolved;
+        self.sidr.failed += o.sidr.failed;
+        self.sidr.unanswered += o.sidr.unanswered;
+        self.evicted += o.evicted;
+        self.peak_live = self.peak_live.max(o.peak_live);
+        self.span += o.span;
+    }
+
+    /// Non-CM kinds, most frequent first (ties by name).
+    pub fn non_cm_sorted(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self
+            .non_cm_kinds
+            .iter()
+            .map(|(k, n)| (k.to_string(), *n))
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v
+    }
+}
+
+/// The name of a REJ reason number.
+pub(crate) fn rej_name(raw: u16) -> &'static str {
+    RejReason::from_raw(raw).name()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_percentiles() {
+        let mut l = Latency::default();
+        for ms in 1..=100u64 {
+            l.add(Duration::from_millis(ms));
+        }
+        assert_eq!(l.percentile(50.0), Some(Duration::from_millis(50)));
+        assert_eq!(l.percentile(99.0), Some(Duration::from_millis(99)));
+        assert_eq!(l.max(), Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn histogram_percentiles_within_two_percent() {
+        let mut l = Latency::default();
+        for us in 1..=100_000u64 {
+            l.add(Duration::from_micros(us));
+        }
+        let p50 = l.percentile(50.0).unwrap().as_micros() as f64;
+        assert!((p50 - 50_000.0).abs() / 50_000.0 < 0.02, "{p50}");
+        let p99 = l.percentile(99.0).unwrap().as_micros() as f64;
+        assert!((p99 - 99_000.0).abs() / 99_000.0 < 0.02, "{p99}");
+        assert_eq!(l.max(), Some(Duration::from_micros(100_000)));
+    }
+
+    #[test]
+    fn buckets_are_monotonic() {
+        let mut last = 0;
+        for v in (0..1_000_000u64).step_by(997) {
+            let b = bucket(v);
+            assert!(b >= last);
+            assert!(bucket_value(b) >= v);
+            last = b;
+        }
+        assert!(bucket(u64::MAX) < GROUPS * SUB);
+    }
+}
