@@ -168,7 +168,7 @@ fn cell_on(
 impl Cell {
     fn run(&mut self, d: Duration) {
         let at = self.net.now() + d;
-        self.target.run_until_time(&mut self.net, at);
+        self.net.run_until_time(at);
     }
 
     /// Connects from `ini_qpn`; `stall` holds the RTU back (with short REP timeouts, so the
@@ -774,7 +774,7 @@ fn rep_carries_eecn_srq_and_srqns() {
     let qpn = c.qpn;
     let conn = c.connect(ini_qp(), XrcReqData::attach(qpn), false);
     let at = c.net.now() + ms(20);
-    c.target.run_until_time(&mut c.net, at);
+    c.net.run_until_time(at);
     let rep = c
         .net
         .take_events(c.i)
@@ -863,7 +863,7 @@ fn qpn_not_reused_inside_timewait() {
     let peer = net.addr(t);
     let step = |net: &mut SimNet| {
         let at = net.now() + ms(20);
-        target.run_until_time(net, at);
+        net.run_until_time(at);
     };
     let data = XrcReqData::any(Some(P::ProcessBound));
     let c1 = ini
@@ -889,7 +889,7 @@ fn qpn_not_reused_inside_timewait() {
     let now = net.now();
     assert!(net.endpoint_ref(t).qpn_quarantined(old, now).is_some());
     // After every quarantine (the registry's and the CM's): the number is free again.
-    target.run_until_time(&mut net, now + T_TW + ms(500));
+    net.run_until_time(now + T_TW + ms(500));
     assert!(net
         .endpoint_ref(t)
         .qpn_quarantined(old, net.now())
@@ -946,12 +946,12 @@ fn one_tgt_qp_per_initiator() {
                 .unwrap();
             conns.push(c);
             let at = net.now() + ms(5);
-            target.run_until_time(&mut net, at);
+            net.run_until_time(at);
         }
         inis.push((ini, conns));
     }
     let at = net.now() + ms(20);
-    target.run_until_time(&mut net, at);
+    net.run_until_time(at);
     let mut qpns = Vec::new();
     for (ini, conns) in &inis {
         let got: Vec<(Qpn, Vec<SrqNum>)> = conns

@@ -5,8 +5,12 @@
 //! # Passive (TGT) side: [`XrcTarget`]
 //!
 //! [`XrcTarget`] owns a [`TgtRegistry<ConnId>`](TgtRegistry) and is driven **next to** an
-//! `ibcm::proto::Endpoint`, sans-IO like both of them. It is an application of the endpoint:
-//! it sees the endpoint's events and calls its commands.
+//! `ibcm::proto::Endpoint`, sans-IO like both of them. It is an application of the endpoint —
+//! an [`ibcm::App`]: it sees the endpoint's events, calls its commands, and has its own timers
+//! (the registry's quarantines). The simulator ([`sim::SimTarget`]) and the tokio driver
+//! ([`rt::XrcServer`]) run it as the endpoint's app, so both answer every REQ with the
+//! connection's real ID, reject a REQ whose TGT QP went away before the RTU, and fire the
+//! quarantine timers at their deadlines.
 //!
 //! | endpoint event / registry output | what `XrcTarget` does |
 //! |---|---|
@@ -16,9 +20,9 @@
 //! | `Closed(TimedOut \| Rejected \| Stale)` | [`ConnEvent::PeerTimeout`] |
 //! | any other `Closed` | [`ConnEvent::LocalClosed`] |
 //! | `Closed` of a connection in TimeWait | also [`TgtRegistry::note_timewait`] with the endpoint's quarantine end for the TGT QPN (`Endpoint::qpn_quarantined`), so no new TGT QP gets that number before the CM's TimeWait is over |
-//! | [`PolicyAction::SendDreq`] | a [`Teardown`]: `Endpoint::disconnect` (a DREQ whose private data is the [`TargetGone`] block) when established, `Endpoint::reject` (reason 1 + the block) while the REP is still unanswered |
+//! | [`PolicyAction::SendDreq`] | a [`Teardown`] at the next [`XrcTarget::flush`] (`App::poll`): `Endpoint::disconnect` (a DREQ whose private data is the [`TargetGone`] block) when established, `Endpoint::reject` (reason 1 + the block) while the REP is still unanswered |
 //! | [`PolicyAction::NotifyHolders`], [`PolicyAction::ReportOrphan`] | a [`TargetEvent`] for the application or keeper |
-//! | registry quarantine timers | merged into [`XrcTarget::poll_timeout_with`] |
+//! | registry quarantine timers | `App::poll_timeout` / `App::handle_timeout` |
 //!
 //! A REQ attaching to a **live** TGT QP is accepted with
 //! [`AcceptParams::xrc_tgt_live`](ibcm::proto::AcceptParams::xrc_tgt_live): a connection of the
@@ -75,9 +79,8 @@
 //! assert!(matches!(ini.outcome(conn), Some(IniOutcome::TargetGone { .. })));
 //! ```
 //!
-//! With ibcm's simulator use [`sim::SimTarget`]; with ibcm's tokio runtime
-//! ([`ibcm::rt::Cm`]) use [`rt::XrcServer`], an XRC-aware accept loop on an
-//! [`ibcm::rt::Listener`].
+//! With ibcm's simulator use [`sim::SimTarget`]; with ibcm's tokio runtime use
+//! [`rt::XrcServer`] (an [`ibcm::rt::Cm`] running the target as its app).
 //!
 //! # Initiator side
 //!
@@ -330,20 +333,6 @@ pub enum TargetEvent {
     },
 }
 
-impl TargetEvent {
-    fn conn_mut(&mut self) -> Option<&mut ConnId> {
-        match self {
-            Self::Accepted { conn, .. }
-            | Self::Rejected { conn, .. }
-            | Self::AcceptFailed { conn, .. }
-            | Self::Established { conn, .. }
-            | Self::Closed { conn, .. }
-            | Self::Teardown { conn, .. } => Some(conn),
-            Self::HoldersNotified { .. } | Self::Orphaned { .. } => None,
-        }
-    }
-}
-
 /// Counters of an [`XrcTarget`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TargetStats {
@@ -359,12 +348,11 @@ pub struct TargetStats {
     pub rejs: u64,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct TgtConn {
-    qpn: Qpn,
-    established: bool,
-    timewait: Duration,
-}
+/// Called with each [`TargetEvent`] as it happens.
+pub type TargetObserver = Box<dyn FnMut(Instant, TargetEvent) + Send>;
+
+/// Called with each [`IniEvent`] as it happens.
+pub type IniObserver = Box<dyn FnMut(Instant, IniEvent) + Send>;
 
 /// The passive side of XRC over ibcm: a [`TgtRegistry`] coupled to a CM endpoint (module
 /// docs).
@@ -372,10 +360,15 @@ pub struct XrcTarget {
     reg: TgtRegistry<ConnId>,
     cfg: XrcTargetConfig,
     services: BTreeMap<ServiceId, XrcService>,
-    conns: BTreeMap<ConnId, TgtConn>,
+    /// The TGT QPN of each accepted connection until it closes (the endpoint knows it as the
+    /// connection's local QPN but does not tell). Everything else — established or not, its
+    /// TimeWait — is asked of the endpoint.
+    tgt_qpns: BTreeMap<ConnId, Qpn>,
     psns: BTreeMap<Qpn, Psn>,
-    teardowns: VecDeque<Teardown>,
+    /// Registry actions not yet executed on the endpoint (see [`XrcTarget::flush`]).
+    pending: VecDeque<PolicyAction<ConnId>>,
     events: VecDeque<TargetEvent>,
+    observer: Option<TargetObserver>,
     stats: TargetStats,
 }
 
@@ -384,7 +377,7 @@ impl fmt::Debug for XrcTarget {
         f.debug_struct("XrcTarget")
             .field("registry", &self.reg)
             .field("services", &self.services.len())
-            .field("conns", &self.conns.len())
+            .field("conns", &self.tgt_qpns.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -405,10 +398,11 @@ impl XrcTarget {
             reg: registry,
             cfg,
             services: BTreeMap::new(),
-            conns: BTreeMap::new(),
+            tgt_qpns: BTreeMap::new(),
             psns: BTreeMap::new(),
-            teardowns: VecDeque::new(),
+            pending: VecDeque::new(),
             events: VecDeque::new(),
+            observer: None,
             stats: TargetStats::default(),
         }
     }
@@ -419,8 +413,8 @@ impl XrcTarget {
     }
 
     /// The registry, to destroy, unregister, report process exits, close domains… The
-    /// actions this causes are picked up by the next [`XrcTarget::poll_teardown`] /
-    /// [`XrcTarget::flush`] / [`XrcTarget::poll_event`].
+    /// actions this causes are executed by the next [`XrcTarget::flush`] (which the simulator
+    /// and the driver call after every input, `App::poll`).
     pub fn registry_mut(&mut self) -> &mut TgtRegistry<ConnId> {
         &mut self.reg
     }
@@ -464,21 +458,22 @@ impl XrcTarget {
 
     /// The TGT QP of a connection this target accepted (until it closes).
     pub fn conn_qpn(&self, conn: ConnId) -> Option<Qpn> {
-        self.conns.get(&conn).map(|c| c.qpn)
-    }
-
-    /// Whether the target saw the connection established.
-    pub fn is_established(&self, conn: ConnId) -> bool {
-        self.conns.get(&conn).is_some_and(|c| c.established)
+        self.tgt_qpns.get(&conn).copied()
     }
 
     /// The open connections on `qpn`, as this target knows them.
     pub fn conns_on(&self, qpn: Qpn) -> Vec<ConnId> {
-        self.conns
+        self.tgt_qpns
             .iter()
-            .filter(|(_, c)| c.qpn == qpn)
+            .filter(|(_, q)| **q == qpn)
             .map(|(&k, _)| k)
             .collect()
+    }
+
+    /// Hands every [`TargetEvent`] to `f` as it happens (at the end of each
+    /// [`XrcTarget::flush`]), instead of leaving them for [`XrcTarget::poll_event`].
+    pub fn set_observer(&mut self, f: TargetObserver) {
+        self.observer = Some(f);
     }
 
     // --- sans-IO inputs ----------------------------------------------------------------------
@@ -548,14 +543,7 @@ impl XrcTarget {
             xrc_tgt_live: !acc.created,
             ..AcceptParams::xrc_tgt(qpn)
         };
-        self.conns.insert(
-            conn,
-            TgtConn {
-                qpn,
-                established: false,
-                timewait,
-            },
-        );
+        self.tgt_qpns.insert(conn, qpn);
         if acc.created {
             self.stats.created = self.stats.created.saturating_add(1);
         } else {
@@ -640,23 +628,18 @@ impl XrcTarget {
     }
 
     /// The endpoint refused the accept of `conn`: the connection is unbound from its QP.
-    pub fn accept_failed(&mut self, now: Instant, conn: ConnId, error: CallError) {
-        if let Some(c) = self.conns.remove(&conn) {
+    fn accept_failed(&mut self, now: Instant, conn: ConnId, error: CallError) {
+        if let Some(qpn) = self.tgt_qpns.remove(&conn) {
             self.reg
                 .handle_conn_event(now, &conn, ConnEvent::LocalClosed);
-            self.events.push_back(TargetEvent::AcceptFailed {
-                conn,
-                qpn: c.qpn,
-                error,
-            });
+            self.events
+                .push_back(TargetEvent::AcceptFailed { conn, qpn, error });
         }
     }
 
     /// The CM reports `conn` established.
-    pub fn on_established(&mut self, now: Instant, conn: ConnId) {
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.established = true;
-            let qpn = c.qpn;
+    fn on_established(&mut self, now: Instant, conn: ConnId) {
+        if let Some(&qpn) = self.tgt_qpns.get(&conn) {
             self.reg
                 .handle_conn_event(now, &conn, ConnEvent::Established);
             self.events
@@ -667,99 +650,59 @@ impl XrcTarget {
     /// The CM reports `conn` closed with `error`. `timewait_until`: when the CM's TimeWait
     /// quarantine of the TGT QPN ends (`Endpoint::qpn_quarantined`), if the connection
     /// entered TimeWait; it is noted in the registry ([`TgtRegistry::note_timewait`]).
-    pub fn on_closed(
+    fn on_closed(
         &mut self,
         now: Instant,
         conn: ConnId,
         error: &ConnectionError,
         timewait_until: Option<Instant>,
     ) {
-        let Some(c) = self.conns.remove(&conn) else {
+        let Some(qpn) = self.tgt_qpns.remove(&conn) else {
             return;
         };
         let event = conn_event_of(error);
         let verdict = self.reg.handle_conn_event(now, &conn, event);
         if let Some(until) = timewait_until {
-            self.reg.note_timewait(c.qpn, until);
+            self.reg.note_timewait(qpn, until);
         }
         self.events.push_back(TargetEvent::Closed {
             conn,
-            qpn: c.qpn,
+            qpn,
             event,
             verdict,
         });
     }
 
-    /// The TimeWait a connection was accepted with (for callers that cannot ask the endpoint
-    /// when its quarantine ends).
-    pub fn timewait_of(&self, conn: ConnId) -> Option<Duration> {
-        self.conns.get(&conn).map(|c| c.timewait)
-    }
-
-    /// Renames a connection (see [`TgtRegistry::rekey_conn`]): for a CM that gives the
-    /// connection its ID only after the REP was sent.
-    pub fn rekey(&mut self, old: ConnId, new: ConnId) {
-        if let Some(c) = self.conns.remove(&old) {
-            self.conns.insert(new, c);
-        }
-        self.reg.rekey_conn(&old, new);
-        for t in &mut self.teardowns {
-            if t.conn == old {
-                t.conn = new;
-            }
-        }
-        for e in &mut self.events {
-            if let Some(c) = e.conn_mut() {
-                if *c == old {
-                    *c = new;
-                }
-            }
-        }
-    }
-
-    /// Queues the teardown of `conn` (its TGT QP went away): a DREQ once established, else a
-    /// REJ, counted, and reported as a [`TargetEvent::Teardown`].
-    fn teardown(&mut self, conn: ConnId, qpn: Qpn, cause: GoneCause) {
-        let established = self.is_established(conn);
+    /// Tears `conn` down on `ep` (its TGT QP went away): a DREQ when established, else a
+    /// REJ; counted, and reported as a [`TargetEvent::Teardown`]. Returns what went out.
+    fn teardown(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        conn: ConnId,
+        qpn: Qpn,
+        cause: GoneCause,
+    ) -> TeardownKind {
+        let established = ep.state(conn) == Some(State::Established);
         if established {
             self.stats.dreqs = self.stats.dreqs.saturating_add(1);
         } else {
             self.stats.rejs = self.stats.rejs.saturating_add(1);
         }
-        self.teardowns.push_back(Teardown { conn, qpn, cause });
         self.events.push_back(TargetEvent::Teardown {
             conn,
             qpn,
             cause,
             established,
         });
+        Teardown { conn, qpn, cause }
+            .execute(ep, now, self.cfg.dreq_reason)
+            .unwrap_or(TeardownKind::Nothing)
     }
 
-    fn pump(&mut self) {
-        while let Some(a) = self.reg.poll_action() {
-            match a {
-                PolicyAction::SendDreq { conn, qpn, cause } => self.teardown(conn, qpn, cause),
-                PolicyAction::NotifyHolders { qpn, cause } => {
-                    self.events
-                        .push_back(TargetEvent::HoldersNotified { qpn, cause });
-                }
-                PolicyAction::ReportOrphan { qpn } => {
-                    self.events.push_back(TargetEvent::Orphaned { qpn });
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// The next connection to tear down (a TGT QP went away under it).
-    pub fn poll_teardown(&mut self) -> Option<Teardown> {
-        self.pump();
-        self.teardowns.pop_front()
-    }
-
-    /// The next [`TargetEvent`].
+    /// The next [`TargetEvent`] (those of the last [`XrcTarget::flush`] and before; none
+    /// when an observer is set).
     pub fn poll_event(&mut self) -> Option<TargetEvent> {
-        self.pump();
         self.events.pop_front()
     }
 
@@ -782,17 +725,17 @@ impl XrcTarget {
     /// open the domains in `restarted` in the same order (ids are assigned sequentially) or
     /// [`XrcTarget::serve`] them again.
     pub fn keeper_crash(&mut self, now: Instant, restarted: TgtRegistry<ConnId>) {
-        self.pump();
-        let old = std::mem::replace(&mut self.reg, restarted);
+        let mut old = std::mem::replace(&mut self.reg, restarted);
+        while let Some(a) = old.poll_action() {
+            self.pending.push_back(a);
+        }
         for a in old.crash(now) {
             match a {
                 PolicyAction::QuarantineQpn { qpn, until } => {
                     self.reg.note_gone(qpn, GoneCause::KeeperLost, until);
                 }
-                PolicyAction::SendDreq { conn, qpn, cause } => self.teardown(conn, qpn, cause),
-                PolicyAction::NotifyHolders { qpn, cause } => {
-                    self.events
-                        .push_back(TargetEvent::HoldersNotified { qpn, cause });
+                a @ (PolicyAction::SendDreq { .. } | PolicyAction::NotifyHolders { .. }) => {
+                    self.pending.push_back(a);
                 }
                 _ => {}
             }
@@ -819,7 +762,7 @@ impl XrcTarget {
                 }
             }
             EventKind::Established => {
-                let known = self.conns.contains_key(&conn);
+                let known = self.tgt_qpns.contains_key(&conn);
                 self.on_established(now, conn);
                 known
             }
@@ -861,34 +804,58 @@ impl XrcTarget {
         }
     }
 
-    /// Executes every pending [`Teardown`] on `ep`; returns how many DREQs or REJs went out.
+    /// Executes what the registry asked for since the last call, in order, on `ep`: a
+    /// [`Teardown`] for each connection whose TGT QP went away, a [`TargetEvent`] for the
+    /// rest; then hands the events to the observer, if set. Returns how many DREQs or REJs
+    /// went out. (The simulator and the driver call it after every input: `App::poll`.)
     pub fn flush(&mut self, ep: &mut Endpoint, now: Instant) -> usize {
         let mut n = 0usize;
-        while let Some(t) = self.poll_teardown() {
-            if matches!(
-                t.execute(ep, now, self.cfg.dreq_reason),
-                Ok(TeardownKind::Dreq | TeardownKind::Rej)
-            ) {
-                n = n.saturating_add(1);
+        while let Some(a) = self.pending.pop_front().or_else(|| self.reg.poll_action()) {
+            match a {
+                PolicyAction::SendDreq { conn, qpn, cause } => {
+                    if matches!(
+                        self.teardown(ep, now, conn, qpn, cause),
+                        TeardownKind::Dreq | TeardownKind::Rej
+                    ) {
+                        n = n.saturating_add(1);
+                    }
+                }
+                PolicyAction::NotifyHolders { qpn, cause } => {
+                    self.events
+                        .push_back(TargetEvent::HoldersNotified { qpn, cause });
+                }
+                PolicyAction::ReportOrphan { qpn } => {
+                    self.events.push_back(TargetEvent::Orphaned { qpn });
+                }
+                _ => {}
+            }
+        }
+        if let Some(f) = self.observer.as_mut() {
+            while let Some(e) = self.events.pop_front() {
+                f(now, e);
             }
         }
         n
     }
+}
 
-    /// The earlier of the endpoint's and the registry's next deadline.
-    pub fn poll_timeout_with(&self, ep: &Endpoint) -> Option<Instant> {
-        [ep.poll_timeout(), self.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+/// The target as the endpoint's application: events through [`XrcTarget::handle_event`],
+/// the registry's actions through [`XrcTarget::flush`], its quarantine timers.
+impl ibcm::App for XrcTarget {
+    fn handle_event(&mut self, ep: &mut Endpoint, now: Instant, event: &Event) -> bool {
+        XrcTarget::handle_event(self, ep, now, event)
     }
 
-    /// Fires the endpoint's and the registry's timers due at `now` and executes the
-    /// teardowns that follow. The endpoint's events are left for the caller, who passes each
-    /// to [`XrcTarget::handle_event`].
-    pub fn handle_timeout_with(&mut self, ep: &mut Endpoint, now: Instant) {
-        ep.handle_timeout(now);
-        self.handle_timeout(now);
+    fn poll(&mut self, ep: &mut Endpoint, now: Instant) {
+        self.flush(ep, now);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        XrcTarget::poll_timeout(self)
+    }
+
+    fn handle_timeout(&mut self, ep: &mut Endpoint, now: Instant) {
+        XrcTarget::handle_timeout(self, now);
         self.flush(ep, now);
     }
 }
@@ -1124,12 +1091,38 @@ pub enum IniEvent {
 
 /// The initiator side of XRC over ibcm: XRC REQs with [`XrcReqData`], REPs read for the TGT
 /// QPN and SRQNs, closes sorted into [`IniOutcome`]. Sans-IO; an application of one
-/// endpoint (feed it every event with [`XrcInitiator::handle_event`]).
-#[derive(Debug, Default)]
+/// endpoint (feed it every event with [`XrcInitiator::handle_event`]), also as an
+/// [`ibcm::App`].
+#[derive(Default)]
 pub struct XrcInitiator {
     conns: BTreeMap<ConnId, IniState>,
     hold_rtu: BTreeMap<ConnId, bool>,
     events: VecDeque<IniEvent>,
+    observer: Option<IniObserver>,
+}
+
+impl fmt::Debug for XrcInitiator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("XrcInitiator")
+            .field("conns", &self.conns)
+            .field("hold_rtu", &self.hold_rtu)
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The initiator as the endpoint's application ([`XrcInitiator::handle_event`]; events go to
+/// the observer, if set, as they happen).
+impl ibcm::App for XrcInitiator {
+    fn handle_event(&mut self, ep: &mut Endpoint, now: Instant, event: &Event) -> bool {
+        let mine = XrcInitiator::handle_event(self, ep, now, event);
+        if let Some(f) = self.observer.as_mut() {
+            while let Some(e) = self.events.pop_front() {
+                f(now, e);
+            }
+        }
+        mine
+    }
 }
 
 impl XrcInitiator {
@@ -1264,9 +1257,15 @@ impl XrcInitiator {
             .retain(|_, s| !matches!(s, IniState::Closed { .. }));
     }
 
-    /// The next event.
+    /// The next event (none when an observer is set and the initiator runs as an app).
     pub fn poll_event(&mut self) -> Option<IniEvent> {
         self.events.pop_front()
+    }
+
+    /// Hands every [`IniEvent`] to `f` as it happens when the initiator runs as an
+    /// [`ibcm::App`], instead of leaving them for [`XrcInitiator::poll_event`].
+    pub fn set_observer(&mut self, f: IniObserver) {
+        self.observer = Some(f);
     }
 }
 
