@@ -970,3 +970,31 @@ fn one_tgt_qp_per_initiator() {
     let st = target.target().stats();
     assert_eq!((st.created, st.attached), (2, 4));
 }
+
+/// The registry's quarantine timers are the target app's timers: the simulator's ordinary
+/// steps end a quarantine at its exact deadline (no separate clock to advance).
+#[test]
+fn quarantine_ends_at_its_deadline_in_ordinary_steps() {
+    let mut c = cell(P::Explicit, false, 1, 0);
+    let (qpn, owner) = (c.qpn, c.creator);
+    c.target
+        .with(&mut c.net, |x, _, now| {
+            x.registry_mut().destroy(now, qpn, owner)
+        })
+        .unwrap();
+    // The DREQ exchange settles; the QP is held in ERR, its number quarantined.
+    let (i, conn) = (c.i, c.conns[0]);
+    assert!(c
+        .net
+        .run_until(|n| n.endpoint_ref(i).state(conn).is_none(), 10_000));
+    assert!(c.kernel.tgt_qp_exists(qpn));
+    let deadline = c
+        .target
+        .target()
+        .poll_timeout()
+        .expect("a quarantine timer");
+    assert!(deadline > c.net.now());
+    let kernel = &c.kernel;
+    assert!(c.net.run_until(|_| !kernel.tgt_qp_exists(qpn), 100_000));
+    assert_eq!(c.net.now(), deadline, "destroyed at the quarantine's end");
+}
