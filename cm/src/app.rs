@@ -1,6 +1,6 @@
 //! [`App`]: an application object run next to an [`Endpoint`] by the simulator
-//! ([`crate::sim::SimNet`], feature `sim`) and by the tokio driver
-//! ([`crate::rt::Cm::bind_with_app`], feature `rt`).
+//! (`sim::SimNet`, feature `sim`) and by the tokio driver
+//! (`rt::Cm::bind_with_app`, feature `rt`).
 //!
 //! An application sees every event of its endpoint together with `&mut Endpoint` (so it can
 //! accept, reject, disconnect… at once, with the connection's real ID), may do deferred work
@@ -58,7 +58,7 @@ pub trait App {
     fn handle_event(&mut self, ep: &mut Endpoint, now: Instant, event: &Event) -> bool;
 
     /// Deferred work once the events of an input are out (e.g. DREQs for connections whose
-    /// resources went away during a [`crate::rt::Cm::with_app`] call). May be called more than
+    /// resources went away during a `rt::Cm::with_app` call). May be called more than
     /// once per input; must do nothing when there is nothing to do. Default: nothing.
     fn poll(&mut self, ep: &mut Endpoint, now: Instant) {
         let _ = (ep, now);
@@ -91,6 +91,7 @@ where
 #[cfg(any(feature = "rt", feature = "sim"))]
 pub(crate) trait DynApp: App + Any {
     fn as_any_mut(&mut self) -> &mut dyn Any;
+    #[cfg(feature = "sim")]
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -99,6 +100,7 @@ impl<T: App + Any> DynApp for T {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
+    #[cfg(feature = "sim")]
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -7,6 +7,7 @@
     clippy::panic,
     clippy::indexing_slicing
 )]
+#![cfg(any(feature = "rt", feature = "sim"))]
 
 use std::time::{Duration, Instant};
 

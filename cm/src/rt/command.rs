@@ -73,10 +73,11 @@ pub(crate) enum Command {
     Shutdown,
 }
 
-/// A closure for the app (`None`: the endpoint runs none) and the endpoint, at `now`.
-pub(crate) struct AppCall(
-    pub(crate) Box<dyn FnOnce(Option<&mut dyn Any>, &mut Endpoint, Instant) + Send>,
-);
+/// What [`AppCall`] runs: the app (`None`: the endpoint runs none), the endpoint, now.
+pub(crate) type AppFnOnce = dyn FnOnce(Option<&mut dyn Any>, &mut Endpoint, Instant) + Send;
+
+/// A closure for the app and the endpoint, sent to the driver.
+pub(crate) struct AppCall(pub(crate) Box<AppFnOnce>);
 
 impl fmt::Debug for AppCall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
