@@ -66,6 +66,8 @@ impl Cm {
     /// Starts an endpoint on `transport` in a new tokio task. Returns the handle and the
     /// task, which ends when every handle is dropped, on [`Cm::shutdown`], or when the
     /// transport fails (its error is the task's output).
+    /// No application runs next to the endpoint: every event goes to the handles (see
+    /// [`Cm::bind_with_app`]).
     pub fn bind<T: DatagramTransport>(
         transport: T,
         config: EndpointConfig,
