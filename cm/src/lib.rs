@@ -1,6 +1,8 @@
 //! `ibcm`: an InfiniBand Communication Manager (IBTA CM, MAD class 0x07).
 //!
 //! * [`proto`]: the protocol as a deterministic sans-IO state machine.
+//! * [`App`]: an application run next to an endpoint, with its own timers, by the simulator
+//!   and by the tokio driver alike.
 //! * `rt` (feature `rt`, default): the tokio driver, async API and transports.
 //! * `sim` (feature `sim`): a deterministic network simulator for tests and benchmarks.
 #![deny(unsafe_code)]
@@ -18,6 +20,9 @@
 pub use ibcm_mad as mad;
 
 pub mod proto;
+
+pub mod app;
+pub use app::App;
 
 #[cfg(feature = "sim")]
 pub mod sim;

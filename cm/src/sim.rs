@@ -3,9 +3,11 @@
 //! N [`Endpoint`]s exchange MADs over per-direction [`Link`]s with latency, jitter, loss,
 //! duplication, reordering and corruption drawn from one seeded RNG, plus scripted faults
 //! ([`SimNet::drop_next`], [`SimNet::partition`], [`SimNet::corrupt_next`]). Time is virtual:
-//! [`SimNet::step`] jumps to the next arrival or timer. Each node may have an *application*
-//! (a closure that reacts to its events, e.g. auto-accepting). Everything that happens is
-//! recorded in a trace ([`SimNet::trace`]) that tests print on failure.
+//! [`SimNet::step`] jumps to the next arrival or timer — the endpoints' and their
+//! applications'. Each node may have an *application*, an [`App`] (any closure over its
+//! events is one, e.g. [`auto_accept`]), run in the order the [`crate::app`] docs give, with
+//! its timers fired at their exact deadlines. Everything that happens is recorded in a trace
+//! ([`SimNet::trace`]) that tests print on failure.
 //!
 //! ```
 //! use ibcm::proto::*;
@@ -35,6 +37,7 @@ use ibcm_mad::{AttrId, Guid, Mad, Qpn};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::app::{due, earliest, App, DynApp};
 use crate::proto::{AcceptParams, Endpoint, EndpointConfig, Event, EventKind, PeerAddr};
 
 /// One direction of a link.
@@ -67,12 +70,12 @@ impl Default for Link {
     }
 }
 
-/// A node's application: called for every event of its endpoint.
-pub type App = Box<dyn FnMut(&mut Endpoint, Instant, &Event)>;
+/// A boxed closure application (an [`App`]): called for every event of its endpoint.
+pub type AppFn = Box<dyn FnMut(&mut Endpoint, Instant, &Event)>;
 
 /// An application that accepts every REQ, on QPNs counting up from `first_qpn` (XRC REQs are
 /// accepted as XRC targets), and answers SIDR_REQs with success.
-pub fn auto_accept(first_qpn: u32) -> App {
+pub fn auto_accept(first_qpn: u32) -> AppFn {
     let mut next = first_qpn;
     Box::new(move |ep, now, ev| match &ev.kind {
         EventKind::ReqReceived(req) => {
@@ -101,7 +104,7 @@ pub fn auto_accept(first_qpn: u32) -> App {
 struct Node {
     ep: Endpoint,
     addr: PeerAddr,
-    app: Option<App>,
+    app: Option<Box<dyn DynApp>>,
     events: VecDeque<(Duration, Event)>,
 }
 
@@ -234,13 +237,35 @@ impl SimNet {
         self.nodes[n].addr
     }
 
-    /// Installs a node's application.
+    /// Installs a node's application (replacing the previous one): any [`App`], e.g. an
+    /// [`AppFn`] or an `impl FnMut(&mut Endpoint, Instant, &Event)`.
     ///
     /// # Panics
     /// If `n` is not a node.
     #[allow(clippy::indexing_slicing)]
-    pub fn set_app(&mut self, n: usize, app: App) {
-        self.nodes[n].app = Some(app);
+    pub fn set_app<A: App + 'static>(&mut self, n: usize, app: A) {
+        self.nodes[n].app = Some(Box::new(app));
+    }
+
+    /// Node `n`'s application, if it is an `A`.
+    pub fn app<A: App + 'static>(&self, n: usize) -> Option<&A> {
+        self.nodes.get(n)?.app.as_deref()?.as_any().downcast_ref()
+    }
+
+    /// Runs `f` on node `n`'s application (if it is an `A`) and endpoint at the current
+    /// virtual time, then hands out what follows as after any input (events → app →
+    /// transmit; the MADs go on the wire now). `None` if the node has no `A`.
+    pub fn with_app<A: App + 'static, R>(
+        &mut self,
+        n: usize,
+        f: impl FnOnce(&mut A, &mut Endpoint, Instant) -> R,
+    ) -> Option<R> {
+        let now = self.now;
+        let node = self.nodes.get_mut(n)?;
+        let app = node.app.as_deref_mut()?.as_any_mut().downcast_mut::<A>()?;
+        let r = f(app, &mut node.ep, now);
+        self.flush();
+        Some(r)
     }
 
     /// Takes the events a node produced so far (with their time since the start).
@@ -337,9 +362,17 @@ impl SimNet {
                 while let Some(ev) = node.ep.poll_event() {
                     progressed = true;
                     if let Some(app) = node.app.as_mut() {
-                        app(&mut node.ep, now, &ev);
+                        app.handle_event(&mut node.ep, now, &ev);
                     }
                     node.events.push_back((elapsed, ev));
+                }
+                if let Some(app) = node.app.as_mut() {
+                    app.poll(&mut node.ep, now);
+                    while let Some(ev) = node.ep.poll_event() {
+                        progressed = true;
+                        app.handle_event(&mut node.ep, now, &ev);
+                        node.events.push_back((elapsed, ev));
+                    }
                 }
             }
             if !progressed {
@@ -454,12 +487,7 @@ impl SimNet {
     pub fn step(&mut self) -> bool {
         self.flush();
         let next_arrival = self.queue.peek().map(|Reverse((t, ..))| *t);
-        let next_timer = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| n.ep.poll_timeout().map(|t| (t, i)))
-            .min();
+        let next_timer = self.next_timer();
         let deliver = match (next_arrival, next_timer) {
             (None, None) => return false,
             (Some(_), None) => true,
@@ -478,10 +506,31 @@ impl SimNet {
         } else if let Some((t, i)) = next_timer {
             self.now = self.now.max(t);
             let now = self.now;
-            self.endpoint(i).handle_timeout(now);
+            if let Some(node) = self.nodes.get_mut(i) {
+                if due(node.ep.poll_timeout(), now) {
+                    node.ep.handle_timeout(now);
+                }
+                if let Some(app) = node.app.as_mut() {
+                    if due(app.poll_timeout(), now) {
+                        app.handle_timeout(&mut node.ep, now);
+                    }
+                }
+            }
         }
         self.flush();
         true
+    }
+
+    /// The earliest deadline of any node (endpoint or application), with the node.
+    fn next_timer(&self) -> Option<(Instant, usize)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                let app = n.app.as_ref().and_then(|a| a.poll_timeout());
+                earliest(n.ep.poll_timeout(), app).map(|t| (t, i))
+            })
+            .min()
     }
 
     /// Steps until `done` holds (returns `true`) or `max_steps` steps were taken or nothing is
@@ -510,12 +559,13 @@ impl SimNet {
         false
     }
 
-    /// Advances the clock to `at` (firing timers and delivering packets due before it).
+    /// Advances the clock to `at` (firing the endpoints' and applications' timers and
+    /// delivering packets due before it, each at its exact time).
     pub fn run_until_time(&mut self, at: Instant) {
         loop {
             self.flush();
             let next_arrival = self.queue.peek().map(|Reverse((t, ..))| *t);
-            let next_timer = self.nodes.iter().filter_map(|n| n.ep.poll_timeout()).min();
+            let next_timer = self.next_timer().map(|(t, _)| t);
             let next = [next_arrival, next_timer].into_iter().flatten().min();
             match next {
                 Some(t) if t <= at => {

@@ -56,7 +56,7 @@ fn params(peer: PeerAddr, qpn: u32) -> ConnectParams {
 }
 
 /// Node A's application.
-fn initiator(log: Rc<RefCell<Log>>, peer: PeerAddr) -> ibcm::sim::App {
+fn initiator(log: Rc<RefCell<Log>>, peer: PeerAddr) -> ibcm::sim::AppFn {
     let mut rounds: BTreeMap<u32, u32> = QPNS.iter().map(|&q| (q, 1)).collect();
     Box::new(move |ep, now, ev| {
         let mut l = log.borrow_mut();
@@ -195,7 +195,7 @@ fn run_on(net: &mut SimNet, loss: f64) -> Result<(usize, u64, u32), String> {
     {
         let blog = blog.clone();
         let mut accept = auto_accept(0x1000);
-        net.set_app(
+        net.set_app::<ibcm::sim::AppFn>(
             b,
             Box::new(move |ep, now, ev| {
                 let mut l = blog.borrow_mut();

@@ -168,7 +168,7 @@ fn cell_on(
 impl Cell {
     fn run(&mut self, d: Duration) {
         let at = self.net.now() + d;
-        self.target.run_until_time(&mut self.net, at);
+        self.net.run_until_time(at);
     }
 
     /// Connects from `ini_qpn`; `stall` holds the RTU back (with short REP timeouts, so the
@@ -774,7 +774,7 @@ fn rep_carries_eecn_srq_and_srqns() {
     let qpn = c.qpn;
     let conn = c.connect(ini_qp(), XrcReqData::attach(qpn), false);
     let at = c.net.now() + ms(20);
-    c.target.run_until_time(&mut c.net, at);
+    c.net.run_until_time(at);
     let rep = c
         .net
         .take_events(c.i)
@@ -863,7 +863,7 @@ fn qpn_not_reused_inside_timewait() {
     let peer = net.addr(t);
     let step = |net: &mut SimNet| {
         let at = net.now() + ms(20);
-        target.run_until_time(net, at);
+        net.run_until_time(at);
     };
     let data = XrcReqData::any(Some(P::ProcessBound));
     let c1 = ini
@@ -889,7 +889,7 @@ fn qpn_not_reused_inside_timewait() {
     let now = net.now();
     assert!(net.endpoint_ref(t).qpn_quarantined(old, now).is_some());
     // After every quarantine (the registry's and the CM's): the number is free again.
-    target.run_until_time(&mut net, now + T_TW + ms(500));
+    net.run_until_time(now + T_TW + ms(500));
     assert!(net
         .endpoint_ref(t)
         .qpn_quarantined(old, net.now())
@@ -946,12 +946,12 @@ fn one_tgt_qp_per_initiator() {
                 .unwrap();
             conns.push(c);
             let at = net.now() + ms(5);
-            target.run_until_time(&mut net, at);
+            net.run_until_time(at);
         }
         inis.push((ini, conns));
     }
     let at = net.now() + ms(20);
-    target.run_until_time(&mut net, at);
+    net.run_until_time(at);
     let mut qpns = Vec::new();
     for (ini, conns) in &inis {
         let got: Vec<(Qpn, Vec<SrqNum>)> = conns
@@ -969,4 +969,32 @@ fn one_tgt_qp_per_initiator() {
     assert_ne!(qpns[0], qpns[1]);
     let st = target.target().stats();
     assert_eq!((st.created, st.attached), (2, 4));
+}
+
+/// The registry's quarantine timers are the target app's timers: the simulator's ordinary
+/// steps end a quarantine at its exact deadline (no separate clock to advance).
+#[test]
+fn quarantine_ends_at_its_deadline_in_ordinary_steps() {
+    let mut c = cell(P::Explicit, false, 1, 0);
+    let (qpn, owner) = (c.qpn, c.creator);
+    c.target
+        .with(&mut c.net, |x, _, now| {
+            x.registry_mut().destroy(now, qpn, owner)
+        })
+        .unwrap();
+    // The DREQ exchange settles; the QP is held in ERR, its number quarantined.
+    let (i, conn) = (c.i, c.conns[0]);
+    assert!(c
+        .net
+        .run_until(|n| n.endpoint_ref(i).state(conn).is_none(), 10_000));
+    assert!(c.kernel.tgt_qp_exists(qpn));
+    let deadline = c
+        .target
+        .target()
+        .poll_timeout()
+        .expect("a quarantine timer");
+    assert!(deadline > c.net.now());
+    let kernel = &c.kernel;
+    assert!(c.net.run_until(|_| !kernel.tgt_qp_exists(qpn), 100_000));
+    assert_eq!(c.net.now(), deadline, "destroyed at the quarantine's end");
 }

@@ -1,79 +1,22 @@
-//! The task that owns the [`proto::Endpoint`](crate::proto::Endpoint) and its transport.
+//! The task that owns the [`proto::Endpoint`](crate::proto::Endpoint), its transport and
+//! its [`App`](crate::App), if any.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::time::Instant;
 
-use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
-use tokio::sync::{mpsc, oneshot, watch};
+use ibcm_mad::{RejReason, ServiceId};
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
 
-use super::handle::{
-    status_channel, CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer,
-};
+use super::command::{Command, Reply};
+use super::types::{status_channel, CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer};
 use super::DatagramTransport;
-use crate::proto::{
-    AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, EndpointConfig, Event,
-    EventKind, ListenOptions, SidrRepParams, SidrReqParams, Stats,
-};
+use crate::app::{due, earliest, DynApp};
+use crate::proto::{CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, SidrRepParams};
 
-type Reply<T> = oneshot::Sender<T>;
-
-/// Commands from the handles.
-#[derive(Debug)]
-pub(crate) enum Command {
-    Connect {
-        params: ConnectParams,
-        reply: Reply<Result<(ConnId, watch::Receiver<ConnStatus>), ConnectError>>,
-    },
-    Listen {
-        service_id: ServiceId,
-        options: ListenOptions,
-        tx: mpsc::UnboundedSender<(ConnId, IncomingKind)>,
-        reply: Reply<()>,
-    },
-    Unlisten {
-        service_id: ServiceId,
-    },
-    Accept {
-        conn: ConnId,
-        params: AcceptParams,
-        reply: Reply<Result<watch::Receiver<ConnStatus>, CallError>>,
-    },
-    Reject {
-        conn: ConnId,
-        reason: RejReason,
-        ari: Vec<u8>,
-        private_data: Vec<u8>,
-        reply: Reply<Result<(), CallError>>,
-    },
-    Mra {
-        conn: ConnId,
-        service_timeout: TimeoutExp,
-        reply: Reply<Result<(), CallError>>,
-    },
-    Disconnect {
-        conn: ConnId,
-        private_data: Vec<u8>,
-        reply: Reply<Result<(), CallError>>,
-    },
-    Sidr {
-        params: SidrReqParams,
-        reply: Reply<Result<oneshot::Receiver<Result<SidrAnswer, CmError>>, ConnectError>>,
-    },
-    SidrReply {
-        id: ConnId,
-        params: SidrRepParams,
-        reply: Reply<Result<(), CallError>>,
-    },
-    Stats {
-        reply: Reply<Stats>,
-    },
-    Len {
-        reply: Reply<usize>,
-    },
-    Shutdown,
-}
+/// The application a driver runs (sent to its task: `Send`).
+pub(crate) type BoxApp = Box<dyn DynApp + Send>;
 
 /// The driver: one task, one endpoint, one timer.
 pub(crate) struct Driver<T> {
@@ -84,6 +27,7 @@ pub(crate) struct Driver<T> {
     reps: Reps,
     listeners: BTreeMap<ServiceId, mpsc::UnboundedSender<(ConnId, IncomingKind)>>,
     sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
+    app: Option<BoxApp>,
 }
 
 fn now() -> Instant {
@@ -97,6 +41,7 @@ impl<T: DatagramTransport> Driver<T> {
         rx: mpsc::UnboundedReceiver<Command>,
         registry: Registry,
         reps: Reps,
+        app: Option<BoxApp>,
     ) -> Self {
         if config.local_gid == ibcm_mad::Gid::ZERO {
             if let Some(g) = transport.local_addr().gid() {
@@ -111,6 +56,7 @@ impl<T: DatagramTransport> Driver<T> {
             reps,
             listeners: BTreeMap::new(),
             sidr: BTreeMap::new(),
+            app,
         }
     }
 
@@ -120,7 +66,8 @@ impl<T: DatagramTransport> Driver<T> {
         let mut armed: Option<Instant> = None;
         loop {
             self.flush().await?;
-            let deadline = self.ep.poll_timeout();
+            let app_deadline = self.app.as_ref().and_then(|a| a.poll_timeout());
+            let deadline = earliest(self.ep.poll_timeout(), app_deadline);
             if deadline != armed {
                 if let Some(d) = deadline {
                     sleep.as_mut().reset(tokio::time::Instant::from_std(d));
@@ -141,16 +88,36 @@ impl<T: DatagramTransport> Driver<T> {
                 },
                 () = &mut sleep, if armed.is_some() => {
                     armed = None;
-                    self.ep.handle_timeout(now());
+                    self.on_timeout(now());
                 }
             }
         }
     }
 
-    /// Sends what the endpoint queued and dispatches its events.
+    /// The timer fired: the endpoint's timers, then the app's, each if due.
+    fn on_timeout(&mut self, now: Instant) {
+        if due(self.ep.poll_timeout(), now) {
+            self.ep.handle_timeout(now);
+        }
+        if let Some(app) = self.app.as_mut() {
+            if due(app.poll_timeout(), now) {
+                app.handle_timeout(&mut self.ep, now);
+            }
+        }
+    }
+
+    /// After an input: events (to the app, then the handles), the app's deferred work, and
+    /// what the endpoint queued onto the wire (the order of [`crate::app`]).
     async fn flush(&mut self) -> io::Result<()> {
         loop {
             let mut progressed = false;
+            while let Some(ev) = self.ep.poll_event() {
+                progressed = true;
+                self.on_event(ev);
+            }
+            if let Some(app) = self.app.as_mut() {
+                app.poll(&mut self.ep, now());
+            }
             while let Some(t) = self.ep.poll_transmit() {
                 progressed = true;
                 if let Err(e) = self.transport.send(t.to, &t.mad).await {
@@ -158,12 +125,12 @@ impl<T: DatagramTransport> Driver<T> {
                     debug!(to = %t.to, error = %e, "send failed");
                 }
             }
-            while let Some(ev) = self.ep.poll_event() {
-                progressed = true;
-                self.on_event(ev);
-            }
             if !progressed {
-                return Ok(());
+                // The app's deferred work may have produced events (and nothing to send).
+                match self.ep.poll_event() {
+                    Some(ev) => self.on_event(ev),
+                    None => return Ok(()),
+                }
             }
         }
     }
@@ -177,6 +144,11 @@ impl<T: DatagramTransport> Driver<T> {
     fn on_event(&mut self, ev: Event) {
         let span = debug_span!("conn", id = %ev.conn);
         let _g = span.enter();
+        if let Some(app) = self.app.as_mut() {
+            if app.handle_event(&mut self.ep, now(), &ev) {
+                return;
+            }
+        }
         match ev.kind {
             EventKind::ReqReceived(req) => {
                 self.registry.insert(ev.conn, status_channel());
@@ -339,6 +311,10 @@ impl<T: DatagramTransport> Driver<T> {
             }
             Command::Len { reply } => {
                 let _ = reply.send(self.ep.len());
+            }
+            Command::WithApp(call) => {
+                let app = self.app.as_mut().map(|a| a.as_any_mut());
+                (call.0)(app, &mut self.ep, t);
             }
             Command::Shutdown => {}
         }

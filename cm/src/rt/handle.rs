@@ -1,7 +1,7 @@
 //! The async API: [`Cm`] (the endpoint handle), [`Connection`], [`Listener`], [`Incoming`].
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use ibcm_mad::{Qpn, RejReason, ServiceId, TimeoutExp};
@@ -9,66 +9,15 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use super::driver::{Command, Driver};
+use super::command::{AppCall, Command};
+use super::driver::{BoxApp, Driver};
+use super::types::{CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer};
 use super::DatagramTransport;
+use crate::app::App;
 use crate::proto::{
-    AcceptParams, CallError, ConnId, ConnectError, ConnectParams, ConnectionError, EndpointConfig,
-    IncomingRequest, IncomingSidr, ListenOptions, PeerAddr, SidrRepParams, SidrReqParams, Stats,
+    AcceptParams, ConnId, ConnectParams, ConnectionError, Endpoint, EndpointConfig,
+    IncomingRequest, ListenOptions, PeerAddr, SidrRepParams, SidrReqParams, Stats,
 };
-
-/// The answer to a SIDR_REQ.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SidrAnswer {
-    /// Status.
-    pub status: ibcm_mad::SidrStatus,
-    /// The serving UD QP.
-    pub qpn: Qpn,
-    /// Its Q_Key.
-    pub qkey: ibcm_mad::Qkey,
-    /// Private data (trailing zeros trimmed).
-    pub private_data: Vec<u8>,
-}
-
-/// What a connection handle can observe.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConnStatus {
-    /// Being set up.
-    Connecting,
-    /// Established.
-    Established,
-    /// Closed (TimeWait may still run).
-    Closed(ConnectionError),
-    /// Closed and out of TimeWait: the comm ID and QPN are free again.
-    Gone(ConnectionError),
-}
-
-/// The registry the handles read: connection ID → status, written by the driver only.
-pub(crate) type Registry = Arc<DashMap<ConnId, watch::Sender<ConnStatus>>>;
-
-/// The REPs active connections received (QPN, private data, XRC TGT QPN), written by the
-/// driver, removed with the connection.
-pub(crate) type Reps = Arc<DashMap<ConnId, crate::proto::RepInfo>>;
-
-/// Errors of the async API.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CmError {
-    /// The connect call was refused at once.
-    #[error(transparent)]
-    Connect(#[from] ConnectError),
-    /// The call on a connection was refused at once.
-    #[error(transparent)]
-    Call(#[from] CallError),
-    /// The connection failed or ended.
-    #[error(transparent)]
-    Connection(#[from] ConnectionError),
-    /// The driver task is gone (shut down, or its transport failed).
-    #[error("the CM endpoint's driver task has stopped")]
-    DriverGone,
-    /// SIDR_REQ unanswered.
-    #[error("SIDR request timed out")]
-    SidrTimedOut,
-}
 
 /// A cloneable handle to a CM endpoint running in a tokio task.
 ///
@@ -117,16 +66,66 @@ impl Cm {
     /// Starts an endpoint on `transport` in a new tokio task. Returns the handle and the
     /// task, which ends when every handle is dropped, on [`Cm::shutdown`], or when the
     /// transport fails (its error is the task's output).
+    /// No application runs next to the endpoint: every event goes to the handles (see
+    /// [`Cm::bind_with_app`]).
     pub fn bind<T: DatagramTransport>(
         transport: T,
         config: EndpointConfig,
     ) -> (Cm, JoinHandle<std::io::Result<()>>) {
+        Self::spawn(transport, config, None)
+    }
+
+    /// [`Cm::bind`] with an [`App`] run inside the driver task, next to the endpoint, in the
+    /// order the [`crate::app`] docs give; the driver's one timer also fires the app's
+    /// deadlines. Every event goes to the app first; the events it consumes
+    /// ([`App::handle_event`] returns `true`) are not delivered to handles (a REQ the app
+    /// consumed reaches no [`Listener`] and gets no [`Connection`] handle), the others are, as
+    /// with [`Cm::bind`]. Reach the app from async code with [`Cm::with_app`].
+    pub fn bind_with_app<T: DatagramTransport, A: App + Send + 'static>(
+        transport: T,
+        config: EndpointConfig,
+        app: A,
+    ) -> (Cm, JoinHandle<std::io::Result<()>>) {
+        Self::spawn(transport, config, Some(Box::new(app)))
+    }
+
+    fn spawn<T: DatagramTransport>(
+        transport: T,
+        config: EndpointConfig,
+        app: Option<BoxApp>,
+    ) -> (Cm, JoinHandle<std::io::Result<()>>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let registry: Registry = Arc::new(DashMap::new());
         let reps: Reps = Arc::new(DashMap::new());
-        let driver = Driver::new(transport, config, rx, registry.clone(), reps.clone());
+        let driver = Driver::new(transport, config, rx, registry.clone(), reps.clone(), app);
         let task = tokio::spawn(driver.run());
         (Cm { tx, registry, reps }, task)
+    }
+
+    /// Runs `f` inside the driver task on its app (of type `A`, installed with
+    /// [`Cm::bind_with_app`]) and the endpoint, at the driver's current time. What follows —
+    /// events, the app's [`App::poll`], transmissions, the re-armed timer — is handled as after
+    /// any input.
+    ///
+    /// # Errors
+    /// [`CmError::NoApp`] if the endpoint runs no `A`; [`CmError::DriverGone`].
+    pub async fn with_app<A, R, F>(&self, f: F) -> Result<R, CmError>
+    where
+        A: App + 'static,
+        R: Send + 'static,
+        F: FnOnce(&mut A, &mut Endpoint, Instant) -> R + Send + 'static,
+    {
+        let r = self
+            .call(|reply| {
+                Command::WithApp(AppCall(Box::new(move |app, ep, now| {
+                    let r = app
+                        .and_then(|a| a.downcast_mut::<A>())
+                        .map(|a| f(a, ep, now));
+                    let _ = reply.send(r);
+                })))
+            })
+            .await?;
+        r.ok_or(CmError::NoApp)
     }
 
     async fn call<R>(&self, f: impl FnOnce(oneshot::Sender<R>) -> Command) -> Result<R, CmError> {
@@ -325,15 +324,6 @@ impl Connection {
     }
 }
 
-/// An incoming connection or SIDR request on a [`Listener`].
-#[derive(Debug)]
-pub enum IncomingKind {
-    /// A REQ.
-    Connect(Box<IncomingRequest>),
-    /// A SIDR_REQ.
-    Sidr(Box<IncomingSidr>),
-}
-
 /// A request that must be answered: [`accept`](Incoming::accept),
 /// [`reject`](Incoming::reject) or (for a REQ) [`mra`](Incoming::mra). Dropping it unanswered
 /// rejects it (REJ 28 / SIDR status 2) and logs a warning.
@@ -520,10 +510,6 @@ impl Drop for Listener {
 
 /// A default for waiting on paused-clock tests and tools.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
-pub(crate) fn status_channel() -> watch::Sender<ConnStatus> {
-    watch::Sender::new(ConnStatus::Connecting)
-}
 
 impl Cm {
     /// A handle to an existing connection by ID (e.g. one accepted elsewhere).

@@ -5,20 +5,24 @@
 //! on one timer, re-armed only when the endpoint's next deadline changes, and reads the clock
 //! through tokio (so `#[tokio::test(start_paused = true)]` tests run in virtual time).
 //!
+//! [`Cm::bind_with_app`] runs an [`App`](crate::App) in that task too: it sees every event
+//! with `&mut Endpoint`, and its deadlines are folded into the one timer
+//! ([`crate::app`]: call order); [`Cm::with_app`] reaches it from async code.
+//!
 //! Transports: [`MemNetwork`]/[`MemTransport`] (in-process), [`UdpTransport`] (RoCEv2 over a
 //! UDP socket) and [`UmadTransport`] (Linux `/dev/infiniband/umadN`).
 
+mod command;
 mod driver;
 mod handle;
 mod sys;
 mod transport;
+mod types;
 pub mod udp;
 pub mod umad;
 
-pub use handle::{
-    Cm, CmError, ConnStatus, Connection, Incoming, IncomingKind, Listener, SidrAnswer,
-    DEFAULT_TIMEOUT,
-};
+pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT};
 pub use transport::{DatagramTransport, MemNetwork, MemTransport};
+pub use types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 pub use udp::{IcrcPolicy, UdpStats, UdpTransport};
 pub use umad::{UmadError, UmadHdr, UmadTransport};

@@ -387,10 +387,13 @@ trait Fabric {
     /// The initiator disconnects `name`.
     fn disconnect(&mut self, name: &str) -> Result<(), Error>;
     /// Acts on the target (the registry) and sends what follows.
-    fn target(&mut self, f: &mut dyn FnMut(&mut XrcTarget, Instant)) -> Result<(), Error>;
+    fn target(&mut self, f: TargetFn) -> Result<(), Error>;
     /// The TGT QPN node `node` was last given.
     fn tgt_qpn(&self, node: usize) -> Option<Qpn>;
 }
+
+/// An action on the target (run inside the tokio driver for the UDP fabric: `Send`).
+type TargetFn = Box<dyn FnOnce(&mut XrcTarget, Instant) + Send>;
 
 fn drain_trace(t: &mut XrcTarget, rec: &Rec) {
     while let Some(e) = t.registry_mut().poll_trace() {
@@ -516,14 +519,14 @@ impl Fabric for SimFabric {
 
     fn at(&mut self, ms: u64) -> Result<(), Error> {
         let at = self.t0 + Duration::from_millis(ms);
-        self.target.run_until_time(&mut self.net, at);
+        self.net.run_until_time(at);
         self.trace();
         Ok(())
     }
 
     fn settle(&mut self) -> Result<(), Error> {
         let at = self.net.now() + Duration::from_millis(5);
-        self.target.run_until_time(&mut self.net, at);
+        self.net.run_until_time(at);
         self.trace();
         Ok(())
     }
@@ -561,7 +564,7 @@ impl Fabric for SimFabric {
         self.settle()
     }
 
-    fn target(&mut self, f: &mut dyn FnMut(&mut XrcTarget, Instant)) -> Result<(), Error> {
+    fn target(&mut self, f: TargetFn) -> Result<(), Error> {
         self.target.with(&mut self.net, |x, _, now| f(x, now));
         self.settle()
     }
@@ -637,11 +640,10 @@ impl UdpFabric {
                 local_ca_guid: Guid(0x7),
                 ..EndpointConfig::default()
             };
-            let (tcm, _) = Cm::bind(ts, cfg.clone());
-            let server = XrcServer::new(tcm, &cfg, target)?;
             let last_qpn: Arc<Mutex<BTreeMap<Guid, Qpn>>> = Arc::default();
             let (r, last) = (rec.clone(), last_qpn.clone());
-            server.set_observer(Box::new(move |at, e| {
+            let mut target = target;
+            target.set_observer(Box::new(move |at, e| {
                 if let TargetEvent::Accepted { peer, qpn, .. } = &e {
                     last.lock()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -649,11 +651,12 @@ impl UdpFabric {
                 }
                 r.target_event(at, e);
             }));
-            for i in 0..PROCS.len() {
-                let svc = server
-                    .with_target(|t, _| t.service(service(i)).cloned())
-                    .ok_or("service")?;
-                server.spawn_listener(service(i), svc).await?;
+            let services: Vec<_> = (0..PROCS.len())
+                .map(|i| (service(i), target.service(service(i)).cloned()))
+                .collect();
+            let (server, _) = XrcServer::bind(ts, cfg, target);
+            for (sid, svc) in services {
+                server.listen(sid, svc.ok_or("service")?).await?;
             }
             let mut inis = Vec::new();
             for (t, (_, guid, _)) in [a, b].into_iter().zip(NODES) {
@@ -686,7 +689,9 @@ impl UdpFabric {
 
     fn trace(&mut self) {
         let rec = self.rec.clone();
-        self.server.with_target(|x, _| drain_trace(x, &rec));
+        let _ = self
+            .rt
+            .block_on(self.server.with_target(move |x, _| drain_trace(x, &rec)));
     }
 
     fn sleep_until(&mut self, at: Instant) {
@@ -785,8 +790,8 @@ impl Fabric for UdpFabric {
         self.settle()
     }
 
-    fn target(&mut self, f: &mut dyn FnMut(&mut XrcTarget, Instant)) -> Result<(), Error> {
-        self.server.with_target(|x, now| f(x, now));
+    fn target(&mut self, f: TargetFn) -> Result<(), Error> {
+        self.rt.block_on(self.server.with_target(f))?;
         self.settle()
     }
 
@@ -858,9 +863,9 @@ fn exit(f: &mut dyn Fabric, node: &TargetNode, p: usize) -> Result<(), Error> {
         name,
         "exits (its connections stay with the node's CM)".to_owned(),
     );
-    f.target(&mut |x, now| {
+    f.target(Box::new(move |x, now| {
         x.registry_mut().process_exit(now, who);
-    })
+    }))
 }
 
 fn disconnect(f: &mut dyn Fabric, node: &str, name: &str) -> Result<(), Error> {
@@ -906,10 +911,10 @@ fn explicit(f: &mut dyn Fabric, node: &TargetNode) -> Result<(), Error> {
         "t2",
         format!("adopts TGT QP {qa}, then destroys it"),
     );
-    f.target(&mut |x, now| {
+    f.target(Box::new(move |x, now| {
         let _ = x.registry_mut().adopt(now, qa, t2);
         let _ = x.registry_mut().destroy(now, qa, t2);
-    })?;
+    }))?;
     f.at(1600)?;
     reconnect(f, 0, 1, XrcReqData::attach(qa))?;
     f.at(1700)?;
@@ -936,9 +941,9 @@ fn domain_bound(f: &mut dyn Fabric, node: &TargetNode) -> Result<(), Error> {
         "ends: the keeper closes domain job42".to_owned(),
     );
     let dom = node.dom;
-    f.target(&mut |x, now| {
+    f.target(Box::new(move |x, now| {
         let _ = x.registry_mut().close_domain(now, dom);
-    })?;
+    }))?;
     f.at(2100)?;
     reconnect(f, 1, 1, XrcReqData::attach(qb))?;
     f.at(6500)?;
@@ -999,12 +1004,7 @@ fn shared(
         "keeper",
         "is SIGKILLed: the kernel drops every handle it held; a new keeper starts".to_owned(),
     );
-    let mut restarted = Some(restarted);
-    f.target(&mut |x, now| {
-        if let Some(r) = restarted.take() {
-            x.keeper_crash(now, r);
-        }
-    })?;
+    f.target(Box::new(move |x, now| x.keeper_crash(now, restarted)))?;
     kernel_view(f, node);
     f.at(2100)?;
     reconnect(f, 1, 1, XrcReqData::attach(qb))?;

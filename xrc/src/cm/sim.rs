@@ -1,14 +1,11 @@
-//! [`XrcTarget`] and [`XrcInitiator`] as applications of nodes of ibcm's deterministic
-//! simulator ([`ibcm::sim::SimNet`]).
+//! [`XrcTarget`] and [`XrcInitiator`] as the applications ([`ibcm::App`]) of nodes of ibcm's
+//! deterministic simulator ([`ibcm::sim::SimNet`]).
 //!
-//! The simulator calls a node's application for every event of its endpoint; these helpers
-//! install the XRC logic as that application and keep a shared handle so a test (or the
-//! `xrc_policies` example) can act on the target between steps — destroy a QP, let a process
-//! exit, close a domain — and watch the DREQs and REJs cross the simulated wire.
-//!
-//! The registry's quarantine timers are not the endpoint's, so the simulator does not see
-//! them: advance time with [`SimTarget::run_until_time`], which fires them at their exact
-//! deadline.
+//! The handles share the app with the simulator, so a test (or the `xrc_policies` example)
+//! can act on the target between steps — destroy a QP, let a process exit, close a domain —
+//! and watch the DREQs and REJs cross the simulated wire. The simulator fires the registry's
+//! quarantine timers at their exact deadlines like the endpoints' ([`SimNet::run_until_time`],
+//! [`SimNet::run_until`]…).
 //!
 //! ```
 //! use ibcm::proto::EndpointConfig;
@@ -37,13 +34,11 @@
 //! let peer = net.addr(t);
 //! let data = XrcReqData::any(Some(OwnershipPolicy::Explicit));
 //! let c = ini.connect(&mut net, peer, sid, Qpn::new(0x99).unwrap(), &data).unwrap();
-//! let at = net.now() + Duration::from_millis(10);
-//! target.run_until_time(&mut net, at);
+//! net.run_until_time(net.now() + Duration::from_millis(10));
 //! let qpn = ini.with(|x| x.rep(c).map(|r| r.tgt_qpn)).unwrap();
 //! // The owner destroys the QP: the target sends a DREQ, the initiator learns why.
 //! target.with(&mut net, |x, _, now| x.registry_mut().destroy(now, qpn, owner)).unwrap();
-//! let at = net.now() + Duration::from_millis(10);
-//! target.run_until_time(&mut net, at);
+//! net.run_until_time(net.now() + Duration::from_millis(10));
 //! assert!(matches!(ini.with(|x| x.outcome(c).cloned()), Some(IniOutcome::TargetGone { .. })));
 //! ```
 
@@ -51,47 +46,73 @@ use std::cell::{Ref, RefCell, RefMut};
 use std::rc::Rc;
 use std::time::Instant;
 
-use ibcm::proto::{ConnId, ConnectError, Endpoint, PeerAddr};
-use ibcm::sim::{App, SimNet};
+use ibcm::proto::{ConnId, ConnectError, Endpoint, Event, PeerAddr};
+use ibcm::sim::{AppFn, SimNet};
+use ibcm::App;
 use ibcm_mad::{Qpn, ServiceId};
 
-use super::{IniEvent, TargetEvent, XrcInitiator, XrcTarget};
-
-/// Called with each [`TargetEvent`] as it happens (virtual time).
-pub type TargetObserver = Box<dyn FnMut(Instant, TargetEvent)>;
-
-/// Called with each [`IniEvent`] as it happens (virtual time).
-pub type IniObserver = Box<dyn FnMut(Instant, IniEvent)>;
-
-type Slot<T> = Rc<RefCell<Option<T>>>;
-
-fn drain_target(t: &mut XrcTarget, obs: &Slot<TargetObserver>, now: Instant) {
-    if let Ok(mut o) = obs.try_borrow_mut() {
-        if let Some(f) = o.as_mut() {
-            while let Some(e) = t.poll_event() {
-                f(now, e);
-            }
-        }
-    }
-}
-
-fn drain_ini(i: &mut XrcInitiator, obs: &Slot<IniObserver>, now: Instant) {
-    if let Ok(mut o) = obs.try_borrow_mut() {
-        if let Some(f) = o.as_mut() {
-            while let Some(e) = i.poll_event() {
-                f(now, e);
-            }
-        }
-    }
-}
+use super::{IniObserver, TargetObserver, XrcInitiator, XrcTarget};
 use crate::wire::XrcReqData;
+
+/// A shared app installed in a node, and what gets the events it does not consume.
+struct Installed<A> {
+    app: Rc<RefCell<A>>,
+    fallback: Option<AppFn>,
+}
+
+impl<A: App> App for Installed<A> {
+    fn handle_event(&mut self, ep: &mut Endpoint, now: Instant, event: &Event) -> bool {
+        let mine = self
+            .app
+            .try_borrow_mut()
+            .is_ok_and(|mut a| a.handle_event(ep, now, event));
+        if !mine {
+            if let Some(f) = self.fallback.as_mut() {
+                f(ep, now, event);
+            }
+        }
+        mine
+    }
+
+    fn poll(&mut self, ep: &mut Endpoint, now: Instant) {
+        if let Ok(mut a) = self.app.try_borrow_mut() {
+            a.poll(ep, now);
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.app.try_borrow().ok().and_then(|a| a.poll_timeout())
+    }
+
+    fn handle_timeout(&mut self, ep: &mut Endpoint, now: Instant) {
+        if let Ok(mut a) = self.app.try_borrow_mut() {
+            a.handle_timeout(ep, now);
+        }
+    }
+}
+
+fn install<A: App + 'static>(
+    net: &mut SimNet,
+    node: usize,
+    app: A,
+    fallback: Option<AppFn>,
+) -> Rc<RefCell<A>> {
+    let app = Rc::new(RefCell::new(app));
+    net.set_app(
+        node,
+        Installed {
+            app: app.clone(),
+            fallback,
+        },
+    );
+    app
+}
 
 /// An [`XrcTarget`] installed as a simulator node's application.
 #[derive(Clone)]
 pub struct SimTarget {
     node: usize,
     target: Rc<RefCell<XrcTarget>>,
-    observer: Slot<TargetObserver>,
 }
 
 impl std::fmt::Debug for SimTarget {
@@ -109,7 +130,8 @@ impl SimTarget {
     /// # Panics
     /// If `node` is not a node of `net` (a test bug; the simulator's own rule).
     pub fn install(net: &mut SimNet, node: usize, target: XrcTarget) -> Self {
-        Self::install_with(net, node, target, Box::new(|_, _, _| {}))
+        let target = install(net, node, target, None);
+        Self { node, target }
     }
 
     /// Installs `target` with `fallback` for the events it does not handle (non-XRC REQs,
@@ -117,42 +139,18 @@ impl SimTarget {
     ///
     /// # Panics
     /// If `node` is not a node of `net`.
-    pub fn install_with(
-        net: &mut SimNet,
-        node: usize,
-        target: XrcTarget,
-        mut fallback: App,
-    ) -> Self {
-        let target = Rc::new(RefCell::new(target));
-        let observer: Slot<TargetObserver> = Rc::new(RefCell::new(None));
-        let (t, obs) = (target.clone(), observer.clone());
-        net.set_app(
-            node,
-            Box::new(move |ep, now, ev| {
-                let handled = match t.try_borrow_mut() {
-                    Ok(mut x) => {
-                        let h = x.handle_event(ep, now, ev);
-                        drain_target(&mut x, &obs, now);
-                        h
-                    }
-                    Err(_) => false,
-                };
-                if !handled {
-                    fallback(ep, now, ev);
-                }
-            }),
-        );
-        Self {
-            node,
-            target,
-            observer,
-        }
+    pub fn install_with(net: &mut SimNet, node: usize, target: XrcTarget, fallback: AppFn) -> Self {
+        let target = install(net, node, target, Some(fallback));
+        Self { node, target }
     }
 
-    /// Hands every [`TargetEvent`] to `f` as it happens, with its virtual time (instead of
-    /// leaving them for [`XrcTarget::poll_event`]).
+    /// Hands every [`TargetEvent`](super::TargetEvent) to `f` as it happens, with its
+    /// virtual time ([`XrcTarget::set_observer`]).
+    ///
+    /// # Panics
+    /// If the target is borrowed.
     pub fn set_observer(&self, f: TargetObserver) {
-        *self.observer.borrow_mut() = Some(f);
+        self.target.borrow_mut().set_observer(f);
     }
 
     /// The node.
@@ -168,8 +166,8 @@ impl SimTarget {
         self.target.borrow()
     }
 
-    /// The target, mutably. Teardowns it causes are sent at the next [`SimTarget::with`] or
-    /// [`SimTarget::run_until_time`]; prefer [`SimTarget::with`].
+    /// The target, mutably. Teardowns it causes are sent after the next input of the node
+    /// (or at the next [`SimTarget::with`]); prefer [`SimTarget::with`].
     ///
     /// # Panics
     /// If it is already borrowed.
@@ -192,38 +190,7 @@ impl SimTarget {
         let mut t = self.target.borrow_mut();
         let r = f(&mut t, ep, now);
         t.flush(ep, now);
-        drain_target(&mut t, &self.observer, now);
         r
-    }
-
-    /// Advances the simulation to `at`, firing the endpoints' timers, deliveries and the
-    /// registry's quarantine timers in time order.
-    ///
-    /// # Panics
-    /// If the target is borrowed.
-    pub fn run_until_time(&self, net: &mut SimNet, at: Instant) {
-        // Each round ends at least one quarantine; the bound only guards against a registry
-        // that would not clear a due deadline.
-        for _ in 0..100_000 {
-            let next = self.target.borrow().poll_timeout();
-            match next {
-                Some(t) if t <= at => {
-                    net.run_until_time(t);
-                    let now = net.now();
-                    self.with(net, |x, _, _| x.handle_timeout(now));
-                    if self
-                        .target
-                        .borrow()
-                        .poll_timeout()
-                        .is_some_and(|n| n <= now)
-                    {
-                        break;
-                    }
-                }
-                _ => break,
-            }
-        }
-        net.run_until_time(at);
     }
 }
 
@@ -232,7 +199,6 @@ impl SimTarget {
 pub struct SimInitiator {
     node: usize,
     ini: Rc<RefCell<XrcInitiator>>,
-    observer: Slot<IniObserver>,
 }
 
 impl std::fmt::Debug for SimInitiator {
@@ -249,29 +215,17 @@ impl SimInitiator {
     /// # Panics
     /// If `node` is not a node of `net`.
     pub fn install(net: &mut SimNet, node: usize) -> Self {
-        let ini = Rc::new(RefCell::new(XrcInitiator::new()));
-        let observer: Slot<IniObserver> = Rc::new(RefCell::new(None));
-        let (i, obs) = (ini.clone(), observer.clone());
-        net.set_app(
-            node,
-            Box::new(move |ep, now, ev| {
-                if let Ok(mut x) = i.try_borrow_mut() {
-                    x.handle_event(ep, now, ev);
-                    drain_ini(&mut x, &obs, now);
-                }
-            }),
-        );
-        Self {
-            node,
-            ini,
-            observer,
-        }
+        let ini = install(net, node, XrcInitiator::new(), None);
+        Self { node, ini }
     }
 
-    /// Hands every [`IniEvent`] to `f` as it happens, with its virtual time (instead of
-    /// leaving them for [`XrcInitiator::poll_event`]).
+    /// Hands every [`IniEvent`](super::IniEvent) to `f` as it happens, with its virtual time
+    /// ([`XrcInitiator::set_observer`]).
+    ///
+    /// # Panics
+    /// If the initiator is borrowed.
     pub fn set_observer(&self, f: IniObserver) {
-        *self.observer.borrow_mut() = Some(f);
+        self.ini.borrow_mut().set_observer(f);
     }
 
     /// The node.
@@ -294,11 +248,9 @@ impl SimInitiator {
         ini_qpn: Qpn,
         data: &XrcReqData,
     ) -> Result<ConnId, ConnectError> {
-        let now = net.now();
-        let ep = net.endpoint(self.node);
-        self.ini
-            .borrow_mut()
-            .connect(ep, now, peer, service_id, ini_qpn, data, &[])
+        self.with_ep(net, |x, ep, now| {
+            x.connect(ep, now, peer, service_id, ini_qpn, data, &[])
+        })
     }
 
     /// Sends a REQ with parameters made by [`xrc_connect_params`](super::xrc_connect_params)
@@ -314,9 +266,7 @@ impl SimInitiator {
         net: &mut SimNet,
         params: ibcm::proto::ConnectParams,
     ) -> Result<ConnId, ConnectError> {
-        let now = net.now();
-        let ep = net.endpoint(self.node);
-        self.ini.borrow_mut().connect_with(ep, now, params)
+        self.with_ep(net, |x, ep, now| x.connect_with(ep, now, params))
     }
 
     /// Runs `f` on the initiator and its endpoint at the current virtual time (e.g. to

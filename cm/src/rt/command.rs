@@ -1,0 +1,86 @@
+//! The commands the handles send the driver.
+
+use std::any::Any;
+use std::fmt;
+use std::time::Instant;
+
+use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
+use crate::proto::{
+    AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, ListenOptions,
+    SidrRepParams, SidrReqParams, Stats,
+};
+
+pub(crate) type Reply<T> = oneshot::Sender<T>;
+
+/// Commands from the handles.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Connect {
+        params: ConnectParams,
+        reply: Reply<Result<(ConnId, watch::Receiver<ConnStatus>), ConnectError>>,
+    },
+    Listen {
+        service_id: ServiceId,
+        options: ListenOptions,
+        tx: mpsc::UnboundedSender<(ConnId, IncomingKind)>,
+        reply: Reply<()>,
+    },
+    Unlisten {
+        service_id: ServiceId,
+    },
+    Accept {
+        conn: ConnId,
+        params: AcceptParams,
+        reply: Reply<Result<watch::Receiver<ConnStatus>, CallError>>,
+    },
+    Reject {
+        conn: ConnId,
+        reason: RejReason,
+        ari: Vec<u8>,
+        private_data: Vec<u8>,
+        reply: Reply<Result<(), CallError>>,
+    },
+    Mra {
+        conn: ConnId,
+        service_timeout: TimeoutExp,
+        reply: Reply<Result<(), CallError>>,
+    },
+    Disconnect {
+        conn: ConnId,
+        private_data: Vec<u8>,
+        reply: Reply<Result<(), CallError>>,
+    },
+    Sidr {
+        params: SidrReqParams,
+        reply: Reply<Result<oneshot::Receiver<Result<SidrAnswer, CmError>>, ConnectError>>,
+    },
+    SidrReply {
+        id: ConnId,
+        params: SidrRepParams,
+        reply: Reply<Result<(), CallError>>,
+    },
+    Stats {
+        reply: Reply<Stats>,
+    },
+    Len {
+        reply: Reply<usize>,
+    },
+    /// Runs a closure on the app and the endpoint ([`Cm::with_app`](super::Cm::with_app)).
+    WithApp(AppCall),
+    Shutdown,
+}
+
+/// What [`AppCall`] runs: the app (`None`: the endpoint runs none), the endpoint, now.
+pub(crate) type AppFnOnce = dyn FnOnce(Option<&mut dyn Any>, &mut Endpoint, Instant) + Send;
+
+/// A closure for the app and the endpoint, sent to the driver.
+pub(crate) struct AppCall(pub(crate) Box<AppFnOnce>);
+
+impl fmt::Debug for AppCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AppCall")
+    }
+}

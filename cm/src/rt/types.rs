@@ -1,0 +1,82 @@
+//! The data the handles and the driver share: statuses, answers, errors, the tables the
+//! driver writes and the handles read.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use ibcm_mad::Qpn;
+use tokio::sync::watch;
+
+use crate::proto::{
+    CallError, ConnId, ConnectError, ConnectionError, IncomingRequest, IncomingSidr,
+};
+
+/// The answer to a SIDR_REQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrAnswer {
+    /// Status.
+    pub status: ibcm_mad::SidrStatus,
+    /// The serving UD QP.
+    pub qpn: Qpn,
+    /// Its Q_Key.
+    pub qkey: ibcm_mad::Qkey,
+    /// Private data (trailing zeros trimmed).
+    pub private_data: Vec<u8>,
+}
+
+/// What a connection handle can observe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnStatus {
+    /// Being set up.
+    Connecting,
+    /// Established.
+    Established,
+    /// Closed (TimeWait may still run).
+    Closed(ConnectionError),
+    /// Closed and out of TimeWait: the comm ID and QPN are free again.
+    Gone(ConnectionError),
+}
+
+/// The registry the handles read: connection ID → status, written by the driver only.
+pub(crate) type Registry = Arc<DashMap<ConnId, watch::Sender<ConnStatus>>>;
+
+/// The REPs active connections received (QPN, private data, XRC TGT QPN), written by the
+/// driver, removed with the connection.
+pub(crate) type Reps = Arc<DashMap<ConnId, crate::proto::RepInfo>>;
+
+/// Errors of the async API.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CmError {
+    /// The connect call was refused at once.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The call on a connection was refused at once.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The connection failed or ended.
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    /// The driver task is gone (shut down, or its transport failed).
+    #[error("the CM endpoint's driver task has stopped")]
+    DriverGone,
+    /// SIDR_REQ unanswered.
+    #[error("SIDR request timed out")]
+    SidrTimedOut,
+    /// [`Cm::with_app`](super::Cm::with_app): the endpoint runs no application of that type.
+    #[error("the CM endpoint runs no application of the requested type")]
+    NoApp,
+}
+
+/// An incoming connection or SIDR request on a [`Listener`](super::Listener).
+#[derive(Debug)]
+pub enum IncomingKind {
+    /// A REQ.
+    Connect(Box<IncomingRequest>),
+    /// A SIDR_REQ.
+    Sidr(Box<IncomingSidr>),
+}
+
+pub(crate) fn status_channel() -> watch::Sender<ConnStatus> {
+    watch::Sender::new(ConnStatus::Connecting)
+}
