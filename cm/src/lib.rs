@@ -29,3 +29,8 @@ pub mod sim;
 
 #[cfg(feature = "rt")]
 pub mod rt;
+
+/// The Rust snippet of the repository's README, compiled as a doctest so it cannot rot.
+#[cfg(all(doctest, feature = "rt"))]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
