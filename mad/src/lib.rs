@@ -50,6 +50,7 @@ pub mod error;
 pub mod frame;
 pub mod header;
 pub mod types;
+pub mod xrc;
 
 #[cfg(feature = "capture")]
 pub mod capture;
