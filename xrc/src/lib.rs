@@ -52,7 +52,7 @@
 //! # The policy × event matrix
 //!
 //! What happens to a **live** TGT QP. "Released" means: every *other* connection on the QP gets
-//! a DREQ ([`PolicyAction::SendDreq`]; REJ reason 1 if it is still being set up), registered
+//! a DREQ ([`PolicyAction::EndConnection`]; REJ reason 1 if it is still being set up), registered
 //! processes are notified, the QP goes to ERR and its number is quarantined until the longest
 //! CM TimeWait of its connections has passed (the QP object is held until then, so the device
 //! cannot reuse the number); afterwards a REQ naming it gets REJ reason 1 "No QP available"
@@ -129,7 +129,6 @@ pub mod registry;
 pub mod sim;
 pub mod types;
 pub mod verbs;
-pub mod wire;
 
 #[cfg(feature = "keeper")]
 pub mod keeper;
@@ -149,7 +148,9 @@ pub use registry::{
 };
 pub use types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
 pub use verbs::{DeviceInfo, IniQpCaps, QpInfo, SrqAttr, Verbs, VerbsError};
-pub use wire::{GoneCause, ReqMode, TargetGone, XrcRepData, XrcReqData};
+pub use ibcm_mad::xrc::{
+    GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
+};
 
 #[cfg(feature = "rdma")]
 pub use ffi::RdmaVerbs;

@@ -11,7 +11,7 @@ use crate::verbs::{IniQpCaps, SrqAttr, Verbs, VerbsError};
 
 /// An XRC SRQ: the receive queue (and, through its CQ, the completions) of one process in a
 /// domain. Its number travels to initiators in the REP private data
-/// ([`XrcRepData`](crate::wire::XrcRepData)); every XRC send names it.
+/// ([`XrcRepData`](ibcm_mad::xrc::XrcRepData)); every XRC send names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct XrcSrq {
     handle: SrqHandle,

@@ -15,7 +15,7 @@
 //!    ([`survives`]). If yes, the QP is **kept** and only the event's own consequence is
 //!    returned (forget the connection that left, report an orphan, pin a closing domain).
 //! 3. If not, the QP is **released**: every other connection on it gets
-//!    [`PolicyAction::SendDreq`] (the kernel CM sends none for an XRC TGT; spec/xrc.md §3.2),
+//!    [`PolicyAction::EndConnection`] (the kernel CM sends none for an XRC TGT; spec/xrc.md §3.2),
 //!    registered processes are told ([`PolicyAction::NotifyHolders`]), traffic is stopped
 //!    ([`PolicyAction::ModifyToError`]) and the QPN is quarantined for the longest TimeWait of
 //!    its connections ([`PolicyAction::QuarantineQpn`]). With
@@ -27,88 +27,14 @@
 //!    [`PolicyAction::RejectReq`] (REJ reason 1 + [`TargetGone`]) and ignores every other
 //!    event, so nothing is ever torn down twice.
 
-use core::fmt;
 use std::time::{Duration, Instant};
 
-use ibcm_mad::{Qpn, RejReason};
+use ibcm_mad::xrc::GoneCause;
+pub use ibcm_mad::xrc::OwnershipPolicy;
+use ibcm_mad::Qpn;
 
-use crate::wire::{GoneCause, TargetGone};
-
-/// How long a TGT QP lives: chosen when it is created (seed thread options 1, 2a, 2b, plus
-/// OFED's reference count).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum OwnershipPolicy {
-    /// Lives until its owner destroys it (seed option 1). Survives its creator (it is then
-    /// an orphan any process may adopt or destroy) and pins its domain open.
-    Explicit,
-    /// Survives its creator; destroyed when its domain is closed (option 2a). On modern
-    /// kernels this needs a keeper holding a handle (spec/xrc.md §7).
-    DomainBound,
-    /// Destroyed when the creating process exits (option 2b).
-    ProcessBound,
-    /// OFED-style reference count: any process (or connection) registers and unregisters;
-    /// destroyed at the last unregistration, including one caused by a process dying.
-    Shared,
-}
-
-impl OwnershipPolicy {
-    /// All four, in matrix order.
-    pub const ALL: [Self; 4] = [
-        Self::Explicit,
-        Self::DomainBound,
-        Self::ProcessBound,
-        Self::Shared,
-    ];
-
-    /// Wire code (REQ/REP private data): 1..=4.
-    pub const fn code(self) -> u8 {
-        match self {
-            Self::Explicit => 1,
-            Self::DomainBound => 2,
-            Self::ProcessBound => 3,
-            Self::Shared => 4,
-        }
-    }
-
-    /// The policy for a wire code.
-    pub const fn from_code(c: u8) -> Option<Self> {
-        Some(match c {
-            1 => Self::Explicit,
-            2 => Self::DomainBound,
-            3 => Self::ProcessBound,
-            4 => Self::Shared,
-            _ => return None,
-        })
-    }
-
-    /// Lower-case name with a dash (`domain-bound`), as the keeper prints it.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Explicit => "explicit",
-            Self::DomainBound => "domain-bound",
-            Self::ProcessBound => "process-bound",
-            Self::Shared => "shared",
-        }
-    }
-
-    /// Parses [`OwnershipPolicy::name`] (also accepts `DomainBound` style and `_`).
-    pub fn from_name(s: &str) -> Option<Self> {
-        let norm: String = s
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .map(|c| c.to_ascii_lowercase())
-            .collect();
-        Self::ALL
-            .into_iter()
-            .find(|p| p.name().replace('-', "") == norm)
-    }
-}
-
-impl fmt::Display for OwnershipPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+#[cfg(doc)]
+use ibcm_mad::xrc::TargetGone;
 
 /// Something that happened to a TGT QP (or to a REQ aimed at one). `K` is the CM's
 /// connection key.
@@ -223,13 +149,15 @@ impl Default for PolicyConfig {
 }
 
 /// What to do. The registry executes `ModifyToError`, `DestroyQp`, `QuarantineQpn`,
-/// `ReleaseQpn`, `ForgetConn` and `PinDomain` itself; `SendDreq`, `RejectReq`,
+/// `ReleaseQpn`, `ForgetConn` and `PinDomain` itself; `EndConnection`, `RejectReq`,
 /// `NotifyHolders` and `ReportOrphan` are for the CM or the keeper.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PolicyAction<K> {
-    /// Disconnect this connection: DREQ if it is established (the kernel CM would send
-    /// nothing for an XRC TGT), or REJ reason 1 + [`TargetGone`] if it is still being set up.
-    SendDreq {
+    /// End this connection because its TGT QP went away: a **DREQ** if it is established
+    /// (the kernel CM would send nothing for an XRC TGT), a **REJ** reason 1 if it is still
+    /// being set up; either carries [`TargetGone::gone`]`(cause, qpn)` (built by the CM
+    /// coupling).
+    EndConnection {
         /// The connection.
         conn: K,
         /// The TGT QP it sat on.
@@ -237,15 +165,16 @@ pub enum PolicyAction<K> {
         /// Why the QP went away.
         cause: GoneCause,
     },
-    /// Reject a REQ aimed at a gone QP: REJ `reason` with `info` as ARI and as the start of
-    /// the private data.
+    /// Reject a REQ aimed at a gone QP. The CM coupling builds the bytes from the cause:
+    /// REJ reason 1 "No QP available" with [`TargetGone::gone`]`(cause, qpn)` as ARI and as
+    /// the start of the private data.
     RejectReq {
         /// The connection being set up.
         conn: K,
-        /// The REJ reason ([`RejReason::NoQp`]).
-        reason: RejReason,
-        /// The 12-byte ARI block.
-        info: TargetGone,
+        /// The TGT QP the REQ named.
+        qpn: Qpn,
+        /// Why it is gone.
+        cause: GoneCause,
     },
     /// Move the QP to ERR now, so nothing more is delivered through it.
     ModifyToError {
@@ -369,14 +298,11 @@ pub fn decide<K: Clone + PartialEq>(
     let qpn = facts.qpn;
     if let Some(cause) = facts.gone {
         let actions = match event {
-            PolicyEvent::ReqReceived { conn } => {
-                let info = TargetGone::gone(cause, qpn);
-                vec![PolicyAction::RejectReq {
-                    conn: conn.clone(),
-                    reason: info.reason(),
-                    info,
-                }]
-            }
+            PolicyEvent::ReqReceived { conn } => vec![PolicyAction::RejectReq {
+                conn: conn.clone(),
+                qpn,
+                cause,
+            }],
             PolicyEvent::QuarantineExpired => {
                 let mut a = Vec::new();
                 if facts.held {
@@ -439,7 +365,7 @@ fn release<K: Clone + PartialEq>(
     }
     for c in &f.conns {
         if Some(&c.conn) != leaving {
-            a.push(PolicyAction::SendDreq {
+            a.push(PolicyAction::EndConnection {
                 conn: c.conn.clone(),
                 qpn,
                 cause,
@@ -521,12 +447,12 @@ mod tests {
     ) {
         assert_eq!(d.verdict, Verdict::Released(cause));
         let mut want = vec![
-            A::SendDreq {
+            A::EndConnection {
                 conn: "c1",
                 qpn: q(),
                 cause,
             },
-            A::SendDreq {
+            A::EndConnection {
                 conn: "c2",
                 qpn: q(),
                 cause,
@@ -720,7 +646,7 @@ mod tests {
             d.actions,
             vec![
                 A::ForgetConn { conn: "c1" },
-                A::SendDreq {
+                A::EndConnection {
                     conn: "c2",
                     qpn: q(),
                     cause: GoneCause::PeerLeft
@@ -771,7 +697,7 @@ mod tests {
         let (d, _) = run(&f, PolicyEvent::PeerTimeout { conn: "c2" });
         assert_eq!(d.verdict, Verdict::Released(GoneCause::PeerLeft));
         assert_eq!(d.actions.first(), Some(&A::ForgetConn { conn: "c2" }));
-        assert!(d.actions.contains(&A::SendDreq {
+        assert!(d.actions.contains(&A::EndConnection {
             conn: "c1",
             qpn: q(),
             cause: GoneCause::PeerLeft
@@ -779,7 +705,7 @@ mod tests {
         assert!(!d
             .actions
             .iter()
-            .any(|a| matches!(a, A::SendDreq { conn: "c2", .. })));
+            .any(|a| matches!(a, A::EndConnection { conn: "c2", .. })));
     }
 
     // --- keeper crash --------------------------------------------------------------------
@@ -794,12 +720,12 @@ mod tests {
         let cause = GoneCause::KeeperLost;
         assert_eq!(d.verdict, Verdict::Released(cause));
         let mut want = vec![
-            A::SendDreq {
+            A::EndConnection {
                 conn: "c1",
                 qpn: q(),
                 cause,
             },
-            A::SendDreq {
+            A::EndConnection {
                 conn: "c2",
                 qpn: q(),
                 cause,
@@ -848,16 +774,18 @@ mod tests {
             let mut f = facts(policy);
             f.gone = Some(GoneCause::CreatorExited);
             let (d, _) = run(&f, PolicyEvent::ReqReceived { conn: "c9" });
-            let info = TargetGone::gone(GoneCause::CreatorExited, q());
             assert_eq!(d.verdict, Verdict::AlreadyGone(GoneCause::CreatorExited));
             assert_eq!(
                 d.actions,
                 vec![A::RejectReq {
                     conn: "c9",
-                    reason: RejReason::NoQp,
-                    info
+                    qpn: q(),
+                    cause: GoneCause::CreatorExited,
                 }]
             );
+            // What the CM coupling sends for it.
+            let info = ibcm_mad::xrc::TargetGone::gone(GoneCause::CreatorExited, q());
+            assert_eq!(info.reason(), ibcm_mad::RejReason::NoQp);
         }
     }
 
@@ -920,17 +848,5 @@ mod tests {
                 }
             ]
         );
-    }
-
-    #[test]
-    fn policy_names_and_codes() {
-        for p in P::ALL {
-            assert_eq!(P::from_code(p.code()), Some(p));
-            assert_eq!(P::from_name(p.name()), Some(p));
-        }
-        assert_eq!(P::from_name("DomainBound"), Some(P::DomainBound));
-        assert_eq!(P::from_name("process_bound"), Some(P::ProcessBound));
-        assert_eq!(P::from_name("nope"), None);
-        assert_eq!(P::from_code(0), None);
     }
 }

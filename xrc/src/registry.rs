@@ -29,7 +29,7 @@
 //!    REP retries exhausted, REJ received after REP), [`ConnEvent::LocalClosed`] (the CM
 //!    finished a disconnect the registry did not ask for).
 //! 3. **After every call**, drain [`TgtRegistry::poll_action`]: execute
-//!    [`PolicyAction::SendDreq`] (DREQ carrying the TGT QPN in Remote QPN/EECN; if the
+//!    [`PolicyAction::EndConnection`] (DREQ carrying the TGT QPN in Remote QPN/EECN; if the
 //!    connection is not established yet, REJ reason 1 + [`TargetGone`] instead) and forward
 //!    [`PolicyAction::NotifyHolders`] / [`PolicyAction::ReportOrphan`] to whoever cares.
 //!    Then re-arm the timer from [`TgtRegistry::poll_timeout`] and call
@@ -58,7 +58,7 @@
 //! | `Closed(TimedOut \| Rejected{..} \| Stale)` | `ConnEvent::PeerTimeout` |
 //! | any other `Closed` | `ConnEvent::LocalClosed` |
 //! | the closed connection is in TimeWait | `note_timewait(tgt_qpn, endpoint.qpn_quarantined(tgt_qpn, now))`: a gone QP stays held, and its number quarantined, until the CM's TimeWait is over too |
-//! | `PolicyAction::SendDreq { conn, qpn, cause }` | established: `endpoint.disconnect(now, conn, &TargetGone::gone(cause, qpn).to_bytes())` (the block in the DREQ's private data tells the initiator why); before that: `endpoint.reject(now, conn, RejReason::NoQp, &block, &block)` |
+//! | `PolicyAction::EndConnection { conn, qpn, cause }` | established: `endpoint.disconnect(now, conn, &TargetGone::gone(cause, qpn).to_bytes())` (the block in the DREQ's private data tells the initiator why); before that: `endpoint.reject(now, conn, RejReason::NoQp, &block, &block)` |
 //!
 //! `AcceptParams::xrc_tgt_live` lets a REQ attach to a **live** TGT QP while an earlier
 //! connection on it is still in TimeWait (the endpoint would otherwise refuse the number as
@@ -85,7 +85,7 @@ use crate::policy::{
 use crate::qp::{QpAttr, QpState};
 use crate::types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqNum, XrcdHandle};
 use crate::verbs::{Verbs, VerbsError};
-use crate::wire::{GoneCause, RejectKind, ReqMode, TargetGone, WireError, XrcRepData, XrcReqData};
+use ibcm_mad::xrc::{GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData};
 
 /// Registry-wide settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,7 +296,7 @@ pub enum RegistryError {
     },
     /// Building the REP private data failed (e.g. more than 47 SRQNs).
     #[error("REP private data: {0}")]
-    Wire(#[from] WireError),
+    Wire(#[from] XrcDataError),
     /// The verbs backend failed.
     #[error(transparent)]
     Verbs(#[from] VerbsError),
@@ -338,8 +338,8 @@ impl XrcAccept {
     /// The REP private data: [`XrcRepData`] followed by `app`.
     ///
     /// # Errors
-    /// [`WireError::TooLong`] when it does not fit 196 bytes.
-    pub fn rep_private_data(&self, app: &[u8]) -> Result<Vec<u8>, WireError> {
+    /// [`XrcDataError::TooLong`] when it does not fit 196 bytes.
+    pub fn rep_private_data(&self, app: &[u8]) -> Result<Vec<u8>, XrcDataError> {
         self.rep.emit(app)
     }
 }
@@ -1051,7 +1051,9 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                             d.actions.clone(),
                         );
                         let info = d.actions.iter().find_map(|a| match a {
-                            PolicyAction::RejectReq { info, .. } => Some(*info),
+                            PolicyAction::RejectReq { qpn, cause, .. } => {
+                                Some(TargetGone::gone(*cause, *qpn))
+                            }
                             _ => None,
                         });
                         return Err(info.unwrap_or(TargetGone::gone(GoneCause::Unknown, qpn)));
@@ -1179,7 +1181,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
             }
         }
         for a in &mut self.outbox {
-            if let PolicyAction::SendDreq { conn, .. } = a {
+            if let PolicyAction::EndConnection { conn, .. } = a {
                 if conn == old {
                     *conn = new.clone();
                 }
@@ -1188,7 +1190,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         true
     }
 
-    /// The next action for the CM or keeper: [`PolicyAction::SendDreq`],
+    /// The next action for the CM or keeper: [`PolicyAction::EndConnection`],
     /// [`PolicyAction::NotifyHolders`] or [`PolicyAction::ReportOrphan`].
     pub fn poll_action(&mut self) -> Option<PolicyAction<K>> {
         self.outbox.pop_front()
@@ -1367,7 +1369,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                     }
                 }
                 PolicyAction::PinDomain { .. } | PolicyAction::RejectReq { .. } => {}
-                a @ (PolicyAction::SendDreq { .. }
+                a @ (PolicyAction::EndConnection { .. }
                 | PolicyAction::NotifyHolders { .. }
                 | PolicyAction::ReportOrphan { .. }) => self.outbox.push_back(a),
             }

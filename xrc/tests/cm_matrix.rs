@@ -25,7 +25,7 @@ use ibcm_xrc::cm::{
     xrc_connect_params, GoneSignal, IniOutcome, TargetEvent, XrcService, XrcTarget, XrcTargetConfig,
 };
 use ibcm_xrc::sim::{SimConfig, SimKernel};
-use ibcm_xrc::wire::RejectKind;
+use ibcm_xrc::RejectKind;
 use ibcm_xrc::{
     ConnEvent, DomainId, DomainSpec, GoneCause, OwnershipPolicy as P, ProcessId, QpState,
     QpnStatus, Registrant, RegistryConfig, SrqNum, TargetGone, TgtRegistry, Verbs, Verdict,

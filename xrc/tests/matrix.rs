@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ibcm_mad::{Guid, Qpn, RejReason};
 use ibcm_xrc::sim::{SimConfig, SimKernel};
-use ibcm_xrc::wire::{RejectKind, ReqMode};
+use ibcm_xrc::{RejectKind, ReqMode};
 use ibcm_xrc::{
     ConnEvent, DomainId, DomainSpec, DomainState, GoneCause, IncomingReq, IniPeer,
     OwnershipPolicy as P, PolicyAction, ProcessId, QpLife, Registrant, RegistryConfig, SrqNum,
@@ -116,7 +116,7 @@ fn actions(reg: &mut TgtRegistry<&'static str>) -> Vec<PolicyAction<&'static str
 fn dreqs(acts: &[PolicyAction<&'static str>]) -> Vec<(&'static str, GoneCause)> {
     acts.iter()
         .filter_map(|a| match a {
-            PolicyAction::SendDreq { conn, cause, .. } => Some((*conn, *cause)),
+            PolicyAction::EndConnection { conn, cause, .. } => Some((*conn, *cause)),
             _ => None,
         })
         .collect()

@@ -202,6 +202,15 @@ fn codes_round_trip() {
         assert_eq!(OwnershipPolicy::from_code(p.code()), Some(p));
         assert_eq!(OwnershipPolicy::from_name(p.name()), Some(p));
     }
+    assert_eq!(
+        OwnershipPolicy::from_name("DomainBound"),
+        Some(OwnershipPolicy::DomainBound)
+    );
+    assert_eq!(
+        OwnershipPolicy::from_name("process_bound"),
+        Some(OwnershipPolicy::ProcessBound)
+    );
+    assert_eq!(OwnershipPolicy::from_name("nope"), None);
     assert_eq!(OwnershipPolicy::from_code(0), None);
     assert_eq!(OwnershipPolicy::from_code(5), None);
     for c in GoneCause::ALL {

@@ -879,9 +879,9 @@ fn reconnect(f: &mut dyn Fabric, k: usize, p: usize, data: XrcReqData) -> Result
     let name = format!("{n}→{proc_}'");
     f.rec().named(n, proc_, &name);
     let mode = match data.mode {
-        ibcm_xrc::wire::ReqMode::Attach(q) => format!("attach {q}"),
-        ibcm_xrc::wire::ReqMode::Any => "any".to_owned(),
-        ibcm_xrc::wire::ReqMode::Create => "create".to_owned(),
+        ibcm_xrc::ReqMode::Attach(q) => format!("attach {q}"),
+        ibcm_xrc::ReqMode::Any => "any".to_owned(),
+        ibcm_xrc::ReqMode::Create => "create".to_owned(),
     };
     f.rec().line(
         f.now(),

@@ -16,7 +16,7 @@
 //! | `Closed(TimedOut \| Rejected \| Stale)` | [`ConnEvent::PeerTimeout`] |
 //! | any other `Closed` | [`ConnEvent::LocalClosed`] |
 //! | `Closed` of a connection in TimeWait | also [`TgtRegistry::note_timewait`] with the endpoint's quarantine end for the TGT QPN (`Endpoint::qpn_quarantined`), so no new TGT QP gets that number before the CM's TimeWait is over |
-//! | [`PolicyAction::SendDreq`] | a [`Teardown`]: `Endpoint::disconnect` (a DREQ whose private data is the [`TargetGone`] block) when established, `Endpoint::reject` (reason 1 + the block) while the REP is still unanswered |
+//! | [`PolicyAction::EndConnection`] | a [`Teardown`]: `Endpoint::disconnect` (a DREQ whose private data is the [`TargetGone`] block) when established, `Endpoint::reject` (reason 1 + the block) while the REP is still unanswered |
 //! | [`PolicyAction::NotifyHolders`], [`PolicyAction::ReportOrphan`] | a [`TargetEvent`] for the application or keeper |
 //! | registry quarantine timers | merged into [`XrcTarget::poll_timeout_with`] |
 //!
@@ -105,7 +105,7 @@ use crate::policy::{OwnershipPolicy, PolicyAction, Verdict};
 use crate::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
 use crate::registry::{ConnEvent, DomainId, IncomingReq, IniPeer, TgtRegistry};
 use crate::types::{ProcessId, SrqNum};
-use crate::wire::{GoneCause, RejectKind, ReqMode, TargetGone, WireError, XrcRepData, XrcReqData};
+use ibcm_mad::xrc::{GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData};
 
 // --- passive side --------------------------------------------------------------------------
 
@@ -738,7 +738,7 @@ impl XrcTarget {
     fn pump(&mut self) {
         while let Some(a) = self.reg.poll_action() {
             match a {
-                PolicyAction::SendDreq { conn, qpn, cause } => self.teardown(conn, qpn, cause),
+                PolicyAction::EndConnection { conn, qpn, cause } => self.teardown(conn, qpn, cause),
                 PolicyAction::NotifyHolders { qpn, cause } => {
                     self.events
                         .push_back(TargetEvent::HoldersNotified { qpn, cause });
@@ -789,7 +789,7 @@ impl XrcTarget {
                 PolicyAction::QuarantineQpn { qpn, until } => {
                     self.reg.note_gone(qpn, GoneCause::KeeperLost, until);
                 }
-                PolicyAction::SendDreq { conn, qpn, cause } => self.teardown(conn, qpn, cause),
+                PolicyAction::EndConnection { conn, qpn, cause } => self.teardown(conn, qpn, cause),
                 PolicyAction::NotifyHolders { qpn, cause } => {
                     self.events
                         .push_back(TargetEvent::HoldersNotified { qpn, cause });
@@ -912,14 +912,14 @@ pub fn conn_event_of(error: &ConnectionError) -> ConnEvent {
 /// `EventKind::RepReceived` — [`IniRep::from_rep_info`] — then `Endpoint::establish`).
 ///
 /// # Errors
-/// [`WireError::TooLong`] when `app` does not fit.
+/// [`XrcDataError::TooLong`] when `app` does not fit.
 pub fn xrc_connect_params(
     peer: impl Into<PeerAddr>,
     service_id: ServiceId,
     ini_qpn: Qpn,
     data: &XrcReqData,
     app: &[u8],
-) -> Result<ConnectParams, WireError> {
+) -> Result<ConnectParams, XrcDataError> {
     let mut p = ConnectParams::new(peer, service_id, ini_qpn).xrc();
     p.private_data = data.emit(app, p.max_private_data())?;
     p.allow_shared_qpn = true;

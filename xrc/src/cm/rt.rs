@@ -74,7 +74,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{passive_timewait, Teardown, TgtAnswer, XrcService, XrcTarget};
-use crate::wire::TargetGone;
+use ibcm_mad::xrc::TargetGone;
 
 /// The key a REQ is bound under until the accept reveals its connection ID (never a real
 /// local comm ID: ibcm does not allocate 0).

@@ -84,7 +84,7 @@ fn drain_ini(i: &mut XrcInitiator, obs: &Slot<IniObserver>, now: Instant) {
         }
     }
 }
-use crate::wire::XrcReqData;
+use ibcm_mad::xrc::XrcReqData;
 
 /// An [`XrcTarget`] installed as a simulator node's application.
 #[derive(Clone)]

@@ -18,7 +18,7 @@ use crate::registry::{
 };
 use crate::types::{DomainSpec, ProcessId, Qpn, SrqNum};
 use crate::verbs::{Verbs, VerbsError};
-use crate::wire::{ReqMode, XrcReqData};
+use ibcm_mad::xrc::{ReqMode, XrcReqData};
 
 /// A connection as the keeper knows it: the session that reported it and its name there.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -696,7 +696,7 @@ impl KeeperCore {
         }
         while let Some(a) = self.reg.poll_action() {
             match a {
-                PolicyAction::SendDreq { conn, qpn, cause } => {
+                PolicyAction::EndConnection { conn, qpn, cause } => {
                     if self.sessions.contains_key(&conn.session) {
                         out.push((
                             Target::Session(conn.session),

@@ -280,7 +280,7 @@ pub enum Event {
     QpGone {
         /// The QP.
         qpn: u32,
-        /// Why (text of [`GoneCause`](crate::wire::GoneCause)).
+        /// Why (text of [`GoneCause`](ibcm_mad::xrc::GoneCause)).
         cause: String,
     },
     /// A TGT QP lost its owner and is kept as an orphan.
