@@ -249,14 +249,16 @@ fn blocks_found_in_messages_with_their_fields() {
     use crate::cm::{Dreq, Rej, Rep, Req};
     use crate::types::PrivateData;
 
-    let mut rep = Rep::default();
     let data = XrcRepData {
         tgt_qpn: qpn(0x0a0b),
         policy: OwnershipPolicy::Shared,
         created: true,
         srqns: vec![srqn(0x11), srqn(0x22)],
     };
-    rep.private_data = PrivateData::from_slice(&data.emit(&[]).unwrap()).unwrap();
+    let rep = Rep {
+        private_data: PrivateData::from_slice(&data.emit(&[]).unwrap()).unwrap(),
+        ..Rep::default()
+    };
     let b = XrcBlock::find(&CmMessage::Rep(rep)).unwrap().unwrap();
     assert_eq!(b, XrcBlock::Rep(data));
     let f = b.fields();
@@ -277,8 +279,10 @@ fn blocks_found_in_messages_with_their_fields() {
     assert_eq!(b.fields()[3].value, "05 keeper lost");
     assert_eq!(b.to_string(), "XRC: target gone (keeper lost) qpn 0x000010");
 
-    let mut dreq = Dreq::default();
-    dreq.private_data = PrivateData::from_slice(&g.to_bytes()).unwrap();
+    let dreq = Dreq {
+        private_data: PrivateData::from_slice(&g.to_bytes()).unwrap(),
+        ..Dreq::default()
+    };
     assert_eq!(
         XrcBlock::find(&CmMessage::Dreq(dreq)),
         Some(Ok(XrcBlock::Gone(g)))
@@ -289,12 +293,12 @@ fn blocks_found_in_messages_with_their_fields() {
     req.set_transport(crate::cm::ReqTransport::Xrc);
     let d = XrcReqData::attach(qpn(0x77));
     req.private_data = PrivateData::from_slice(&d.to_bytes()).unwrap();
-    let b = XrcBlock::find(&CmMessage::Req(req.clone())).unwrap().unwrap();
+    let b = XrcBlock::find(&CmMessage::Req(req)).unwrap().unwrap();
     assert_eq!(b, XrcBlock::Req(d));
     assert_eq!(b.fields()[2].value, "02 attach 0x000077");
     // Foreign private data is not an error; a bad block with the marker is.
     req.private_data = PrivateData::from_slice(b"hello").unwrap();
-    assert_eq!(XrcBlock::find(&CmMessage::Req(req.clone())), None);
+    assert_eq!(XrcBlock::find(&CmMessage::Req(req)), None);
     req.private_data = PrivateData::from_slice(&[0x58, 0x51, 1, 9, 0, 0, 0, 0]).unwrap();
     assert!(matches!(
         XrcBlock::find(&CmMessage::Req(req)),
