@@ -11,7 +11,7 @@
 //! # Contents
 //!
 //! * [`qp`]: QP states, attributes and the per-type modify rules (spec/xrc.md §1.6).
-//! * [`Verbs`]: the object-safe backend trait; [`sim::SimVerbs`] models the modern kernel
+//! * [`Verbs`]: the object-safe backend trait; [`sim::ModelVerbs`] models the modern kernel
 //!   (per-process handles, domains pinned by TGT QPs and SRQs, process exit, open by
 //!   number); `RdmaVerbs` (feature `rdma`) drives libibverbs through a C shim.
 //! * [`objects`]: [`XrcSrq`] and [`IniQp`] helpers on top of a backend.
@@ -89,10 +89,10 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use ibcm_xrc::sim::{SimConfig, SimKernel};
+//! use ibcm_xrc::verbs::model::{ModelConfig, KernelModel};
 //! use ibcm_xrc::{DomainSpec, OwnershipPolicy, PolicyAction, RegistryConfig, TgtRegistry, Verbs};
 //!
-//! let kernel = SimKernel::new(SimConfig::mlx5());
+//! let kernel = KernelModel::new(ModelConfig::mlx5());
 //! let keeper = kernel.spawn();
 //! let worker = kernel.spawn();
 //! let mut reg: TgtRegistry<u32> = TgtRegistry::new(Box::new(keeper), RegistryConfig::default());
@@ -122,35 +122,26 @@
 
 #[cfg(feature = "cm")]
 pub mod cm;
-pub mod objects;
-pub mod policy;
-pub mod qp;
-pub mod registry;
-pub mod sim;
-pub mod types;
-pub mod verbs;
-
 #[cfg(feature = "keeper")]
 pub mod keeper;
+mod policy;
+mod registry;
+mod types;
+pub mod verbs;
 
-#[cfg(feature = "rdma")]
-#[allow(unsafe_code)]
-pub mod ffi;
-
-pub use objects::{IniQp, XrcSrq};
-pub use policy::{
-    decide, Decision, OwnershipPolicy, PolicyAction, PolicyConfig, PolicyEvent, QpFacts, Verdict,
-};
-pub use qp::{QpAttr, QpState, QpType};
-pub use registry::{
-    ConnEvent, DomainId, DomainState, IncomingReq, IniPeer, Leak, QpLife, QpnStatus, Registrant,
-    RegistryConfig, RegistryError, TgtQp, TgtRegistry, XrcAccept, XrcDomain,
-};
-pub use types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
-pub use verbs::{DeviceInfo, IniQpCaps, QpInfo, SrqAttr, Verbs, VerbsError};
 pub use ibcm_mad::xrc::{
     GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
 };
-
+pub use policy::{
+    decide, survives, ConnOnQp, Decision, OwnershipPolicy, PolicyAction, PolicyConfig, PolicyEvent,
+    QpFacts, Verdict,
+};
+pub use registry::{
+    holders, ConnEvent, DomainId, DomainState, IniPeer, Leak, QpLife, QpnStatus, Registrant,
+    RegistryConfig, RegistryError, TgtQp, TgtRegistry, TgtRequest, XrcAccept, XrcDomain,
+};
+pub use types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
+pub use verbs::qp::{QpAttr, QpState, QpType};
 #[cfg(feature = "rdma")]
-pub use ffi::RdmaVerbs;
+pub use verbs::RdmaVerbs;
+pub use verbs::{DeviceInfo, IniQp, IniQpCaps, QpInfo, SrqAttr, Verbs, VerbsError, XrcSrq};

@@ -82,10 +82,12 @@ use ibcm_mad::Guid;
 use crate::policy::{
     decide, ConnOnQp, OwnershipPolicy, PolicyAction, PolicyConfig, PolicyEvent, QpFacts, Verdict,
 };
-use crate::qp::{QpAttr, QpState};
 use crate::types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqNum, XrcdHandle};
+use crate::verbs::qp::{QpAttr, QpState};
 use crate::verbs::{Verbs, VerbsError};
-use ibcm_mad::xrc::{GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData};
+use ibcm_mad::xrc::{
+    GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
+};
 
 /// Registry-wide settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,7 +306,7 @@ pub enum RegistryError {
 
 /// A REQ for an XRC TGT, as the CM hands it to [`TgtRegistry::handle_req`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IncomingReq<K> {
+pub struct TgtRequest<K> {
     /// The CM's key for the new connection.
     pub conn: K,
     /// The domain the listener serves.
@@ -1009,7 +1011,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
     pub fn handle_req(
         &mut self,
         now: Instant,
-        req: &IncomingReq<K>,
+        req: &TgtRequest<K>,
     ) -> Result<XrcAccept, TargetGone> {
         let refuse = |kind, qpn| TargetGone { kind, qpn };
         // A duplicate of a REQ already accepted: answer the same way.
@@ -1109,7 +1111,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         self.accept(qpn, created, &req.srqns)
     }
 
-    fn create_for_req(&mut self, now: Instant, req: &IncomingReq<K>) -> Result<Qpn, TargetGone> {
+    fn create_for_req(&mut self, now: Instant, req: &TgtRequest<K>) -> Result<Qpn, TargetGone> {
         let policy = req.data.policy.unwrap_or(self.cfg.default_policy);
         self.create_inner(now, req.domain, policy, req.process, Some(req.peer))
             .map_err(|_| TargetGone {

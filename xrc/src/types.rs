@@ -11,7 +11,7 @@ pub use ibcm_mad::Qpn;
 pub use ibcm_mad::xrc::SrqNum;
 
 /// A process identifier: an OS PID for the rdma-core backend and the keeper, a simulated
-/// PID for [`SimVerbs`](crate::sim::SimVerbs).
+/// PID for [`ModelVerbs`](crate::verbs::model::ModelVerbs).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ProcessId(pub u32);
 

@@ -16,7 +16,7 @@ use ibcm_xrc::cm::rt::XrcServer;
 use ibcm_xrc::cm::{
     xrc_connect_params, GoneSignal, IniOutcome, TargetEvent, XrcService, XrcTarget, XrcTargetConfig,
 };
-use ibcm_xrc::sim::{SimConfig, SimKernel};
+use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
 use ibcm_xrc::{
     ConnEvent, DomainSpec, GoneCause, OwnershipPolicy, RegistryConfig, SrqNum, TgtRegistry, Verbs,
     Verdict, XrcReqData,
@@ -55,7 +55,7 @@ async fn policy_plays_out_over_the_async_api() {
             ..EndpointConfig::default()
         },
     );
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let mut cfg = RegistryConfig::default();
     cfg.policy.default_timewait = Duration::from_millis(50);
     let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), cfg);

@@ -1,11 +1,9 @@
 //! Decoding for display: which XRC block a CM message carries, and its fields in wire order.
 
-use super::{
-    GoneCause, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData, MAX_REP_SRQNS,
-};
+use super::{GoneCause, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData, MAX_REP_SRQNS};
 use crate::cm::CmMessage;
-use crate::cma::CmaHeader;
 use crate::cm::ReqTransport;
+use crate::cma::CmaHeader;
 
 /// One of the three XRC blocks, as found in a CM message.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -156,9 +156,14 @@ fn put_be24(v: u32) -> [u8; 3] {
 
 /// Copies `parts` one after the other to the start of `out`; the total length.
 fn write_parts(out: &mut [u8], parts: &[&[u8]]) -> Result<usize, XrcDataError> {
-    let len = parts.iter().map(|p| p.len()).fold(0usize, usize::saturating_add);
+    let len = parts
+        .iter()
+        .map(|p| p.len())
+        .fold(0usize, usize::saturating_add);
     let have = out.len();
-    let dst = out.get_mut(..len).ok_or(XrcDataError::TooLong { len, max: have })?;
+    let dst = out
+        .get_mut(..len)
+        .ok_or(XrcDataError::TooLong { len, max: have })?;
     let mut at = 0usize;
     for p in parts {
         let end = at.saturating_add(p.len());

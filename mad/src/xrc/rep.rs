@@ -126,12 +126,10 @@ impl XrcRepData {
         let mut srqns = Vec::with_capacity(n);
         srqns.push(srqn([s0, s1, s2, s3])?);
         let more = 4usize.saturating_mul(n.saturating_sub(1));
-        let (list, app) = tail
-            .split_at_checked(more)
-            .ok_or(XrcDataError::Truncated {
-                need: 12usize.saturating_add(more),
-                have: b.len(),
-            })?;
+        let (list, app) = tail.split_at_checked(more).ok_or(XrcDataError::Truncated {
+            need: 12usize.saturating_add(more),
+            have: b.len(),
+        })?;
         for c in list.chunks_exact(4) {
             if let [a, b2, c2, d] = *c {
                 srqns.push(srqn([a, b2, c2, d])?);
@@ -143,10 +141,11 @@ impl XrcRepData {
                 value: flags.into(),
             });
         }
-        let policy = OwnershipPolicy::from_code(flags & 0x0f).ok_or(XrcDataError::InvalidField {
-            field: "policy",
-            value: (flags & 0x0f).into(),
-        })?;
+        let policy =
+            OwnershipPolicy::from_code(flags & 0x0f).ok_or(XrcDataError::InvalidField {
+                field: "policy",
+                value: (flags & 0x0f).into(),
+            })?;
         let tgt_qpn = Qpn::masked(u32::from_be_bytes([0, q0, q1, q2]));
         Ok((
             Self {

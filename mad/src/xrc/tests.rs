@@ -59,7 +59,10 @@ fn req_bad_fields() {
     ));
     b[7] = 0;
     b[2] = 2;
-    assert_eq!(XrcReqData::parse(&b), Err(XrcDataError::UnsupportedVersion(2)));
+    assert_eq!(
+        XrcReqData::parse(&b),
+        Err(XrcDataError::UnsupportedVersion(2))
+    );
 }
 
 #[test]
@@ -265,7 +268,15 @@ fn blocks_found_in_messages_with_their_fields() {
     let names: Vec<_> = f.iter().map(|f| f.name).collect();
     assert_eq!(
         names,
-        ["SRQN[0]", "marker", "version", "SRQN count", "TGT QPN", "flags", "SRQN"]
+        [
+            "SRQN[0]",
+            "marker",
+            "version",
+            "SRQN count",
+            "TGT QPN",
+            "flags",
+            "SRQN"
+        ]
     );
     assert_eq!(f[5].value, "0x14 policy shared, created");
     assert_eq!(f[6].offset, 12);

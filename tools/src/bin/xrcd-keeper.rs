@@ -27,7 +27,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use ibcm_xrc::keeper::client::{ClientError, KeeperClient};
 use ibcm_xrc::keeper::proto::{Event, HolderView, LeakView, Request, StatusReport};
 use ibcm_xrc::keeper::server::{serve, Backend, ServerConfig};
-use ibcm_xrc::sim::SimConfig;
+use ibcm_xrc::verbs::model::ModelConfig;
 use ibcm_xrc::RegistryConfig;
 
 /// Holds XRC domains and TGT QPs for other processes.
@@ -123,7 +123,7 @@ fn run(args: Args) -> Result<ExitCode> {
             let mut registry = RegistryConfig::default();
             registry.policy.default_timewait = Duration::from_millis(quarantine_ms);
             let backend = match backend {
-                BackendArg::Sim => Backend::Sim(SimConfig::mlx5()),
+                BackendArg::Sim => Backend::Model(ModelConfig::mlx5()),
                 BackendArg::Verbs => Backend::Verbs { device },
             };
             serve(&ServerConfig {

@@ -36,10 +36,10 @@
 //! use ibcm::proto::{ConnectParams, Endpoint, EndpointConfig, EventKind};
 //! use ibcm_mad::{Guid, Qpn, ServiceId};
 //! use ibcm_xrc::cm::{IniOutcome, XrcInitiator, XrcService, XrcTarget, XrcTargetConfig};
-//! use ibcm_xrc::sim::{SimConfig, SimKernel};
+//! use ibcm_xrc::verbs::model::{ModelConfig, KernelModel};
 //! use ibcm_xrc::{DomainSpec, OwnershipPolicy, RegistryConfig, SrqNum, TgtRegistry, Verbs, XrcReqData};
 //!
-//! let kernel = SimKernel::new(SimConfig::mlx5());
+//! let kernel = KernelModel::new(ModelConfig::mlx5());
 //! let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
 //! let dom = reg.open_domain("job", DomainSpec::Private).unwrap();
 //! let worker = kernel.spawn().process();
@@ -102,10 +102,12 @@ use ibcm::proto::{
 use ibcm_mad::{Psn, Qpn, RejReason, ReqTransport, ServiceId};
 
 use crate::policy::{OwnershipPolicy, PolicyAction, Verdict};
-use crate::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
-use crate::registry::{ConnEvent, DomainId, IncomingReq, IniPeer, TgtRegistry};
+use crate::registry::{ConnEvent, DomainId, IniPeer, TgtRegistry, TgtRequest};
 use crate::types::{ProcessId, SrqNum};
-use ibcm_mad::xrc::{GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData};
+use crate::verbs::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
+use ibcm_mad::xrc::{
+    GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
+};
 
 // --- passive side --------------------------------------------------------------------------
 
@@ -508,7 +510,7 @@ impl XrcTarget {
             ca_guid: req.remote_ca_guid(),
             ini_qpn: req.remote_qpn(),
         };
-        let ireq = IncomingReq {
+        let ireq = TgtRequest {
             conn,
             domain: svc.domain,
             process: svc.process,

@@ -24,7 +24,7 @@
 //! use ibcm_mad::{Guid, Qpn, ServiceId};
 //! use ibcm_xrc::cm::rt::XrcServer;
 //! use ibcm_xrc::cm::{xrc_connect_params, IniOutcome, XrcService, XrcTarget, XrcTargetConfig};
-//! use ibcm_xrc::sim::{SimConfig, SimKernel};
+//! use ibcm_xrc::verbs::model::{ModelConfig, KernelModel};
 //! use ibcm_xrc::{DomainSpec, RegistryConfig, SrqNum, TgtRegistry, Verbs, XrcReqData};
 //!
 //! let net = MemNetwork::new();
@@ -34,7 +34,7 @@
 //! let (t_cm, _) = Cm::bind(net.transport(t_addr), cfg.clone());
 //! let (i_cm, _) = Cm::bind(net.transport(i_addr), EndpointConfig::default());
 //!
-//! let kernel = SimKernel::new(SimConfig::mlx5());
+//! let kernel = KernelModel::new(ModelConfig::mlx5());
 //! let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
 //! let dom = reg.open_domain("job", DomainSpec::Private).unwrap();
 //! let worker = kernel.spawn().process();

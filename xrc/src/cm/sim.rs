@@ -16,11 +16,11 @@
 //! use ibcm_mad::{Qpn, ServiceId};
 //! use ibcm_xrc::cm::sim::{SimInitiator, SimTarget};
 //! use ibcm_xrc::cm::{IniOutcome, XrcService, XrcTarget, XrcTargetConfig};
-//! use ibcm_xrc::sim::{SimConfig, SimKernel};
+//! use ibcm_xrc::verbs::model::{ModelConfig, KernelModel};
 //! use ibcm_xrc::{DomainSpec, OwnershipPolicy, RegistryConfig, SrqNum, TgtRegistry, Verbs, XrcReqData};
 //! use std::time::Duration;
 //!
-//! let kernel = SimKernel::new(SimConfig::mlx5());
+//! let kernel = KernelModel::new(ModelConfig::mlx5());
 //! let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
 //! let dom = reg.open_domain("job", DomainSpec::Private).unwrap();
 //! let owner = kernel.spawn().process();

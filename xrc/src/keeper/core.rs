@@ -11,12 +11,12 @@ use super::proto::{
     SessionView, StatusReport,
 };
 use crate::policy::{OwnershipPolicy, PolicyAction, Verdict};
-use crate::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
 use crate::registry::{
-    ConnEvent, DomainId, DomainState, IncomingReq, IniPeer, QpLife, Registrant, RegistryConfig,
-    RegistryError, TgtQp, TgtRegistry,
+    ConnEvent, DomainId, DomainState, IniPeer, QpLife, Registrant, RegistryConfig, RegistryError,
+    TgtQp, TgtRegistry, TgtRequest,
 };
 use crate::types::{DomainSpec, ProcessId, Qpn, SrqNum};
+use crate::verbs::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
 use crate::verbs::{Verbs, VerbsError};
 use ibcm_mad::xrc::{ReqMode, XrcReqData};
 
@@ -482,7 +482,7 @@ impl KeeperCore {
                         SrqNum::new(v).ok_or_else(|| err("bad-request", format!("SRQN {v:#x}")))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                let req = IncomingReq {
+                let req = TgtRequest {
                     conn: ConnKey {
                         session: s,
                         name: conn,
@@ -747,10 +747,10 @@ fn hex(b: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::{SimConfig, SimKernel};
+    use crate::verbs::model::{KernelModel, ModelConfig};
 
     fn keeper() -> (KeeperCore, Instant) {
-        let k = SimKernel::new(SimConfig::mlx5());
+        let k = KernelModel::new(ModelConfig::mlx5());
         let now = Instant::now();
         (
             KeeperCore::new(

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::core::{KeeperCore, SessionId, Target};
 use super::proto::{Envelope, Event, EventLine, Reply};
 use crate::registry::RegistryConfig;
-use crate::sim::{SimConfig, SimKernel};
+use crate::verbs::model::{KernelModel, ModelConfig};
 use crate::verbs::{Verbs, VerbsError};
 
 /// Longest request line accepted.
@@ -26,7 +26,7 @@ pub const MAX_LINE: usize = 64 * 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// The software model (machines without an XRC device).
-    Sim(SimConfig),
+    Model(ModelConfig),
     /// rdma-core (feature `rdma`), on the named device or the first one.
     Verbs {
         /// Device name.
@@ -91,12 +91,14 @@ pub fn new_epoch() -> String {
 /// the `rdma` feature.
 pub fn open_backend(b: &Backend) -> Result<Box<dyn Verbs>, VerbsError> {
     match b {
-        Backend::Sim(cfg) => {
-            let kernel = SimKernel::new(cfg.clone());
+        Backend::Model(cfg) => {
+            let kernel = KernelModel::new(cfg.clone());
             Ok(Box::new(kernel.spawn()))
         }
         #[cfg(feature = "rdma")]
-        Backend::Verbs { device } => Ok(Box::new(crate::ffi::RdmaVerbs::open(device.as_deref())?)),
+        Backend::Verbs { device } => Ok(Box::new(crate::verbs::ffi::RdmaVerbs::open(
+            device.as_deref(),
+        )?)),
         #[cfg(not(feature = "rdma"))]
         Backend::Verbs { .. } => Err(VerbsError::Unavailable(
             "built without the `rdma` feature; rebuild with --features rdma".into(),
@@ -253,7 +255,7 @@ pub fn serve(cfg: &ServerConfig) -> Result<(), ServeError> {
     prepare_socket(&cfg.socket)?;
     let verbs = open_backend(&cfg.backend)?;
     let backend = match cfg.backend {
-        Backend::Sim(_) => "sim",
+        Backend::Model(_) => "sim",
         Backend::Verbs { .. } => "verbs",
     };
     let device = verbs.device().name;

@@ -433,7 +433,7 @@ pub struct AltPath {
 /// `Some` ([`QpAttr::mask`]).
 ///
 /// ```
-/// use ibcm_xrc::qp::{check_modify, AttrMask, QpAttr, QpState, QpType, AccessFlags};
+/// use ibcm_xrc::verbs::qp::{check_modify, AttrMask, QpAttr, QpState, QpType, AccessFlags};
 ///
 /// let init = QpAttr::to_init(0, 1, AccessFlags::default());
 /// assert_eq!(init.mask(), AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT
