@@ -133,11 +133,11 @@ pub use ibcm_mad::xrc::{
     GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
 };
 pub use policy::{
-    decide, survives, ConnOnQp, Decision, OwnershipPolicy, PolicyAction, PolicyConfig, PolicyEvent,
+    decide, ConnOnQp, Decision, OwnershipPolicy, PolicyAction, PolicyConfig, PolicyEvent,
     QpFacts, Verdict,
 };
 pub use registry::{
-    holders, ConnEvent, DomainId, DomainState, IniPeer, Leak, QpLife, QpnStatus, Registrant,
+    ConnEvent, DomainId, DomainState, IniPeer, Leak, QpLife, QpnStatus, Registrant,
     RegistryConfig, RegistryError, TgtQp, TgtRegistry, TgtRequest, XrcAccept, XrcDomain,
 };
 pub use types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};

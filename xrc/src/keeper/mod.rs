@@ -19,6 +19,6 @@
 //! gone ([`client::ClientError::KeeperRestarted`]).
 
 pub mod client;
-pub mod core;
+mod core;
 pub mod proto;
 pub mod server;
