@@ -246,7 +246,7 @@ pub struct Decision<K> {
 ///
 /// # Errors
 /// The [`GoneCause`] when the QP must be released.
-pub fn survives<K>(
+pub(crate) fn survives<K>(
     policy: OwnershipPolicy,
     event: &PolicyEvent<K>,
     f: &QpFacts<K>,

@@ -73,7 +73,7 @@
 //! check [`TargetGone::parse`] on the ARI (or the private data) — or on a DREQ's private
 //! data — to tell "target gone" from "refused" (`cm::IniOutcome` does this).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -1380,16 +1380,3 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
     }
 }
 
-/// The set of processes holding registrations or ownership on any live QP (for status views).
-pub fn holders<K: Clone + Ord>(qp: &TgtQp<K>) -> BTreeSet<ProcessId> {
-    let mut s = BTreeSet::new();
-    if let Some(o) = qp.owner {
-        s.insert(o);
-    }
-    for (r, _) in &qp.registrations {
-        if let Registrant::Process(p) = r {
-            s.insert(*p);
-        }
-    }
-    s
-}

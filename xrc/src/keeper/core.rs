@@ -22,7 +22,7 @@ use ibcm_mad::xrc::{ReqMode, XrcReqData};
 
 /// A connection as the keeper knows it: the session that reported it and its name there.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ConnKey {
+pub(super) struct ConnKey {
     /// The session.
     pub session: u32,
     /// The session's name for it.
@@ -33,7 +33,7 @@ const MAX_CLOSED: usize = 4096;
 
 /// A session number. It doubles as the registry's [`ProcessId`] for everything the session
 /// creates or registers, so closing one socket releases exactly that socket's references.
-pub type SessionId = u32;
+pub(super) type SessionId = u32;
 
 #[derive(Clone, Debug)]
 struct Session {
@@ -43,7 +43,7 @@ struct Session {
 
 /// Where an event goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
+pub(super) enum Target {
     /// One session.
     Session(SessionId),
     /// Every session.
@@ -52,7 +52,7 @@ pub enum Target {
 
 /// The keeper: a [`TgtRegistry`] acting for many client sessions.
 #[derive(Debug)]
-pub struct KeeperCore {
+pub(super) struct KeeperCore {
     reg: TgtRegistry<ConnKey>,
     epoch: String,
     backend: String,
@@ -152,7 +152,7 @@ fn av_arg(a: &AvAttr) -> Result<AddressVector, ErrorBody> {
 ///
 /// # Errors
 /// A `bad-request` body for malformed values.
-pub fn modify_attr(m: &ModifyAttr) -> Result<QpAttr, ErrorBody> {
+pub(super) fn modify_attr(m: &ModifyAttr) -> Result<QpAttr, ErrorBody> {
     Ok(QpAttr {
         state: m.state.as_deref().map(state_arg).transpose()?,
         cur_state: m.cur_state.as_deref().map(state_arg).transpose()?,
@@ -178,7 +178,7 @@ pub fn modify_attr(m: &ModifyAttr) -> Result<QpAttr, ErrorBody> {
 
 impl KeeperCore {
     /// A keeper acting through `verbs`. `epoch` must differ between keeper instances.
-    pub fn new(
+    pub(super) fn new(
         verbs: Box<dyn Verbs>,
         cfg: RegistryConfig,
         epoch: String,
@@ -201,22 +201,17 @@ impl KeeperCore {
     }
 
     /// This instance's epoch.
-    pub fn epoch(&self) -> &str {
+    pub(super) fn epoch(&self) -> &str {
         &self.epoch
     }
 
-    /// The registry (read-only).
-    pub fn registry(&self) -> &TgtRegistry<ConnKey> {
-        &self.reg
-    }
-
     /// Lines to log since the last call (everything the registry did).
-    pub fn take_log(&mut self) -> Vec<String> {
+    pub(super) fn take_log(&mut self) -> Vec<String> {
         std::mem::take(&mut self.log)
     }
 
     /// A client connected; `pid` from `SO_PEERCRED` when available.
-    pub fn open_session(&mut self, pid: Option<u32>) -> SessionId {
+    pub(super) fn open_session(&mut self, pid: Option<u32>) -> SessionId {
         let id = self.next_session;
         self.next_session = self.next_session.wrapping_add(1).max(1);
         self.sessions.insert(
@@ -230,7 +225,7 @@ impl KeeperCore {
     }
 
     /// A client's socket closed (exit, SIGKILL, or a clean close): exactly its references go.
-    pub fn close_session(&mut self, now: Instant, s: SessionId) -> Vec<(Target, Event)> {
+    pub(super) fn close_session(&mut self, now: Instant, s: SessionId) -> Vec<(Target, Event)> {
         let name = self
             .sessions
             .get(&s)
@@ -264,7 +259,7 @@ impl KeeperCore {
     }
 
     /// Runs due quarantines.
-    pub fn tick(&mut self, now: Instant) -> Vec<(Target, Event)> {
+    pub(super) fn tick(&mut self, now: Instant) -> Vec<(Target, Event)> {
         if self.reg.poll_timeout().is_some_and(|t| t <= now) {
             self.reg.handle_timeout(now);
         }
@@ -272,12 +267,12 @@ impl KeeperCore {
     }
 
     /// When [`KeeperCore::tick`] has work.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
         self.reg.poll_timeout()
     }
 
     /// Handles one request of session `s`.
-    pub fn handle(
+    pub(super) fn handle(
         &mut self,
         now: Instant,
         s: SessionId,
@@ -306,7 +301,7 @@ impl KeeperCore {
     }
 
     /// A reply for a line that could not be parsed.
-    pub fn bad_line(&self, message: String) -> Reply {
+    pub(super) fn bad_line(&self, message: String) -> Reply {
         Reply {
             id: None,
             epoch: self.epoch.clone(),
@@ -629,7 +624,7 @@ impl KeeperCore {
     }
 
     /// The `status` report.
-    pub fn status(&self) -> StatusReport {
+    pub(super) fn status(&self) -> StatusReport {
         let dev = self.reg.verbs().device();
         StatusReport {
             epoch: self.epoch.clone(),

@@ -20,7 +20,7 @@ use crate::verbs::model::{KernelModel, ModelConfig};
 use crate::verbs::{Verbs, VerbsError};
 
 /// Longest request line accepted.
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 
 /// Which verbs backend the keeper uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl From<VerbsError> for ServeError {
 }
 
 /// A fresh epoch: differs between keeper instances (OS-seeded hash of PID and wall time).
-pub fn new_epoch() -> String {
+pub(crate) fn new_epoch() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -89,7 +89,7 @@ pub fn new_epoch() -> String {
 /// # Errors
 /// [`VerbsError`], e.g. [`VerbsError::NoXrc`] or [`VerbsError::Unavailable`] when built without
 /// the `rdma` feature.
-pub fn open_backend(b: &Backend) -> Result<Box<dyn Verbs>, VerbsError> {
+pub(crate) fn open_backend(b: &Backend) -> Result<Box<dyn Verbs>, VerbsError> {
     match b {
         Backend::Model(cfg) => {
             let kernel = KernelModel::new(cfg.clone());
