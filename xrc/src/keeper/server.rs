@@ -96,7 +96,7 @@ pub(crate) fn open_backend(b: &Backend) -> Result<Box<dyn Verbs>, VerbsError> {
             Ok(Box::new(kernel.spawn()))
         }
         #[cfg(feature = "rdma")]
-        Backend::Verbs { device } => Ok(Box::new(crate::verbs::ffi::RdmaVerbs::open(
+        Backend::Verbs { device } => Ok(Box::new(crate::verbs::RdmaVerbs::open(
             device.as_deref(),
         )?)),
         #[cfg(not(feature = "rdma"))]
