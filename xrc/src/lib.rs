@@ -133,12 +133,12 @@ pub use ibcm_mad::xrc::{
     GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
 };
 pub use policy::{
-    decide, ConnOnQp, Decision, OwnershipPolicy, PolicyAction, PolicyConfig, PolicyEvent,
-    QpFacts, Verdict,
+    decide, ConnOnQp, Decision, OwnershipPolicy, PolicyAction, PolicyConfig, PolicyEvent, QpFacts,
+    Verdict,
 };
 pub use registry::{
-    ConnEvent, DomainId, DomainState, IniPeer, Leak, QpLife, QpnStatus, Registrant,
-    RegistryConfig, RegistryError, TgtQp, TgtRegistry, TgtRequest, XrcAccept, XrcDomain,
+    ConnEvent, DomainId, DomainState, IniPeer, Leak, QpLife, QpnStatus, Registrant, RegistryConfig,
+    RegistryError, TgtQp, TgtRegistry, TgtRequest, XrcAccept, XrcDomain,
 };
 pub use types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
 pub use verbs::qp::{QpAttr, QpState, QpType};

@@ -1379,4 +1379,3 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         d.verdict
     }
 }
-

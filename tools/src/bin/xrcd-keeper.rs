@@ -25,7 +25,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use ibcm_xrc::keeper::client::{ClientError, KeeperClient};
-use ibcm_xrc::keeper::proto::{Event, HolderView, LeakView, Request, StatusReport};
+use ibcm_xrc::keeper::proto::{HolderView, KeeperEvent, LeakView, Request, StatusReport};
 use ibcm_xrc::keeper::server::{serve, Backend, ServerConfig};
 use ibcm_xrc::verbs::model::ModelConfig;
 use ibcm_xrc::RegistryConfig;
@@ -281,7 +281,7 @@ fn hold(
     loop {
         match c.next_event() {
             Ok(ev) => match ev.event {
-                Event::QpGone { qpn: q, cause } if u64::from(q) == qpn => {
+                KeeperEvent::QpGone { qpn: q, cause } if u64::from(q) == qpn => {
                     eprintln!("xrcd-keeper hold: TGT QP {qpn:#08x} is gone: {cause}");
                     return Ok(ExitCode::from(4));
                 }

@@ -7,8 +7,8 @@ use ibcm_mad::Guid;
 use serde_json::{json, Value};
 
 use super::proto::{
-    AvAttr, DomainView, ErrorBody, Event, HolderView, LeakView, ModifyAttr, QpView, Reply, Request,
-    SessionView, StatusReport,
+    AvAttr, DomainView, ErrorBody, ErrorKind, HolderView, KeeperEvent, LeakView, ModifyAttr,
+    QpView, Reply, Request, SessionView, StatusReport,
 };
 use crate::policy::{OwnershipPolicy, PolicyAction, Verdict};
 use crate::registry::{
@@ -66,56 +66,71 @@ pub(super) struct KeeperCore {
     started: Instant,
 }
 
-fn err(kind: &str, message: impl Into<String>) -> ErrorBody {
+fn err(kind: ErrorKind, message: impl Into<String>) -> ErrorBody {
     ErrorBody {
-        kind: kind.to_owned(),
+        kind,
         message: message.into(),
     }
 }
 
 fn registry_err(e: &RegistryError) -> ErrorBody {
     let kind = match e {
-        RegistryError::UnknownDomain(_) => "unknown-domain",
-        RegistryError::DomainClosing(_) => "domain-closing",
-        RegistryError::DomainExists(_) => "domain-exists",
-        RegistryError::UnknownQpn(_) => "unknown-qpn",
-        RegistryError::Gone { .. } => "gone",
-        RegistryError::NotOwner { .. } => "not-owner",
-        RegistryError::NotRegistered { .. } => "not-registered",
-        RegistryError::QpnsExhausted { .. } => "no-resources",
-        RegistryError::Verbs(VerbsError::NoXrc { .. }) => "no-xrc",
-        RegistryError::Verbs(VerbsError::Modify(_)) => "bad-modify",
-        RegistryError::Verbs(_) => "verbs",
-        RegistryError::Wire(_) => "bad-request",
+        RegistryError::UnknownDomain(_) => ErrorKind::UnknownDomain,
+        RegistryError::DomainClosing(_) => ErrorKind::DomainClosing,
+        RegistryError::DomainExists(_) => ErrorKind::DomainExists,
+        RegistryError::UnknownQpn(_) => ErrorKind::UnknownQpn,
+        RegistryError::Gone { .. } => ErrorKind::Gone,
+        RegistryError::NotOwner { .. } => ErrorKind::NotOwner,
+        RegistryError::NotRegistered { .. } => ErrorKind::NotRegistered,
+        RegistryError::QpnsExhausted { .. } => ErrorKind::NoResources,
+        RegistryError::Verbs(VerbsError::NoXrc { .. }) => ErrorKind::NoXrc,
+        RegistryError::Verbs(VerbsError::Modify(_)) => ErrorKind::BadModify,
+        RegistryError::Verbs(_) => ErrorKind::Verbs,
+        RegistryError::Wire(_) => ErrorKind::BadRequest,
     };
     err(kind, e.to_string())
 }
 
 fn qpn_arg(v: u32) -> Result<Qpn, ErrorBody> {
-    Qpn::new(v).ok_or_else(|| err("bad-request", format!("QPN {v:#x} needs more than 24 bits")))
+    Qpn::new(v).ok_or_else(|| {
+        err(
+            ErrorKind::BadRequest,
+            format!("QPN {v:#x} needs more than 24 bits"),
+        )
+    })
 }
 
 fn policy_arg(s: &str) -> Result<OwnershipPolicy, ErrorBody> {
     OwnershipPolicy::from_name(s).ok_or_else(|| {
         err(
-            "bad-request",
+            ErrorKind::BadRequest,
             format!("unknown policy {s:?} (explicit, domain-bound, process-bound, shared)"),
         )
     })
 }
 
 fn state_arg(s: &str) -> Result<QpState, ErrorBody> {
-    QpState::from_name(s).ok_or_else(|| err("bad-request", format!("unknown QP state {s:?}")))
+    QpState::from_name(s)
+        .ok_or_else(|| err(ErrorKind::BadRequest, format!("unknown QP state {s:?}")))
 }
 
 fn psn_arg(v: u32) -> Result<ibcm_mad::Psn, ErrorBody> {
-    ibcm_mad::Psn::new(v)
-        .ok_or_else(|| err("bad-request", format!("PSN {v:#x} needs more than 24 bits")))
+    ibcm_mad::Psn::new(v).ok_or_else(|| {
+        err(
+            ErrorKind::BadRequest,
+            format!("PSN {v:#x} needs more than 24 bits"),
+        )
+    })
 }
 
 fn gid_arg(s: &str) -> Result<[u8; 16], ErrorBody> {
     let s: String = s.chars().filter(|c| *c != ':').collect();
-    let bad = || err("bad-request", format!("GID {s:?} is not 32 hex digits"));
+    let bad = || {
+        err(
+            ErrorKind::BadRequest,
+            format!("GID {s:?} is not 32 hex digits"),
+        )
+    };
     if s.len() != 32 || !s.is_ascii() {
         return Err(bad());
     }
@@ -162,7 +177,8 @@ pub(super) fn modify_attr(m: &ModifyAttr) -> Result<QpAttr, ErrorBody> {
         path_mtu: m
             .path_mtu
             .map(|v| {
-                PathMtu::from_raw(v).ok_or_else(|| err("bad-request", format!("path MTU code {v}")))
+                PathMtu::from_raw(v)
+                    .ok_or_else(|| err(ErrorKind::BadRequest, format!("path MTU code {v}")))
             })
             .transpose()?,
         dest_qpn: m.dest_qpn.map(qpn_arg).transpose()?,
@@ -225,7 +241,11 @@ impl KeeperCore {
     }
 
     /// A client's socket closed (exit, SIGKILL, or a clean close): exactly its references go.
-    pub(super) fn close_session(&mut self, now: Instant, s: SessionId) -> Vec<(Target, Event)> {
+    pub(super) fn close_session(
+        &mut self,
+        now: Instant,
+        s: SessionId,
+    ) -> Vec<(Target, KeeperEvent)> {
         let name = self
             .sessions
             .get(&s)
@@ -259,7 +279,7 @@ impl KeeperCore {
     }
 
     /// Runs due quarantines.
-    pub(super) fn tick(&mut self, now: Instant) -> Vec<(Target, Event)> {
+    pub(super) fn tick(&mut self, now: Instant) -> Vec<(Target, KeeperEvent)> {
         if self.reg.poll_timeout().is_some_and(|t| t <= now) {
             self.reg.handle_timeout(now);
         }
@@ -278,7 +298,7 @@ impl KeeperCore {
         s: SessionId,
         id: Option<u64>,
         req: Request,
-    ) -> (Reply, Vec<(Target, Event)>) {
+    ) -> (Reply, Vec<(Target, KeeperEvent)>) {
         let res = self.dispatch(now, s, req);
         let events = self.drain();
         let reply = match res {
@@ -307,14 +327,17 @@ impl KeeperCore {
             epoch: self.epoch.clone(),
             ok: false,
             result: None,
-            error: Some(err("bad-request", message)),
+            error: Some(err(ErrorKind::BadRequest, message)),
         }
     }
 
     fn domain_arg(&self, name: &str) -> Result<DomainId, ErrorBody> {
-        self.reg
-            .domain_by_name(name)
-            .ok_or_else(|| err("unknown-domain", format!("no domain named {name:?}")))
+        self.reg.domain_by_name(name).ok_or_else(|| {
+            err(
+                ErrorKind::UnknownDomain,
+                format!("no domain named {name:?}"),
+            )
+        })
     }
 
     fn dispatch(&mut self, now: Instant, s: SessionId, req: Request) -> Result<Value, ErrorBody> {
@@ -445,7 +468,8 @@ impl KeeperCore {
                     .reg
                     .query(qpn_arg(qpn)?)
                     .map_err(|e| registry_err(&e))?;
-                serde_json::to_value(self.qp_view(&q)).map_err(|e| err("error", e.to_string()))
+                serde_json::to_value(self.qp_view(&q))
+                    .map_err(|e| err(ErrorKind::Internal, e.to_string()))
             }
             Request::AcceptReq {
                 conn,
@@ -465,7 +489,7 @@ impl KeeperCore {
                     ("attach", Some(q)) => ReqMode::Attach(qpn_arg(q)?),
                     (m, _) => {
                         return Err(err(
-                            "bad-request",
+                            ErrorKind::BadRequest,
                             format!("bad mode {m:?} (attach needs tgt_qpn)"),
                         ))
                     }
@@ -474,7 +498,8 @@ impl KeeperCore {
                 let srqns = srqns
                     .into_iter()
                     .map(|v| {
-                        SrqNum::new(v).ok_or_else(|| err("bad-request", format!("SRQN {v:#x}")))
+                        SrqNum::new(v)
+                            .ok_or_else(|| err(ErrorKind::BadRequest, format!("SRQN {v:#x}")))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let req = TgtRequest {
@@ -522,7 +547,7 @@ impl KeeperCore {
                     "closed" => ConnEvent::LocalClosed,
                     other => {
                         return Err(err(
-                            "bad-request",
+                            ErrorKind::BadRequest,
                             format!("unknown connection event {other:?}"),
                         ))
                     }
@@ -534,9 +559,8 @@ impl KeeperCore {
                 let v = self.reg.handle_conn_event(now, &key, ev);
                 Ok(v.map_or(json!({}), verdict_json))
             }
-            Request::Status => {
-                serde_json::to_value(self.status()).map_err(|e| err("error", e.to_string()))
-            }
+            Request::Status => serde_json::to_value(self.status())
+                .map_err(|e| err(ErrorKind::Internal, e.to_string())),
             Request::Leaks => {
                 let leaks: Vec<LeakView> = self
                     .reg
@@ -549,7 +573,7 @@ impl KeeperCore {
                         creator_pid: self.pid_of(l.creator),
                     })
                     .collect();
-                serde_json::to_value(leaks).map_err(|e| err("error", e.to_string()))
+                serde_json::to_value(leaks).map_err(|e| err(ErrorKind::Internal, e.to_string()))
             }
         }
     }
@@ -666,7 +690,7 @@ impl KeeperCore {
     }
 
     /// Moves the registry's outputs into events and log lines.
-    fn drain(&mut self) -> Vec<(Target, Event)> {
+    fn drain(&mut self) -> Vec<(Target, KeeperEvent)> {
         let mut out = Vec::new();
         while let Some(t) = self.reg.poll_trace() {
             let mut line = format!(
@@ -682,7 +706,7 @@ impl KeeperCore {
             if let Some(Verdict::Released(cause)) = t.verdict {
                 out.push((
                     Target::All,
-                    Event::QpGone {
+                    KeeperEvent::QpGone {
                         qpn: t.qpn.get(),
                         cause: cause.text().into(),
                     },
@@ -695,7 +719,7 @@ impl KeeperCore {
                     if self.sessions.contains_key(&conn.session) {
                         out.push((
                             Target::Session(conn.session),
-                            Event::SendDreq {
+                            KeeperEvent::EndConnection {
                                 conn: conn.name,
                                 qpn: qpn.get(),
                                 cause: cause.text().into(),
@@ -709,7 +733,7 @@ impl KeeperCore {
                     }
                 }
                 PolicyAction::ReportOrphan { qpn } => {
-                    out.push((Target::All, Event::QpOrphaned { qpn: qpn.get() }));
+                    out.push((Target::All, KeeperEvent::QpOrphaned { qpn: qpn.get() }));
                 }
                 // Covered by the QpGone broadcast above.
                 _ => {}
@@ -766,7 +790,7 @@ mod tests {
         r.result.unwrap()
     }
 
-    fn fail(k: &mut KeeperCore, now: Instant, s: SessionId, req: Request) -> String {
+    fn fail(k: &mut KeeperCore, now: Instant, s: SessionId, req: Request) -> ErrorKind {
         let (r, _) = k.handle(now, s, Some(1), req);
         assert!(!r.ok);
         r.error.unwrap().kind
@@ -822,7 +846,7 @@ mod tests {
             ev,
             vec![(
                 Target::All,
-                Event::QpGone {
+                KeeperEvent::QpGone {
                     qpn: r1["qpn"].as_u64().unwrap() as u32,
                     cause: "last registration dropped".into()
                 }
@@ -880,7 +904,7 @@ mod tests {
         let ev = k.close_session(now, a);
         assert!(ev.contains(&(
             Target::Session(b),
-            Event::SendDreq {
+            KeeperEvent::EndConnection {
                 conn: "c1".into(),
                 qpn,
                 cause: "creator exited".into()
@@ -1029,7 +1053,7 @@ mod tests {
         );
         let qpn = r["qpn"].as_u64().unwrap() as u32;
         let ev = k.close_session(now, a);
-        assert_eq!(ev, vec![(Target::All, Event::QpOrphaned { qpn })]);
+        assert_eq!(ev, vec![(Target::All, KeeperEvent::QpOrphaned { qpn })]);
         let leaks = ok(&mut k, now, b, Request::Leaks);
         assert_eq!(leaks.as_array().unwrap().len(), 1);
         ok(&mut k, now, b, Request::Adopt { qpn });

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::core::{KeeperCore, SessionId, Target};
-use super::proto::{Envelope, Event, EventLine, Reply};
+use super::proto::{Envelope, EventLine, KeeperEvent, Reply};
 use crate::registry::RegistryConfig;
 use crate::verbs::model::{KernelModel, ModelConfig};
 use crate::verbs::{Verbs, VerbsError};
@@ -96,9 +96,9 @@ pub(crate) fn open_backend(b: &Backend) -> Result<Box<dyn Verbs>, VerbsError> {
             Ok(Box::new(kernel.spawn()))
         }
         #[cfg(feature = "rdma")]
-        Backend::Verbs { device } => Ok(Box::new(crate::verbs::RdmaVerbs::open(
-            device.as_deref(),
-        )?)),
+        Backend::Verbs { device } => {
+            Ok(Box::new(crate::verbs::RdmaVerbs::open(device.as_deref())?))
+        }
         #[cfg(not(feature = "rdma"))]
         Backend::Verbs { .. } => Err(VerbsError::Unavailable(
             "built without the `rdma` feature; rebuild with --features rdma".into(),
@@ -123,7 +123,7 @@ fn write_line(w: &mut UnixStream, line: &str) -> io::Result<()> {
 }
 
 impl Shared {
-    fn deliver(&mut self, events: Vec<(Target, Event)>) {
+    fn deliver(&mut self, events: Vec<(Target, KeeperEvent)>) {
         let epoch = self.core.epoch().to_owned();
         for (target, event) in events {
             let Ok(line) = serde_json::to_string(&EventLine {
