@@ -2,30 +2,8 @@
 //!
 //! [`decide`] holds every lifetime rule of the crate; [`TgtRegistry`](crate::TgtRegistry)
 //! only keeps the facts up to date and executes what `decide` returns. The function reads no
-//! clock (time comes in as `now`) and has no state, so each cell of the matrix in the crate
-//! docs is one unit test.
-//!
-//! # How a decision is made
-//!
-//! 1. The caller updates the QP's facts for the event (the exiting owner is no longer alive,
-//!    the unregistering process's registration is gone, the disconnected connection's
-//!    registration is gone, …) and passes the facts *after* that bookkeeping, together with
-//!    the event.
-//! 2. [`decide`] asks whether the QP still has a reason to live under its policy
-//!    ([`survives`]). If yes, the QP is **kept** and only the event's own consequence is
-//!    returned (forget the connection that left, report an orphan, pin a closing domain).
-//! 3. If not, the QP is **released**: every other connection on it gets
-//!    [`PolicyAction::EndConnection`] (the kernel CM sends none for an XRC TGT; spec/xrc.md §3.2),
-//!    registered processes are told ([`PolicyAction::NotifyHolders`]), traffic is stopped
-//!    ([`PolicyAction::ModifyToError`]) and the QPN is quarantined for the longest TimeWait of
-//!    its connections ([`PolicyAction::QuarantineQpn`]). With
-//!    [`PolicyConfig::hold_qp_during_quarantine`] (the default) the QP object itself is kept
-//!    in ERR until the quarantine ends, so the device cannot hand the number out again
-//!    (libfabric PR #5016 does the same); [`PolicyAction::DestroyQp`] then comes with
-//!    [`PolicyEvent::QuarantineExpired`].
-//! 4. A QP that is already gone answers a new REQ aimed at it with
-//!    [`PolicyAction::RejectReq`] (REJ reason 1 + [`TargetGone`]) and ignores every other
-//!    event, so nothing is ever torn down twice.
+//! clock (time comes in as `now`) and has no state, so each cell of [`POLICY_MATRIX`] is one
+//! unit test. How a decision is made: see [`decide`].
 
 use std::time::{Duration, Instant};
 
@@ -242,7 +220,194 @@ pub struct Decision<K> {
     pub actions: Vec<PolicyAction<K>>,
 }
 
-/// Whether a live QP keeps a reason to live after `event`, or why not.
+/// A column of the [`POLICY_MATRIX`]: an event that may end a live TGT QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MatrixEvent {
+    /// [`PolicyEvent::OwnerDestroy`].
+    OwnerDestroy,
+    /// [`PolicyEvent::DomainClose`].
+    DomainClose,
+    /// [`PolicyEvent::CreatorExit`].
+    CreatorExit,
+    /// [`PolicyEvent::LastUnregister`].
+    LastUnregister,
+    /// [`PolicyEvent::PeerDreq`].
+    PeerDreq,
+    /// [`PolicyEvent::PeerTimeout`].
+    PeerTimeout,
+    /// [`PolicyEvent::KeeperCrash`].
+    KeeperCrash,
+}
+
+impl MatrixEvent {
+    /// All seven, in column order.
+    pub const ALL: [Self; 7] = [
+        Self::OwnerDestroy,
+        Self::DomainClose,
+        Self::CreatorExit,
+        Self::LastUnregister,
+        Self::PeerDreq,
+        Self::PeerTimeout,
+        Self::KeeperCrash,
+    ];
+
+    /// The column header, as [`PolicyEvent::name`] spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::OwnerDestroy => "owner destroy",
+            Self::DomainClose => "domain close",
+            Self::CreatorExit => "creator exit",
+            Self::LastUnregister => "last unregister",
+            Self::PeerDreq => "peer DREQ",
+            Self::PeerTimeout => "peer timeout",
+            Self::KeeperCrash => "keeper crash",
+        }
+    }
+}
+
+impl<K> PolicyEvent<K> {
+    /// The matrix column of this event; `None` for a REQ and a quarantine end, which never
+    /// end a live QP.
+    pub const fn column(&self) -> Option<MatrixEvent> {
+        Some(match self {
+            Self::OwnerDestroy => MatrixEvent::OwnerDestroy,
+            Self::DomainClose => MatrixEvent::DomainClose,
+            Self::CreatorExit => MatrixEvent::CreatorExit,
+            Self::LastUnregister => MatrixEvent::LastUnregister,
+            Self::PeerDreq { .. } => MatrixEvent::PeerDreq,
+            Self::PeerTimeout { .. } => MatrixEvent::PeerTimeout,
+            Self::KeeperCrash => MatrixEvent::KeeperCrash,
+            Self::ReqReceived { .. } | Self::QuarantineExpired => return None,
+        })
+    }
+}
+
+/// A cell of the [`POLICY_MATRIX`]: what an event does to a **live** TGT QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rule {
+    /// The QP is kept (the event's own consequence still happens: the connection that left
+    /// is forgotten, an orphan reported, a closing domain pinned).
+    Kept,
+    /// The QP is released, for this cause.
+    Released(GoneCause),
+    /// The event dropped a registration (`Shared`): the QP is released, for this cause, if
+    /// that was the last one ([`QpFacts::registrations`] is 0 after the bookkeeping), else
+    /// kept.
+    ReleasedIfLastRegistration(GoneCause),
+}
+
+/// The policy × event matrix, as code: `POLICY_MATRIX[policy][event]`, rows in
+/// [`OwnershipPolicy::ALL`] order, columns in [`MatrixEvent::ALL`] order. [`decide`] reads
+/// it (through [`rule`]); [`TgtRegistry`](crate::TgtRegistry) executes what `decide`
+/// returns and the CM coupling (`cm::XrcTarget`) turns the releases into DREQs and REJs.
+///
+/// What happens to a **live** TGT QP. "Released" means: every *other* connection on the QP
+/// is ended ([`PolicyAction::EndConnection`]: a DREQ if established, REJ reason 1 if it is
+/// still being set up), registered processes are notified, the QP goes to ERR and its number
+/// is quarantined until the longest CM TimeWait of its connections has passed (the QP object
+/// is held until then, so the device cannot reuse the number); afterwards a REQ naming it
+/// gets REJ reason 1 "No QP available" with the [`TargetGone`] ARI carrying the cause.
+/// "Kept" means the QP and its other connections are untouched.
+///
+/// | policy \ event | owner destroy | domain close | creator exit | last unregister | peer DREQ | peer timeout | keeper crash |
+/// |---|---|---|---|---|---|---|---|
+/// | **Explicit** | released (`owner destroyed it`) | kept; it **pins** the domain, which closes after the QP is destroyed | kept as an **orphan** (any process may adopt or destroy it; listed by `leaks` when idle) | kept (registrations do not own it) | kept; connection forgotten | kept; connection forgotten | released (`keeper lost`) |
+/// | **DomainBound** | released (`owner destroyed it`) | released (`domain closed`) | kept (that is the point) | kept | kept; connection forgotten | kept; connection forgotten | released (`keeper lost`) |
+/// | **ProcessBound** | released (`owner destroyed it`) | released (`domain closed`) | released (`creator exited`) | kept | kept while the creator lives; connection forgotten | kept while the creator lives; connection forgotten | released (`keeper lost`) |
+/// | **Shared** | the caller's registration is dropped; released (`last registration dropped`) if it was the last, else kept | released (`domain closed`) | the creator's registration is dropped; released (`creator exited`) if it was the last, else kept | released (`last registration dropped`) if it was the last, else kept | the connection's own registration is dropped; released (`last connection left`) if it was the last, else kept | as peer DREQ: released (`last connection left`) if it was the last, else kept | released (`keeper lost`) |
+///
+/// (A test checks this table against the constant: every "released (`cause`)" is the
+/// [`GoneCause`] text of a `Released` or `ReleasedIfLastRegistration` cell, "if it was the
+/// last" marks the latter, and a cell without "released" is `Kept`.)
+///
+/// Notes:
+/// * "Owner destroy" is refused ([`RegistryError::NotOwner`](crate::RegistryError::NotOwner))
+///   for anyone but the owner while the owner lives; an orphan may be destroyed by anyone.
+/// * Registrations on non-`Shared` QPs are non-owning users (OFED's `reg_xrc_rcv_qp` on a QP
+///   someone else owns); they are notified when the QP goes.
+/// * Keeper crash: the kernel drops the keeper's handles, so every QP the keeper held is gone
+///   unless some other process happens to hold its own handle — and then no policy can be
+///   enforced any more. Clients are told "all keeper-held QPs are gone", never silently.
+/// * After release, every event is ignored (nothing is torn down twice) except a REQ naming
+///   the QP (REJ as above) and a crossing peer DREQ (connection forgotten).
+/// * One test per cell, three times: the engine's unit tests, `tests/matrix.rs` (the same
+///   cells through [`TgtRegistry`](crate::TgtRegistry) on the software model) and
+///   `tests/cm_matrix.rs` (the same cells through real CM traffic on ibcm's simulator: the
+///   DREQs the target sends and the initiator receives, REJ reason 1 + ARI on reconnect, the
+///   QPN quarantine against the CM TimeWait, a kept QP taking new connections).
+/// * Peer timeout through the CM: the initiator never completes the handshake (the target's
+///   REP retries run out) or rejects after the REP; an established connection has no CM
+///   keep-alive, so only a DREQ ends it.
+pub const POLICY_MATRIX: [[Rule; 7]; 4] = {
+    use GoneCause as C;
+    use Rule::{Kept, Released as R, ReleasedIfLastRegistration as Last};
+    [
+        // Explicit
+        [
+            R(C::OwnerDestroyed),
+            Kept,
+            Kept,
+            Kept,
+            Kept,
+            Kept,
+            R(C::KeeperLost),
+        ],
+        // DomainBound
+        [
+            R(C::OwnerDestroyed),
+            R(C::DomainClosed),
+            Kept,
+            Kept,
+            Kept,
+            Kept,
+            R(C::KeeperLost),
+        ],
+        // ProcessBound
+        [
+            R(C::OwnerDestroyed),
+            R(C::DomainClosed),
+            R(C::CreatorExited),
+            Kept,
+            Kept,
+            Kept,
+            R(C::KeeperLost),
+        ],
+        // Shared
+        [
+            Last(C::LastUnregistered),
+            R(C::DomainClosed),
+            Last(C::CreatorExited),
+            Last(C::LastUnregistered),
+            Last(C::PeerLeft),
+            Last(C::PeerLeft),
+            R(C::KeeperLost),
+        ],
+    ]
+};
+
+/// One cell of the [`POLICY_MATRIX`].
+pub const fn rule(policy: OwnershipPolicy, event: MatrixEvent) -> Rule {
+    let [explicit, domain_bound, process_bound, shared] = POLICY_MATRIX;
+    let [owner_destroy, domain_close, creator_exit, last_unregister, peer_dreq, peer_timeout, keeper_crash] =
+        match policy {
+            OwnershipPolicy::Explicit => explicit,
+            OwnershipPolicy::DomainBound => domain_bound,
+            OwnershipPolicy::ProcessBound => process_bound,
+            OwnershipPolicy::Shared => shared,
+        };
+    match event {
+        MatrixEvent::OwnerDestroy => owner_destroy,
+        MatrixEvent::DomainClose => domain_close,
+        MatrixEvent::CreatorExit => creator_exit,
+        MatrixEvent::LastUnregister => last_unregister,
+        MatrixEvent::PeerDreq => peer_dreq,
+        MatrixEvent::PeerTimeout => peer_timeout,
+        MatrixEvent::KeeperCrash => keeper_crash,
+    }
+}
+
+/// Whether a live QP keeps a reason to live after `event`, or why not: the
+/// [`POLICY_MATRIX`] cell, with its registration condition applied to `f`.
 ///
 /// # Errors
 /// The [`GoneCause`] when the QP must be released.
@@ -251,44 +416,40 @@ pub(crate) fn survives<K>(
     event: &PolicyEvent<K>,
     f: &QpFacts<K>,
 ) -> Result<(), GoneCause> {
-    use OwnershipPolicy as P;
-    let shared_empty = policy == P::Shared && f.registrations == 0;
-    match event {
-        PolicyEvent::OwnerDestroy => match policy {
-            P::Shared if !shared_empty => Ok(()),
-            P::Shared => Err(GoneCause::LastUnregistered),
-            _ => Err(GoneCause::OwnerDestroyed),
-        },
-        PolicyEvent::DomainClose => match policy {
-            P::Explicit => Ok(()),
-            _ => Err(GoneCause::DomainClosed),
-        },
-        PolicyEvent::CreatorExit => match policy {
-            P::Explicit | P::DomainBound => Ok(()),
-            P::ProcessBound => Err(GoneCause::CreatorExited),
-            P::Shared if shared_empty => Err(GoneCause::CreatorExited),
-            P::Shared => Ok(()),
-        },
-        PolicyEvent::LastUnregister => {
-            if shared_empty {
-                Err(GoneCause::LastUnregistered)
-            } else {
-                Ok(())
-            }
-        }
-        PolicyEvent::PeerDreq { .. } | PolicyEvent::PeerTimeout { .. } => {
-            if shared_empty {
-                Err(GoneCause::PeerLeft)
-            } else {
-                Ok(())
-            }
-        }
-        PolicyEvent::KeeperCrash => Err(GoneCause::KeeperLost),
-        PolicyEvent::ReqReceived { .. } | PolicyEvent::QuarantineExpired => Ok(()),
+    let Some(col) = event.column() else {
+        return Ok(());
+    };
+    match rule(policy, col) {
+        Rule::Kept => Ok(()),
+        Rule::Released(cause) => Err(cause),
+        Rule::ReleasedIfLastRegistration(cause) if f.registrations == 0 => Err(cause),
+        Rule::ReleasedIfLastRegistration(_) => Ok(()),
     }
 }
 
-/// The engine: what to do about `event` on the QP described by `facts` (module docs).
+/// The engine: what to do about `event` on the QP described by `facts`.
+///
+/// # How a decision is made
+///
+/// 1. The caller updates the QP's facts for the event (the exiting owner is no longer alive,
+///    the unregistering process's registration is gone, the disconnected connection's
+///    registration is gone, …) and passes the facts *after* that bookkeeping, together with
+///    the event.
+/// 2. [`decide`] asks whether the QP still has a reason to live under its policy
+///    (the [`POLICY_MATRIX`] cell, [`rule`]). If yes, the QP is **kept** and only the event's own consequence is
+///    returned (forget the connection that left, report an orphan, pin a closing domain).
+/// 3. If not, the QP is **released**: every other connection on it gets
+///    [`PolicyAction::EndConnection`] (the kernel CM sends none for an XRC TGT; spec/xrc.md §3.2),
+///    registered processes are told ([`PolicyAction::NotifyHolders`]), traffic is stopped
+///    ([`PolicyAction::ModifyToError`]) and the QPN is quarantined for the longest TimeWait of
+///    its connections ([`PolicyAction::QuarantineQpn`]). With
+///    [`PolicyConfig::hold_qp_during_quarantine`] (the default) the QP object itself is kept
+///    in ERR until the quarantine ends, so the device cannot hand the number out again
+///    (libfabric PR #5016 does the same); [`PolicyAction::DestroyQp`] then comes with
+///    [`PolicyEvent::QuarantineExpired`].
+/// 4. A QP that is already gone answers a new REQ aimed at it with
+///    [`PolicyAction::RejectReq`] (REJ reason 1 + [`TargetGone`]) and ignores every other
+///    event, so nothing is ever torn down twice.
 pub fn decide<K: Clone + PartialEq>(
     facts: &QpFacts<K>,
     event: &PolicyEvent<K>,
@@ -393,7 +554,7 @@ fn release<K: Clone + PartialEq>(
 
 #[cfg(test)]
 mod tests {
-    //! One test per cell of the policy × event matrix (crate docs), on "typical" facts: the
+    //! One test per cell of the policy × event matrix ([`POLICY_MATRIX`]), on "typical" facts: the
     //! owner alive, two connections c1 and c2 on the QP, the domain open, the QP held, and
     //! for `Shared` one registration that the event may have removed. Then the conditional
     //! variants.
@@ -848,5 +1009,76 @@ mod tests {
                 }
             ]
         );
+    }
+
+    /// The table in the docs of [`POLICY_MATRIX`] says what the constant says.
+    #[test]
+    fn docs_table_matches_the_matrix() {
+        let src = include_str!("policy.rs");
+        let header = src
+            .lines()
+            .find(|l| l.starts_with("/// | policy \\ event |"))
+            .expect("header row");
+        let cols: Vec<&str> = header.split('|').map(str::trim).skip(2).collect();
+        let names: Vec<&str> = MatrixEvent::ALL.iter().map(|e| e.name()).collect();
+        assert_eq!(&cols[..7], &names[..]);
+        let mut rows = 0;
+        for p in P::ALL {
+            let label = format!("/// | **{p:?}** |");
+            let line = src
+                .lines()
+                .find(|l| l.starts_with(&label))
+                .unwrap_or_else(|| panic!("no docs row for {p:?}"));
+            let cells: Vec<&str> = line.split('|').map(str::trim).skip(2).collect();
+            for (e, cell) in MatrixEvent::ALL.into_iter().zip(&cells) {
+                let released = |c: GoneCause| cell.contains(&format!("released (`{}`)", c.text()));
+                let conditional = cell.contains("if it was the last");
+                match rule(p, e) {
+                    Rule::Kept => assert!(
+                        !cell.contains("released") && cell.contains("kept"),
+                        "{p:?} × {}: {cell}",
+                        e.name()
+                    ),
+                    Rule::Released(c) => {
+                        assert!(released(c) && !conditional, "{p:?} × {}: {cell}", e.name())
+                    }
+                    Rule::ReleasedIfLastRegistration(c) => {
+                        assert!(released(c) && conditional, "{p:?} × {}: {cell}", e.name())
+                    }
+                }
+            }
+            rows += 1;
+        }
+        assert_eq!(rows, 4);
+    }
+
+    /// Every event that has a column is read from the matrix; the others never end a QP.
+    #[test]
+    fn survives_reads_the_matrix() {
+        for p in P::ALL {
+            for regs in [0, 1] {
+                let mut f = facts(p);
+                f.registrations = regs;
+                for e in [
+                    PolicyEvent::OwnerDestroy,
+                    PolicyEvent::DomainClose,
+                    PolicyEvent::CreatorExit,
+                    PolicyEvent::LastUnregister,
+                    PolicyEvent::PeerDreq { conn: "c1" },
+                    PolicyEvent::PeerTimeout { conn: "c1" },
+                    PolicyEvent::KeeperCrash,
+                    PolicyEvent::ReqReceived { conn: "c3" },
+                    PolicyEvent::QuarantineExpired,
+                ] {
+                    let want = match e.column().map(|c| rule(p, c)) {
+                        None | Some(Rule::Kept) => Ok(()),
+                        Some(Rule::Released(c)) => Err(c),
+                        Some(Rule::ReleasedIfLastRegistration(c)) if regs == 0 => Err(c),
+                        Some(Rule::ReleasedIfLastRegistration(_)) => Ok(()),
+                    };
+                    assert_eq!(survives(p, &e, &f), want, "{p:?} {}", e.name());
+                }
+            }
+        }
     }
 }

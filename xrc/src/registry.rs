@@ -7,71 +7,7 @@
 //! registrations, connections, domain open) and executes the engine's verbs-side actions
 //! itself; CM-side actions are queued for [`TgtRegistry::poll_action`].
 //!
-//! # Coupling with the CM (passive/TGT side)
-//!
-//! The registry is sans-IO and generic over the CM's connection key `K` (any `Clone + Ord`
-//! type, e.g. the CM's local Comm ID or connection handle). The CM drives it like this:
-//!
-//! 1. **XRC REQ received** (Transport Service Type 3, Extended Transport Type 1): parse the
-//!    private data with [`XrcReqData::parse`] (absent or foreign → `Any`/default policy) and
-//!    call [`TgtRegistry::handle_req`].
-//!    * `Ok(XrcAccept)`: if [`XrcAccept::created`], bring the QP up with
-//!      [`TgtRegistry::modify`] (RESET→INIT→RTR, [`QpAttr::tgt_to_rtr`] with the REQ's INI
-//!      QPN as `dest_qpn`); send the REP with **Local EECN = [`XrcAccept::tgt_qpn`]**,
-//!      Local QPN 0, SRQ = 1, Initiator Depth and End-to-End Flow Control 0, and private data
-//!      [`XrcAccept::rep_private_data`] (spec/cm-wire.md §3.2).
-//!    * `Err(TargetGone)`: send REJ with reason [`TargetGone::reason`], Reject Info Length
-//!      12, ARI = [`TargetGone::to_bytes`], and the same 12 bytes at the start of the private
-//!      data.
-//! 2. **Connection events**: call [`TgtRegistry::handle_conn_event`] with
-//!    [`ConnEvent::Established`] (RTU received), [`ConnEvent::PeerDreq`] (DREQ received;
-//!    the CM answers DREP and enters TimeWait as usual), [`ConnEvent::PeerTimeout`] (DREQ or
-//!    REP retries exhausted, REJ received after REP), [`ConnEvent::LocalClosed`] (the CM
-//!    finished a disconnect the registry did not ask for).
-//! 3. **After every call**, drain [`TgtRegistry::poll_action`]: execute
-//!    [`PolicyAction::EndConnection`] (DREQ carrying the TGT QPN in Remote QPN/EECN; if the
-//!    connection is not established yet, REJ reason 1 + [`TargetGone`] instead) and forward
-//!    [`PolicyAction::NotifyHolders`] / [`PolicyAction::ReportOrphan`] to whoever cares.
-//!    Then re-arm the timer from [`TgtRegistry::poll_timeout`] and call
-//!    [`TgtRegistry::handle_timeout`] when it fires (quarantines ending).
-//! 4. **QPN reuse**: the CM may report QPNs it knows to be in TimeWait with
-//!    [`TgtRegistry::note_timewait`]; the registry will not hand such a number out for a new
-//!    TGT QP and rejects REQs naming it.
-//!
-//! The CM must never move a shared TGT QP to ERR on disconnect (what `rdma_disconnect` does):
-//! the registry owns the QP's state. A DREQ on one connection says nothing about the others.
-//!
-//! ## With the `ibcm` crate's sans-IO `Endpoint`
-//!
-//! This mapping is implemented by `crate::cm::XrcTarget` (feature `cm`, default); the table
-//! is the contract it follows. `K` = `ibcm::proto::ConnId`. The passive side's TimeWait is the
-//! REQ's primary Local ACK Timeout (spec/cm-wire.md §4.4), or the endpoint's configured
-//! override, plus its slack (`cm::passive_timewait`).
-//!
-//! | CM input / output | registry |
-//! |---|---|
-//! | `EventKind::ReqReceived(r)` with `r.transport() == ReqTransport::Xrc` | `handle_req` with `peer = IniPeer { ca_guid: r.remote_ca_guid(), ini_qpn: r.remote_qpn() }`, `data = XrcReqData::parse(r.user_private_data())` (default `Any` if absent or foreign) |
-//! | `Ok(acc)` | QP in RESET: `modify` to INIT and RTR (towards the INI QPN, with the PSN the REP announces); then `endpoint.accept(now, conn, AcceptParams { private_data: acc.rep_private_data(app)?, initiator_depth: 0, flow_control: false, xrc_tgt_live: !acc.created, ..AcceptParams::xrc_tgt(acc.tgt_qpn) })` |
-//! | `Err(g)` | `endpoint.reject(now, conn, g.reason(), &g.to_bytes(), &g.to_bytes())` |
-//! | `EventKind::Established` | `handle_conn_event(ConnEvent::Established)` |
-//! | `Closed(Disconnected { by_peer: true })` | `ConnEvent::PeerDreq` |
-//! | `Closed(TimedOut \| Rejected{..} \| Stale)` | `ConnEvent::PeerTimeout` |
-//! | any other `Closed` | `ConnEvent::LocalClosed` |
-//! | the closed connection is in TimeWait | `note_timewait(tgt_qpn, endpoint.qpn_quarantined(tgt_qpn, now))`: a gone QP stays held, and its number quarantined, until the CM's TimeWait is over too |
-//! | `PolicyAction::EndConnection { conn, qpn, cause }` | established: `endpoint.disconnect(now, conn, &TargetGone::gone(cause, qpn).to_bytes())` (the block in the DREQ's private data tells the initiator why); before that: `endpoint.reject(now, conn, RejReason::NoQp, &block, &block)` |
-//!
-//! `AcceptParams::xrc_tgt_live` lets a REQ attach to a **live** TGT QP while an earlier
-//! connection on it is still in TimeWait (the endpoint would otherwise refuse the number as
-//! quarantined); the numbers of gone QPs are kept out of use by this registry's quarantine.
-//! A CM that learns the connection ID only after the REP went out (ibcm's async
-//! `Incoming::accept`) binds the REQ under a provisional key and calls
-//! [`TgtRegistry::rekey_conn`]. After a keeper crash ([`TgtRegistry::crash`]) the restarted
-//! registry learns the lost numbers with [`TgtRegistry::note_gone`].
-//!
-//! On the initiator side nothing is needed from the registry: put [`XrcReqData`] in the REQ,
-//! read [`XrcRepData`] from the REP (the TGT QPN also arrives in the EECN field), and on a REJ
-//! check [`TargetGone::parse`] on the ARI (or the private data) — or on a DREQ's private
-//! data — to tell "target gone" from "refused" (`cm::IniOutcome` does this).
+//! The coupling with the CM is described on [`TgtRegistry`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -431,7 +367,68 @@ impl<K: Clone + Ord> QpEntry<K> {
 /// A quarantined number without a QP entry: (end, the parked QP holding the number, why).
 type ExtraQuarantine = (Instant, Option<(QpHandle, DomainId)>, GoneCause);
 
-/// Domains, TGT QPs with ownership policies, and their CM connections (module docs).
+/// Domains, TGT QPs with ownership policies, and their CM connections.
+///
+/// The registry is the party that **holds a kernel handle on every TGT QP it manages** (the
+/// keeper process, or the process embedding it) and enforces each QP's policy by deciding
+/// when to drop that handle. It keeps the facts the policy engine needs (owner alive,
+/// registrations, connections, domain open) and executes the engine's verbs-side actions
+/// itself; CM-side actions are queued for [`TgtRegistry::poll_action`].
+///
+/// # Coupling with the CM (passive/TGT side)
+///
+/// The registry is sans-IO and generic over the CM's connection key `K` (any `Clone + Ord`
+/// type, e.g. the CM's local Comm ID or connection handle). The CM drives it like this:
+///
+/// 1. **XRC REQ received** (Transport Service Type 3, Extended Transport Type 1): parse the
+///    private data with [`XrcReqData::parse`] (absent or foreign → `Any`/default policy) and
+///    call [`TgtRegistry::handle_req`].
+///    * `Ok(XrcAccept)`: if [`XrcAccept::created`], bring the QP up with
+///      [`TgtRegistry::modify`] (RESET→INIT→RTR, [`QpAttr::tgt_to_rtr`] with the REQ's INI
+///      QPN as `dest_qpn`); send the REP with **Local EECN = [`XrcAccept::tgt_qpn`]**,
+///      Local QPN 0, SRQ = 1, Initiator Depth and End-to-End Flow Control 0, and private data
+///      [`XrcAccept::rep_private_data`] (spec/cm-wire.md §3.2).
+///    * `Err(TargetGone)`: send REJ with reason [`TargetGone::reason`], Reject Info Length
+///      12, ARI = [`TargetGone::to_bytes`], and the same 12 bytes at the start of the private
+///      data.
+/// 2. **Connection events**: call [`TgtRegistry::handle_conn_event`] with
+///    [`ConnEvent::Established`] (RTU received), [`ConnEvent::PeerDreq`] (DREQ received;
+///    the CM answers DREP and enters TimeWait as usual), [`ConnEvent::PeerTimeout`] (DREQ or
+///    REP retries exhausted, REJ received after REP), [`ConnEvent::LocalClosed`] (the CM
+///    finished a disconnect the registry did not ask for).
+/// 3. **After every call**, drain [`TgtRegistry::poll_action`]: execute
+///    [`PolicyAction::EndConnection`] (DREQ carrying the TGT QPN in Remote QPN/EECN; if the
+///    connection is not established yet, REJ reason 1 + [`TargetGone`] instead) and forward
+///    [`PolicyAction::NotifyHolders`] / [`PolicyAction::ReportOrphan`] to whoever cares.
+///    Then re-arm the timer from [`TgtRegistry::poll_timeout`] and call
+///    [`TgtRegistry::handle_timeout`] when it fires (quarantines ending).
+/// 4. **QPN reuse**: the CM may report QPNs it knows to be in TimeWait with
+///    [`TgtRegistry::note_timewait`]; the registry will not hand such a number out for a new
+///    TGT QP and rejects REQs naming it.
+///
+/// The CM must never move a shared TGT QP to ERR on disconnect (what `rdma_disconnect` does):
+/// the registry owns the QP's state. A DREQ on one connection says nothing about the others.
+///
+/// ## With the `ibcm` crate's sans-IO `Endpoint`
+///
+/// `cm::XrcTarget` (feature `cm`, default) implements this contract with `K` =
+/// `ibcm::proto::ConnId`; the event-by-event table (endpoint event → registry call, policy
+/// action → endpoint command) is written once, in the `cm` module docs, next to the code
+/// that follows it. The passive side's TimeWait is the REQ's primary Local ACK Timeout
+/// (spec/cm-wire.md §4.4), or the endpoint's configured override, plus its slack.
+///
+/// `AcceptParams::xrc_tgt_live` lets a REQ attach to a **live** TGT QP while an earlier
+/// connection on it is still in TimeWait (the endpoint would otherwise refuse the number as
+/// quarantined); the numbers of gone QPs are kept out of use by this registry's quarantine.
+/// A CM that learns the connection ID only after the REP went out (ibcm's async
+/// `Incoming::accept`) binds the REQ under a provisional key and calls
+/// [`TgtRegistry::rekey_conn`]. After a keeper crash ([`TgtRegistry::crash`]) the restarted
+/// registry learns the lost numbers with [`TgtRegistry::note_gone`].
+///
+/// On the initiator side nothing is needed from the registry: put [`XrcReqData`] in the REQ,
+/// read [`XrcRepData`] from the REP (the TGT QPN also arrives in the EECN field), and on a REJ
+/// check [`TargetGone::parse`] on the ARI (or the private data) — or on a DREQ's private
+/// data — to tell "target gone" from "refused" (`cm::IniOutcome` does this).
 pub struct TgtRegistry<K> {
     verbs: Box<dyn Verbs>,
     cfg: RegistryConfig,
@@ -1004,7 +1001,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
 
     // --- CM coupling -------------------------------------------------------------------------
 
-    /// Decides on an XRC REQ (module docs, step 1).
+    /// Decides on an XRC REQ (type docs, step 1).
     ///
     /// # Errors
     /// A [`TargetGone`] block to send in a REJ.
@@ -1146,7 +1143,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         })
     }
 
-    /// A connection event from the CM (module docs, step 2). Unknown connections are
+    /// A connection event from the CM (type docs, step 2). Unknown connections are
     /// ignored (e.g. the DREQ crossing ours after the QP was released).
     pub fn handle_conn_event(&mut self, now: Instant, conn: &K, ev: ConnEvent) -> Option<Verdict> {
         let &qpn = self.conns.get(conn)?;

@@ -1,8 +1,8 @@
-//! The keeper daemon: a Unix-socket server around [`KeeperCore`], one thread per client.
+//! The keeper daemon: a Unix-socket server around `KeeperCore`, one thread per client.
 //!
 //! A client's identity is its connection: the keeper reads the peer PID with `SO_PEERCRED`
 //! when it accepts (the `hello` PID is used only if that fails), and when the socket closes —
-//! clean exit, crash, SIGKILL — [`KeeperCore::close_session`] releases exactly the references
+//! clean exit, crash, SIGKILL — `KeeperCore::close_session` releases exactly the references
 //! that connection took.
 
 use std::collections::BTreeMap;
