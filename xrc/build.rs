@@ -1,5 +1,6 @@
 //! Build script: with feature `rdma`, compile `csrc/shim.c` (the C shim around libibverbs'
-//! static inline XRC verbs) and link libibverbs. Without the feature it does nothing.
+//! static inline XRC verbs, called from `src/verbs/ffi.rs`) and link libibverbs. Without the
+//! feature it does nothing.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

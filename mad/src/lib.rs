@@ -51,6 +51,7 @@ pub mod error;
 pub mod frame;
 pub mod header;
 pub mod types;
+pub mod xrc;
 
 pub use cm::{
     Apr, ClassPortInfo, CmMessage, Drep, Dreq, Lap, Mad, Mra, PathInfo, Rej, Rep, Req,

@@ -7,73 +7,9 @@
 //! registrations, connections, domain open) and executes the engine's verbs-side actions
 //! itself; CM-side actions are queued for [`TgtRegistry::poll_action`].
 //!
-//! # Coupling with the CM (passive/TGT side)
-//!
-//! The registry is sans-IO and generic over the CM's connection key `K` (any `Clone + Ord`
-//! type, e.g. the CM's local Comm ID or connection handle). The CM drives it like this:
-//!
-//! 1. **XRC REQ received** (Transport Service Type 3, Extended Transport Type 1): parse the
-//!    private data with [`XrcReqData::parse`] (absent or foreign → `Any`/default policy) and
-//!    call [`TgtRegistry::handle_req`].
-//!    * `Ok(XrcAccept)`: if [`XrcAccept::created`], bring the QP up with
-//!      [`TgtRegistry::modify`] (RESET→INIT→RTR, [`QpAttr::tgt_to_rtr`] with the REQ's INI
-//!      QPN as `dest_qpn`); send the REP with **Local EECN = [`XrcAccept::tgt_qpn`]**,
-//!      Local QPN 0, SRQ = 1, Initiator Depth and End-to-End Flow Control 0, and private data
-//!      [`XrcAccept::rep_private_data`] (spec/cm-wire.md §3.2).
-//!    * `Err(TargetGone)`: send REJ with reason [`TargetGone::reason`], Reject Info Length
-//!      12, ARI = [`TargetGone::to_bytes`], and the same 12 bytes at the start of the private
-//!      data.
-//! 2. **Connection events**: call [`TgtRegistry::handle_conn_event`] with
-//!    [`ConnEvent::Established`] (RTU received), [`ConnEvent::PeerDreq`] (DREQ received;
-//!    the CM answers DREP and enters TimeWait as usual), [`ConnEvent::PeerTimeout`] (DREQ or
-//!    REP retries exhausted, REJ received after REP), [`ConnEvent::LocalClosed`] (the CM
-//!    finished a disconnect the registry did not ask for).
-//! 3. **After every call**, drain [`TgtRegistry::poll_action`]: execute
-//!    [`PolicyAction::SendDreq`] (DREQ carrying the TGT QPN in Remote QPN/EECN; if the
-//!    connection is not established yet, REJ reason 1 + [`TargetGone`] instead) and forward
-//!    [`PolicyAction::NotifyHolders`] / [`PolicyAction::ReportOrphan`] to whoever cares.
-//!    Then re-arm the timer from [`TgtRegistry::poll_timeout`] and call
-//!    [`TgtRegistry::handle_timeout`] when it fires (quarantines ending).
-//! 4. **QPN reuse**: the CM may report QPNs it knows to be in TimeWait with
-//!    [`TgtRegistry::note_timewait`]; the registry will not hand such a number out for a new
-//!    TGT QP and rejects REQs naming it.
-//!
-//! The CM must never move a shared TGT QP to ERR on disconnect (what `rdma_disconnect` does):
-//! the registry owns the QP's state. A DREQ on one connection says nothing about the others.
-//!
-//! ## With the `ibcm` crate's sans-IO `Endpoint`
-//!
-//! This mapping is implemented by `crate::cm::XrcTarget` (feature `cm`, default); the table
-//! is the contract it follows. `K` = `ibcm::proto::ConnId`. The passive side's TimeWait is the
-//! REQ's primary Local ACK Timeout (spec/cm-wire.md §4.4), or the endpoint's configured
-//! override, plus its slack (`cm::passive_timewait`).
-//!
-//! | CM input / output | registry |
-//! |---|---|
-//! | `EventKind::ReqReceived(r)` with `r.transport() == ReqTransport::Xrc` | `handle_req` with `peer = IniPeer { ca_guid: r.remote_ca_guid(), ini_qpn: r.remote_qpn() }`, `data = XrcReqData::parse(r.user_private_data())` (default `Any` if absent or foreign) |
-//! | `Ok(acc)` | QP in RESET: `modify` to INIT and RTR (towards the INI QPN, with the PSN the REP announces); then `endpoint.accept(now, conn, AcceptParams { private_data: acc.rep_private_data(app)?, initiator_depth: 0, flow_control: false, xrc_tgt_live: !acc.created, ..AcceptParams::xrc_tgt(acc.tgt_qpn) })` |
-//! | `Err(g)` | `endpoint.reject(now, conn, g.reason(), &g.to_bytes(), &g.to_bytes())` |
-//! | `EventKind::Established` | `handle_conn_event(ConnEvent::Established)` |
-//! | `Closed(Disconnected { by_peer: true })` | `ConnEvent::PeerDreq` |
-//! | `Closed(TimedOut \| Rejected{..} \| Stale)` | `ConnEvent::PeerTimeout` |
-//! | any other `Closed` | `ConnEvent::LocalClosed` |
-//! | the closed connection is in TimeWait | `note_timewait(tgt_qpn, endpoint.qpn_quarantined(tgt_qpn, now))`: a gone QP stays held, and its number quarantined, until the CM's TimeWait is over too |
-//! | `PolicyAction::SendDreq { conn, qpn, cause }` | established: `endpoint.disconnect(now, conn, &TargetGone::gone(cause, qpn).to_bytes())` (the block in the DREQ's private data tells the initiator why); before that: `endpoint.reject(now, conn, RejReason::NoQp, &block, &block)` |
-//!
-//! `AcceptParams::xrc_tgt_live` lets a REQ attach to a **live** TGT QP while an earlier
-//! connection on it is still in TimeWait (the endpoint would otherwise refuse the number as
-//! quarantined); the numbers of gone QPs are kept out of use by this registry's quarantine.
-//! A CM that learns the connection ID only after the REP went out (ibcm's async
-//! `Incoming::accept`) binds the REQ under a provisional key and calls
-//! [`TgtRegistry::rekey_conn`]. After a keeper crash ([`TgtRegistry::crash`]) the restarted
-//! registry learns the lost numbers with [`TgtRegistry::note_gone`].
-//!
-//! On the initiator side nothing is needed from the registry: put [`XrcReqData`] in the REQ,
-//! read [`XrcRepData`] from the REP (the TGT QPN also arrives in the EECN field), and on a REJ
-//! check [`TargetGone::parse`] on the ARI (or the private data) — or on a DREQ's private
-//! data — to tell "target gone" from "refused" (`cm::IniOutcome` does this).
+//! The coupling with the CM is described on [`TgtRegistry`].
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -82,10 +18,12 @@ use ibcm_mad::Guid;
 use crate::policy::{
     decide, ConnOnQp, OwnershipPolicy, PolicyAction, PolicyConfig, PolicyEvent, QpFacts, Verdict,
 };
-use crate::qp::{QpAttr, QpState};
 use crate::types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqNum, XrcdHandle};
+use crate::verbs::qp::{QpAttr, QpState};
 use crate::verbs::{Verbs, VerbsError};
-use crate::wire::{GoneCause, RejectKind, ReqMode, TargetGone, WireError, XrcRepData, XrcReqData};
+use ibcm_mad::xrc::{
+    GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
+};
 
 /// Registry-wide settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,7 +234,7 @@ pub enum RegistryError {
     },
     /// Building the REP private data failed (e.g. more than 47 SRQNs).
     #[error("REP private data: {0}")]
-    Wire(#[from] WireError),
+    Wire(#[from] XrcDataError),
     /// The verbs backend failed.
     #[error(transparent)]
     Verbs(#[from] VerbsError),
@@ -304,7 +242,7 @@ pub enum RegistryError {
 
 /// A REQ for an XRC TGT, as the CM hands it to [`TgtRegistry::handle_req`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IncomingReq<K> {
+pub struct TgtRequest<K> {
     /// The CM's key for the new connection.
     pub conn: K,
     /// The domain the listener serves.
@@ -338,8 +276,8 @@ impl XrcAccept {
     /// The REP private data: [`XrcRepData`] followed by `app`.
     ///
     /// # Errors
-    /// [`WireError::TooLong`] when it does not fit 196 bytes.
-    pub fn rep_private_data(&self, app: &[u8]) -> Result<Vec<u8>, WireError> {
+    /// [`XrcDataError::TooLong`] when it does not fit 196 bytes.
+    pub fn rep_private_data(&self, app: &[u8]) -> Result<Vec<u8>, XrcDataError> {
         self.rep.emit(app)
     }
 }
@@ -429,7 +367,68 @@ impl<K: Clone + Ord> QpEntry<K> {
 /// A quarantined number without a QP entry: (end, the parked QP holding the number, why).
 type ExtraQuarantine = (Instant, Option<(QpHandle, DomainId)>, GoneCause);
 
-/// Domains, TGT QPs with ownership policies, and their CM connections (module docs).
+/// Domains, TGT QPs with ownership policies, and their CM connections.
+///
+/// The registry is the party that **holds a kernel handle on every TGT QP it manages** (the
+/// keeper process, or the process embedding it) and enforces each QP's policy by deciding
+/// when to drop that handle. It keeps the facts the policy engine needs (owner alive,
+/// registrations, connections, domain open) and executes the engine's verbs-side actions
+/// itself; CM-side actions are queued for [`TgtRegistry::poll_action`].
+///
+/// # Coupling with the CM (passive/TGT side)
+///
+/// The registry is sans-IO and generic over the CM's connection key `K` (any `Clone + Ord`
+/// type, e.g. the CM's local Comm ID or connection handle). The CM drives it like this:
+///
+/// 1. **XRC REQ received** (Transport Service Type 3, Extended Transport Type 1): parse the
+///    private data with [`XrcReqData::parse`] (absent or foreign → `Any`/default policy) and
+///    call [`TgtRegistry::handle_req`].
+///    * `Ok(XrcAccept)`: if [`XrcAccept::created`], bring the QP up with
+///      [`TgtRegistry::modify`] (RESET→INIT→RTR, [`QpAttr::tgt_to_rtr`] with the REQ's INI
+///      QPN as `dest_qpn`); send the REP with **Local EECN = [`XrcAccept::tgt_qpn`]**,
+///      Local QPN 0, SRQ = 1, Initiator Depth and End-to-End Flow Control 0, and private data
+///      [`XrcAccept::rep_private_data`] (spec/cm-wire.md §3.2).
+///    * `Err(TargetGone)`: send REJ with reason [`TargetGone::reason`], Reject Info Length
+///      12, ARI = [`TargetGone::to_bytes`], and the same 12 bytes at the start of the private
+///      data.
+/// 2. **Connection events**: call [`TgtRegistry::handle_conn_event`] with
+///    [`ConnEvent::Established`] (RTU received), [`ConnEvent::PeerDreq`] (DREQ received;
+///    the CM answers DREP and enters TimeWait as usual), [`ConnEvent::PeerTimeout`] (DREQ or
+///    REP retries exhausted, REJ received after REP), [`ConnEvent::LocalClosed`] (the CM
+///    finished a disconnect the registry did not ask for).
+/// 3. **After every call**, drain [`TgtRegistry::poll_action`]: execute
+///    [`PolicyAction::EndConnection`] (DREQ carrying the TGT QPN in Remote QPN/EECN; if the
+///    connection is not established yet, REJ reason 1 + [`TargetGone`] instead) and forward
+///    [`PolicyAction::NotifyHolders`] / [`PolicyAction::ReportOrphan`] to whoever cares.
+///    Then re-arm the timer from [`TgtRegistry::poll_timeout`] and call
+///    [`TgtRegistry::handle_timeout`] when it fires (quarantines ending).
+/// 4. **QPN reuse**: the CM may report QPNs it knows to be in TimeWait with
+///    [`TgtRegistry::note_timewait`]; the registry will not hand such a number out for a new
+///    TGT QP and rejects REQs naming it.
+///
+/// The CM must never move a shared TGT QP to ERR on disconnect (what `rdma_disconnect` does):
+/// the registry owns the QP's state. A DREQ on one connection says nothing about the others.
+///
+/// ## With the `ibcm` crate's sans-IO `Endpoint`
+///
+/// `cm::XrcTarget` (feature `cm`, default) implements this contract with `K` =
+/// `ibcm::proto::ConnId`; the event-by-event table (endpoint event → registry call, policy
+/// action → endpoint command) is written once, in the `cm` module docs, next to the code
+/// that follows it. The passive side's TimeWait is the REQ's primary Local ACK Timeout
+/// (spec/cm-wire.md §4.4), or the endpoint's configured override, plus its slack.
+///
+/// `AcceptParams::xrc_tgt_live` lets a REQ attach to a **live** TGT QP while an earlier
+/// connection on it is still in TimeWait (the endpoint would otherwise refuse the number as
+/// quarantined); the numbers of gone QPs are kept out of use by this registry's quarantine.
+/// A CM that learns the connection ID only after the REP went out (ibcm's async
+/// `Incoming::accept`) binds the REQ under a provisional key and calls
+/// [`TgtRegistry::rekey_conn`]. After a keeper crash ([`TgtRegistry::crash`]) the restarted
+/// registry learns the lost numbers with [`TgtRegistry::note_gone`].
+///
+/// On the initiator side nothing is needed from the registry: put [`XrcReqData`] in the REQ,
+/// read [`XrcRepData`] from the REP (the TGT QPN also arrives in the EECN field), and on a REJ
+/// check [`TargetGone::parse`] on the ARI (or the private data) — or on a DREQ's private
+/// data — to tell "target gone" from "refused" (`cm::IniOutcome` does this).
 pub struct TgtRegistry<K> {
     verbs: Box<dyn Verbs>,
     cfg: RegistryConfig,
@@ -1002,14 +1001,14 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
 
     // --- CM coupling -------------------------------------------------------------------------
 
-    /// Decides on an XRC REQ (module docs, step 1).
+    /// Decides on an XRC REQ (type docs, step 1).
     ///
     /// # Errors
     /// A [`TargetGone`] block to send in a REJ.
     pub fn handle_req(
         &mut self,
         now: Instant,
-        req: &IncomingReq<K>,
+        req: &TgtRequest<K>,
     ) -> Result<XrcAccept, TargetGone> {
         let refuse = |kind, qpn| TargetGone { kind, qpn };
         // A duplicate of a REQ already accepted: answer the same way.
@@ -1051,7 +1050,9 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                             d.actions.clone(),
                         );
                         let info = d.actions.iter().find_map(|a| match a {
-                            PolicyAction::RejectReq { info, .. } => Some(*info),
+                            PolicyAction::RejectReq { qpn, cause, .. } => {
+                                Some(TargetGone::gone(*cause, *qpn))
+                            }
                             _ => None,
                         });
                         return Err(info.unwrap_or(TargetGone::gone(GoneCause::Unknown, qpn)));
@@ -1107,7 +1108,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         self.accept(qpn, created, &req.srqns)
     }
 
-    fn create_for_req(&mut self, now: Instant, req: &IncomingReq<K>) -> Result<Qpn, TargetGone> {
+    fn create_for_req(&mut self, now: Instant, req: &TgtRequest<K>) -> Result<Qpn, TargetGone> {
         let policy = req.data.policy.unwrap_or(self.cfg.default_policy);
         self.create_inner(now, req.domain, policy, req.process, Some(req.peer))
             .map_err(|_| TargetGone {
@@ -1142,7 +1143,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         })
     }
 
-    /// A connection event from the CM (module docs, step 2). Unknown connections are
+    /// A connection event from the CM (type docs, step 2). Unknown connections are
     /// ignored (e.g. the DREQ crossing ours after the QP was released).
     pub fn handle_conn_event(&mut self, now: Instant, conn: &K, ev: ConnEvent) -> Option<Verdict> {
         let &qpn = self.conns.get(conn)?;
@@ -1179,7 +1180,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
             }
         }
         for a in &mut self.outbox {
-            if let PolicyAction::SendDreq { conn, .. } = a {
+            if let PolicyAction::EndConnection { conn, .. } = a {
                 if conn == old {
                     *conn = new.clone();
                 }
@@ -1188,7 +1189,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         true
     }
 
-    /// The next action for the CM or keeper: [`PolicyAction::SendDreq`],
+    /// The next action for the CM or keeper: [`PolicyAction::EndConnection`],
     /// [`PolicyAction::NotifyHolders`] or [`PolicyAction::ReportOrphan`].
     pub fn poll_action(&mut self) -> Option<PolicyAction<K>> {
         self.outbox.pop_front()
@@ -1367,25 +1368,11 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                     }
                 }
                 PolicyAction::PinDomain { .. } | PolicyAction::RejectReq { .. } => {}
-                a @ (PolicyAction::SendDreq { .. }
+                a @ (PolicyAction::EndConnection { .. }
                 | PolicyAction::NotifyHolders { .. }
                 | PolicyAction::ReportOrphan { .. }) => self.outbox.push_back(a),
             }
         }
         d.verdict
     }
-}
-
-/// The set of processes holding registrations or ownership on any live QP (for status views).
-pub fn holders<K: Clone + Ord>(qp: &TgtQp<K>) -> BTreeSet<ProcessId> {
-    let mut s = BTreeSet::new();
-    if let Some(o) = qp.owner {
-        s.insert(o);
-    }
-    for (r, _) in &qp.registrations {
-        if let Registrant::Process(p) = r {
-            s.insert(*p);
-        }
-    }
-    s
 }

@@ -8,46 +8,10 @@ use std::path::{Path, PathBuf};
 
 pub use ibcm_mad::Qpn;
 
-/// An XRC SRQ number (24 bits): what a sender puts in each XRC work request to pick the
-/// receive queue on the target node (`ibv_get_srq_num`; spec/xrc.md §1.5).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct SrqNum(u32);
-
-impl SrqNum {
-    /// Width of the number, in bits.
-    pub const BITS: u32 = 24;
-    /// Largest valid SRQ number.
-    pub const MAX: u32 = (1 << 24) - 1;
-
-    /// The SRQ number, or `None` if `v` needs more than 24 bits.
-    pub const fn new(v: u32) -> Option<Self> {
-        if v <= Self::MAX {
-            Some(Self(v))
-        } else {
-            None
-        }
-    }
-
-    /// The raw value.
-    pub const fn get(self) -> u32 {
-        self.0
-    }
-}
-
-impl fmt::Debug for SrqNum {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SrqNum({:#08x})", self.0)
-    }
-}
-
-impl fmt::Display for SrqNum {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#08x}", self.0)
-    }
-}
+pub use ibcm_mad::xrc::SrqNum;
 
 /// A process identifier: an OS PID for the rdma-core backend and the keeper, a simulated
-/// PID for [`SimVerbs`](crate::sim::SimVerbs).
+/// PID for [`ModelVerbs`](crate::verbs::model::ModelVerbs).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ProcessId(pub u32);
 
@@ -181,13 +145,6 @@ impl fmt::Display for DomainSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn srq_num_is_24_bits() {
-        assert_eq!(SrqNum::new(0xff_ffff).map(SrqNum::get), Some(0xff_ffff));
-        assert!(SrqNum::new(0x100_0000).is_none());
-        assert_eq!(format!("{}", SrqNum::new(0x42).unwrap()), "0x000042");
-    }
 
     #[test]
     fn domain_spec_display() {

@@ -24,8 +24,8 @@ use ibcm_xrc::cm::sim::{SimInitiator, SimTarget};
 use ibcm_xrc::cm::{
     xrc_connect_params, GoneSignal, IniOutcome, TargetEvent, XrcService, XrcTarget, XrcTargetConfig,
 };
-use ibcm_xrc::sim::{SimConfig, SimKernel};
-use ibcm_xrc::wire::RejectKind;
+use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
+use ibcm_xrc::RejectKind;
 use ibcm_xrc::{
     ConnEvent, DomainId, DomainSpec, GoneCause, OwnershipPolicy as P, ProcessId, QpState,
     QpnStatus, Registrant, RegistryConfig, SrqNum, TargetGone, TgtRegistry, Verbs, Verdict,
@@ -55,7 +55,7 @@ fn ini_qp() -> Qpn {
 
 struct Cell {
     net: SimNet,
-    kernel: SimKernel,
+    kernel: KernelModel,
     target: SimTarget,
     ini: SimInitiator,
     t: usize,
@@ -70,7 +70,7 @@ struct Cell {
     next_ini: u32,
 }
 
-fn registry(kernel: &SimKernel, connection_registrations: bool) -> TgtRegistry<ConnId> {
+fn registry(kernel: &KernelModel, connection_registrations: bool) -> TgtRegistry<ConnId> {
     let mut cfg = RegistryConfig {
         connection_registrations,
         ..RegistryConfig::default()
@@ -84,7 +84,7 @@ fn registry(kernel: &SimKernel, connection_registrations: bool) -> TgtRegistry<C
 /// `established` of them established, then `stalled` whose RTU the initiator holds back.
 fn cell(policy: P, connection_registrations: bool, established: usize, stalled: usize) -> Cell {
     cell_on(
-        SimKernel::new(SimConfig::mlx5()),
+        KernelModel::new(ModelConfig::mlx5()),
         policy,
         connection_registrations,
         established,
@@ -93,7 +93,7 @@ fn cell(policy: P, connection_registrations: bool, established: usize, stalled: 
 }
 
 fn cell_on(
-    kernel: SimKernel,
+    kernel: KernelModel,
     policy: P,
     connection_registrations: bool,
     established: usize,
@@ -838,7 +838,7 @@ fn attach_from_another_initiator_is_refused_not_gone() {
 /// the TimeWait gets another number; after it, the number comes back.
 #[test]
 fn qpn_not_reused_inside_timewait() {
-    let kernel = SimKernel::new(SimConfig::mlx5().with_lifo_qpn_reuse());
+    let kernel = KernelModel::new(ModelConfig::mlx5().with_lifo_qpn_reuse());
     let creator = kernel.spawn().process();
     let other = kernel.spawn().process();
     let mut cfg = RegistryConfig::default();
@@ -911,7 +911,7 @@ fn qpn_not_reused_inside_timewait() {
 /// one initiator on one TGT QP.
 #[test]
 fn one_tgt_qp_per_initiator() {
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let procs: Vec<ProcessId> = (0..3).map(|_| kernel.spawn().process()).collect();
     let mut reg = registry(&kernel, false);
     let dom = reg.open_domain("job", DomainSpec::Private).unwrap();

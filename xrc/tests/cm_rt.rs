@@ -20,8 +20,8 @@ use ibcm_xrc::cm::{
     xrc_connect_params, GoneSignal, IniOutcome, TargetEvent, XrcInitiator, XrcService, XrcTarget,
     XrcTargetConfig,
 };
-use ibcm_xrc::sim::{SimConfig, SimKernel};
-use ibcm_xrc::wire::RejectKind;
+use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
+use ibcm_mad::xrc::RejectKind;
 use ibcm_xrc::{
     ConnEvent, DomainSpec, GoneCause, OwnershipPolicy, ProcessId, RegistryConfig, SrqNum,
     TgtRegistry, Verbs, Verdict, XrcReqData,
@@ -63,7 +63,7 @@ async fn policy_plays_out_over_the_async_api() {
             ..EndpointConfig::default()
         },
     );
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let mut cfg = RegistryConfig::default();
     cfg.policy.default_timewait = Duration::from_millis(50);
     let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), cfg);
@@ -186,7 +186,7 @@ async fn policy_plays_out_over_the_async_api() {
 struct Pair {
     server: XrcServer,
     ini: Cm,
-    kernel: SimKernel,
+    kernel: KernelModel,
     worker: ProcessId,
     t_addr: PeerAddr,
     i_addr: PeerAddr,
@@ -195,7 +195,7 @@ struct Pair {
 fn pair() -> Pair {
     let net = MemNetwork::new();
     let (t_addr, i_addr) = (addr("127.0.0.2:4791"), addr("127.0.0.1:4791"));
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
     let dom = reg.open_domain("job", DomainSpec::Private).unwrap();
     let worker = kernel.spawn().process();

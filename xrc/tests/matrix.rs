@@ -11,18 +11,18 @@
 use std::time::{Duration, Instant};
 
 use ibcm_mad::{Guid, Qpn, RejReason};
-use ibcm_xrc::sim::{SimConfig, SimKernel};
-use ibcm_xrc::wire::{RejectKind, ReqMode};
+use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
 use ibcm_xrc::{
-    ConnEvent, DomainId, DomainSpec, DomainState, GoneCause, IncomingReq, IniPeer,
-    OwnershipPolicy as P, PolicyAction, ProcessId, QpLife, Registrant, RegistryConfig, SrqNum,
-    TgtRegistry, Verbs, Verdict, XrcReqData,
+    ConnEvent, DomainId, DomainSpec, DomainState, GoneCause, IniPeer, OwnershipPolicy as P,
+    PolicyAction, ProcessId, QpLife, Registrant, RegistryConfig, SrqNum, TgtRegistry, TgtRequest,
+    Verbs, Verdict, XrcReqData,
 };
+use ibcm_xrc::{RejectKind, ReqMode};
 
 const LATER: Duration = Duration::from_secs(60);
 
 struct Env {
-    kernel: SimKernel,
+    kernel: KernelModel,
     reg: TgtRegistry<&'static str>,
     now: Instant,
     dom: DomainId,
@@ -43,8 +43,8 @@ fn req(
     dom: DomainId,
     by: ProcessId,
     mode: ReqMode,
-) -> IncomingReq<&'static str> {
-    IncomingReq {
+) -> TgtRequest<&'static str> {
+    TgtRequest {
         conn,
         domain: dom,
         process: by,
@@ -57,7 +57,7 @@ fn req(
 
 /// A QP of `policy` created by `creator`, with connections c1 and c2 established on it.
 fn env(policy: P, connection_registrations: bool) -> Env {
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let keeper = kernel.spawn();
     // Two more simulated processes: their PIDs name the creator and another user.
     let creator = kernel.spawn().process();
@@ -95,7 +95,7 @@ fn env(policy: P, connection_registrations: bool) -> Env {
 /// RESET → INIT → RTR, as the CM does after the first REQ.
 fn bring_up(reg: &mut TgtRegistry<&'static str>, qpn: Qpn) {
     use ibcm_mad::Psn;
-    use ibcm_xrc::qp::{AccessFlags, AddressVector, PathMtu, QpAttr};
+    use ibcm_xrc::verbs::qp::{AccessFlags, AddressVector, PathMtu, QpAttr};
     reg.modify(qpn, &QpAttr::to_init(0, 1, AccessFlags::default()))
         .unwrap();
     let rtr = QpAttr::tgt_to_rtr(
@@ -116,7 +116,7 @@ fn actions(reg: &mut TgtRegistry<&'static str>) -> Vec<PolicyAction<&'static str
 fn dreqs(acts: &[PolicyAction<&'static str>]) -> Vec<(&'static str, GoneCause)> {
     acts.iter()
         .filter_map(|a| match a {
-            PolicyAction::SendDreq { conn, cause, .. } => Some((*conn, *cause)),
+            PolicyAction::EndConnection { conn, cause, .. } => Some((*conn, *cause)),
             _ => None,
         })
         .collect()
@@ -473,7 +473,7 @@ fn shared_x_keeper_crash() {
 
 #[test]
 fn req_any_creates_once_then_attaches_and_rep_carries_the_tgt_qpn() {
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let mut reg: TgtRegistry<&str> =
         TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
     let p = kernel.spawn().process();
@@ -516,8 +516,8 @@ fn req_any_creates_once_then_attaches_and_rep_carries_the_tgt_qpn() {
 #[test]
 fn created_qp_is_brought_up_through_the_registry() {
     use ibcm_mad::Psn;
-    use ibcm_xrc::qp::{AccessFlags, AddressVector, PathMtu, QpAttr};
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    use ibcm_xrc::verbs::qp::{AccessFlags, AddressVector, PathMtu, QpAttr};
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let mut reg: TgtRegistry<&str> =
         TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
     let p = kernel.spawn().process();
@@ -551,7 +551,7 @@ fn created_qp_is_brought_up_through_the_registry() {
 #[test]
 fn a_reused_qpn_is_parked_until_its_quarantine_ends() {
     // Destroy-now mode on a device that hands freed QPNs out again at once.
-    let kernel = SimKernel::new(SimConfig::mlx5().with_lifo_qpn_reuse());
+    let kernel = KernelModel::new(ModelConfig::mlx5().with_lifo_qpn_reuse());
     let mut cfg = RegistryConfig::default();
     cfg.policy.hold_qp_during_quarantine = false;
     let mut reg: TgtRegistry<&str> = TgtRegistry::new(Box::new(kernel.spawn()), cfg);
@@ -574,7 +574,7 @@ fn a_reused_qpn_is_parked_until_its_quarantine_ends() {
 
 #[test]
 fn cm_reported_timewait_blocks_a_qpn() {
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let mut reg: TgtRegistry<&str> =
         TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
     let now = Instant::now();
@@ -607,7 +607,7 @@ fn req_to_a_closing_domain_is_rejected() {
 
 #[test]
 fn rxe_backend_gives_no_xrc_through_the_registry() {
-    let kernel = SimKernel::new(SimConfig::rxe());
+    let kernel = KernelModel::new(ModelConfig::rxe());
     let mut reg: TgtRegistry<&str> =
         TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
     let err = reg.open_domain("d", DomainSpec::Private).unwrap_err();
@@ -643,7 +643,7 @@ fn rekey_moves_the_connection_and_its_registration() {
 
 #[test]
 fn note_gone_quarantines_a_foreign_qpn_with_its_cause() {
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let mut reg: TgtRegistry<&str> =
         TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
     let now = Instant::now();

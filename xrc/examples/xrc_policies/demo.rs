@@ -24,7 +24,7 @@ use ibcm_xrc::cm::sim::{SimInitiator, SimTarget};
 use ibcm_xrc::cm::{
     xrc_connect_params, IniEvent, IniOutcome, TargetEvent, XrcService, XrcTarget, XrcTargetConfig,
 };
-use ibcm_xrc::sim::{SimConfig, SimKernel, SimVerbs};
+use ibcm_xrc::verbs::model::{KernelModel, ModelConfig, ModelVerbs};
 use ibcm_xrc::{
     DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, SrqAttr, SrqNum, TgtRegistry,
     Verbs, Verdict, XrcReqData, XrcSrq,
@@ -318,8 +318,8 @@ impl Rec {
 
 /// The target node's processes, device and registry, common to both transports.
 struct TargetNode {
-    kernel: SimKernel,
-    procs: Vec<(ProcessId, SrqNum, SimVerbs)>,
+    kernel: KernelModel,
+    procs: Vec<(ProcessId, SrqNum, ModelVerbs)>,
     dom: DomainId,
 }
 
@@ -327,7 +327,7 @@ fn target_node(
     policy: OwnershipPolicy,
     timewait: Duration,
 ) -> Result<(TargetNode, XrcTarget), Error> {
-    let kernel = SimKernel::new(SimConfig::mlx5());
+    let kernel = KernelModel::new(ModelConfig::mlx5());
     let mut cfg = RegistryConfig {
         default_policy: policy,
         ..RegistryConfig::default()
@@ -884,9 +884,9 @@ fn reconnect(f: &mut dyn Fabric, k: usize, p: usize, data: XrcReqData) -> Result
     let name = format!("{n}→{proc_}'");
     f.rec().named(n, proc_, &name);
     let mode = match data.mode {
-        ibcm_xrc::wire::ReqMode::Attach(q) => format!("attach {q}"),
-        ibcm_xrc::wire::ReqMode::Any => "any".to_owned(),
-        ibcm_xrc::wire::ReqMode::Create => "create".to_owned(),
+        ibcm_xrc::ReqMode::Attach(q) => format!("attach {q}"),
+        ibcm_xrc::ReqMode::Any => "any".to_owned(),
+        ibcm_xrc::ReqMode::Create => "create".to_owned(),
     };
     f.rec().line(
         f.now(),

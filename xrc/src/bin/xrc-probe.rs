@@ -17,8 +17,8 @@
 
 use std::process::ExitCode;
 
-use ibcm_xrc::qp::{AccessFlags, QpAttr};
-use ibcm_xrc::sim::IBV_DEVICE_XRC;
+use ibcm_xrc::verbs::model::IBV_DEVICE_XRC;
+use ibcm_xrc::verbs::qp::{AccessFlags, QpAttr};
 use ibcm_xrc::{
     DomainSpec, IniQp, IniQpCaps, QpState, RdmaVerbs, SrqAttr, Verbs, VerbsError, XrcSrq,
 };

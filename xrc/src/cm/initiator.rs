@@ -12,7 +12,7 @@ use ibcm::proto::{
 use ibcm_mad::{Qpn, RejReason, ServiceId};
 
 use crate::types::SrqNum;
-use crate::wire::{GoneCause, RejectKind, TargetGone, WireError, XrcRepData, XrcReqData};
+use ibcm_mad::xrc::{GoneCause, RejectKind, TargetGone, XrcDataError, XrcRepData, XrcReqData};
 
 /// Parameters for an XRC REQ from INI QP `ini_qpn`: transport XRC, [`XrcReqData`] followed by
 /// `app` as private data, the INI QP shareable by several connections
@@ -20,14 +20,14 @@ use crate::wire::{GoneCause, RejectKind, TargetGone, WireError, XrcRepData, XrcR
 /// `EventKind::RepReceived` — [`IniRep::from_rep_info`] — then `Endpoint::establish`).
 ///
 /// # Errors
-/// [`WireError::TooLong`] when `app` does not fit.
+/// [`XrcDataError::TooLong`] when `app` does not fit.
 pub fn xrc_connect_params(
     peer: impl Into<PeerAddr>,
     service_id: ServiceId,
     ini_qpn: Qpn,
     data: &XrcReqData,
     app: &[u8],
-) -> Result<ConnectParams, WireError> {
+) -> Result<ConnectParams, XrcDataError> {
     let mut p = ConnectParams::new(peer, service_id, ini_qpn).xrc();
     p.private_data = data.emit(app, p.max_private_data())?;
     p.allow_shared_qpn = true;
@@ -416,7 +416,7 @@ impl XrcInitiator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::ReqMode;
+    use ibcm_mad::xrc::ReqMode;
     use ibcm_mad::ReqTransport;
 
     fn qpn(n: u32) -> Qpn {

@@ -20,7 +20,7 @@
 //! | `Closed(TimedOut \| Rejected \| Stale)` | [`ConnEvent::PeerTimeout`] |
 //! | any other `Closed` | [`ConnEvent::LocalClosed`] |
 //! | `Closed` of a connection in TimeWait | also [`TgtRegistry::note_timewait`] with the endpoint's quarantine end for the TGT QPN (`Endpoint::qpn_quarantined`), so no new TGT QP gets that number before the CM's TimeWait is over |
-//! | [`PolicyAction::SendDreq`] | a [`Teardown`] at the next [`XrcTarget::flush`] (`App::poll`): `Endpoint::disconnect` (a DREQ whose private data is the [`TargetGone`] block) when established, `Endpoint::reject` (reason 1 + the block) while the REP is still unanswered |
+//! | [`PolicyAction::EndConnection`] | a [`Teardown`] at the next [`XrcTarget::flush`] (`App::poll`): `Endpoint::disconnect` (a DREQ whose private data is the [`TargetGone`] block) when established, `Endpoint::reject` (reason 1 + the block) while the REP is still unanswered |
 //! | [`PolicyAction::NotifyHolders`], [`PolicyAction::ReportOrphan`] | a [`TargetEvent`] for the application or keeper |
 //! | registry quarantine timers | `App::poll_timeout` / `App::handle_timeout` |
 //!
@@ -40,10 +40,10 @@
 //! use ibcm::proto::{ConnectParams, Endpoint, EndpointConfig, EventKind};
 //! use ibcm_mad::{Guid, Qpn, ServiceId};
 //! use ibcm_xrc::cm::{IniOutcome, XrcInitiator, XrcService, XrcTarget, XrcTargetConfig};
-//! use ibcm_xrc::sim::{SimConfig, SimKernel};
+//! use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
 //! use ibcm_xrc::{DomainSpec, OwnershipPolicy, RegistryConfig, SrqNum, TgtRegistry, Verbs, XrcReqData};
 //!
-//! let kernel = SimKernel::new(SimConfig::mlx5());
+//! let kernel = KernelModel::new(ModelConfig::mlx5());
 //! let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
 //! let dom = reg.open_domain("job", DomainSpec::Private).unwrap();
 //! let worker = kernel.spawn().process();

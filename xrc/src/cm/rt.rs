@@ -15,7 +15,7 @@
 //! use ibcm_mad::{Guid, Qpn, ServiceId};
 //! use ibcm_xrc::cm::rt::XrcServer;
 //! use ibcm_xrc::cm::{xrc_connect_params, IniOutcome, XrcService, XrcTarget, XrcTargetConfig};
-//! use ibcm_xrc::sim::{SimConfig, SimKernel};
+//! use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
 //! use ibcm_xrc::{DomainSpec, RegistryConfig, SrqNum, TgtRegistry, Verbs, XrcReqData};
 //!
 //! let net = MemNetwork::new();
@@ -24,7 +24,7 @@
 //! let cfg = EndpointConfig { local_ca_guid: Guid(2), ..EndpointConfig::default() };
 //! let (i_cm, _) = Cm::bind(net.transport(i_addr), EndpointConfig::default());
 //!
-//! let kernel = SimKernel::new(SimConfig::mlx5());
+//! let kernel = KernelModel::new(ModelConfig::mlx5());
 //! let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
 //! let dom = reg.open_domain("job", DomainSpec::Private).unwrap();
 //! let worker = kernel.spawn().process();

@@ -13,11 +13,11 @@
 //! use ibcm_mad::{Qpn, ServiceId};
 //! use ibcm_xrc::cm::sim::{SimInitiator, SimTarget};
 //! use ibcm_xrc::cm::{IniOutcome, XrcService, XrcTarget, XrcTargetConfig};
-//! use ibcm_xrc::sim::{SimConfig, SimKernel};
+//! use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
 //! use ibcm_xrc::{DomainSpec, OwnershipPolicy, RegistryConfig, SrqNum, TgtRegistry, Verbs, XrcReqData};
 //! use std::time::Duration;
 //!
-//! let kernel = SimKernel::new(SimConfig::mlx5());
+//! let kernel = KernelModel::new(ModelConfig::mlx5());
 //! let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
 //! let dom = reg.open_domain("job", DomainSpec::Private).unwrap();
 //! let owner = kernel.spawn().process();
@@ -52,7 +52,7 @@ use ibcm::App;
 use ibcm_mad::{Qpn, ServiceId};
 
 use super::{IniObserver, TargetObserver, XrcInitiator, XrcTarget};
-use crate::wire::XrcReqData;
+use ibcm_mad::xrc::XrcReqData;
 
 /// A shared app installed in a node, and what gets the events it does not consume.
 struct Installed<A> {

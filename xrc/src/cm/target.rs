@@ -11,10 +11,10 @@ use ibcm::proto::{
 use ibcm_mad::{Psn, Qpn, RejReason, ReqTransport, ServiceId};
 
 use crate::policy::{OwnershipPolicy, PolicyAction, Verdict};
-use crate::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
-use crate::registry::{ConnEvent, DomainId, IncomingReq, IniPeer, TgtRegistry};
+use crate::verbs::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
+use crate::registry::{ConnEvent, DomainId, TgtRequest, IniPeer, TgtRegistry};
 use crate::types::{ProcessId, SrqNum};
-use crate::wire::{GoneCause, RejectKind, ReqMode, TargetGone, XrcReqData};
+use ibcm_mad::xrc::{GoneCause, RejectKind, ReqMode, TargetGone, XrcReqData};
 #[cfg(doc)]
 use crate::{cm::IniOutcome, wire::XrcRepData};
 
@@ -406,7 +406,7 @@ impl XrcTarget {
             ca_guid: req.remote_ca_guid(),
             ini_qpn: req.remote_qpn(),
         };
-        let ireq = IncomingReq {
+        let ireq = TgtRequest {
             conn,
             domain: svc.domain,
             process: svc.process,
@@ -637,7 +637,7 @@ impl XrcTarget {
                 PolicyAction::QuarantineQpn { qpn, until } => {
                     self.reg.note_gone(qpn, GoneCause::KeeperLost, until);
                 }
-                a @ (PolicyAction::SendDreq { .. } | PolicyAction::NotifyHolders { .. }) => {
+                a @ (PolicyAction::EndConnection { .. } | PolicyAction::NotifyHolders { .. }) => {
                     self.pending.push_back(a);
                 }
                 _ => {}
@@ -715,7 +715,7 @@ impl XrcTarget {
         let mut n = 0usize;
         while let Some(a) = self.pending.pop_front().or_else(|| self.reg.poll_action()) {
             match a {
-                PolicyAction::SendDreq { conn, qpn, cause } => {
+                PolicyAction::EndConnection { conn, qpn, cause } => {
                     if matches!(
                         self.teardown(ep, now, conn, qpn, cause),
                         TeardownKind::Dreq | TeardownKind::Rej

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::proto::{Envelope, EventLine, Reply, Request};
+use super::proto::{Envelope, ErrorKind, EventLine, Reply, Request};
 use super::server::MAX_LINE;
 
 /// Client errors.
@@ -38,14 +38,24 @@ pub enum ClientError {
     /// The keeper refused the request.
     #[error("{kind}: {message}")]
     Keeper {
-        /// Error kind.
-        kind: String,
+        /// Error kind (the reply's `error.kind`).
+        kind: ErrorKind,
         /// Text.
         message: String,
     },
     /// The keeper sent something this client does not understand.
     #[error("protocol error: {0}")]
     Protocol(String),
+}
+
+impl ClientError {
+    /// The keeper's error kind, for [`ClientError::Keeper`].
+    pub fn keeper_kind(&self) -> Option<&ErrorKind> {
+        match self {
+            Self::Keeper { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
 }
 
 /// A connection to a keeper.

@@ -7,22 +7,22 @@ use ibcm_mad::Guid;
 use serde_json::{json, Value};
 
 use super::proto::{
-    AvAttr, DomainView, ErrorBody, Event, HolderView, LeakView, ModifyAttr, QpView, Reply, Request,
-    SessionView, StatusReport,
+    AvAttr, DomainView, ErrorBody, ErrorKind, HolderView, KeeperEvent, LeakView, ModifyAttr,
+    QpView, Reply, Request, SessionView, StatusReport,
 };
 use crate::policy::{OwnershipPolicy, PolicyAction, Verdict};
-use crate::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
 use crate::registry::{
-    ConnEvent, DomainId, DomainState, IncomingReq, IniPeer, QpLife, Registrant, RegistryConfig,
-    RegistryError, TgtQp, TgtRegistry,
+    ConnEvent, DomainId, DomainState, IniPeer, QpLife, Registrant, RegistryConfig, RegistryError,
+    TgtQp, TgtRegistry, TgtRequest,
 };
 use crate::types::{DomainSpec, ProcessId, Qpn, SrqNum};
+use crate::verbs::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
 use crate::verbs::{Verbs, VerbsError};
-use crate::wire::{ReqMode, XrcReqData};
+use ibcm_mad::xrc::{ReqMode, XrcReqData};
 
 /// A connection as the keeper knows it: the session that reported it and its name there.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ConnKey {
+pub(super) struct ConnKey {
     /// The session.
     pub session: u32,
     /// The session's name for it.
@@ -33,7 +33,7 @@ const MAX_CLOSED: usize = 4096;
 
 /// A session number. It doubles as the registry's [`ProcessId`] for everything the session
 /// creates or registers, so closing one socket releases exactly that socket's references.
-pub type SessionId = u32;
+pub(super) type SessionId = u32;
 
 #[derive(Clone, Debug)]
 struct Session {
@@ -43,7 +43,7 @@ struct Session {
 
 /// Where an event goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
+pub(super) enum Target {
     /// One session.
     Session(SessionId),
     /// Every session.
@@ -52,7 +52,7 @@ pub enum Target {
 
 /// The keeper: a [`TgtRegistry`] acting for many client sessions.
 #[derive(Debug)]
-pub struct KeeperCore {
+pub(super) struct KeeperCore {
     reg: TgtRegistry<ConnKey>,
     epoch: String,
     backend: String,
@@ -66,56 +66,71 @@ pub struct KeeperCore {
     started: Instant,
 }
 
-fn err(kind: &str, message: impl Into<String>) -> ErrorBody {
+fn err(kind: ErrorKind, message: impl Into<String>) -> ErrorBody {
     ErrorBody {
-        kind: kind.to_owned(),
+        kind,
         message: message.into(),
     }
 }
 
 fn registry_err(e: &RegistryError) -> ErrorBody {
     let kind = match e {
-        RegistryError::UnknownDomain(_) => "unknown-domain",
-        RegistryError::DomainClosing(_) => "domain-closing",
-        RegistryError::DomainExists(_) => "domain-exists",
-        RegistryError::UnknownQpn(_) => "unknown-qpn",
-        RegistryError::Gone { .. } => "gone",
-        RegistryError::NotOwner { .. } => "not-owner",
-        RegistryError::NotRegistered { .. } => "not-registered",
-        RegistryError::QpnsExhausted { .. } => "no-resources",
-        RegistryError::Verbs(VerbsError::NoXrc { .. }) => "no-xrc",
-        RegistryError::Verbs(VerbsError::Modify(_)) => "bad-modify",
-        RegistryError::Verbs(_) => "verbs",
-        RegistryError::Wire(_) => "bad-request",
+        RegistryError::UnknownDomain(_) => ErrorKind::UnknownDomain,
+        RegistryError::DomainClosing(_) => ErrorKind::DomainClosing,
+        RegistryError::DomainExists(_) => ErrorKind::DomainExists,
+        RegistryError::UnknownQpn(_) => ErrorKind::UnknownQpn,
+        RegistryError::Gone { .. } => ErrorKind::Gone,
+        RegistryError::NotOwner { .. } => ErrorKind::NotOwner,
+        RegistryError::NotRegistered { .. } => ErrorKind::NotRegistered,
+        RegistryError::QpnsExhausted { .. } => ErrorKind::NoResources,
+        RegistryError::Verbs(VerbsError::NoXrc { .. }) => ErrorKind::NoXrc,
+        RegistryError::Verbs(VerbsError::Modify(_)) => ErrorKind::BadModify,
+        RegistryError::Verbs(_) => ErrorKind::Verbs,
+        RegistryError::Wire(_) => ErrorKind::BadRequest,
     };
     err(kind, e.to_string())
 }
 
 fn qpn_arg(v: u32) -> Result<Qpn, ErrorBody> {
-    Qpn::new(v).ok_or_else(|| err("bad-request", format!("QPN {v:#x} needs more than 24 bits")))
+    Qpn::new(v).ok_or_else(|| {
+        err(
+            ErrorKind::BadRequest,
+            format!("QPN {v:#x} needs more than 24 bits"),
+        )
+    })
 }
 
 fn policy_arg(s: &str) -> Result<OwnershipPolicy, ErrorBody> {
     OwnershipPolicy::from_name(s).ok_or_else(|| {
         err(
-            "bad-request",
+            ErrorKind::BadRequest,
             format!("unknown policy {s:?} (explicit, domain-bound, process-bound, shared)"),
         )
     })
 }
 
 fn state_arg(s: &str) -> Result<QpState, ErrorBody> {
-    QpState::from_name(s).ok_or_else(|| err("bad-request", format!("unknown QP state {s:?}")))
+    QpState::from_name(s)
+        .ok_or_else(|| err(ErrorKind::BadRequest, format!("unknown QP state {s:?}")))
 }
 
 fn psn_arg(v: u32) -> Result<ibcm_mad::Psn, ErrorBody> {
-    ibcm_mad::Psn::new(v)
-        .ok_or_else(|| err("bad-request", format!("PSN {v:#x} needs more than 24 bits")))
+    ibcm_mad::Psn::new(v).ok_or_else(|| {
+        err(
+            ErrorKind::BadRequest,
+            format!("PSN {v:#x} needs more than 24 bits"),
+        )
+    })
 }
 
 fn gid_arg(s: &str) -> Result<[u8; 16], ErrorBody> {
     let s: String = s.chars().filter(|c| *c != ':').collect();
-    let bad = || err("bad-request", format!("GID {s:?} is not 32 hex digits"));
+    let bad = || {
+        err(
+            ErrorKind::BadRequest,
+            format!("GID {s:?} is not 32 hex digits"),
+        )
+    };
     if s.len() != 32 || !s.is_ascii() {
         return Err(bad());
     }
@@ -152,7 +167,7 @@ fn av_arg(a: &AvAttr) -> Result<AddressVector, ErrorBody> {
 ///
 /// # Errors
 /// A `bad-request` body for malformed values.
-pub fn modify_attr(m: &ModifyAttr) -> Result<QpAttr, ErrorBody> {
+pub(super) fn modify_attr(m: &ModifyAttr) -> Result<QpAttr, ErrorBody> {
     Ok(QpAttr {
         state: m.state.as_deref().map(state_arg).transpose()?,
         cur_state: m.cur_state.as_deref().map(state_arg).transpose()?,
@@ -162,7 +177,8 @@ pub fn modify_attr(m: &ModifyAttr) -> Result<QpAttr, ErrorBody> {
         path_mtu: m
             .path_mtu
             .map(|v| {
-                PathMtu::from_raw(v).ok_or_else(|| err("bad-request", format!("path MTU code {v}")))
+                PathMtu::from_raw(v)
+                    .ok_or_else(|| err(ErrorKind::BadRequest, format!("path MTU code {v}")))
             })
             .transpose()?,
         dest_qpn: m.dest_qpn.map(qpn_arg).transpose()?,
@@ -178,7 +194,7 @@ pub fn modify_attr(m: &ModifyAttr) -> Result<QpAttr, ErrorBody> {
 
 impl KeeperCore {
     /// A keeper acting through `verbs`. `epoch` must differ between keeper instances.
-    pub fn new(
+    pub(super) fn new(
         verbs: Box<dyn Verbs>,
         cfg: RegistryConfig,
         epoch: String,
@@ -201,22 +217,17 @@ impl KeeperCore {
     }
 
     /// This instance's epoch.
-    pub fn epoch(&self) -> &str {
+    pub(super) fn epoch(&self) -> &str {
         &self.epoch
     }
 
-    /// The registry (read-only).
-    pub fn registry(&self) -> &TgtRegistry<ConnKey> {
-        &self.reg
-    }
-
     /// Lines to log since the last call (everything the registry did).
-    pub fn take_log(&mut self) -> Vec<String> {
+    pub(super) fn take_log(&mut self) -> Vec<String> {
         std::mem::take(&mut self.log)
     }
 
     /// A client connected; `pid` from `SO_PEERCRED` when available.
-    pub fn open_session(&mut self, pid: Option<u32>) -> SessionId {
+    pub(super) fn open_session(&mut self, pid: Option<u32>) -> SessionId {
         let id = self.next_session;
         self.next_session = self.next_session.wrapping_add(1).max(1);
         self.sessions.insert(
@@ -230,7 +241,11 @@ impl KeeperCore {
     }
 
     /// A client's socket closed (exit, SIGKILL, or a clean close): exactly its references go.
-    pub fn close_session(&mut self, now: Instant, s: SessionId) -> Vec<(Target, Event)> {
+    pub(super) fn close_session(
+        &mut self,
+        now: Instant,
+        s: SessionId,
+    ) -> Vec<(Target, KeeperEvent)> {
         let name = self
             .sessions
             .get(&s)
@@ -264,7 +279,7 @@ impl KeeperCore {
     }
 
     /// Runs due quarantines.
-    pub fn tick(&mut self, now: Instant) -> Vec<(Target, Event)> {
+    pub(super) fn tick(&mut self, now: Instant) -> Vec<(Target, KeeperEvent)> {
         if self.reg.poll_timeout().is_some_and(|t| t <= now) {
             self.reg.handle_timeout(now);
         }
@@ -272,18 +287,18 @@ impl KeeperCore {
     }
 
     /// When [`KeeperCore::tick`] has work.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
         self.reg.poll_timeout()
     }
 
     /// Handles one request of session `s`.
-    pub fn handle(
+    pub(super) fn handle(
         &mut self,
         now: Instant,
         s: SessionId,
         id: Option<u64>,
         req: Request,
-    ) -> (Reply, Vec<(Target, Event)>) {
+    ) -> (Reply, Vec<(Target, KeeperEvent)>) {
         let res = self.dispatch(now, s, req);
         let events = self.drain();
         let reply = match res {
@@ -306,20 +321,23 @@ impl KeeperCore {
     }
 
     /// A reply for a line that could not be parsed.
-    pub fn bad_line(&self, message: String) -> Reply {
+    pub(super) fn bad_line(&self, message: String) -> Reply {
         Reply {
             id: None,
             epoch: self.epoch.clone(),
             ok: false,
             result: None,
-            error: Some(err("bad-request", message)),
+            error: Some(err(ErrorKind::BadRequest, message)),
         }
     }
 
     fn domain_arg(&self, name: &str) -> Result<DomainId, ErrorBody> {
-        self.reg
-            .domain_by_name(name)
-            .ok_or_else(|| err("unknown-domain", format!("no domain named {name:?}")))
+        self.reg.domain_by_name(name).ok_or_else(|| {
+            err(
+                ErrorKind::UnknownDomain,
+                format!("no domain named {name:?}"),
+            )
+        })
     }
 
     fn dispatch(&mut self, now: Instant, s: SessionId, req: Request) -> Result<Value, ErrorBody> {
@@ -450,7 +468,8 @@ impl KeeperCore {
                     .reg
                     .query(qpn_arg(qpn)?)
                     .map_err(|e| registry_err(&e))?;
-                serde_json::to_value(self.qp_view(&q)).map_err(|e| err("error", e.to_string()))
+                serde_json::to_value(self.qp_view(&q))
+                    .map_err(|e| err(ErrorKind::Internal, e.to_string()))
             }
             Request::AcceptReq {
                 conn,
@@ -470,7 +489,7 @@ impl KeeperCore {
                     ("attach", Some(q)) => ReqMode::Attach(qpn_arg(q)?),
                     (m, _) => {
                         return Err(err(
-                            "bad-request",
+                            ErrorKind::BadRequest,
                             format!("bad mode {m:?} (attach needs tgt_qpn)"),
                         ))
                     }
@@ -479,10 +498,11 @@ impl KeeperCore {
                 let srqns = srqns
                     .into_iter()
                     .map(|v| {
-                        SrqNum::new(v).ok_or_else(|| err("bad-request", format!("SRQN {v:#x}")))
+                        SrqNum::new(v)
+                            .ok_or_else(|| err(ErrorKind::BadRequest, format!("SRQN {v:#x}")))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                let req = IncomingReq {
+                let req = TgtRequest {
                     conn: ConnKey {
                         session: s,
                         name: conn,
@@ -527,7 +547,7 @@ impl KeeperCore {
                     "closed" => ConnEvent::LocalClosed,
                     other => {
                         return Err(err(
-                            "bad-request",
+                            ErrorKind::BadRequest,
                             format!("unknown connection event {other:?}"),
                         ))
                     }
@@ -539,9 +559,8 @@ impl KeeperCore {
                 let v = self.reg.handle_conn_event(now, &key, ev);
                 Ok(v.map_or(json!({}), verdict_json))
             }
-            Request::Status => {
-                serde_json::to_value(self.status()).map_err(|e| err("error", e.to_string()))
-            }
+            Request::Status => serde_json::to_value(self.status())
+                .map_err(|e| err(ErrorKind::Internal, e.to_string())),
             Request::Leaks => {
                 let leaks: Vec<LeakView> = self
                     .reg
@@ -554,7 +573,7 @@ impl KeeperCore {
                         creator_pid: self.pid_of(l.creator),
                     })
                     .collect();
-                serde_json::to_value(leaks).map_err(|e| err("error", e.to_string()))
+                serde_json::to_value(leaks).map_err(|e| err(ErrorKind::Internal, e.to_string()))
             }
         }
     }
@@ -629,7 +648,7 @@ impl KeeperCore {
     }
 
     /// The `status` report.
-    pub fn status(&self) -> StatusReport {
+    pub(super) fn status(&self) -> StatusReport {
         let dev = self.reg.verbs().device();
         StatusReport {
             epoch: self.epoch.clone(),
@@ -671,7 +690,7 @@ impl KeeperCore {
     }
 
     /// Moves the registry's outputs into events and log lines.
-    fn drain(&mut self) -> Vec<(Target, Event)> {
+    fn drain(&mut self) -> Vec<(Target, KeeperEvent)> {
         let mut out = Vec::new();
         while let Some(t) = self.reg.poll_trace() {
             let mut line = format!(
@@ -687,7 +706,7 @@ impl KeeperCore {
             if let Some(Verdict::Released(cause)) = t.verdict {
                 out.push((
                     Target::All,
-                    Event::QpGone {
+                    KeeperEvent::QpGone {
                         qpn: t.qpn.get(),
                         cause: cause.text().into(),
                     },
@@ -696,11 +715,11 @@ impl KeeperCore {
         }
         while let Some(a) = self.reg.poll_action() {
             match a {
-                PolicyAction::SendDreq { conn, qpn, cause } => {
+                PolicyAction::EndConnection { conn, qpn, cause } => {
                     if self.sessions.contains_key(&conn.session) {
                         out.push((
                             Target::Session(conn.session),
-                            Event::SendDreq {
+                            KeeperEvent::EndConnection {
                                 conn: conn.name,
                                 qpn: qpn.get(),
                                 cause: cause.text().into(),
@@ -714,7 +733,7 @@ impl KeeperCore {
                     }
                 }
                 PolicyAction::ReportOrphan { qpn } => {
-                    out.push((Target::All, Event::QpOrphaned { qpn: qpn.get() }));
+                    out.push((Target::All, KeeperEvent::QpOrphaned { qpn: qpn.get() }));
                 }
                 // Covered by the QpGone broadcast above.
                 _ => {}
@@ -747,10 +766,10 @@ fn hex(b: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::{SimConfig, SimKernel};
+    use crate::verbs::model::{KernelModel, ModelConfig};
 
     fn keeper() -> (KeeperCore, Instant) {
-        let k = SimKernel::new(SimConfig::mlx5());
+        let k = KernelModel::new(ModelConfig::mlx5());
         let now = Instant::now();
         (
             KeeperCore::new(
@@ -771,7 +790,7 @@ mod tests {
         r.result.unwrap()
     }
 
-    fn fail(k: &mut KeeperCore, now: Instant, s: SessionId, req: Request) -> String {
+    fn fail(k: &mut KeeperCore, now: Instant, s: SessionId, req: Request) -> ErrorKind {
         let (r, _) = k.handle(now, s, Some(1), req);
         assert!(!r.ok);
         r.error.unwrap().kind
@@ -827,7 +846,7 @@ mod tests {
             ev,
             vec![(
                 Target::All,
-                Event::QpGone {
+                KeeperEvent::QpGone {
                     qpn: r1["qpn"].as_u64().unwrap() as u32,
                     cause: "last registration dropped".into()
                 }
@@ -885,7 +904,7 @@ mod tests {
         let ev = k.close_session(now, a);
         assert!(ev.contains(&(
             Target::Session(b),
-            Event::SendDreq {
+            KeeperEvent::EndConnection {
                 conn: "c1".into(),
                 qpn,
                 cause: "creator exited".into()
@@ -1034,7 +1053,7 @@ mod tests {
         );
         let qpn = r["qpn"].as_u64().unwrap() as u32;
         let ev = k.close_session(now, a);
-        assert_eq!(ev, vec![(Target::All, Event::QpOrphaned { qpn })]);
+        assert_eq!(ev, vec![(Target::All, KeeperEvent::QpOrphaned { qpn })]);
         let leaks = ok(&mut k, now, b, Request::Leaks);
         assert_eq!(leaks.as_array().unwrap().len(), 1);
         ok(&mut k, now, b, Request::Adopt { qpn });

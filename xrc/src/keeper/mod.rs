@@ -10,7 +10,7 @@
 //! (register, unregister, modify and query a receive QP by number, from any process) are
 //! there.
 //!
-//! * [`core::KeeperCore`]: the state machine (no I/O; unit-tested).
+//! * `core::KeeperCore` (private): the state machine (no I/O; unit-tested).
 //! * [`server::serve`]: the daemon (threads, `SO_PEERCRED`, client-death cleanup).
 //! * [`client::KeeperClient`]: a blocking client with restart detection.
 //!
@@ -19,6 +19,6 @@
 //! gone ([`client::ClientError::KeeperRestarted`]).
 
 pub mod client;
-pub mod core;
+mod core;
 pub mod proto;
 pub mod server;

@@ -256,10 +256,104 @@ pub struct Reply {
 /// An error in a reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// Machine-readable kind (`gone`, `not-owner`, `unknown-qpn`, `no-xrc`, `bad-request`, …).
-    pub kind: String,
+    /// Machine-readable kind; a kebab-case string on the wire ([`ErrorKind::as_str`]).
+    pub kind: ErrorKind,
     /// Text.
     pub message: String,
+}
+
+macro_rules! error_kinds {
+    ($($(#[$m:meta])* $v:ident => $s:literal,)*) => {
+        /// The `kind` of an [`ErrorBody`]. On the wire it is the kebab-case string shown for
+        /// each variant; a string this version does not know parses to [`ErrorKind::Other`]
+        /// and is written back unchanged.
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(from = "String", into = "String")]
+        #[non_exhaustive]
+        pub enum ErrorKind {
+            $($(#[$m])* $v,)*
+            /// A kind this version does not know (from a newer keeper).
+            Other(String),
+        }
+
+        impl ErrorKind {
+            /// Every known kind.
+            pub const KNOWN: &'static [ErrorKind] = &[$(ErrorKind::$v,)*];
+
+            /// The wire string.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(ErrorKind::$v => $s,)*
+                    ErrorKind::Other(s) => s,
+                }
+            }
+        }
+
+        impl From<String> for ErrorKind {
+            fn from(s: String) -> Self {
+                match s.as_str() {
+                    $($s => ErrorKind::$v,)*
+                    _ => ErrorKind::Other(s),
+                }
+            }
+        }
+    };
+}
+
+error_kinds! {
+    /// `unknown-domain`: no domain of that name.
+    UnknownDomain => "unknown-domain",
+    /// `domain-closing`: the domain is being closed.
+    DomainClosing => "domain-closing",
+    /// `domain-exists`: a domain of that name is already open.
+    DomainExists => "domain-exists",
+    /// `unknown-qpn`: no TGT QP of that number.
+    UnknownQpn => "unknown-qpn",
+    /// `gone`: the TGT QP is gone.
+    Gone => "gone",
+    /// `not-owner`: only the owner may do that.
+    NotOwner => "not-owner",
+    /// `not-registered`: the session holds no registration on the QP.
+    NotRegistered => "not-registered",
+    /// `no-resources`: no usable QPN could be found.
+    NoResources => "no-resources",
+    /// `no-xrc`: the device has no XRC.
+    NoXrc => "no-xrc",
+    /// `bad-modify`: the QP transition or its attributes are invalid.
+    BadModify => "bad-modify",
+    /// `verbs`: another verbs failure.
+    Verbs => "verbs",
+    /// `bad-request`: the request line or one of its values is malformed.
+    BadRequest => "bad-request",
+    /// `error`: the keeper failed to build its answer.
+    Internal => "error",
+}
+
+impl From<ErrorKind> for String {
+    fn from(k: ErrorKind) -> Self {
+        match k {
+            ErrorKind::Other(s) => s,
+            known => known.as_str().to_owned(),
+        }
+    }
+}
+
+impl core::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for ErrorKind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for ErrorKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// An unsolicited event line.
@@ -269,18 +363,18 @@ pub struct EventLine {
     pub epoch: String,
     /// The event.
     #[serde(flatten)]
-    pub event: Event,
+    pub event: KeeperEvent,
 }
 
 /// Unsolicited events.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
-pub enum Event {
+pub enum KeeperEvent {
     /// A TGT QP went away (sent to every session).
     QpGone {
         /// The QP.
         qpn: u32,
-        /// Why (text of [`GoneCause`](crate::wire::GoneCause)).
+        /// Why (text of [`GoneCause`](ibcm_mad::xrc::GoneCause)).
         cause: String,
     },
     /// A TGT QP lost its owner and is kept as an orphan.
@@ -288,8 +382,10 @@ pub enum Event {
         /// The QP.
         qpn: u32,
     },
-    /// Disconnect this connection (DREQ; REJ reason 1 if not established): its TGT QP went.
-    SendDreq {
+    /// End this connection (DREQ if established, REJ reason 1 while still being set up): its
+    /// TGT QP went. `send-dreq` on the wire.
+    #[serde(rename = "send-dreq")]
+    EndConnection {
         /// The connection (the name the session gave it).
         conn: String,
         /// The TGT QP.
@@ -393,6 +489,44 @@ pub struct LeakView {
 mod tests {
     use super::*;
 
+    /// The kinds are the strings the keeper has always sent: old clients still parse them.
+    #[test]
+    fn error_kinds_keep_their_json() {
+        let old = [
+            "unknown-domain",
+            "domain-closing",
+            "domain-exists",
+            "unknown-qpn",
+            "gone",
+            "not-owner",
+            "not-registered",
+            "no-resources",
+            "no-xrc",
+            "bad-modify",
+            "verbs",
+            "bad-request",
+            "error",
+        ];
+        assert_eq!(ErrorKind::KNOWN.len(), old.len());
+        for (k, s) in ErrorKind::KNOWN.iter().zip(old) {
+            let body = ErrorBody {
+                kind: k.clone(),
+                message: "m".into(),
+            };
+            let json = serde_json::to_string(&body).unwrap();
+            assert_eq!(json, format!(r#"{{"kind":"{s}","message":"m"}}"#));
+            assert_eq!(serde_json::from_str::<ErrorBody>(&json).unwrap(), body);
+            assert_eq!(*k, s);
+        }
+        let future: ErrorBody =
+            serde_json::from_str(r#"{"kind":"quota-exceeded","message":"m"}"#).unwrap();
+        assert_eq!(future.kind, ErrorKind::Other("quota-exceeded".into()));
+        assert_eq!(
+            serde_json::to_string(&future).unwrap(),
+            r#"{"kind":"quota-exceeded","message":"m"}"#
+        );
+    }
+
     #[test]
     fn request_lines_parse() {
         let e: Envelope =
@@ -433,7 +567,7 @@ mod tests {
     fn event_lines() {
         let l = EventLine {
             epoch: "e".into(),
-            event: Event::QpGone {
+            event: KeeperEvent::QpGone {
                 qpn: 72,
                 cause: "creator exited".into(),
             },
@@ -442,6 +576,24 @@ mod tests {
         assert_eq!(
             s,
             r#"{"epoch":"e","event":"qp-gone","qpn":72,"cause":"creator exited"}"#
+        );
+        assert_eq!(serde_json::from_str::<EventLine>(&s).unwrap(), l);
+    }
+
+    #[test]
+    fn end_connection_is_send_dreq_on_the_wire() {
+        let l = EventLine {
+            epoch: "e".into(),
+            event: KeeperEvent::EndConnection {
+                conn: "c".into(),
+                qpn: 7,
+                cause: "keeper lost".into(),
+            },
+        };
+        let s = serde_json::to_string(&l).unwrap();
+        assert_eq!(
+            s,
+            r#"{"epoch":"e","event":"send-dreq","conn":"c","qpn":7,"cause":"keeper lost"}"#
         );
         assert_eq!(serde_json::from_str::<EventLine>(&s).unwrap(), l);
     }

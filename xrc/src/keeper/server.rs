@@ -1,8 +1,8 @@
-//! The keeper daemon: a Unix-socket server around [`KeeperCore`], one thread per client.
+//! The keeper daemon: a Unix-socket server around `KeeperCore`, one thread per client.
 //!
 //! A client's identity is its connection: the keeper reads the peer PID with `SO_PEERCRED`
 //! when it accepts (the `hello` PID is used only if that fails), and when the socket closes —
-//! clean exit, crash, SIGKILL — [`KeeperCore::close_session`] releases exactly the references
+//! clean exit, crash, SIGKILL — `KeeperCore::close_session` releases exactly the references
 //! that connection took.
 
 use std::collections::BTreeMap;
@@ -14,19 +14,19 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::core::{KeeperCore, SessionId, Target};
-use super::proto::{Envelope, Event, EventLine, Reply};
+use super::proto::{Envelope, EventLine, KeeperEvent, Reply};
 use crate::registry::RegistryConfig;
-use crate::sim::{SimConfig, SimKernel};
+use crate::verbs::model::{KernelModel, ModelConfig};
 use crate::verbs::{Verbs, VerbsError};
 
 /// Longest request line accepted.
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 
 /// Which verbs backend the keeper uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// The software model (machines without an XRC device).
-    Sim(SimConfig),
+    Model(ModelConfig),
     /// rdma-core (feature `rdma`), on the named device or the first one.
     Verbs {
         /// Device name.
@@ -72,7 +72,7 @@ impl From<VerbsError> for ServeError {
 }
 
 /// A fresh epoch: differs between keeper instances (OS-seeded hash of PID and wall time).
-pub fn new_epoch() -> String {
+pub(crate) fn new_epoch() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -89,14 +89,16 @@ pub fn new_epoch() -> String {
 /// # Errors
 /// [`VerbsError`], e.g. [`VerbsError::NoXrc`] or [`VerbsError::Unavailable`] when built without
 /// the `rdma` feature.
-pub fn open_backend(b: &Backend) -> Result<Box<dyn Verbs>, VerbsError> {
+pub(crate) fn open_backend(b: &Backend) -> Result<Box<dyn Verbs>, VerbsError> {
     match b {
-        Backend::Sim(cfg) => {
-            let kernel = SimKernel::new(cfg.clone());
+        Backend::Model(cfg) => {
+            let kernel = KernelModel::new(cfg.clone());
             Ok(Box::new(kernel.spawn()))
         }
         #[cfg(feature = "rdma")]
-        Backend::Verbs { device } => Ok(Box::new(crate::ffi::RdmaVerbs::open(device.as_deref())?)),
+        Backend::Verbs { device } => {
+            Ok(Box::new(crate::verbs::RdmaVerbs::open(device.as_deref())?))
+        }
         #[cfg(not(feature = "rdma"))]
         Backend::Verbs { .. } => Err(VerbsError::Unavailable(
             "built without the `rdma` feature; rebuild with --features rdma".into(),
@@ -121,7 +123,7 @@ fn write_line(w: &mut UnixStream, line: &str) -> io::Result<()> {
 }
 
 impl Shared {
-    fn deliver(&mut self, events: Vec<(Target, Event)>) {
+    fn deliver(&mut self, events: Vec<(Target, KeeperEvent)>) {
         let epoch = self.core.epoch().to_owned();
         for (target, event) in events {
             let Ok(line) = serde_json::to_string(&EventLine {
@@ -253,7 +255,7 @@ pub fn serve(cfg: &ServerConfig) -> Result<(), ServeError> {
     prepare_socket(&cfg.socket)?;
     let verbs = open_backend(&cfg.backend)?;
     let backend = match cfg.backend {
-        Backend::Sim(_) => "sim",
+        Backend::Model(_) => "sim",
         Backend::Verbs { .. } => "verbs",
     };
     let device = verbs.device().name;

@@ -25,9 +25,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use ibcm_xrc::keeper::client::{ClientError, KeeperClient};
-use ibcm_xrc::keeper::proto::{Event, HolderView, LeakView, Request, StatusReport};
+use ibcm_xrc::keeper::proto::{HolderView, KeeperEvent, LeakView, Request, StatusReport};
 use ibcm_xrc::keeper::server::{serve, Backend, ServerConfig};
-use ibcm_xrc::sim::SimConfig;
+use ibcm_xrc::verbs::model::ModelConfig;
 use ibcm_xrc::RegistryConfig;
 
 /// Holds XRC domains and TGT QPs for other processes.
@@ -123,7 +123,7 @@ fn run(args: Args) -> Result<ExitCode> {
             let mut registry = RegistryConfig::default();
             registry.policy.default_timewait = Duration::from_millis(quarantine_ms);
             let backend = match backend {
-                BackendArg::Sim => Backend::Sim(SimConfig::mlx5()),
+                BackendArg::Sim => Backend::Model(ModelConfig::mlx5()),
                 BackendArg::Verbs => Backend::Verbs { device },
             };
             serve(&ServerConfig {
@@ -281,7 +281,7 @@ fn hold(
     loop {
         match c.next_event() {
             Ok(ev) => match ev.event {
-                Event::QpGone { qpn: q, cause } if u64::from(q) == qpn => {
+                KeeperEvent::QpGone { qpn: q, cause } if u64::from(q) == qpn => {
                     eprintln!("xrcd-keeper hold: TGT QP {qpn:#08x} is gone: {cause}");
                     return Ok(ExitCode::from(4));
                 }

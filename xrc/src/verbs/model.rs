@@ -1,8 +1,8 @@
 //! A software model of the modern kernel's XRC object model (spec/xrc.md §1.2–1.4), for tests,
 //! the CM simulator and machines without an XRC device.
 //!
-//! One [`SimKernel`] is one device shared by any number of simulated processes; each
-//! [`SimVerbs`] is one process's context on it. What the model reproduces:
+//! One [`KernelModel`] is one device shared by any number of simulated processes; each
+//! [`ModelVerbs`] is one process's context on it. What the model reproduces:
 //!
 //! * **Domains by inode.** A shared domain is keyed by its file path (the kernel keys it by
 //!   inode): `O_CREAT` creates it, no `O_CREAT` on an unknown file is
@@ -13,22 +13,22 @@
 //!   handle is left, in any process: the creator has no special power.
 //! * **The domain is pinned** by each TGT QP and each XRC SRQ. Closing an XRCD handle through
 //!   which this process still holds QPs or SRQs is [`VerbsError::Busy`] (EBUSY).
-//! * **Process exit** ([`SimKernel::kill`], or dropping the [`SimVerbs`]) destroys every
+//! * **Process exit** ([`KernelModel::kill`], or dropping the [`ModelVerbs`]) destroys every
 //!   handle of the process, as `uverbs_free_qp` does on modern kernels: a TGT QP that only the
 //!   exiting process held is destroyed; one that others opened survives.
 //! * **Open by number** from another process that opened the same domain ([`Verbs::open_tgt_qp`]);
 //!   an unknown QPN or another domain's QPN is [`VerbsError::UnknownQpn`] (EINVAL).
-//! * **Deterministic numbers.** QPNs and SRQNs come from counters set in [`SimConfig`]; with
+//! * **Deterministic numbers.** QPNs and SRQNs come from counters set in [`ModelConfig`]; with
 //!   [`QpnReuse::MostRecentFirst`] a freed QPN is handed out again at once, the worst case the
 //!   CM's TimeWait quarantine has to survive. No clock, no randomness.
-//! * **Provider variants**: [`SimConfig::rxe`] has no XRC (`IBV_DEVICE_XRC` clear, every XRC
-//!   verb fails with [`VerbsError::NoXrc`]); [`SimConfig::qedr`] has XRC but no `ibv_open_qp`.
+//! * **Provider variants**: [`ModelConfig::rxe`] has no XRC (`IBV_DEVICE_XRC` clear, every XRC
+//!   verb fails with [`VerbsError::NoXrc`]); [`ModelConfig::qedr`] has XRC but no `ibv_open_qp`.
 //!
 //! ```
-//! use ibcm_xrc::sim::{SimConfig, SimKernel};
+//! use ibcm_xrc::verbs::model::{ModelConfig, KernelModel};
 //! use ibcm_xrc::{DomainSpec, Verbs};
 //!
-//! let kernel = SimKernel::new(SimConfig::mlx5());
+//! let kernel = KernelModel::new(ModelConfig::mlx5());
 //! let mut a = kernel.spawn();
 //! let mut b = kernel.spawn();
 //! let xa = a.open_xrcd(&DomainSpec::file("/tmp/job1")).unwrap();
@@ -46,8 +46,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::qp::{check_modify, QpAttr, QpState, QpType};
 use crate::types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
+use crate::verbs::qp::{check_modify, QpAttr, QpState, QpType};
 use crate::verbs::{DeviceInfo, IniQpCaps, QpInfo, SrqAttr, Verbs, VerbsError};
 
 /// `IBV_DEVICE_XRC`, bit 20 of `device_cap_flags`.
@@ -66,7 +66,7 @@ pub enum QpnReuse {
 
 /// Configuration of a simulated device.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SimConfig {
+pub struct ModelConfig {
     /// Device name.
     pub device_name: String,
     /// `IBV_DEVICE_XRC`: whether XRC verbs work at all.
@@ -86,7 +86,7 @@ pub struct SimConfig {
     pub first_pid: u32,
 }
 
-impl SimConfig {
+impl ModelConfig {
     /// A ConnectX-like device: XRC and `ibv_open_qp` (mlx5 since rdma-core v26).
     pub fn mlx5() -> Self {
         Self {
@@ -160,7 +160,7 @@ struct RealQp {
 
 #[derive(Debug)]
 struct Kernel {
-    cfg: SimConfig,
+    cfg: ModelConfig,
     next_pid: u32,
     procs: BTreeMap<ProcessId, Proc>,
     xrcd_by_path: BTreeMap<PathBuf, u32>,
@@ -175,7 +175,7 @@ struct Kernel {
 
 /// A snapshot of the model's object counts (for tests and timelines).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct SimSnapshot {
+pub struct ModelSnapshot {
     /// Live processes.
     pub processes: usize,
     /// Live XRC domains.
@@ -190,13 +190,13 @@ pub struct SimSnapshot {
 
 /// One simulated device (kernel side), shared by its processes. Cloning shares it.
 #[derive(Clone, Debug)]
-pub struct SimKernel {
+pub struct KernelModel {
     inner: Arc<Mutex<Kernel>>,
 }
 
-impl SimKernel {
+impl KernelModel {
     /// A new device.
-    pub fn new(cfg: SimConfig) -> Self {
+    pub fn new(cfg: ModelConfig) -> Self {
         let first_qpn = cfg.first_qpn.clamp(2, Qpn::MAX);
         let first_srqn = cfg.first_srqn.min(SrqNum::MAX);
         Self {
@@ -223,7 +223,7 @@ impl SimKernel {
 
     /// Starts a new process and returns its verbs context. Dropping the context ends the
     /// process (all its handles are destroyed).
-    pub fn spawn(&self) -> SimVerbs {
+    pub fn spawn(&self) -> ModelVerbs {
         let pid = {
             let mut k = self.lock();
             let pid = ProcessId(k.next_pid);
@@ -231,7 +231,7 @@ impl SimKernel {
             k.procs.insert(pid, Proc::default());
             pid
         };
-        SimVerbs {
+        ModelVerbs {
             kernel: self.clone(),
             pid,
         }
@@ -275,7 +275,7 @@ impl SimKernel {
     }
 
     /// Object counts.
-    pub fn snapshot(&self) -> SimSnapshot {
+    pub fn snapshot(&self) -> ModelSnapshot {
         let k = self.lock();
         let mut tgt_qps = BTreeMap::new();
         let mut ini_qps = 0;
@@ -287,7 +287,7 @@ impl SimKernel {
                 _ => ini_qps += 1,
             }
         }
-        SimSnapshot {
+        ModelSnapshot {
             processes: k.procs.len(),
             domains: k.xrcds.len(),
             tgt_qps,
@@ -732,25 +732,25 @@ impl Kernel {
 
 /// One simulated process's verbs context. Dropping it ends the process.
 #[derive(Debug)]
-pub struct SimVerbs {
-    kernel: SimKernel,
+pub struct ModelVerbs {
+    kernel: KernelModel,
     pid: ProcessId,
 }
 
-impl SimVerbs {
+impl ModelVerbs {
     /// The device this process runs on.
-    pub fn kernel(&self) -> &SimKernel {
+    pub fn kernel(&self) -> &KernelModel {
         &self.kernel
     }
 }
 
-impl Drop for SimVerbs {
+impl Drop for ModelVerbs {
     fn drop(&mut self) {
         self.kernel.kill(self.pid);
     }
 }
 
-impl Verbs for SimVerbs {
+impl Verbs for ModelVerbs {
     fn device(&self) -> DeviceInfo {
         self.kernel.lock().device()
     }
@@ -815,10 +815,10 @@ impl Verbs for SimVerbs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qp::AccessFlags;
+    use crate::verbs::qp::AccessFlags;
 
-    fn mlx5() -> SimKernel {
-        SimKernel::new(SimConfig::mlx5())
+    fn mlx5() -> KernelModel {
+        KernelModel::new(ModelConfig::mlx5())
     }
 
     #[test]
@@ -964,7 +964,7 @@ mod tests {
 
     #[test]
     fn rxe_has_no_xrc() {
-        let k = SimKernel::new(SimConfig::rxe());
+        let k = KernelModel::new(ModelConfig::rxe());
         let mut a = k.spawn();
         let e = a.open_xrcd(&DomainSpec::Private).unwrap_err();
         assert!(matches!(e, VerbsError::NoXrc { .. }));
@@ -974,7 +974,7 @@ mod tests {
 
     #[test]
     fn qedr_has_no_open_qp() {
-        let k = SimKernel::new(SimConfig::qedr());
+        let k = KernelModel::new(ModelConfig::qedr());
         let mut a = k.spawn();
         let x = a.open_xrcd(&DomainSpec::file("/d")).unwrap();
         let t = a.create_tgt_qp(x).unwrap();
@@ -990,7 +990,7 @@ mod tests {
 
     #[test]
     fn qpn_allocation_is_deterministic_and_lifo_reuse_works() {
-        let k = SimKernel::new(SimConfig::mlx5().with_lifo_qpn_reuse());
+        let k = KernelModel::new(ModelConfig::mlx5().with_lifo_qpn_reuse());
         let mut a = k.spawn();
         let x = a.open_xrcd(&DomainSpec::Private).unwrap();
         let t1 = a.create_tgt_qp(x).unwrap();
@@ -1018,9 +1018,9 @@ mod tests {
 
     #[test]
     fn max_qps_limit() {
-        let mut cfg = SimConfig::mlx5();
+        let mut cfg = ModelConfig::mlx5();
         cfg.max_qps = 1;
-        let k = SimKernel::new(cfg);
+        let k = KernelModel::new(cfg);
         let mut a = k.spawn();
         let x = a.open_xrcd(&DomainSpec::Private).unwrap();
         a.create_tgt_qp(x).unwrap();
@@ -1065,6 +1065,6 @@ mod tests {
         let snap = k.snapshot();
         assert_eq!((snap.ini_qps, snap.srqs), (1, 2));
         drop(a);
-        assert_eq!(k.snapshot(), SimSnapshot::default());
+        assert_eq!(k.snapshot(), ModelSnapshot::default());
     }
 }

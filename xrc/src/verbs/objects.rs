@@ -5,13 +5,13 @@
 //! process that sends on it. Neither implements `Drop` (the backend is borrowed per call);
 //! call `destroy` — or let the process exit, which the kernel treats the same way.
 
-use crate::qp::{ModifyError, QpAttr, QpState, QpStateMachine, QpType};
 use crate::types::{QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
+use crate::verbs::qp::{ModifyError, QpAttr, QpState, QpStateMachine, QpType};
 use crate::verbs::{IniQpCaps, SrqAttr, Verbs, VerbsError};
 
 /// An XRC SRQ: the receive queue (and, through its CQ, the completions) of one process in a
 /// domain. Its number travels to initiators in the REP private data
-/// ([`XrcRepData`](crate::wire::XrcRepData)); every XRC send names it.
+/// ([`XrcRepData`](ibcm_mad::xrc::XrcRepData)); every XRC send names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct XrcSrq {
     handle: SrqHandle,
@@ -119,7 +119,7 @@ impl IniQp {
     /// # Errors
     /// [`ModifyError`].
     pub fn check(&self, attr: &QpAttr) -> Result<QpState, ModifyError> {
-        crate::qp::check_modify(QpType::XrcIni, self.sm.state(), attr)
+        crate::verbs::qp::check_modify(QpType::XrcIni, self.sm.state(), attr)
     }
 
     /// Destroys it.
@@ -134,14 +134,14 @@ impl IniQp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qp::{AccessFlags, AddressVector, PathMtu};
-    use crate::sim::{SimConfig, SimKernel};
     use crate::types::DomainSpec;
+    use crate::verbs::model::{KernelModel, ModelConfig};
+    use crate::verbs::qp::{AccessFlags, AddressVector, PathMtu};
     use ibcm_mad::{Psn, U3};
 
     #[test]
     fn ini_qp_walks_to_rts_and_refuses_bad_masks_before_the_verb() {
-        let k = SimKernel::new(SimConfig::mlx5());
+        let k = KernelModel::new(ModelConfig::mlx5());
         let mut p = k.spawn();
         let mut ini = IniQp::create(&mut p, &IniQpCaps::default()).unwrap();
         ini.modify(&mut p, &QpAttr::to_init(0, 1, AccessFlags::default()))
@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn srq_number() {
-        let k = SimKernel::new(SimConfig::mlx5());
+        let k = KernelModel::new(ModelConfig::mlx5());
         let mut p = k.spawn();
         let x = p.open_xrcd(&DomainSpec::Private).unwrap();
         let s = XrcSrq::create(&mut p, x, &SrqAttr::default()).unwrap();

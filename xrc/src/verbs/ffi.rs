@@ -26,9 +26,9 @@ use std::io;
 use std::marker::{PhantomData, PhantomPinned};
 use std::os::fd::AsRawFd;
 
-use crate::qp::{check_modify, AddressVector, QpAttr, QpState, QpType};
-use crate::sim::IBV_DEVICE_XRC;
 use crate::types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
+use crate::verbs::model::IBV_DEVICE_XRC;
+use crate::verbs::qp::{check_modify, AddressVector, QpAttr, QpState, QpType};
 use crate::verbs::{DeviceInfo, IniQpCaps, QpInfo, SrqAttr, Verbs, VerbsError};
 
 macro_rules! opaque {

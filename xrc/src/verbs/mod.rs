@@ -3,15 +3,27 @@
 //! A [`Verbs`] value is one process's view of one device, like an `ibv_context`: every handle
 //! it returns belongs to that process, and only that process can use it. Two backends exist:
 //!
-//! * [`SimVerbs`](crate::sim::SimVerbs): a deterministic software model of the modern kernel
-//!   (spec/xrc.md §1.2–1.3) with any number of simulated processes;
-//! * `RdmaVerbs` (feature `rdma`): libibverbs through a small C shim.
+//! * [`ModelVerbs`](model::ModelVerbs) in [`model`]: a deterministic software model of the
+//!   modern kernel (spec/xrc.md §1.2–1.3) with any number of simulated processes;
+//! * `RdmaVerbs` (feature `rdma`): libibverbs through a small C shim (`csrc/shim.c`).
 //!
 //! The trait is object safe (`Box<dyn Verbs>`), so the registry and the keeper do not care
-//! which one they drive.
+//! which one they drive. On top of a backend: [`qp`] (QP states, attributes and the per-type
+//! modify rules, spec/xrc.md §1.6) and the [`XrcSrq`] / [`IniQp`] helpers.
 
-use crate::qp::{ModifyError, QpAttr, QpState, QpType};
+#[cfg(feature = "rdma")]
+#[allow(unsafe_code)]
+mod ffi;
+pub mod model;
+mod objects;
+pub mod qp;
+
+#[cfg(feature = "rdma")]
+pub use ffi::RdmaVerbs;
+pub use objects::{IniQp, XrcSrq};
+
 use crate::types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
+use crate::verbs::qp::{ModifyError, QpAttr, QpState, QpType};
 
 /// What a backend reports about its device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -255,7 +267,7 @@ pub trait Verbs: Send {
     /// [`VerbsError::BadHandle`].
     fn qp_num(&self, qp: QpHandle) -> Result<Qpn, VerbsError>;
 
-    /// `ibv_modify_qp`. Backends check [`check_modify`](crate::qp::check_modify) first.
+    /// `ibv_modify_qp`. Backends check [`check_modify`](crate::verbs::qp::check_modify) first.
     ///
     /// # Errors
     /// [`VerbsError::Modify`] for a bad transition or mask.

@@ -433,7 +433,7 @@ pub struct AltPath {
 /// `Some` ([`QpAttr::mask`]).
 ///
 /// ```
-/// use ibcm_xrc::qp::{check_modify, AttrMask, QpAttr, QpState, QpType, AccessFlags};
+/// use ibcm_xrc::verbs::qp::{check_modify, AttrMask, QpAttr, QpState, QpType, AccessFlags};
 ///
 /// let init = QpAttr::to_init(0, 1, AccessFlags::default());
 /// assert_eq!(init.mask(), AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT
@@ -664,7 +664,7 @@ pub enum ModifyError {
 }
 
 /// Required and optional attributes for a transition, or `None` if it is not allowed.
-pub fn transition_rule(
+pub(crate) fn transition_rule(
     qp_type: QpType,
     from: QpState,
     to: QpState,
@@ -821,27 +821,22 @@ fn check_ranges(attr: &QpAttr) -> Result<(), ModifyError> {
 /// A QP's state as tracked next to a handle: applies [`check_modify`] and remembers the
 /// result, so a caller can refuse a bad transition before any verb is called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpStateMachine {
+pub(crate) struct QpStateMachine {
     qp_type: QpType,
     state: QpState,
 }
 
 impl QpStateMachine {
     /// A new QP of `qp_type`, in RESET.
-    pub const fn new(qp_type: QpType) -> Self {
+    pub(crate) const fn new(qp_type: QpType) -> Self {
         Self {
             qp_type,
             state: QpState::Reset,
         }
     }
 
-    /// The QP type.
-    pub const fn qp_type(&self) -> QpType {
-        self.qp_type
-    }
-
     /// The current state.
-    pub const fn state(&self) -> QpState {
+    pub(crate) const fn state(&self) -> QpState {
         self.state
     }
 
@@ -849,16 +844,10 @@ impl QpStateMachine {
     ///
     /// # Errors
     /// [`ModifyError`]; the state is unchanged then.
-    pub fn apply(&mut self, attr: &QpAttr) -> Result<QpState, ModifyError> {
+    pub(crate) fn apply(&mut self, attr: &QpAttr) -> Result<QpState, ModifyError> {
         let next = check_modify(self.qp_type, self.state, attr)?;
         self.state = next;
         Ok(next)
-    }
-
-    /// Sets the state without checking (after a backend reported it, e.g. an async error
-    /// moved the QP to ERR).
-    pub fn force(&mut self, state: QpState) {
-        self.state = state;
     }
 }
 
