@@ -1,5 +1,5 @@
 //! Simulator properties over 200 seeds × loss {0, 5 %, 20 %, 50 %}, with duplication and
-//! reordering on (spec style.md §7):
+//! reordering on:
 //! * both ends agree: both established, or both failed with matching reasons;
 //! * no more than 1 + max_retries copies of any request (REQ, REP, DREQ);
 //! * the tables are empty after TimeWait;
@@ -135,7 +135,7 @@ enum Class {
 
 fn class_of(established: bool, err: Option<&ConnectionError>) -> Class {
     // A DREQ in REP_SENT (the RTU overtaken or lost) closes a connection the peer had
-    // established: it counts as established (spec/cm-wire.md §4.7, REP_SENT + DREQ rx).
+    // established: it counts as established (docs/protocol.md §4.7, REP_SENT + DREQ rx).
     if established || matches!(err, Some(ConnectionError::Disconnected { .. })) {
         return Class::Established;
     }

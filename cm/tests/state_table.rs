@@ -1,4 +1,4 @@
-//! One test per row of the transition table in spec/cm-wire.md §4.7, named
+//! One test per row of the transition table in docs/protocol.md §4.7, named
 //! `<state>_<input>_<result>`. Each drives one endpoint through its public API and plays the
 //! peer by hand with MADs built by `ibcm_mad`, so every message on the wire is checked too.
 #![allow(

@@ -1,4 +1,4 @@
-//! rdma_cm conventions on top of the IB CM (spec/cm-wire.md §5): port spaces and Service IDs,
+//! rdma_cm conventions on top of the IB CM (docs/wire.md §5): port spaces and Service IDs,
 //! and the 36-byte CMA IP header at the start of REQ / SIDR_REQ private data.
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};

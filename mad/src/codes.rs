@@ -1,5 +1,5 @@
 //! Open code enums: every raw value maps to a named variant or to `Unknown(raw)`, so an
-//! unknown code never fails a parse (spec/cm-wire.md §1, §2, §4.1).
+//! unknown code never fails a parse (docs/wire.md §1, §2, §4.1).
 
 use core::fmt;
 
@@ -168,7 +168,7 @@ open_enum! {
 }
 
 open_enum! {
-    /// CM attribute IDs (spec/cm-wire.md §2).
+    /// CM attribute IDs (docs/wire.md §2).
     pub enum AttrId(u16) {
         /// ClassPortInfo (0x0001).
         ClassPortInfo = 0x0001 => "CPI",
@@ -198,7 +198,7 @@ open_enum! {
 }
 
 open_enum! {
-    /// REJ reason (`enum ib_cm_rej_reason`, spec/cm-wire.md §4.1).
+    /// REJ reason (`enum ib_cm_rej_reason`, docs/wire.md §4.1).
     pub enum RejReason(u16) {
         /// 1.
         NoQp = 1 => "no QP available",
@@ -286,7 +286,7 @@ open_enum! {
 default_variant!(MsgKind, Req);
 
 open_enum! {
-    /// REQ Transport Service Type (2-bit field, spec/cm-wire.md §2.1, §3.1).
+    /// REQ Transport Service Type (2-bit field, docs/wire.md §2.1, §3.1).
     pub enum TransportType(u8) {
         /// Reliable connected.
         Rc = 0 => "RC",

@@ -49,7 +49,7 @@ pub enum ParseError {
     /// connection message).
     #[error("invalid {field} = {value:#x} at byte {offset}")]
     InvalidField {
-        /// The field's name as in spec/cm-wire.md.
+        /// The field's name as in docs/wire.md.
         field: &'static str,
         /// The value found.
         value: u64,

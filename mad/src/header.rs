@@ -1,4 +1,4 @@
-//! The 24-byte MAD common header (spec/cm-wire.md §1; IBTA Vol 1 §13.4.2).
+//! The 24-byte MAD common header (docs/wire.md §1; IBTA Vol 1 §13.4.2).
 //!
 //! | Off | Size | Field |
 //! |----:|-----:|-------|

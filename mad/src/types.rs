@@ -246,7 +246,7 @@ bits_newtype!(
     "{:#x}"
 );
 
-/// A 5-bit CM timeout exponent *n*: the time is 4.096 µs × 2ⁿ (spec/cm-wire.md §4.2).
+/// A 5-bit CM timeout exponent *n*: the time is 4.096 µs × 2ⁿ (docs/wire.md §4.2).
 ///
 /// Used by Remote/Local CM Response Timeout, Service Timeout, Local ACK Timeout and Target
 /// ACK Delay.
@@ -413,7 +413,7 @@ pub struct PrivateDataTooLong {
 
 /// Private data of exactly `N` bytes.
 ///
-/// The wire has no private-data length field (spec/cm-wire.md §7.1): every message carries its
+/// The wire has no private-data length field (docs/interop.md §7.1): every message carries its
 /// whole fixed area. A shorter payload is zero-padded by [`PrivateData::from_slice`]; a longer
 /// one is refused.
 ///

@@ -12,7 +12,7 @@
                                        --first-conns N keeps only the CM MADs of the first N
                                        connections (by comm ID)
 
-The decoder follows spec/cm-wire.md section 2 (offsets relative to the MAD header)."""
+The decoder follows docs/wire.md §2 (offsets relative to the MAD header)."""
 import json
 import os
 import struct

@@ -1,5 +1,5 @@
 //! tshark as oracle: for every capture in fixtures/, every CM frame tshark finds is one cm-trace
-//! finds (and vice versa), and the fields of spec/framing.md §3.6 agree — minus the fields
+//! finds (and vice versa), and the fields of docs/framing.md §3.6 agree — minus the fields
 //! Wireshark decodes wrongly (§3.7: REQ flow label and packet rate; reserved fields).
 //!
 //! Runs in CI (tshark installed, `IBCM_REQUIRE_TSHARK=1` makes a missing tshark a failure). On

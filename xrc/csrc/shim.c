@@ -5,7 +5,7 @@
  * ibv_create_srq_ex, ibv_get_srq_num, ibv_query_device_ex) are `static inline` in
  * <infiniband/verbs.h>: they find the provider's function table through `struct verbs_context`.
  * Compiling them here, against the system header, is what makes them correct; hand-ported
- * Rust copies got the ABI marker wrong (spec/xrc.md §6.1).
+ * Rust copies got the ABI marker wrong (docs/xrc.md §6.1).
  *
  * Conventions: every function returns 0 or a positive errno value and writes its results
  * through out-pointers; no function keeps a pointer it was given beyond the call except the

@@ -2,7 +2,7 @@
 //! kept consistent with the CM connections on them.
 //!
 //! Modern kernels give one fixed answer to "how long does an XRC TGT QP live" — as long as
-//! any process holds a handle (spec/xrc.md §0.1) — and the kernel CM drops a TGT-side
+//! any process holds a handle (docs/xrc.md §0.1) — and the kernel CM drops a TGT-side
 //! connection without a DREQ (§3.2). This crate makes the lifetime an [`OwnershipPolicy`]
 //! chosen when the QP is created, and turns every end of a TGT QP into DREQs for the
 //! connections on it, a QPN quarantine for the CM TimeWait, and a well-defined REJ for
@@ -14,7 +14,7 @@
 //!   [`verbs::model`], a software model of the modern kernel (per-process handles, domains
 //!   pinned by TGT QPs and SRQs, process exit, open by number); `RdmaVerbs` (feature `rdma`),
 //!   libibverbs through a C shim; [`verbs::qp`], QP states, attributes and the per-type
-//!   modify rules (spec/xrc.md §1.6); [`XrcSrq`] and [`IniQp`] helpers on top of a backend.
+//!   modify rules (docs/xrc.md §1.6); [`XrcSrq`] and [`IniQp`] helpers on top of a backend.
 //! * The policy engine: [`OwnershipPolicy`], [`decide`]`(facts, event) → actions`, and the
 //!   [`POLICY_MATRIX`] it reads.
 //! * [`TgtRegistry`]: domains, TGT QPs, registrations and CM connections; executes the

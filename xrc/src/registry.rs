@@ -387,7 +387,7 @@ type ExtraQuarantine = (Instant, Option<(QpHandle, DomainId)>, GoneCause);
 ///      [`TgtRegistry::modify`] (RESET→INIT→RTR, [`QpAttr::tgt_to_rtr`] with the REQ's INI
 ///      QPN as `dest_qpn`); send the REP with **Local EECN = [`XrcAccept::tgt_qpn`]**,
 ///      Local QPN 0, SRQ = 1, Initiator Depth and End-to-End Flow Control 0, and private data
-///      [`XrcAccept::rep_private_data`] (spec/cm-wire.md §3.2).
+///      [`XrcAccept::rep_private_data`] (docs/wire.md §3.2).
 ///    * `Err(TargetGone)`: send REJ with reason [`TargetGone::reason`], Reject Info Length
 ///      12, ARI = [`TargetGone::to_bytes`], and the same 12 bytes at the start of the private
 ///      data.
@@ -415,7 +415,7 @@ type ExtraQuarantine = (Instant, Option<(QpHandle, DomainId)>, GoneCause);
 /// `ibcm::proto::ConnId`; the event-by-event table (endpoint event → registry call, policy
 /// action → endpoint command) is written once, in the `cm` module docs, next to the code
 /// that follows it. The passive side's TimeWait is the REQ's primary Local ACK Timeout
-/// (spec/cm-wire.md §4.4), or the endpoint's configured override, plus its slack.
+/// (docs/protocol.md §4.4), or the endpoint's configured override, plus its slack.
 ///
 /// `AcceptParams::xrc_tgt_live` lets a REQ attach to a **live** TGT QP while an earlier
 /// connection on it is still in TimeWait (the endpoint would otherwise refuse the number as

@@ -56,7 +56,7 @@ handle_newtype!(
 );
 handle_newtype!(
     /// A process-local handle on a QP (`ibv_qp *`). For an XRC TGT QP it is one of possibly
-    /// many handles on the same kernel QP: the QP lives while any handle does (spec/xrc.md §1.2).
+    /// many handles on the same kernel QP: the QP lives while any handle does (docs/xrc.md §1.2).
     QpHandle,
     "qp"
 );
@@ -66,7 +66,7 @@ handle_newtype!(
     "srq"
 );
 
-/// How to open an XRC domain (`ibv_open_xrcd`; spec/xrc.md §1.4).
+/// How to open an XRC domain (`ibv_open_xrcd`; docs/xrc.md §1.4).
 ///
 /// A domain opened through a file is shared with every process that opens the same file
 /// (the kernel keys it by inode); a private domain is visible to this process only.

@@ -35,7 +35,7 @@ pub struct EndpointConfig {
     /// of this service timeout. `None` ignores the duplicate.
     pub mra_on_duplicate_rep: Option<TimeoutExp>,
     /// Overrides the TimeWait duration (by default: the connection's local ACK timeout, as in
-    /// Linux; spec/cm-wire.md §4.4).
+    /// Linux; docs/protocol.md §4.4).
     pub timewait: Option<Duration>,
     /// Added to every TimeWait, so that a late retransmission of the peer still finds the
     /// connection (default 0).
@@ -105,7 +105,7 @@ pub struct ConnectParams {
     /// The local QP uses an SRQ.
     pub srq: bool,
     /// Packet life time of the path: the REQ timeout is 2 × this + the remote CM response
-    /// timeout (spec/cm-wire.md §4.3).
+    /// timeout (docs/protocol.md §4.3).
     pub packet_life_time: TimeoutExp,
     /// Send the RTU as soon as the REP arrives (default). When `false` the application gets
     /// [`EventKind::RepReceived`](super::EventKind::RepReceived) and calls
@@ -115,7 +115,7 @@ pub struct ConnectParams {
     /// Allow a local QPN that another live connection of this endpoint already uses (an XRC
     /// INI QP shared by several connections). The peer sees (QPN, CA GUID) as the
     /// stale-connection key, so it will reject the second one with REJ 10 unless it is this
-    /// CM (spec/cm-wire.md §7.4).
+    /// CM (docs/interop.md §7.4).
     pub allow_shared_qpn: bool,
 }
 
@@ -151,7 +151,7 @@ impl ConnectParams {
         }
     }
 
-    /// Parameters to reach a Linux rdma_cm listener bound to `dst` from `src` (spec/cm-wire.md
+    /// Parameters to reach a Linux rdma_cm listener bound to `dst` from `src` (docs/wire.md
     /// §5.4): service ID `0x0106 << 16 | port` (`RDMA_PS_TCP`; `RDMA_PS_IB` for XRC) and the
     /// 36-byte CMA IP header in front of the private data. The CM's peer address is the
     /// destination IP with UDP port 4791.
@@ -198,7 +198,7 @@ impl ConnectParams {
     }
 }
 
-/// A RoCE primary path between two GIDs, as a Linux active side fills it in (spec/cm-wire.md
+/// A RoCE primary path between two GIDs, as a Linux active side fills it in (docs/wire.md
 /// §6.1): permissive LIDs, hop limit 64, flow label 0, rate "port current".
 pub fn roce_path(local: Gid, remote: Gid, local_ack_timeout: TimeoutExp) -> PathInfo {
     PathInfo {

@@ -1,4 +1,4 @@
-//! Local communication IDs (spec/cm-wire.md §4.5), SIDR request IDs and TIDs.
+//! Local communication IDs (docs/wire.md §4.5), SIDR request IDs and TIDs.
 
 use ibcm_mad::{CommId, RequestId, Tid};
 
@@ -74,7 +74,7 @@ pub(crate) fn form_tid(hi_tid: u32, local: CommId) -> Tid {
 }
 
 /// Linux's `cm_ack_timeout`: the ACK timeout exponent from a CA ACK delay and a packet life
-/// time (spec/cm-wire.md §4.2).
+/// time (docs/wire.md §4.2).
 pub(crate) fn cm_ack_timeout(ca_ack_delay: u8, packet_life_time: u8) -> u8 {
     let mut t = u16::from(packet_life_time) + 1;
     let ack = u16::from(ca_ack_delay);

@@ -3,7 +3,7 @@
 //! [`Endpoint`] is fed received MADs ([`Endpoint::handle_datagram`]), the passage of time
 //! ([`Endpoint::handle_timeout`]) and application commands, and is drained with
 //! [`Endpoint::poll_transmit`], [`Endpoint::poll_timeout`] and [`Endpoint::poll_event`].
-//! Behaviour follows Linux's `ib_cm` (spec/cm-wire.md §4): the same states, retransmission
+//! Behaviour follows Linux's `ib_cm` (docs/protocol.md §4): the same states, retransmission
 //! rules, duplicate and stale-connection handling, and wire choices (local comm ID 0 in a REJ
 //! from REQ_RCVD, the TID reused by every reply, REJ 4 with the CA GUID as ARI, …).
 

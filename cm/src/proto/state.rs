@@ -1,5 +1,5 @@
 //! Connection states, in the order and with the names of Linux's `enum ib_cm_state`
-//! (spec/cm-wire.md §4.7).
+//! (docs/protocol.md §4.7).
 
 /// Connection state. Listening and SIDR are kept outside the connection table, so `Listen`,
 /// `SidrReqSent` and `SidrReqRcvd` are not connection states here.

@@ -265,7 +265,7 @@ impl Connection {
             match &*rx.borrow_and_update() {
                 ConnStatus::Established => return Ok(()),
                 // A disconnect implies the connection was established first (a DREQ can
-                // overtake the RTU: spec/cm-wire.md §4.7, REP_SENT + DREQ rx).
+                // overtake the RTU: docs/protocol.md §4.7, REP_SENT + DREQ rx).
                 ConnStatus::Closed(
                     ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut,
                 )

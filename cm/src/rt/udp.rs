@@ -5,7 +5,7 @@
 //! sends it; peers are named by IP address (GID `::ffff:a.b.c.d`).
 //!
 //! # The ICRC and the IPv4 header
-//! The ICRC covers the IPv4 header except TOS, TTL and checksum (spec/framing.md §2.2), so the
+//! The ICRC covers the IPv4 header except TOS, TTL and checksum (docs/framing.md §2.2), so the
 //! sender must know the header the kernel will write. This transport makes it predictable:
 //! the socket is **unconnected** and has `IP_MTU_DISCOVER = IP_PMTUDISC_DO`, so Linux sets DF
 //! and — for a DF datagram on an unconnected socket — IP ID **0** (`ip_select_ident_segs`;

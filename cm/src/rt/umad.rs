@@ -11,7 +11,7 @@
 //! `rdma_rxe` (or the HCA driver), `ib_uverbs` and `ib_umad`.
 //!
 //! umad rewrites the high 32 bits of the TID of every request MAD it sends with the agent's
-//! `hi_tid` (lab REPORT §4); the core never compares TIDs, so this is harmless.
+//! `hi_tid` (docs/interop.md §8.10); the core never compares TIDs, so this is harmless.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};

@@ -1,4 +1,4 @@
-//! APR, Alternate Path Response (0x001A): IBTA Table 116; spec/cm-wire.md §2.7.
+//! APR, Alternate Path Response (0x001A): IBTA Table 116; docs/wire.md §2.7.
 
 use bytes::BufMut;
 

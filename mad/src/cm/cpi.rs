@@ -1,4 +1,4 @@
-//! ClassPortInfo (attribute 0x0001), 72 bytes; spec/cm-wire.md §2.9.
+//! ClassPortInfo (attribute 0x0001), 72 bytes; docs/wire.md §2.9.
 //!
 //! Used by IBTA for CM redirection (REJ reason 24 ARI, SIDR_REP additional info). Linux's CM
 //! never sends or parses it; its MAD layer answers a Get(ClassPortInfo) with status 0x000C.

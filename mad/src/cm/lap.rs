@@ -1,4 +1,4 @@
-//! LAP, Load Alternate Path (0x0019): IBTA Table 115; spec/cm-wire.md §2.6.
+//! LAP, Load Alternate Path (0x0019): IBTA Table 115; docs/wire.md §2.6.
 
 use bytes::BufMut;
 

@@ -228,7 +228,7 @@ impl Mad {
 
     /// Parses and validates a CM MAD. Bytes after the first 256 are ignored.
     ///
-    /// Validation (spec/cm-wire.md §1): BaseVersion 1, class 0x07, ClassVersion 2, and method
+    /// Validation (docs/wire.md §1): BaseVersion 1, class 0x07, ClassVersion 2, and method
     /// Send for every connection message (Get, Set, GetResp or Send for ClassPortInfo). An unknown
     /// attribute ID is not an error: it yields [`CmMessage::Unknown`].
     ///

@@ -1,4 +1,4 @@
-//! MRA, Message Receipt Acknowledgement (0x0011): IBTA Table 107; spec/cm-wire.md §2.2.
+//! MRA, Message Receipt Acknowledgement (0x0011): IBTA Table 107; docs/wire.md §2.2.
 
 use bytes::BufMut;
 

@@ -8,7 +8,7 @@ use crate::types::{FlowLabel, Gid, Lid, TimeoutExp, U4};
 
 /// One path as the CM describes it (REQ primary/alternate path, LAP alternate path).
 ///
-/// The two messages lay the same fields out differently (spec/cm-wire.md §2.1 vs §2.6); the
+/// The two messages lay the same fields out differently (docs/wire.md §2.1 vs §2.6); the
 /// struct is shared. In a REQ, an alternate path whose Local Port LID is 0 means "no
 /// alternate path" ([`PathInfo::is_present`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -1,4 +1,4 @@
-//! REJ, Connect Reject (0x0012): IBTA Table 108; spec/cm-wire.md §2.3.
+//! REJ, Connect Reject (0x0012): IBTA Table 108; docs/wire.md §2.3.
 
 use bytes::BufMut;
 
@@ -63,7 +63,7 @@ impl Rej {
     }
 
     /// For reason 4 (Timeout) the ARI is the rejecting CA's GUID (8 bytes); Linux matches the
-    /// REJ to the connection through it (spec/cm-wire.md §7.5).
+    /// REJ to the connection through it (docs/interop.md §7.5).
     pub fn timeout_ca_guid(&self) -> Option<Guid> {
         if self.reason != RejReason::Timeout || self.reject_info_length.get() < 8 {
             return None;

@@ -1,4 +1,4 @@
-//! REP, Connect Reply (0x0013): IBTA Table 110; spec/cm-wire.md §2.4, §3.2.
+//! REP, Connect Reply (0x0013): IBTA Table 110; docs/wire.md §2.4, §3.2.
 
 use bytes::BufMut;
 

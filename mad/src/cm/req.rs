@@ -1,4 +1,4 @@
-//! REQ, Connect Request (attribute 0x0010): IBTA Vol 1 Table 106; spec/cm-wire.md §2.1, §3.1.
+//! REQ, Connect Request (attribute 0x0010): IBTA Vol 1 Table 106; docs/wire.md §2.1, §3.1.
 
 use bytes::BufMut;
 
@@ -72,7 +72,7 @@ pub struct Req {
 }
 
 /// The connection type a REQ asks for, as the Linux receiver decodes it
-/// (`cm_req_get_qp_type`, spec/cm-wire.md §3.1).
+/// (`cm_req_get_qp_type`, docs/wire.md §3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReqTransport {
     /// Reliable connected.
@@ -269,7 +269,7 @@ mod tests {
                 remote_gid: gid4(2, 2, 2, 3),
                 flow_label: FlowLabel::default(),
                 // MAD byte 115 = 0x03. tshark 4.0 shows 0x00 here: it reads the rate from the
-                // wrong byte (spec/framing.md §3.7 bug 1).
+                // wrong byte (docs/framing.md §3.7 bug 1).
                 packet_rate: Rate::G10,
                 traffic_class: 0,
                 hop_limit: 0x40,

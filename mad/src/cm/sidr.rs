@@ -1,4 +1,4 @@
-//! SIDR_REQ (0x0017) and SIDR_REP (0x0018): IBTA Tables 119/120; spec/cm-wire.md §2.8.
+//! SIDR_REQ (0x0017) and SIDR_REP (0x0018): IBTA Tables 119/120; docs/wire.md §2.8.
 
 use bytes::BufMut;
 
@@ -30,7 +30,7 @@ pub struct SidrRep {
     /// Off 5, 8 bits: Additional Information Length.
     pub additional_info_length: u8,
     /// ECE vendor ID: Off 6 (16 bits, IBTA reserved) holds bits 23:8, Off 11 (8 bits) bits
-    /// 7:0. Linux writes only 16 bits of it (spec/cm-wire.md §2.8 quirk).
+    /// 7:0. Linux writes only 16 bits of it (docs/wire.md §2.8 quirk).
     pub ece_vendor_id: VendorId,
     /// Off 8, 24 bits: QPN of the serving UD QP.
     pub qpn: Qpn,

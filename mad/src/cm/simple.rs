@@ -1,4 +1,4 @@
-//! RTU (0x0014), DREQ (0x0015) and DREP (0x0016): IBTA Tables 111–113; spec/cm-wire.md §2.5.
+//! RTU (0x0014), DREQ (0x0015) and DREP (0x0016): IBTA Tables 111–113; docs/wire.md §2.5.
 
 use bytes::BufMut;
 

@@ -13,7 +13,7 @@ macro_rules! fixture {
 }
 
 /// Which bits of the 232-byte attribute data are fields (1) rather than reserved (0), written
-/// independently of the parsers from the tables in spec/cm-wire.md §2.
+/// independently of the parsers from the tables in docs/wire.md §2.
 fn field_mask(attr: AttrId) -> [u8; MAD_DATA_LEN] {
     let mut m = [0u8; MAD_DATA_LEN];
     let mut set = |off: usize, len: usize| {

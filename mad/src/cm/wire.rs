@@ -10,7 +10,7 @@
 //! `take_from` is not inlined) plus the `IResult` moves of a 300-byte struct made a MAD parse
 //! 100–146 ns; this cursor makes it ~40–60 ns on the same machine (22–31 ns with the
 //! per-message builders out of line, see `Mad::parse_fixed`, and the code enums mapped through
-//! tables, `from_raw_lut` in codes.rs). spec/framing.md §5.2 makes
+//! tables, `from_raw_lut` in codes.rs). docs/framing.md §5.2 makes
 //! the same point for fixed layouts.
 
 /// A cursor over attribute data that cannot fail: reading past the end yields zeros (which the

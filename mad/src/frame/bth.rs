@@ -1,4 +1,4 @@
-//! Base Transport Header, 12 bytes (IBTA Vol 1 §9.2; spec/framing.md §1.2), and opcodes.
+//! Base Transport Header, 12 bytes (IBTA Vol 1 §9.2; docs/framing.md §1.2), and opcodes.
 
 use core::fmt;
 

@@ -1,5 +1,5 @@
 //! RoCEv2 emitters: a UD datagram (BTH + DETH + payload + pad + ICRC) as a UDP payload, as an
-//! IP packet, or as a whole Ethernet frame (spec/framing.md §1.1, §2).
+//! IP packet, or as a whole Ethernet frame (docs/framing.md §1.1, §2).
 
 use core::net::IpAddr;
 

@@ -1,5 +1,5 @@
 //! The whole-packet decoder: capture record → link layer → network → BTH/DETH → payload,
-//! with ICRC/VCRC checks (spec/framing.md §3.4).
+//! with ICRC/VCRC checks (docs/framing.md §3.4).
 
 use core::net::IpAddr;
 

@@ -1,4 +1,4 @@
-//! Datagram Extended Transport Header, 8 bytes (IBTA Vol 1 §9.3.3; spec/framing.md §1.3).
+//! Datagram Extended Transport Header, 8 bytes (IBTA Vol 1 §9.3.3; docs/framing.md §1.3).
 
 use super::wire::{array_at, need, set_u24, set_u32, set_u8, u24_at, u32_at};
 use super::FrameError;

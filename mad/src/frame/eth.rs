@@ -1,5 +1,5 @@
 //! Ethernet II header with any number (up to [`MAX_VLAN_TAGS`]) of stacked 802.1Q (0x8100),
-//! 802.1ad (0x88A8) and 0x9100 VLAN tags (spec/framing.md §3.1).
+//! 802.1ad (0x88A8) and 0x9100 VLAN tags (docs/framing.md §3.1).
 //!
 //! The view covers the untagged 14-byte header (destination, source, outer EtherType);
 //! [`EthernetRepr::parse`] walks the tag stack. Tags are parsed whatever their VID: RoCE

@@ -1,4 +1,4 @@
-//! Global Route Header, 40 bytes (IBTA Vol 1 §8.3; spec/framing.md §1.7). Used by RoCEv1
+//! Global Route Header, 40 bytes (IBTA Vol 1 §8.3; docs/framing.md §1.7). Used by RoCEv1
 //! (after ethertype 0x8915) and by native IB packets with LNH = 3.
 
 use super::wire::{array_at, need, set_bytes, set_u16, set_u32, set_u8, u16_at, u32_at, u8_at};

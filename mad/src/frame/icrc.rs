@@ -1,4 +1,4 @@
-//! Invariant CRC (spec/framing.md §2): CRC-32/ISO-HDLC (= `zlib.crc32`, computed with
+//! Invariant CRC (docs/framing.md §2): CRC-32/ISO-HDLC (= `zlib.crc32`, computed with
 //! crc32fast) over the packet with its variant fields set to all ones, stored little-endian.
 //!
 //! | encapsulation | covered bytes (masked fields → 0xFF) |

@@ -1,4 +1,4 @@
-//! IPv4 header (RFC 791), as RoCEv2 uses it (spec/framing.md §1.1, §3.4).
+//! IPv4 header (RFC 791), as RoCEv2 uses it (docs/framing.md §1.1, §3.4).
 //!
 //! Options (IHL > 5) are accepted on parse; [`Ipv4Repr::emit`] writes a 20-byte header.
 
@@ -340,7 +340,7 @@ impl Ipv4Repr {
 mod tests {
     use super::*;
 
-    /// IPv4 header of captures/real/rocev2_mlx_nvme-discover.pcap frame 5 (spec/framing.md
+    /// IPv4 header of captures/real/rocev2_mlx_nvme-discover.pcap frame 5 (docs/framing.md
     /// §2.4 vector 3).
     #[rustfmt::skip]
     const HDR: [u8; 20] = [

@@ -1,5 +1,5 @@
 //! IPv6 fixed header (RFC 8200), as RoCEv2 uses it: next header 17 (UDP), no extension
-//! headers (spec/framing.md §3.4).
+//! headers (docs/framing.md §3.4).
 
 use core::net::Ipv6Addr;
 

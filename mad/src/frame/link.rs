@@ -1,5 +1,5 @@
 //! Capture link headers that come before Ethernet / IP / LRH: Linux cooked v1 (LINKTYPE 113)
-//! and v2 (276), and the ERF record header (LINKTYPE 197) (spec/framing.md §3.1).
+//! and v2 (276), and the ERF record header (LINKTYPE 197) (docs/framing.md §3.1).
 
 use core::fmt;
 
@@ -296,7 +296,7 @@ pub mod sll2 {
 
 /// ERF record header (LINKTYPE_ERF, 197): 16 bytes + 8 per extension header.
 ///
-/// Layout [spec/framing.md §3.1]: timestamp u64 little-endian (high 32 bits seconds, low 32
+/// Layout [docs/framing.md §3.1]: timestamp u64 little-endian (high 32 bits seconds, low 32
 /// bits a binary fraction), type u8 (bit 7: an extension header follows), flags u8, rlen u16
 /// BE (record length incl. padding), lctr u16 BE, wlen u16 BE (wire length). Each extension
 /// header is 8 bytes whose first byte's bit 7 says whether another one follows. Ethernet

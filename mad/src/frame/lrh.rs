@@ -1,4 +1,4 @@
-//! Local Route Header, 8 bytes (IBTA Vol 1 §7.7; spec/framing.md §1.7).
+//! Local Route Header, 8 bytes (IBTA Vol 1 §7.7; docs/framing.md §1.7).
 
 use super::wire::{array_at, need, set_u16, set_u8, u16_at, u8_at};
 use super::FrameError;

@@ -1,5 +1,5 @@
 //! Packet framing around a MAD: link layers, IPv4/IPv6/UDP, RoCEv1 GRH, native IB LRH/GRH,
-//! BTH/DETH, ICRC and VCRC (spec/framing.md).
+//! BTH/DETH, ICRC and VCRC (docs/framing.md).
 //!
 //! Two levels:
 //! * Per-header [smoltcp]-style **views** (`Packet<T: AsRef<[u8]>>`, e.g. [`bth::Packet`]) and

@@ -1,5 +1,5 @@
 //! UDP header (RFC 768). RoCEv2 uses destination port 4791 ([`super::ROCEV2_UDP_PORT`]) and
-//! sends checksum 0 (spec/framing.md §1.1, §1.5).
+//! sends checksum 0 (docs/framing.md §1.1, §1.5).
 
 use super::wire::{array_at, need, set_u16, u16_at};
 use super::FrameError;

@@ -1,4 +1,4 @@
-//! Variant CRC of native InfiniBand packets (spec/framing.md §1.7).
+//! Variant CRC of native InfiniBand packets (docs/framing.md §1.7).
 //!
 //! CRC-16 with polynomial 0x100B (x¹⁶ + x¹² + x³ + x + 1), reflected input and output (so the
 //! reflected polynomial 0xD008 is used with a right-shifting register), initial value 0xFFFF,

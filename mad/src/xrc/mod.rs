@@ -27,7 +27,7 @@
 //! | 4 | 2 | marker `"XP"` = `58 50` |
 //! | 6 | 1 | version = `01` |
 //! | 7 | 1 | N = number of SRQNs, 1..=47 |
-//! | 8 | 3 | TGT QPN, 24-bit big-endian (the same value as the REP's Local EECN; spec/cm-wire.md §3.2) |
+//! | 8 | 3 | TGT QPN, 24-bit big-endian (the same value as the REP's Local EECN; docs/wire.md §3.2) |
 //! | 11 | 1 | bits 0–3: ownership policy (`01`..`04` as above); bit 4: the TGT QP was created for this REQ (0: an existing one was attached); bits 5–7: zero |
 //! | 12 | 4·(N−1) | SRQN\[1..N\], each 32-bit big-endian, top byte zero |
 //! | 12+4·(N−1) | … | application private data |
@@ -140,7 +140,7 @@ pub enum XrcDataError {
 /// Version byte of every format in this module.
 pub const VERSION: u8 = 1;
 
-/// Size of the REQ private-data area (spec/cm-wire.md §2.1).
+/// Size of the REQ private-data area (docs/wire.md §2.1).
 pub const REQ_PRIVATE_DATA_LEN: usize = 92;
 /// Size of the REP private-data area.
 pub const REP_PRIVATE_DATA_LEN: usize = 196;

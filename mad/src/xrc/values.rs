@@ -16,7 +16,7 @@ pub enum OwnershipPolicy {
     /// an orphan any process may adopt or destroy) and pins its domain open.
     Explicit,
     /// Survives its creator; destroyed when its domain is closed (option 2a). On modern
-    /// kernels this needs a keeper holding a handle (spec/xrc.md §7).
+    /// kernels this needs a keeper holding a handle (docs/xrc.md §7).
     DomainBound,
     /// Destroyed when the creating process exits (option 2b).
     ProcessBound,
@@ -180,7 +180,7 @@ impl fmt::Display for GoneCause {
 }
 
 /// An XRC SRQ number (24 bits): what a sender puts in each XRC work request to pick the
-/// receive queue on the target node (`ibv_get_srq_num`; spec/xrc.md §1.5).
+/// receive queue on the target node (`ibv_get_srq_num`; docs/xrc.md §1.5).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct SrqNum(u32);
 

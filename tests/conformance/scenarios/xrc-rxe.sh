@@ -1,6 +1,6 @@
 #!/bin/sh
 # xrc-rxe.sh -- conformance-lab scenario: ibcm-xrc's rdma-core backend on Soft-RoCE (rxe).
-# rxe has no XRC (spec/xrc.md §5), so xrc-probe must fail with the typed error
+# rxe has no XRC (docs/xrc.md §5), so xrc-probe must fail with the typed error
 # "device rxe0 has no XRC (IBV_DEVICE_XRC not set in device_cap_flags 0x...)", exit status 2,
 # and the forced ibv_open_xrcd must come back "not supported" (EOPNOTSUPP).
 # tests/conformance/run runs it with LAB_PEER_BIN="out/bin/xrc-probe out/bin/xrcd-keeper"

@@ -1,7 +1,7 @@
 //! Connection tracking: from CM MADs to connections (REQ … DREP), in constant memory.
 //!
 //! A connection is identified by its two ends, each a (CA GUID, Communication ID) pair
-//! (spec/cm-wire.md §4.6): the REQ gives the active end (`local_ca_guid`, `local_comm_id`),
+//! (docs/protocol.md §4.6): the REQ gives the active end (`local_ca_guid`, `local_comm_id`),
 //! the REP the passive end and, through its Remote Comm ID, the link to the REQ. Later
 //! messages carry both comm IDs but no GUID, so they are matched by the comm-ID pair in either
 //! order (which also tells who sent them). Before the REP is seen, an MRA or REJ from the
@@ -399,7 +399,7 @@ impl Conn {
 
     /// Milliseconds the active side waits for an answer to one REQ (Linux: 2 × packet life
     /// time + Remote CM Response Timeout; the packet life time is taken as the REQ's Local ACK
-    /// Timeout − 1, spec/cm-wire.md §4.2–4.3).
+    /// Timeout − 1, docs/wire.md §4.2, docs/protocol.md §4.3).
     fn req_try_ms(&self) -> u64 {
         match self.req_timeouts {
             Some((remote, _, ack, _)) => {

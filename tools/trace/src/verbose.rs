@@ -1,5 +1,5 @@
 //! `cm-trace -V`: every field of every CM message, named as in the IBTA tables
-//! (spec/cm-wire.md §2), with the meaning of codes, timeouts, XRC fields and the rdma_cm
+//! (docs/wire.md §2), with the meaning of codes, timeouts, XRC fields and the rdma_cm
 //! Service ID and private-data IP header spelled out.
 
 use std::io::Write;

@@ -618,7 +618,7 @@ fn kernel_rxe_captures() {
             let L2::Ethernet(eth) = p.link.l2 else {
                 panic!("{rel}: not Ethernet")
             };
-            // rxe's GSI QP: UDP source port 0xD872 (spec/framing.md §1.5), MigReq 0.
+            // rxe's GSI QP: UDP source port 0xD872 (docs/framing.md §1.5), MigReq 0.
             assert_eq!(p.udp.unwrap().src_port, 0xd872, "{rel}#{}", rec.number);
             assert!(!p.bth.mig_req);
             let repr = RoceV2UdRepr {

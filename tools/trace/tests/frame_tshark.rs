@@ -1,5 +1,5 @@
 //! Oracle test: the frame decoder against tshark 4.0.x on the fixture captures
-//! (spec/framing.md §3.5, §6). Every LRH/GRH/BTH/DETH/IP/UDP field and the ICRC/VCRC wire
+//! (docs/framing.md §3.5, §6). Every LRH/GRH/BTH/DETH/IP/UDP field and the ICRC/VCRC wire
 //! values that Wireshark shows must match, frame by frame, and the frames Wireshark does not
 //! decode as InfiniBand must be `NotIb` here.
 //!
@@ -218,7 +218,7 @@ fn decoder_matches_tshark() {
         ("real/rocev2_nocm_ib_send_bw.pcap", &[], 10),
         ("real/rocev2_nocm_nvme_rdma.pcap", &[], 45),
         ("real/rocev2_nocm_bad_icrc_rc-small.pcap", &[], 21),
-        // Wireshark decodes UDP sport 69 as TFTP unless told otherwise (spec/framing.md §3.5).
+        // Wireshark decodes UDP sport 69 as TFTP unless told otherwise (docs/framing.md §3.5).
         (
             "real/rocev2_nocm_sport69_tftp_quirk.pcap",
             &["--disable-protocol", "tftp"],

@@ -1,5 +1,5 @@
 //! `xrcd-keeper`: holds XRC domains and TGT QP handles for `DomainBound` and `Shared` QPs
-//! across jobs, so they outlive the processes that use them (spec/xrc.md §7).
+//! across jobs, so they outlive the processes that use them (docs/xrc.md §7).
 //!
 //! ```text
 //! xrcd-keeper serve  --socket PATH [--backend sim|verbs] [--device NAME] [--quarantine-ms N]

@@ -1,7 +1,7 @@
 //! xrcd-keeper: the "persistent server" of the 2011 thread, as a daemon.
 //!
 //! On modern kernels a TGT QP lives exactly as long as some process holds a handle on it
-//! (spec/xrc.md §0.1), so a QP meant to outlive its creator (`DomainBound`, orphaned
+//! (docs/xrc.md §0.1), so a QP meant to outlive its creator (`DomainBound`, orphaned
 //! `Explicit`) or to be reference-counted across processes and jobs (`Shared`) needs a
 //! process that holds the handle. The keeper is that process: it opens the domains, creates
 //! (or opens) every TGT QP its clients ask for, holds one handle on each, and drops it when the

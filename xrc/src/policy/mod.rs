@@ -85,7 +85,7 @@ impl<K> PolicyEvent<K> {
 pub struct ConnOnQp<K> {
     /// The CM's key for it.
     pub conn: K,
-    /// Its CM TimeWait (spec/cm-wire.md §4.4): how long after it ends a stale packet may
+    /// Its CM TimeWait (docs/protocol.md §4.4): how long after it ends a stale packet may
     /// still arrive.
     pub timewait: Duration,
 }
@@ -239,7 +239,7 @@ pub struct Decision<K> {
 ///    (the [`POLICY_MATRIX`] cell, [`rule`]). If yes, the QP is **kept** and only the event's own consequence is
 ///    returned (forget the connection that left, report an orphan, pin a closing domain).
 /// 3. If not, the QP is **released**: every other connection on it gets
-///    [`PolicyAction::EndConnection`] (the kernel CM sends none for an XRC TGT; spec/xrc.md §3.2),
+///    [`PolicyAction::EndConnection`] (the kernel CM sends none for an XRC TGT; docs/xrc.md §3.2),
 ///    registered processes are told ([`PolicyAction::NotifyHolders`]), traffic is stopped
 ///    ([`PolicyAction::ModifyToError`]) and the QPN is quarantined for the longest TimeWait of
 ///    its connections ([`PolicyAction::QuarantineQpn`]). With

@@ -3,7 +3,7 @@
 //! The XRC verbs are `static inline` functions in `<infiniband/verbs.h>`, so they are
 //! compiled into a small C shim (`csrc/shim.c`, built by `build.rs` with the `cc` crate)
 //! instead of being re-implemented in Rust — the re-implementation is exactly what is broken
-//! in rdma-sys 0.3.0 (spec/xrc.md §6.1). The shim exposes flat functions that return an errno
+//! in rdma-sys 0.3.0 (docs/xrc.md §6.1). The shim exposes flat functions that return an errno
 //! and never lets Rust look inside a libibverbs structure; the only shared layout is the
 //! shim's own attribute struct, checked against the C `sizeof` in the tests.
 //!
@@ -12,7 +12,7 @@
 //! (by the matching destroy verb, or in `Drop`).
 //!
 //! [`RdmaVerbs::open`] refuses a device without `IBV_DEVICE_XRC` with
-//! [`VerbsError::NoXrc`] — what Soft-RoCE (rxe) gives (spec/xrc.md §5).
+//! [`VerbsError::NoXrc`] — what Soft-RoCE (rxe) gives (docs/xrc.md §5).
 //!
 //! Scope: this is the control-plane backend (domains, TGT QPs, open by number, XRC SRQs and
 //! their numbers, INI QPs, modify/query/destroy). INI QPs and SRQs share one PD and one CQ

@@ -4,12 +4,12 @@
 //! it returns belongs to that process, and only that process can use it. Two backends exist:
 //!
 //! * [`ModelVerbs`](model::ModelVerbs) in [`model`]: a deterministic software model of the
-//!   modern kernel (spec/xrc.md §1.2–1.3) with any number of simulated processes;
+//!   modern kernel (docs/xrc.md §1.2–1.3) with any number of simulated processes;
 //! * `RdmaVerbs` (feature `rdma`): libibverbs through a small C shim (`csrc/shim.c`).
 //!
 //! The trait is object safe (`Box<dyn Verbs>`), so the registry and the keeper do not care
 //! which one they drive. On top of a backend: [`qp`] (QP states, attributes and the per-type
-//! modify rules, spec/xrc.md §1.6) and the [`XrcSrq`] / [`IniQp`] helpers.
+//! modify rules, docs/xrc.md §1.6) and the [`XrcSrq`] / [`IniQp`] helpers.
 
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
@@ -32,7 +32,7 @@ pub struct DeviceInfo {
     pub name: String,
     /// Whether `IBV_DEVICE_XRC` is set in the device capability flags.
     pub xrc: bool,
-    /// Whether the provider implements `ibv_open_qp` (qedr does not; spec/xrc.md §5).
+    /// Whether the provider implements `ibv_open_qp` (qedr does not; docs/xrc.md §5).
     pub open_qp: bool,
     /// The raw `device_cap_flags` (0 for the software model).
     pub cap_flags: u64,
@@ -107,7 +107,7 @@ pub enum VerbsError {
         name: String,
     },
     /// The device has no XRC support (`IBV_DEVICE_XRC` absent). This is what rxe (Soft-RoCE)
-    /// gives: spec/xrc.md §5.
+    /// gives: docs/xrc.md §5.
     #[error(
         "device {device} has no XRC (IBV_DEVICE_XRC not set in device_cap_flags {cap_flags:#x})"
     )]

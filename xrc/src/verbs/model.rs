@@ -1,4 +1,4 @@
-//! A software model of the modern kernel's XRC object model (spec/xrc.md §1.2–1.4), for tests,
+//! A software model of the modern kernel's XRC object model (docs/xrc.md §1.2–1.4), for tests,
 //! the CM simulator and machines without an XRC device.
 //!
 //! One [`KernelModel`] is one device shared by any number of simulated processes; each
@@ -101,7 +101,7 @@ impl ModelConfig {
         }
     }
 
-    /// Soft-RoCE: no XRC at all (spec/xrc.md §5).
+    /// Soft-RoCE: no XRC at all (docs/xrc.md §5).
     pub fn rxe() -> Self {
         Self {
             device_name: "sim_rxe0".into(),
@@ -887,7 +887,7 @@ mod tests {
 
     #[test]
     fn holding_only_the_domain_does_not_keep_a_qp() {
-        // spec/xrc.md §0.1: a keeper needs an ibv_open_qp handle, not just the XRCD.
+        // docs/xrc.md §0.1: a keeper needs an ibv_open_qp handle, not just the XRCD.
         let k = mlx5();
         let mut keeper = k.spawn();
         keeper.open_xrcd(&DomainSpec::file("/d")).unwrap();

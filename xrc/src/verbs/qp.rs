@@ -3,7 +3,7 @@
 //! [`check_modify`] answers the question the kernel's `ib_modify_qp_is_ok` answers: is this
 //! transition allowed for this QP type, and are exactly the required attributes present with
 //! no attribute outside the required ∪ optional set? A wrong mask is what broke Open MPI's XRC
-//! INI path (issue #1839: `MAX_DEST_RD_ATOMIC` on an INI's INIT→RTR). spec/xrc.md §1.6.
+//! INI path (issue #1839: `MAX_DEST_RD_ATOMIC` on an INI's INIT→RTR). docs/xrc.md §1.6.
 //!
 //! The attribute mask is never written by hand: [`QpAttr`] has one `Option` per attribute and
 //! [`QpAttr::mask`] is the set of fields that are `Some`, so the mask and the values cannot
@@ -497,7 +497,7 @@ impl QpAttr {
     }
 
     /// INIT→RTR attributes for an XRC TGT QP: `dest_qpn` is the peer's **INI** QPN
-    /// (spec/xrc.md §1.6, `ibv_xsrq_pingpong` wiring).
+    /// (docs/xrc.md §1.6, `ibv_xsrq_pingpong` wiring).
     pub fn tgt_to_rtr(
         av: AddressVector,
         mtu: PathMtu,

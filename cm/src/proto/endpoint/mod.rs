@@ -1,5 +1,5 @@
 //! The CM endpoint: the connection table, input dispatch, outputs and TimeWait; every
-//! transition of spec/cm-wire.md §4.7, split by feature.
+//! transition of docs/protocol.md §4.7, split by feature.
 //!
 //! This module holds the [`Endpoint`] struct and its tables, the `poll_*` outputs, the input
 //! dispatch ([`Endpoint::handle_datagram`] routes each message to its handler,
@@ -518,7 +518,7 @@ impl Endpoint {
 
     /// Handles one received MAD (256 bytes; the transport removed BTH/DETH/ICRC). Never fails:
     /// malformed, unexpected and spoofed MADs are counted in [`Stats`] and dropped, or
-    /// answered as spec/cm-wire.md §4.6 says.
+    /// answered as docs/protocol.md §4.6 says.
     pub fn handle_datagram(&mut self, now: Instant, from: PeerAddr, data: &[u8]) {
         self.io.stats.rx += 1;
         let mad = match Mad::parse(data) {

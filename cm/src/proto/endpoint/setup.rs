@@ -318,7 +318,7 @@ impl Endpoint {
         }
         // Stale: the remote QPN already belongs to a live connection from that CA. XRC is
         // exempt: INI and TGT QPs are shared by design, so (QPN, CA GUID) is no connection
-        // key there (Linux applies the check anyway; spec/cm-wire.md §7.4).
+        // key there (Linux applies the check anyway; docs/interop.md §7.4).
         let xrc = req.transport() == ReqTransport::Xrc;
         let stale = if xrc {
             None
@@ -395,7 +395,7 @@ impl Endpoint {
     }
 
     /// A new connection reused the QPN of `old`: `old` is stale. Linux sends it a DREQ when
-    /// it was established (spec/cm-wire.md §4.6).
+    /// it was established (docs/protocol.md §4.6).
     fn stale_old(&mut self, now: Instant, old: CommId) {
         let Some(c) = self.conns.get_mut(&old) else {
             return;

@@ -1,5 +1,5 @@
 //! Capture files: streaming pcap / pcapng reading, raw ERF record files, and a small pcap
-//! writer (spec/framing.md §3.3, §5.1).
+//! writer (docs/framing.md §3.3, §5.1).
 //!
 //! [`CaptureReader`] detects the format from the magic number (pcap with µs or ns timestamps
 //! in either byte order; pcapng with any number of sections, per-interface link types,
