@@ -7,15 +7,6 @@
 //! * `sim` (feature `sim`): a deterministic network simulator for tests and benchmarks.
 #![deny(unsafe_code)]
 #![cfg_attr(not(fuzzing), warn(missing_docs))]
-#![cfg_attr(
-    test,
-    allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
 
 pub use ibcm_mad as mad;
 

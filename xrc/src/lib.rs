@@ -83,15 +83,6 @@
 //! ```
 #![deny(unsafe_code)]
 #![cfg_attr(not(fuzzing), warn(missing_docs))]
-#![cfg_attr(
-    test,
-    allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
 
 #[cfg(feature = "cm")]
 pub mod cm;

@@ -39,15 +39,6 @@
 //! v1/v2, Ethernet, …) are decoded by `ibcm_mad::frame`, which does no I/O and keeps its own
 //! fixed-offset readers.
 #![forbid(unsafe_code)]
-#![cfg_attr(
-    test,
-    allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
 
 mod app;
 mod capture;
