@@ -1,8 +1,9 @@
 //! CM messages: one struct per attribute, the [`CmMessage`] sum type and the whole [`Mad`].
 //!
 //! Every CM MAD is exactly 256 bytes: the 24-byte common header ([`MadHeader`]) and a 232-byte
-//! attribute. Parsers are nom chains over the fixed 232 bytes; the length is checked once up
-//! front, so no parser below can fail half-way. Emitters write exactly 232 bytes with
+//! attribute. Parsers walk the fixed 232 bytes with a fixed-offset cursor (`wire.rs`; why not nom:
+//! docs/framing.md §5.2); the length is checked once up front, so no parser below can fail
+//! half-way. Emitters write exactly 232 bytes with
 //! [`bytes::BufMut`], zeroing reserved bits.
 
 use core::fmt;

@@ -5,13 +5,8 @@
 //! 232 bytes, the compiler removes the bounds checks and builds the message struct directly in
 //! its final place.
 //!
-//! Why not nom's `number::complete::be_u32` chains here, as for the variable-length structures:
-//! measured with `cargo bench -p ibcm-mad --bench parse`, nom 8's byte-wise `be_uN` (whose
-//! `take_from` is not inlined) plus the `IResult` moves of a 300-byte struct made a MAD parse
-//! 100–146 ns; this cursor makes it ~40–60 ns on the same machine (22–31 ns with the
-//! per-message builders out of line, see `Mad::parse_fixed`, and the code enums mapped through
-//! tables, `from_raw_lut` in codes.rs). docs/framing.md §5.2 makes
-//! the same point for fixed layouts.
+//! Why not nom's `number::complete::be_u32` chains here: measured 2–3× slower for this fixed
+//! layout (figures and the workspace's rule for where nom is used: docs/framing.md §5.2).
 
 /// A cursor over attribute data that cannot fail: reading past the end yields zeros (which the
 /// fixed layouts never do; the length is checked once before parsing starts).

@@ -29,7 +29,7 @@
 //! * `filter`: message type, Service ID, comm ID, address, XRC and problem filters.
 //! * `app`: the run loop; `gen`: the capture generator.
 //!
-//! # Where nom is used, and where not
+//! # Where nom is used, and where not (the workspace's rule: docs/framing.md §5.2)
 //! nom parses the capture structures that are variable-length and off the per-packet hot
 //! path: pcapng blocks (framing, section headers, interface descriptions and their options,
 //! the packet block bodies) and raw ERF record headers. The classic pcap record header (16
