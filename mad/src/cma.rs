@@ -148,7 +148,10 @@ impl CmaHeader {
             cma_hdr(pd).map_err(|_: nom::Err<nom::error::Error<&[u8]>>| truncated)?;
         let (src, dst) = match ipv >> 4 {
             4 => (v4_tail(src), v4_tail(dst)),
-            6 => (IpAddr::V6(Ipv6Addr::from(src)), IpAddr::V6(Ipv6Addr::from(dst))),
+            6 => (
+                IpAddr::V6(Ipv6Addr::from(src)),
+                IpAddr::V6(Ipv6Addr::from(dst)),
+            ),
             other => {
                 return Err(ParseError::InvalidField {
                     field: "cma_hdr ip_version",

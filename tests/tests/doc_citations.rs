@@ -112,7 +112,9 @@ fn every_cited_doc_and_section_exists() {
             || text.contains("spec/xrc.md")
             || text.contains("spec/framing.md")
         {
-            bad.push(format!("{rel}: cites spec/…md, which is not in this repository"));
+            bad.push(format!(
+                "{rel}: cites spec/…md, which is not in this repository"
+            ));
         }
         for (doc, sec) in citations(&text) {
             n += 1;
@@ -127,7 +129,12 @@ fn every_cited_doc_and_section_exists() {
         }
     }
     assert!(n > 50, "found only {n} citations: the scanner is broken");
-    assert!(bad.is_empty(), "{} bad citations:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} bad citations:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 #[test]
