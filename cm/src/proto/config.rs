@@ -40,6 +40,14 @@ pub struct EndpointConfig {
     /// Added to every TimeWait, so that a late retransmission of the peer still finds the
     /// connection (default 0).
     pub timewait_slack: Duration,
+    /// How long an incoming SIDR_REQ waits for [`Endpoint::sidr_reply`](super::Endpoint::sidr_reply)
+    /// before it is forgotten ([`EventKind::SidrReqExpired`](super::EventKind::SidrReqExpired)).
+    /// Default 65.536 s: rdma_cm's whole SIDR schedule (16 attempts of 4096 ms), after which
+    /// the requester has given up anyway.
+    pub sidr_in_lifetime: Duration,
+    /// Cap on incoming SIDR_REQs waiting for the application. A new one beyond it evicts the
+    /// oldest (which expires at once). Default 1024.
+    pub max_sidr_in: usize,
 }
 
 impl Default for EndpointConfig {
@@ -54,6 +62,8 @@ impl Default for EndpointConfig {
             mra_on_duplicate_rep: TimeoutExp::new(20),
             timewait: None,
             timewait_slack: Duration::ZERO,
+            sidr_in_lifetime: Duration::from_millis(65_536),
+            max_sidr_in: 1024,
         }
     }
 }

@@ -85,6 +85,8 @@ pub struct Stats {
     pub stale: u64,
     /// DREPs sent for DREQs matching no connection.
     pub orphan_dreps: u64,
+    /// Incoming SIDR_REQs forgotten unanswered (lifetime over, or evicted by the cap).
+    pub sidr_in_expired: u64,
     /// Dropped MADs by reason (indexed by `DropReason as usize`).
     pub dropped: [u64; DropReason::ALL.len()],
 }
@@ -112,7 +114,8 @@ impl fmt::Display for Stats {
         write!(
             f,
             "rx={} tx={} retransmits={} dup_replies={} established={} rej_sent={} rej_rcvd={} \
-             mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} stale={} orphan_dreps={}",
+             mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} stale={} orphan_dreps={} \
+             sidr_in_expired={}",
             self.rx,
             self.tx,
             self.retransmits,
@@ -125,7 +128,8 @@ impl fmt::Display for Stats {
             self.timeouts,
             self.half_open_limit,
             self.stale,
-            self.orphan_dreps
+            self.orphan_dreps,
+            self.sidr_in_expired
         )?;
         for r in DropReason::ALL {
             let n = self.dropped(r);

@@ -22,6 +22,9 @@ pub(crate) enum TimerKind {
     Timewait,
     /// Retransmit a SIDR_REQ, or give up (keyed by request ID).
     Sidr,
+    /// An incoming SIDR_REQ the application has not answered expires (keyed by the ID the
+    /// application knows it by).
+    SidrIn,
 }
 
 /// A timer that fired, with the deadline it was armed for (to tell stale entries apart).
@@ -35,6 +38,8 @@ pub(crate) enum Expired {
     },
     /// An outgoing SIDR_REQ's timer.
     Sidr { id: SidrReqId, at: Instant },
+    /// An incoming SIDR_REQ's expiry.
+    SidrIn { id: CommId, at: Instant },
 }
 
 /// Every armed deadline, ordered by (time, owner ID, kind): owners due at the same instant
@@ -63,6 +68,16 @@ impl Timers {
         self.0.remove(&(at, id.raw(), TimerKind::Sidr));
     }
 
+    /// Arms the expiry of an incoming SIDR_REQ.
+    pub(crate) fn insert_sidr_in(&mut self, at: Instant, id: CommId) {
+        self.0.insert((at, id.0, TimerKind::SidrIn));
+    }
+
+    /// Removes the expiry of an incoming SIDR_REQ.
+    pub(crate) fn remove_sidr_in(&mut self, at: Instant, id: CommId) {
+        self.0.remove(&(at, id.0, TimerKind::SidrIn));
+    }
+
     /// The earliest deadline.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.0.first().map(|(t, _, _)| *t)
@@ -83,6 +98,10 @@ impl Timers {
         Some(match kind {
             TimerKind::Sidr => Expired::Sidr {
                 id: SidrReqId::from_raw(raw),
+                at,
+            },
+            TimerKind::SidrIn => Expired::SidrIn {
+                id: CommId(raw),
                 at,
             },
             TimerKind::Resend | TimerKind::Timewait => Expired::Conn {

@@ -31,6 +31,7 @@
 //! | `sidr_reply` (→ SIDR_REP) | `sidr.rs` | [`Endpoint::sidr_reply`] |
 //! | SIDR_REP | `sidr.rs` | `on_sidr_rep` |
 //! | SIDR_REQ timer (retransmit or give up) | `sidr.rs` | `on_sidr_timer` |
+//! | incoming SIDR_REQ unanswered too long (or evicted) | `sidr.rs` | `on_sidr_in_timer` |
 //! | `load_alternate_path` (→ LAP) | `lap.rs` | [`Endpoint::load_alternate_path`] |
 //! | LAP | `lap.rs` | `on_lap` |
 //! | `apr` (→ APR) | `lap.rs` | [`Endpoint::apr`] |
@@ -49,7 +50,7 @@ mod setup;
 mod sidr;
 mod teardown;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use ibcm_mad::{CmMessage, CommId, Guid, Mad, Qpn, RequestId, ServiceId};
@@ -168,6 +169,8 @@ pub struct Endpoint {
     /// Their SIDR_REQs waiting for the application, by the ID the application knows them by.
     sidr_in: HashMap<CommId, SidrIn>,
     sidr_in_keys: HashSet<(RequestId, PeerAddr)>,
+    /// `sidr_in` by expiry, oldest first (for eviction under pressure).
+    sidr_in_order: BTreeSet<(Instant, CommId)>,
     io: Io,
 }
 
@@ -196,6 +199,7 @@ impl Endpoint {
                 seed,
                 foldhash::SharedSeed::global_fixed(),
             )),
+            sidr_in_order: BTreeSet::new(),
             io: Io::new(seed),
         }
     }
@@ -466,6 +470,7 @@ impl Endpoint {
         while let Some(expired) = self.io.timers.pop_due(now) {
             match expired {
                 Expired::Sidr { id, at } => self.on_sidr_timer(now, id, at),
+                Expired::SidrIn { id, at } => self.on_sidr_in_timer(id, at),
                 Expired::Conn { id, at, kind } => {
                     let Some(c) = self.conns.get_mut(&id) else {
                         continue;
@@ -539,7 +544,7 @@ impl Endpoint {
             CmMessage::Rtu(m) => self.on_rtu(m),
             CmMessage::Dreq(m) => self.on_dreq(now, from, tid, m),
             CmMessage::Drep(m) => self.on_drep(now, m),
-            CmMessage::SidrReq(m) => self.on_sidr_req(from, tid, m),
+            CmMessage::SidrReq(m) => self.on_sidr_req(now, from, tid, m),
             CmMessage::SidrRep(m) => self.on_sidr_rep(m),
             CmMessage::Lap(m) => self.on_lap(m),
             CmMessage::Apr(m) => self.on_apr(m),
