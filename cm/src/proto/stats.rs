@@ -79,8 +79,16 @@ pub struct Stats {
     pub mra_received: u64,
     /// Connection attempts that timed out (REQ or REP).
     pub timeouts: u64,
-    /// REQs refused because `max_half_open` was reached.
+    /// REQs refused (REJ 3) because their source held `max_half_open_per_source` half-open
+    /// entries.
     pub half_open_limit: u64,
+    /// Half-open entries evicted (oldest first) to make room under `max_half_open` or
+    /// `max_half_open_per_service`.
+    pub half_open_evicted: u64,
+    /// Half-open entries given up at `max_half_open_lifetime`.
+    pub half_open_expired: u64,
+    /// REQs refused (REJ 3) by `max_established` or `max_established_per_peer`.
+    pub established_limit: u64,
     /// Stale connections detected.
     pub stale: u64,
     /// DREPs sent for DREQs matching no connection.
@@ -114,8 +122,8 @@ impl fmt::Display for Stats {
         write!(
             f,
             "rx={} tx={} retransmits={} dup_replies={} established={} rej_sent={} rej_rcvd={} \
-             mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} stale={} orphan_dreps={} \
-             sidr_in_expired={}",
+             mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} half_open_evicted={} \
+             half_open_expired={} established_limit={} stale={} orphan_dreps={} sidr_in_expired={}",
             self.rx,
             self.tx,
             self.retransmits,
@@ -127,6 +135,9 @@ impl fmt::Display for Stats {
             self.mra_received,
             self.timeouts,
             self.half_open_limit,
+            self.half_open_evicted,
+            self.half_open_expired,
+            self.established_limit,
             self.stale,
             self.orphan_dreps,
             self.sidr_in_expired

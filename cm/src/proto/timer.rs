@@ -25,6 +25,9 @@ pub(crate) enum TimerKind {
     /// An incoming SIDR_REQ the application has not answered expires (keyed by the ID the
     /// application knows it by).
     SidrIn,
+    /// A passive connection waiting for the application (REQ_RCVD / MRA_REQ_SENT) reached the
+    /// end of its half-open lifetime.
+    Lifetime,
 }
 
 /// A timer that fired, with the deadline it was armed for (to tell stale entries apart).
@@ -48,7 +51,7 @@ pub(crate) enum Expired {
 pub(crate) struct Timers(BTreeSet<(Instant, u32, TimerKind)>);
 
 impl Timers {
-    /// Arms a connection timer (`kind` is `Resend` or `Timewait`).
+    /// Arms a connection timer (`kind` is `Resend`, `Timewait` or `Lifetime`).
     pub(crate) fn insert_conn(&mut self, at: Instant, id: CommId, kind: TimerKind) {
         self.0.insert((at, id.0, kind));
     }
@@ -104,7 +107,7 @@ impl Timers {
                 id: CommId(raw),
                 at,
             },
-            TimerKind::Resend | TimerKind::Timewait => Expired::Conn {
+            TimerKind::Resend | TimerKind::Timewait | TimerKind::Lifetime => Expired::Conn {
                 id: CommId(raw),
                 at,
                 kind,

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use ibcm_mad::{CmMessage, CommId, Mad, MsgKind, PrivateData, Rej, RejReason, Tid};
 use tracing::{debug, trace};
 
+use super::guard::{source_of, Guard};
 use super::{map, HashMap};
 use crate::proto::conn::{Conn, Pending};
 use crate::proto::timer::{TimerKind, Timers};
@@ -96,6 +97,8 @@ pub(super) struct Io {
     pub(super) stats: Stats,
     /// Passive connections not yet established (kept by [`Io::set_state`]).
     pub(super) half_open: usize,
+    /// Admission, limits and anti-amplification (`guard.rs`).
+    pub(super) guard: Guard,
 }
 
 impl Io {
@@ -107,6 +110,7 @@ impl Io {
             timers: Timers::default(),
             stats: Stats::default(),
             half_open: 0,
+            guard: Guard::new(seed),
         }
     }
 
@@ -167,9 +171,16 @@ impl Io {
         }
     }
 
-    pub(super) fn set_state(&mut self, conn: &mut Conn, new: State) {
+    pub(super) fn set_state(&mut self, id: CommId, conn: &mut Conn, new: State) {
         if conn.state.is_half_open_passive() {
             self.half_open = self.half_open.saturating_sub(1);
+            if !new.is_half_open_passive() {
+                self.guard.leave(id);
+            }
+        }
+        if connected(conn.state) != connected(new) {
+            let source = source_of(self.peers.addr(conn.peer));
+            self.guard.connected(source, connected(new));
         }
         if new.is_half_open_passive() {
             self.half_open += 1;
@@ -212,6 +223,11 @@ impl Io {
             self.disarm(id, conn);
         }
     }
+}
+
+/// States counted as established connections (`max_established`): until TimeWait.
+fn connected(s: State) -> bool {
+    matches!(s, State::Established | State::DreqSent | State::DreqRcvd)
 }
 
 /// A REJ.

@@ -44,6 +44,7 @@
 //! Elsewhere: the connection record is in `proto/conn.rs`, the timer kinds and queue in
 //! `proto/timer.rs`, output queues, counters and peer interning in `endpoint/io.rs`.
 
+mod guard;
 mod io;
 mod lap;
 mod setup;
@@ -265,6 +266,12 @@ impl Endpoint {
         self.io.half_open
     }
 
+    /// Connections counted against [`EndpointConfig::max_established`]: from ESTABLISHED until
+    /// TimeWait, both sides.
+    pub fn established(&self) -> usize {
+        self.io.guard.established()
+    }
+
     /// The IDs of all connections, sorted.
     pub fn conn_ids(&self) -> Vec<ConnId> {
         let mut v: Vec<ConnId> = self.conns.keys().copied().collect();
@@ -389,7 +396,7 @@ impl Endpoint {
             return;
         };
         self.io.disarm(id, &mut c);
-        self.io.set_state(&mut c, State::Idle);
+        self.io.set_state(id, &mut c, State::Idle);
         self.unindex(id, &c);
         self.release_qpn_of(&mut c);
         self.io.peers.release(c.peer);
@@ -424,10 +431,11 @@ impl Endpoint {
             return;
         }
         self.unindex(id, &c);
-        self.io.set_state(&mut c, State::Timewait);
+        self.io.set_state(id, &mut c, State::Timewait);
         c.pending = None;
         c.extra = None;
-        let dur = self.cfg.timewait.unwrap_or(c.timewait.get()) + self.cfg.timewait_slack;
+        let derived = c.timewait.get().min(self.cfg.max_timewait);
+        let dur = self.cfg.timewait.unwrap_or(derived) + self.cfg.timewait_slack;
         let until = now + dur;
         if c.holds_qpn {
             let q = self.quarantine.entry(c.local_qpn).or_insert(until);
@@ -479,10 +487,10 @@ impl Endpoint {
                         continue; // stale entry
                     }
                     c.timer = None;
-                    if kind == TimerKind::Timewait {
-                        self.on_timewait_exit(now, id);
-                    } else {
-                        self.on_resend_timer(now, id);
+                    match kind {
+                        TimerKind::Timewait => self.on_timewait_exit(now, id),
+                        TimerKind::Lifetime => self.on_half_open_expired(id),
+                        _ => self.on_resend_timer(now, id),
                     }
                 }
             }
@@ -495,15 +503,21 @@ impl Endpoint {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
+        // A half-open entry never outlives its deadline (`max_half_open_lifetime`).
+        let deadline = self.io.guard.half(id).map(|h| h.deadline);
         if let Some(p) = c.pending.as_mut() {
-            if p.retries_left > 0 {
+            if p.retries_left > 0 && deadline.is_none_or(|d| now < d) {
                 p.retries_left -= 1;
                 let (mad, timeout) = (p.mad.clone(), p.timeout);
                 self.io.stats.retransmits += 1;
                 self.io.resend_conn(c, mad);
-                self.io.arm(id, c, now + timeout, TimerKind::Resend);
+                let at = deadline.map_or(now + timeout, |d| d.min(now + timeout));
+                self.io.arm(id, c, at, TimerKind::Resend);
                 return;
             }
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            self.io.stats.half_open_expired += 1;
         }
         c.pending = None;
         match c.state {

@@ -12,6 +12,7 @@ use ibcm_mad::{
 };
 use tracing::debug;
 
+use super::guard::{source_of, MAD_BYTES};
 use super::io::{rej, timeout_rej, Io};
 use super::{check_len, trimmed, Endpoint};
 use crate::proto::conn::{Conn, Micros};
@@ -201,9 +202,10 @@ impl Endpoint {
         if let Some(x) = c.extra.as_mut() {
             x.mra = None;
         }
-        io.set_state(c, State::RepSent);
+        io.set_state(conn, c, State::RepSent);
         let budget = c.request_budget();
         io.send_request(now, conn, c, CmMessage::Rep(rep), budget);
+        self.cap_timer(conn);
         Ok(())
     }
 
@@ -288,7 +290,7 @@ impl Endpoint {
             });
         }
         io.cancel_request(conn, c);
-        io.set_state(c, State::Established);
+        io.set_state(conn, c, State::Established);
         io.event(conn, EventKind::Established);
         Ok(())
     }
@@ -342,9 +344,7 @@ impl Endpoint {
             reject_req(&mut self.io, from, tid, &req, RejReason::ConsumerReject);
             return;
         }
-        if self.io.half_open >= self.cfg.max_half_open {
-            self.io.stats.half_open_limit += 1;
-            reject_req(&mut self.io, from, tid, &req, RejReason::NoResources);
+        if !self.admit(now, from, tid, &req) {
             return;
         }
         let id = self.alloc_id();
@@ -362,8 +362,12 @@ impl Endpoint {
             remote_ca_guid: req.local_ca_guid,
             peer: self.io.peers.intern(from),
             tid,
-            request_timeout: Micros::from_duration(req.local_cm_response_timeout.to_duration()),
-            max_retries: req.max_cm_retries.get(),
+            request_timeout: Micros::from_duration(self.peer_response_timeout(&req)),
+            max_retries: req
+                .max_cm_retries
+                .get()
+                .max(self.cfg.min_peer_cm_retries)
+                .min(self.cfg.max_peer_cm_retries),
             packet_life_time: TimeoutExp::masked(
                 req.primary_path.local_ack_timeout.get().saturating_sub(1),
             ),
@@ -372,7 +376,13 @@ impl Endpoint {
             pending: None,
             extra: None,
         };
-        self.io.set_state(&mut conn, State::ReqRcvd);
+        self.io.set_state(id, &mut conn, State::ReqRcvd);
+        let deadline = now + self.cfg.max_half_open_lifetime;
+        let source = source_of(from);
+        self.io
+            .guard
+            .enter(id, source, req.service_id, deadline, MAD_BYTES);
+        self.io.arm(id, &mut conn, deadline, TimerKind::Lifetime);
         self.by_remote
             .insert((req.local_comm_id, req.local_ca_guid), id);
         if !xrc {
@@ -409,7 +419,7 @@ impl Endpoint {
                     private_data: PrivateData::zeroed(),
                 };
                 self.io.close(old, c, ConnectionError::Stale);
-                self.io.set_state(c, State::DreqSent);
+                self.io.set_state(old, c, State::DreqSent);
                 let budget = c.request_budget();
                 self.io
                     .send_request(now, old, c, CmMessage::Dreq(dreq), budget);
@@ -447,7 +457,7 @@ impl Endpoint {
         };
         io.stats.mra_received += 1;
         match next {
-            Some(s) => io.set_state(c, s),
+            Some(s) => io.set_state(id, c, s),
             None => c.lap = LapState::MraLapRcvd,
         }
         let wait = m.service_timeout.to_duration() + c.packet_life_time.to_duration();
@@ -460,6 +470,7 @@ impl Endpoint {
                 service_timeout: m.service_timeout,
             },
         );
+        self.cap_timer(id);
     }
 
     pub(super) fn on_rej(&mut self, now: Instant, m: Rej) {
@@ -579,7 +590,7 @@ impl Endpoint {
         c.remote_qpn = remote_qpn;
         let ack = cm_ack_timeout(m.target_ack_delay.get(), c.packet_life_time.get());
         c.timewait = Micros::from_duration(TimeoutExp::masked(ack).to_duration());
-        self.io.set_state(c, State::RepRcvd);
+        self.io.set_state(id, c, State::RepRcvd);
         let auto_rtu = c.auto_rtu;
         self.by_remote
             .insert((m.local_comm_id, m.local_ca_guid), id);
@@ -638,7 +649,7 @@ impl Endpoint {
             return;
         }
         io.cancel_request(id, c);
-        io.set_state(c, State::Established);
+        io.set_state(id, c, State::Established);
         io.event(id, EventKind::Established);
     }
 
@@ -661,7 +672,7 @@ impl Endpoint {
 
 /// Rejects a REQ that created no connection: to its sender, with its TID and local comm ID 0
 /// (as Linux does from REQ_RCVD).
-fn reject_req(io: &mut Io, from: PeerAddr, tid: Tid, req: &Req, reason: RejReason) {
+pub(super) fn reject_req(io: &mut Io, from: PeerAddr, tid: Tid, req: &Req, reason: RejReason) {
     let msg = rej(CommId(0), req.local_comm_id, MsgKind::Req, reason, &[], &[]);
     io.send(from, tid, msg);
 }
@@ -686,7 +697,7 @@ fn send_rtu(io: &mut Io, id: CommId, c: &mut Conn, private_data: &[u8]) {
     {
         c.extra = None;
     }
-    io.set_state(c, State::Established);
+    io.set_state(id, c, State::Established);
     c.lap = LapState::Uninit;
     io.event(id, EventKind::Established);
 }
@@ -711,8 +722,8 @@ fn send_mra(
     let bytes = io.send_conn(c, CmMessage::Mra(mra));
     c.extra().mra = Some(bytes);
     match kind {
-        MsgKind::Req => io.set_state(c, State::MraReqSent),
-        MsgKind::Rep => io.set_state(c, State::MraRepSent),
+        MsgKind::Req => io.set_state(id, c, State::MraReqSent),
+        MsgKind::Rep => io.set_state(id, c, State::MraRepSent),
         _ => c.lap = LapState::MraLapSent,
     }
 }

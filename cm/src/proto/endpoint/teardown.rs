@@ -36,7 +36,7 @@ impl Endpoint {
                     remote_qpn_eecn: c.remote_qpn,
                     private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
                 };
-                io.set_state(c, State::DreqSent);
+                io.set_state(conn, c, State::DreqSent);
                 c.lap = LapState::Uninit;
                 let budget = c.request_budget();
                 io.send_request(now, conn, c, CmMessage::Dreq(dreq), budget);
@@ -88,7 +88,7 @@ impl Endpoint {
         match c.state {
             State::Established | State::RepSent | State::MraRepRcvd | State::DreqSent => {
                 self.io.cancel_request(id, c);
-                self.io.set_state(c, State::DreqRcvd);
+                self.io.set_state(id, c, State::DreqRcvd);
                 self.io.close(
                     id,
                     c,
