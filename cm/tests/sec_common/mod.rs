@@ -45,7 +45,7 @@ pub struct Pair {
 impl Pair {
     pub fn new(l_cfg: EndpointConfig) -> Self {
         let mut l = Endpoint::new(EndpointConfig {
-            rng_seed: Some(11),
+            rng_seed: l_cfg.rng_seed.or(Some(11)),
             local_ca_guid: L_GUID,
             local_gid: Gid::from_ip("10.0.0.1".parse().unwrap()),
             ..l_cfg
@@ -66,6 +66,26 @@ impl Pair {
             a_closed: 0,
             sent_elsewhere: Vec::new(),
         }
+    }
+
+    /// The listener's application accepts every pending REQ; returns what the listener sent
+    /// (not delivered anywhere).
+    pub fn l_step(&mut self) -> Vec<Transmit> {
+        while let Some(ev) = self.l.poll_event() {
+            if let EventKind::ReqReceived(_) = ev.kind {
+                self.next_qpn += 1;
+                let _ = self.l.accept(
+                    self.now,
+                    ev.conn,
+                    AcceptParams::new(Qpn::masked(self.next_qpn)),
+                );
+            }
+        }
+        let mut v = Vec::new();
+        while let Some(t) = self.l.poll_transmit() {
+            v.push(t);
+        }
+        v
     }
 
     /// Moves MADs between the two until both are quiet; the listener accepts every REQ.
@@ -175,4 +195,14 @@ pub fn hostile_req(comm: u32, guid: u64, qpn: u32, timeout: u8, retries: u8) -> 
 /// Parses a MAD the endpoint sent.
 pub fn parse(b: &[u8]) -> CmMessage {
     Mad::parse(b).unwrap().msg
+}
+
+/// An RTU naming `ours` (the listener's comm ID) and `theirs`.
+pub fn rtu(theirs: u32, ours: u32) -> Vec<u8> {
+    let m = Rtu {
+        local_comm_id: CommId(theirs),
+        remote_comm_id: CommId(ours),
+        private_data: PrivateData::zeroed(),
+    };
+    Mad::new(Tid(1), CmMessage::Rtu(m)).to_bytes().to_vec()
 }

@@ -154,6 +154,9 @@ fn check_len(what: &'static str, data: &[u8], max: usize) -> Result<(), CallErro
 pub struct Endpoint {
     cfg: EndpointConfig,
     ids: IdAllocator,
+    /// The endpoint's RNG (seeded by `rng_seed` or the OS), after the comm-ID keys and the
+    /// hash seed were drawn from it: [`Endpoint::random_psn`].
+    rng: ChaCha8Rng,
     conns: HashMap<CommId, Conn>,
     /// (remote comm ID, remote CA GUID) → connection: duplicate detection.
     by_remote: HashMap<(CommId, Guid), CommId>,
@@ -182,11 +185,13 @@ impl Endpoint {
             Some(seed) => ChaCha8Rng::seed_from_u64(seed),
             None => ChaCha8Rng::from_os_rng(),
         };
-        let operand: u32 = rng.random();
+        let keys: [u64; 8] = rng.random();
+        let start: u32 = rng.random();
         let seed: u64 = rng.random();
         Endpoint {
             cfg,
-            ids: IdAllocator::new(operand),
+            ids: IdAllocator::new(start, keys),
+            rng,
             conns: map(seed),
             by_remote: map(seed),
             by_qpn: map(seed),
@@ -277,6 +282,18 @@ impl Endpoint {
         let mut v: Vec<ConnId> = self.conns.keys().copied().collect();
         v.sort();
         v
+    }
+
+    /// A random 24-bit PSN from the endpoint's RNG, for [`ConnectParams::starting_psn`] and
+    /// [`AcceptParams::starting_psn`](super::AcceptParams::starting_psn). The application
+    /// chooses the PSNs (its QP must be programmed with them), so the core cannot pick them
+    /// itself; the parameter constructors default to 0 as Linux's `ib_cm` users must set
+    /// them. Use this (rdma_cm draws them from `get_random_u32`) so that an off-path peer
+    /// cannot guess where a QP's sequence starts.
+    ///
+    /// [`ConnectParams::starting_psn`]: super::ConnectParams::starting_psn
+    pub fn random_psn(&mut self) -> ibcm_mad::Psn {
+        ibcm_mad::Psn::masked(self.rng.random::<u32>())
     }
 
     /// Whether `qpn` may be used for a new connection at `now`: not quarantined by a
