@@ -384,10 +384,15 @@ impl Endpoint {
         Ok((c, &mut self.io))
     }
 
-    /// Finds the connection a reply is for: our local ID in `remote_comm_id`, and their ID
-    /// either matching or (for answers to a REQ) not known yet. A miss is counted.
+    /// Finds the connection a message is for: our local ID in `remote_comm_id`, their ID
+    /// either matching or (for answers to a REQ) not known yet, and sent from the
+    /// connection's peer address (source validation: an off-path sender that guessed the IDs
+    /// is still refused). A miss is counted. A match proves that the peer receives what we
+    /// send it (it echoes our comm ID from its address), which lifts the anti-amplification
+    /// limit of a half-open connection.
     fn lookup(
         &mut self,
+        from: PeerAddr,
         ours: CommId,
         theirs: CommId,
         allow_unset: bool,
@@ -396,12 +401,28 @@ impl Endpoint {
             self.io.stats.drop(DropReason::UnknownCommId);
             return None;
         };
-        if c.remote_id == theirs || (allow_unset && c.remote_id == CommId(0)) {
-            Some((c, &mut self.io))
-        } else {
+        if c.remote_id != theirs && !(allow_unset && c.remote_id == CommId(0)) {
             self.io.stats.drop(DropReason::MismatchedCommId);
-            None
+            return None;
         }
+        if self.io.peers.addr(c.peer) != from {
+            self.io.stats.drop(DropReason::WrongPeer);
+            return None;
+        }
+        self.io.guard.validate(ours);
+        Some((c, &mut self.io))
+    }
+
+    /// Whether a message about connection `id` came from its peer; counts `WrongPeer` if not.
+    fn from_peer(&mut self, id: CommId, from: PeerAddr) -> bool {
+        let ok = self
+            .conns
+            .get(&id)
+            .is_some_and(|c| self.io.peers.addr(c.peer) == from);
+        if !ok {
+            self.io.stats.drop(DropReason::WrongPeer);
+        }
+        ok
     }
 
     // ---------------------------------------------------------------------------------------
@@ -569,16 +590,16 @@ impl Endpoint {
         let tid = mad.header.tid;
         match mad.msg {
             CmMessage::Req(m) => self.on_req(now, from, tid, m),
-            CmMessage::Mra(m) => self.on_mra(now, m),
-            CmMessage::Rej(m) => self.on_rej(now, m),
+            CmMessage::Mra(m) => self.on_mra(now, from, m),
+            CmMessage::Rej(m) => self.on_rej(now, from, m),
             CmMessage::Rep(m) => self.on_rep(now, from, m),
-            CmMessage::Rtu(m) => self.on_rtu(m),
+            CmMessage::Rtu(m) => self.on_rtu(from, m),
             CmMessage::Dreq(m) => self.on_dreq(now, from, tid, m),
-            CmMessage::Drep(m) => self.on_drep(now, m),
+            CmMessage::Drep(m) => self.on_drep(now, from, m),
             CmMessage::SidrReq(m) => self.on_sidr_req(now, from, tid, m),
             CmMessage::SidrRep(m) => self.on_sidr_rep(m),
-            CmMessage::Lap(m) => self.on_lap(m),
-            CmMessage::Apr(m) => self.on_apr(m),
+            CmMessage::Lap(m) => self.on_lap(from, m),
+            CmMessage::Apr(m) => self.on_apr(from, m),
             CmMessage::ClassPortInfo(_) | CmMessage::Unknown { .. } => {
                 self.io.stats.drop(DropReason::Unsupported);
             }

@@ -330,6 +330,12 @@ impl Endpoint {
                 .copied()
         };
         if let Some(old) = stale {
+            // Only the old connection's own peer may supersede it: a REQ from elsewhere
+            // naming its (QPN, CA GUID) is refused and the old connection stays.
+            if !self.from_peer(old, from) {
+                reject_req(&mut self.io, from, tid, &req, RejReason::StaleConn);
+                return;
+            }
             self.io.stats.stale += 1;
             reject_req(&mut self.io, from, tid, &req, RejReason::StaleConn);
             self.stale_old(now, old);
@@ -440,9 +446,10 @@ impl Endpoint {
     // ---------------------------------------------------------------------------------------
     // MRA, REJ
 
-    pub(super) fn on_mra(&mut self, now: Instant, m: Mra) {
+    pub(super) fn on_mra(&mut self, now: Instant, from: PeerAddr, m: Mra) {
         let allow_unset = m.message_mraed == MsgKind::Req;
-        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, allow_unset) else {
+        let Some((c, io)) = self.lookup(from, m.remote_comm_id, m.local_comm_id, allow_unset)
+        else {
             return;
         };
         let id = m.remote_comm_id;
@@ -473,7 +480,7 @@ impl Endpoint {
         self.cap_timer(id);
     }
 
-    pub(super) fn on_rej(&mut self, now: Instant, m: Rej) {
+    pub(super) fn on_rej(&mut self, now: Instant, from: PeerAddr, m: Rej) {
         // A REJ 4 "timeout" is matched by (ARI = the rejecting CA's GUID, their comm ID).
         let by_ari = if m.reason == RejReason::Timeout {
             m.timeout_ca_guid()
@@ -481,6 +488,11 @@ impl Endpoint {
         } else {
             None
         };
+        if let Some(id) = by_ari {
+            if !self.from_peer(id, from) {
+                return;
+            }
+        }
         let (id, c, io) = match by_ari {
             Some(id) => match self.conns.get_mut(&id) {
                 Some(c) => (id, c, &mut self.io),
@@ -489,7 +501,7 @@ impl Endpoint {
             None => {
                 let allow_unset =
                     m.reason == RejReason::Timeout || m.message_rejected == MsgKind::Req;
-                match self.lookup(m.remote_comm_id, m.local_comm_id, allow_unset) {
+                match self.lookup(from, m.remote_comm_id, m.local_comm_id, allow_unset) {
                     Some((c, io)) => (m.remote_comm_id, c, io),
                     None => return,
                 }
@@ -639,8 +651,8 @@ impl Endpoint {
         }
     }
 
-    pub(super) fn on_rtu(&mut self, m: Rtu) {
-        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, false) else {
+    pub(super) fn on_rtu(&mut self, from: PeerAddr, m: Rtu) {
+        let Some((c, io)) = self.lookup(from, m.remote_comm_id, m.local_comm_id, false) else {
             return;
         };
         let id = m.remote_comm_id;

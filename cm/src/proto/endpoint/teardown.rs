@@ -76,6 +76,11 @@ impl Endpoint {
             self.io.send(from, tid, CmMessage::Drep(drep));
             return;
         };
+        if self.io.peers.addr(c.peer) != from {
+            // Right IDs from the wrong address: no teardown, and no DREP to a spoofed source.
+            self.io.stats.drop(DropReason::WrongPeer);
+            return;
+        }
         if c.state != State::Timewait && m.remote_qpn_eecn != c.local_qpn {
             self.io.stats.drop(DropReason::QpnMismatch);
             return;
@@ -110,8 +115,8 @@ impl Endpoint {
         }
     }
 
-    pub(super) fn on_drep(&mut self, now: Instant, m: Drep) {
-        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, false) else {
+    pub(super) fn on_drep(&mut self, now: Instant, from: PeerAddr, m: Drep) {
+        let Some((c, io)) = self.lookup(from, m.remote_comm_id, m.local_comm_id, false) else {
             return;
         };
         let id = m.remote_comm_id;
