@@ -89,6 +89,9 @@ pub struct Stats {
     pub half_open_expired: u64,
     /// REQs refused (REJ 3) by `max_established` or `max_established_per_peer`.
     pub established_limit: u64,
+    /// MADs not sent (REP retransmissions, REJs, MRAs) because the half-open peer had not
+    /// proved it receives and 3 × what it sent had been sent to it (anti-amplification).
+    pub amplification_limited: u64,
     /// Stale connections detected.
     pub stale: u64,
     /// DREPs sent for DREQs matching no connection.
@@ -123,7 +126,7 @@ impl fmt::Display for Stats {
             f,
             "rx={} tx={} retransmits={} dup_replies={} established={} rej_sent={} rej_rcvd={} \
              mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} half_open_evicted={} \
-             half_open_expired={} established_limit={} stale={} orphan_dreps={} sidr_in_expired={}",
+             half_open_expired={} established_limit={} amplification_limited={} stale={} orphan_dreps={} sidr_in_expired={}",
             self.rx,
             self.tx,
             self.retransmits,
@@ -138,6 +141,7 @@ impl fmt::Display for Stats {
             self.half_open_evicted,
             self.half_open_expired,
             self.established_limit,
+            self.amplification_limited,
             self.stale,
             self.orphan_dreps,
             self.sidr_in_expired

@@ -296,6 +296,14 @@ impl Guard {
         }
     }
 
+    /// Counts `bytes` sent to the peer of half-open `id` that had to go out regardless (the
+    /// REP answering the REQ).
+    pub(super) fn sent(&mut self, id: CommId, bytes: u64) {
+        if let Some(h) = self.half.get_mut(&id) {
+            h.tx = h.tx.saturating_add(bytes);
+        }
+    }
+
     /// Whether `bytes` more may be sent to the peer of `id` (and counts them if so). Always
     /// true for connections that are not half-open or whose peer is validated.
     pub(super) fn may_send(&mut self, id: CommId, bytes: u64) -> bool {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use ibcm_mad::{CmMessage, CommId, Mad, MsgKind, PrivateData, Rej, RejReason, Tid};
 use tracing::{debug, trace};
 
-use super::guard::{source_of, Guard};
+use super::guard::{source_of, Guard, MAD_BYTES};
 use super::{map, HashMap};
 use crate::proto::conn::{Conn, Pending};
 use crate::proto::timer::{TimerKind, Timers};
@@ -111,6 +111,18 @@ impl Io {
             stats: Stats::default(),
             half_open: 0,
             guard: Guard::new(seed),
+        }
+    }
+
+    /// Anti-amplification: whether one more MAD may go to the peer of connection `id` (always,
+    /// unless it is a half-open passive connection whose peer has not proved that it
+    /// receives). A refusal is counted in `Stats::amplification_limited`.
+    pub(super) fn gate(&mut self, id: CommId) -> bool {
+        if self.guard.may_send(id, MAD_BYTES) {
+            true
+        } else {
+            self.stats.amplification_limited += 1;
+            false
         }
     }
 

@@ -547,8 +547,12 @@ impl Endpoint {
             if p.retries_left > 0 && deadline.is_none_or(|d| now < d) {
                 p.retries_left -= 1;
                 let (mad, timeout) = (p.mad.clone(), p.timeout);
-                self.io.stats.retransmits += 1;
-                self.io.resend_conn(c, mad);
+                // Within the anti-amplification budget only; the retry is used up either way,
+                // so the schedule ends as it would have.
+                if self.io.gate(id) {
+                    self.io.stats.retransmits += 1;
+                    self.io.resend_conn(c, mad);
+                }
                 let at = deadline.map_or(now + timeout, |d| d.min(now + timeout));
                 self.io.arm(id, c, at, TimerKind::Resend);
                 return;

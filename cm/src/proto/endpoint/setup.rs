@@ -203,6 +203,8 @@ impl Endpoint {
             x.mra = None;
         }
         io.set_state(conn, c, State::RepSent);
+        // The REP answers the REQ: it always goes out, and counts against the budget.
+        io.guard.sent(conn, MAD_BYTES);
         let budget = c.request_budget();
         io.send_request(now, conn, c, CmMessage::Rep(rep), budget);
         self.cap_timer(conn);
@@ -240,7 +242,9 @@ impl Endpoint {
             }
         };
         let msg = rej(local, c.remote_id, kind, reason, ari, private_data);
-        io.send_conn(c, msg);
+        if io.gate(conn) {
+            io.send_conn(c, msg);
+        }
         io.cancel_request(conn, c);
         io.close(conn, c, ConnectionError::LocallyRejected { reason });
         if timewait {
@@ -305,7 +309,13 @@ impl Endpoint {
             let Some(c) = self.conns.get_mut(&id) else {
                 return;
             };
+            // A duplicate from the peer widens its anti-amplification budget; one from
+            // elsewhere does not (the answer goes to the peer).
+            if self.io.peers.addr(c.peer) == from {
+                self.io.guard.received(id, MAD_BYTES);
+            }
             match c.state {
+                State::ReqRcvd | State::MraReqSent if !self.io.gate(id) => {}
                 State::ReqRcvd => match mra_dup {
                     Some(st) => {
                         self.io.stats.duplicate_replies += 1;
@@ -676,7 +686,9 @@ impl Endpoint {
             return;
         };
         self.io.stats.timeouts += 1;
-        self.io.send_conn(c, timeout_rej(id, c.remote_id, guid));
+        if self.io.gate(id) {
+            self.io.send_conn(c, timeout_rej(id, c.remote_id, guid));
+        }
         self.io.close(id, c, ConnectionError::TimedOut);
         self.remove(id);
     }

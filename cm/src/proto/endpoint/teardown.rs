@@ -81,6 +81,8 @@ impl Endpoint {
             self.io.stats.drop(DropReason::WrongPeer);
             return;
         }
+        // The DREQ echoes our comm ID from the peer's address: the peer receives.
+        self.io.guard.validate(id);
         if c.state != State::Timewait && m.remote_qpn_eecn != c.local_qpn {
             self.io.stats.drop(DropReason::QpnMismatch);
             return;
