@@ -18,7 +18,8 @@ use sec_common::*;
 
 /// Finding 2: a spoofed REQ (Local CM Response Timeout 0, 15 retries) made the listener send
 /// 16 REPs and a REJ to the spoofed source within milliseconds: 17 × the attacker's bytes.
-/// Now at most 3 × (the REP and two retransmissions; the rest and the REJ are withheld).
+/// Now at most 3 × (the REP, one retransmission and the REJ; the other retransmissions are
+/// withheld).
 #[test]
 fn spoofed_req_yields_at_most_three_times_its_bytes() {
     let mut p = Pair::new(EndpointConfig::default());

@@ -590,8 +590,8 @@ fn rep_sent_retries_exhausted_idle() {
     let (c, req, tid, rep) = h.rep_sent();
     // The peer repeats its REQ once (as a Linux active side does when no REP arrives), which
     // is dropped as a duplicate but shows the peer is there: without it, the REJ below would
-    // be withheld by the anti-amplification limit (REP + 2 retransmissions = 3 × one REQ;
-    // issue 12, docs/protocol.md §5.8).
+    // only allow one retransmission (REP + retransmission + REJ = 3 × one REQ: the
+    // anti-amplification limit of issue 12, docs/protocol.md §5.8).
     h.rx(tid, CmMessage::Req(req));
     assert!(h.tx().is_empty());
     h.run_timers(Duration::from_secs(600));

@@ -304,9 +304,10 @@ impl Guard {
         }
     }
 
-    /// Whether `bytes` more may be sent to the peer of `id` (and counts them if so). Always
-    /// true for connections that are not half-open or whose peer is validated.
-    pub(super) fn may_send(&mut self, id: CommId, bytes: u64) -> bool {
+    /// Whether `bytes` more may be sent to the peer of `id`, leaving room for `reserved` more
+    /// (and counts them if so). Always true for connections that are not half-open or whose
+    /// peer is validated.
+    pub(super) fn may_send(&mut self, id: CommId, bytes: u64, reserved: u64) -> bool {
         let Some(h) = self.half.get_mut(&id) else {
             return true;
         };
@@ -314,7 +315,7 @@ impl Guard {
             return true;
         }
         let tx = h.tx.saturating_add(bytes);
-        if tx > h.rx.saturating_mul(AMPLIFICATION_FACTOR) {
+        if tx.saturating_add(reserved) > h.rx.saturating_mul(AMPLIFICATION_FACTOR) {
             return false;
         }
         h.tx = tx;

@@ -116,9 +116,13 @@ impl Io {
 
     /// Anti-amplification: whether one more MAD may go to the peer of connection `id` (always,
     /// unless it is a half-open passive connection whose peer has not proved that it
-    /// receives). A refusal is counted in `Stats::amplification_limited`.
-    pub(super) fn gate(&mut self, id: CommId) -> bool {
-        if self.guard.may_send(id, MAD_BYTES) {
+    /// receives). With `reserve`, room for one more MAD must remain afterwards: REP
+    /// retransmissions leave room for the REJ that ends the attempt, so that a real peer
+    /// which stays silent still learns that we gave up. A refusal is counted in
+    /// `Stats::amplification_limited`.
+    pub(super) fn gate(&mut self, id: CommId, reserve: bool) -> bool {
+        let reserved = if reserve { MAD_BYTES } else { 0 };
+        if self.guard.may_send(id, MAD_BYTES, reserved) {
             true
         } else {
             self.stats.amplification_limited += 1;

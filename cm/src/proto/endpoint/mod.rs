@@ -549,7 +549,7 @@ impl Endpoint {
                 let (mad, timeout) = (p.mad.clone(), p.timeout);
                 // Within the anti-amplification budget only; the retry is used up either way,
                 // so the schedule ends as it would have.
-                if self.io.gate(id) {
+                if self.io.gate(id, true) {
                     self.io.stats.retransmits += 1;
                     self.io.resend_conn(c, mad);
                 }

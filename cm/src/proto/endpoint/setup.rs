@@ -242,7 +242,7 @@ impl Endpoint {
             }
         };
         let msg = rej(local, c.remote_id, kind, reason, ari, private_data);
-        if io.gate(conn) {
+        if io.gate(conn, false) {
             io.send_conn(c, msg);
         }
         io.cancel_request(conn, c);
@@ -315,7 +315,7 @@ impl Endpoint {
                 self.io.guard.received(id, MAD_BYTES);
             }
             match c.state {
-                State::ReqRcvd | State::MraReqSent if !self.io.gate(id) => {}
+                State::ReqRcvd | State::MraReqSent if !self.io.gate(id, false) => {}
                 State::ReqRcvd => match mra_dup {
                     Some(st) => {
                         self.io.stats.duplicate_replies += 1;
@@ -686,7 +686,7 @@ impl Endpoint {
             return;
         };
         self.io.stats.timeouts += 1;
-        if self.io.gate(id) {
+        if self.io.gate(id, false) {
             self.io.send_conn(c, timeout_rej(id, c.remote_id, guid));
         }
         self.io.close(id, c, ConnectionError::TimedOut);
