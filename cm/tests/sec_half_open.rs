@@ -67,8 +67,13 @@ fn req_timeout_and_retries_are_clamped() {
         max_peer_cm_retries: 2,
         ..Default::default()
     });
-    p.l.handle_datagram(p.now, src, &hostile_req(0x4242, 0xbad, 0x99, 20, 15));
+    let req = hostile_req(0x4242, 0xbad, 0x99, 20, 15);
+    p.l.handle_datagram(p.now, src, &req);
     p.pump();
+    // Duplicates widen the anti-amplification budget, so only the ceiling limits the REPs.
+    for _ in 0..8 {
+        p.l.handle_datagram(p.now, src, &req);
+    }
     p.advance(Duration::from_secs(3600));
     let reps = p.l.stats().retransmits;
     assert_eq!(reps, 2, "Max CM Retries 15 honoured beyond the ceiling 2");
