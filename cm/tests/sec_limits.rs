@@ -103,3 +103,51 @@ fn sidr_in_is_capped_oldest_evicted() {
     ep.handle_timeout(t0 + Duration::from_secs(600));
     assert!(ep.is_empty());
 }
+
+/// A late duplicate of a REQ whose connection is already in TimeWait used to miss the
+/// duplicate index and create a second (half-open) connection, which then held the peer's
+/// (QPN, CA GUID) and refused its next REQ as stale. The duplicate index now keeps
+/// connections until they leave TimeWait (as Linux's remote-ID table does).
+#[test]
+fn late_duplicate_req_in_timewait_creates_nothing() {
+    #[allow(clippy::disallowed_methods)]
+    let t0 = Instant::now();
+    let peer = addr("127.0.0.1:4791");
+    let mut ep = listener(EndpointConfig::default());
+    let mut req = Req {
+        local_comm_id: CommId(0x1234),
+        service_id: SID,
+        local_ca_guid: Guid(0xaa),
+        local_qpn: Qpn::masked(0x100),
+        ..Req::default()
+    };
+    req.set_transport(ReqTransport::Rc);
+    let req = Mad::new(Tid(1), CmMessage::Req(req)).to_bytes();
+    ep.handle_datagram(t0, peer, &req);
+    let c = ep.poll_event().unwrap().conn;
+    ep.accept(t0, c, AcceptParams::new(Qpn::masked(0x22)))
+        .unwrap();
+    let rtu = Rtu {
+        local_comm_id: CommId(0x1234),
+        remote_comm_id: c,
+        private_data: PrivateData::zeroed(),
+    };
+    ep.handle_datagram(t0, peer, &Mad::new(Tid(1), CmMessage::Rtu(rtu)).to_bytes());
+    ep.disconnect(t0, c, &[]).unwrap();
+    let drep = Drep {
+        local_comm_id: CommId(0x1234),
+        remote_comm_id: c,
+        private_data: PrivateData::zeroed(),
+    };
+    ep.handle_datagram(
+        t0,
+        peer,
+        &Mad::new(Tid(1), CmMessage::Drep(drep)).to_bytes(),
+    );
+    assert_eq!(ep.state(c), Some(State::Timewait));
+    while ep.poll_event().is_some() {}
+    ep.handle_datagram(t0, peer, &req);
+    assert_eq!(ep.len(), 1, "a late duplicate REQ created a connection");
+    assert!(ep.poll_event().is_none());
+    assert_eq!(ep.half_open(), 0);
+}

@@ -448,18 +448,28 @@ impl Endpoint {
     }
 
     fn unindex(&mut self, id: CommId, c: &Conn) {
+        self.unindex_remote(id, c);
+        self.unindex_qpn(id, c);
+    }
+
+    fn unindex_remote(&mut self, id: CommId, c: &Conn) {
         let key = (c.remote_id, c.remote_ca_guid);
         if self.by_remote.get(&key) == Some(&id) {
             self.by_remote.remove(&key);
         }
+    }
+
+    fn unindex_qpn(&mut self, id: CommId, c: &Conn) {
         let key = (c.remote_qpn, c.remote_ca_guid);
         if self.by_qpn.get(&key) == Some(&id) {
             self.by_qpn.remove(&key);
         }
     }
 
-    /// Moves a connection to TimeWait: out of the lookup indexes, QPN quarantined, timer
-    /// armed.
+    /// Moves a connection to TimeWait: out of the stale-connection index, QPN quarantined,
+    /// timer armed. It stays in the duplicate index (`by_remote`, as in Linux) until it leaves
+    /// the table, so that a late duplicate of its REQ is recognised instead of creating a
+    /// second connection.
     fn enter_timewait(&mut self, now: Instant, id: CommId) {
         let Some(mut c) = self.conns.remove(&id) else {
             return;
@@ -468,7 +478,7 @@ impl Endpoint {
             self.conns.insert(id, c);
             return;
         }
-        self.unindex(id, &c);
+        self.unindex_qpn(id, &c);
         self.io.set_state(id, &mut c, State::Timewait);
         c.pending = None;
         c.extra = None;
@@ -491,6 +501,7 @@ impl Endpoint {
         let Some(c) = self.conns.remove(&id) else {
             return;
         };
+        self.unindex_remote(id, &c);
         if self
             .quarantine
             .get(&c.local_qpn)

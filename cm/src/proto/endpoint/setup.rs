@@ -311,11 +311,26 @@ impl Endpoint {
             };
             // A duplicate from the peer widens its anti-amplification budget; one from
             // elsewhere does not (the answer goes to the peer).
-            if self.io.peers.addr(c.peer) == from {
+            let from_peer = self.io.peers.addr(c.peer) == from;
+            if from_peer {
                 self.io.guard.received(id, MAD_BYTES);
             }
             match c.state {
                 State::ReqRcvd | State::MraReqSent if !self.io.gate(id, false) => {}
+                // The peer repeats its REQ: our REP was lost (or withheld by the
+                // anti-amplification limit, which the repeat widens). Linux ignores it and
+                // waits for its REP timer; answering at once within the budget makes up for
+                // the REPs the limit withheld.
+                State::RepSent if from_peer => {
+                    let rep = c.pending.as_ref().map(|p| p.mad.clone());
+                    match rep {
+                        Some(rep) if self.io.gate(id, true) => {
+                            self.io.stats.duplicate_replies += 1;
+                            self.io.resend_conn(c, rep);
+                        }
+                        _ => self.io.stats.drop(DropReason::Duplicate),
+                    }
+                }
                 State::ReqRcvd => match mra_dup {
                     Some(st) => {
                         self.io.stats.duplicate_replies += 1;
