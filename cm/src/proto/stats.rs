@@ -20,7 +20,9 @@ pub enum DropReason {
     Duplicate,
     /// A DREQ whose Remote QPN/EECN is not the connection's local QPN.
     QpnMismatch,
-    /// A REP or MRA that arrived from another address than the connection's peer.
+    /// A message about a connection from another address than the connection's peer (REP,
+    /// RTU, MRA, REJ, DREQ, DREP, LAP, APR, or a REQ whose stale-connection check names a
+    /// connection of another peer): source validation.
     WrongPeer,
     /// A SIDR message matching no request.
     UnknownSidr,
@@ -96,6 +98,8 @@ pub struct Stats {
     pub stale: u64,
     /// DREPs sent for DREQs matching no connection.
     pub orphan_dreps: u64,
+    /// Debug log lines suppressed by the core's rate limit (16 per second of endpoint time).
+    pub log_suppressed: u64,
     /// Incoming SIDR_REQs forgotten unanswered (lifetime over, or evicted by the cap).
     pub sidr_in_expired: u64,
     /// Dropped MADs by reason (indexed by `DropReason as usize`).
@@ -126,7 +130,8 @@ impl fmt::Display for Stats {
             f,
             "rx={} tx={} retransmits={} dup_replies={} established={} rej_sent={} rej_rcvd={} \
              mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} half_open_evicted={} \
-             half_open_expired={} established_limit={} amplification_limited={} stale={} orphan_dreps={} sidr_in_expired={}",
+             half_open_expired={} established_limit={} amplification_limited={} stale={} orphan_dreps={} sidr_in_expired={} \
+             log_suppressed={}",
             self.rx,
             self.tx,
             self.retransmits,
@@ -144,7 +149,8 @@ impl fmt::Display for Stats {
             self.amplification_limited,
             self.stale,
             self.orphan_dreps,
-            self.sidr_in_expired
+            self.sidr_in_expired,
+            self.log_suppressed
         )?;
         for r in DropReason::ALL {
             let n = self.dropped(r);

@@ -87,6 +87,20 @@ impl Peers {
     }
 }
 
+/// Debug lines about what peers make the endpoint do (a malformed MAD, a REQ, a close) allowed
+/// per second of endpoint time; the rest are counted in `Stats::log_suppressed` and summed up
+/// in one line when the next second starts. (`trace` level stays a packet trace: one line per
+/// MAD by design, off unless asked for.)
+pub(super) const LOG_BURST: u32 = 16;
+
+/// Rate limit of the endpoint's debug lines ([`LOG_BURST`] per second).
+#[derive(Debug, Default)]
+pub(super) struct LogLimit {
+    window: Option<Instant>,
+    used: u32,
+    suppressed: u64,
+}
+
 /// Output queues, timers and counters.
 #[derive(Debug)]
 pub(super) struct Io {
@@ -99,6 +113,9 @@ pub(super) struct Io {
     pub(super) half_open: usize,
     /// Admission, limits and anti-amplification (`guard.rs`).
     pub(super) guard: Guard,
+    /// The time of the input being handled (for the log rate limit).
+    pub(super) now: Option<Instant>,
+    log: LogLimit,
 }
 
 impl Io {
@@ -111,6 +128,8 @@ impl Io {
             stats: Stats::default(),
             half_open: 0,
             guard: Guard::new(seed),
+            now: None,
+            log: LogLimit::default(),
         }
     }
 
@@ -126,6 +145,35 @@ impl Io {
             true
         } else {
             self.stats.amplification_limited += 1;
+            false
+        }
+    }
+
+    /// Whether a debug line may be logged now (see [`LOG_BURST`]).
+    pub(super) fn log_ok(&mut self) -> bool {
+        let Some(now) = self.now else {
+            return true;
+        };
+        let l = &mut self.log;
+        if l.window
+            .is_none_or(|w| now >= w + Duration::from_secs(1) || now < w)
+        {
+            if l.suppressed > 0 {
+                debug!(
+                    suppressed = l.suppressed,
+                    "debug lines suppressed (rate limit)"
+                );
+            }
+            l.window = Some(now);
+            l.used = 0;
+            l.suppressed = 0;
+        }
+        if l.used < LOG_BURST {
+            l.used += 1;
+            true
+        } else {
+            l.suppressed += 1;
+            self.stats.log_suppressed += 1;
             false
         }
     }
@@ -210,7 +258,9 @@ impl Io {
     pub(super) fn close(&mut self, id: CommId, conn: &mut Conn, err: ConnectionError) {
         if !conn.closed {
             conn.closed = true;
-            debug!(conn = %id, error = %err, "closed");
+            if self.log_ok() {
+                debug!(conn = %id, error = %err, "closed");
+            }
             self.event(id, EventKind::Closed(err));
         }
     }

@@ -524,6 +524,7 @@ impl Endpoint {
     /// Fires every timer due at `now`: retransmissions, give-ups and TimeWait exits. A call
     /// with nothing due is a no-op.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.io.now = Some(now);
         while let Some(expired) = self.io.timers.pop_due(now) {
             match expired {
                 Expired::Sidr { id, at } => self.on_sidr_timer(now, id, at),
@@ -593,10 +594,13 @@ impl Endpoint {
     /// answered as spec/cm-wire.md §4.6 says.
     pub fn handle_datagram(&mut self, now: Instant, from: PeerAddr, data: &[u8]) {
         self.io.stats.rx += 1;
+        self.io.now = Some(now);
         let mad = match Mad::parse(data) {
             Ok(m) => m,
             Err(e) => {
-                debug!(%from, error = %e, "malformed MAD dropped");
+                if self.io.log_ok() {
+                    debug!(%from, error = %e, "malformed MAD dropped");
+                }
                 self.io.stats.drop(DropReason::Malformed);
                 return;
             }

@@ -367,7 +367,9 @@ impl Endpoint {
             return;
         }
         let Some(opts) = self.listeners.get(&req.service_id) else {
-            debug!(sid = %req.service_id, "REQ for a service nobody listens on: REJ 8");
+            if self.io.log_ok() {
+                debug!(sid = %req.service_id, "REQ for a service nobody listens on: REJ 8");
+            }
             reject_req(&mut self.io, from, tid, &req, RejReason::InvalidServiceId);
             return;
         };
@@ -424,7 +426,9 @@ impl Endpoint {
             .service_id
             .rdma_cm_port()
             .and_then(|_| CmaHeader::parse(req.private_data.as_bytes()).ok());
-        debug!(conn = %id, %from, sid = %req.service_id, "REQ received");
+        if self.io.log_ok() {
+            debug!(conn = %id, %from, sid = %req.service_id, "REQ received");
+        }
         self.io.event(
             id,
             EventKind::ReqReceived(Box::new(IncomingRequest {
