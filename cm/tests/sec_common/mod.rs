@@ -6,44 +6,44 @@ use std::time::{Duration, Instant};
 use ibcm::proto::*;
 use ibcm_mad::*;
 
-pub const SID: ServiceId = ServiceId(0x77);
-pub const L_GUID: Guid = Guid(0x0002_c903_0000_0002);
-pub const A_GUID: Guid = Guid(0x0002_c903_0000_000a);
+pub(crate) const SID: ServiceId = ServiceId(0x77);
+pub(crate) const L_GUID: Guid = Guid(0x0002_c903_0000_0002);
+pub(crate) const A_GUID: Guid = Guid(0x0002_c903_0000_000a);
 
-pub fn addr(s: &str) -> PeerAddr {
+pub(crate) fn addr(s: &str) -> PeerAddr {
     PeerAddr::Udp(s.parse().unwrap())
 }
 
-pub fn l_addr() -> PeerAddr {
+pub(crate) fn l_addr() -> PeerAddr {
     addr("10.0.0.1:4791")
 }
 
-pub fn a_addr() -> PeerAddr {
+pub(crate) fn a_addr() -> PeerAddr {
     addr("10.0.0.2:4791")
 }
 
-pub fn t0() -> Instant {
+pub(crate) fn t0() -> Instant {
     #[allow(clippy::disallowed_methods)]
     Instant::now()
 }
 
 /// A listener on [`SID`] and a client, with fixed seeds.
-pub struct Pair {
-    pub l: Endpoint,
-    pub a: Endpoint,
-    pub now: Instant,
+pub(crate) struct Pair {
+    pub(crate) l: Endpoint,
+    pub(crate) a: Endpoint,
+    pub(crate) now: Instant,
     /// The listener's application accepts every REQ (QPNs counting up from here).
-    pub next_qpn: u32,
+    pub(crate) next_qpn: u32,
     /// Established connections of the client.
-    pub a_established: usize,
+    pub(crate) a_established: usize,
     /// Client connections that closed.
-    pub a_closed: usize,
+    pub(crate) a_closed: usize,
     /// Bytes the listener sent to each address that is not the client.
-    pub sent_elsewhere: Vec<(PeerAddr, usize)>,
+    pub(crate) sent_elsewhere: Vec<(PeerAddr, usize)>,
 }
 
 impl Pair {
-    pub fn new(l_cfg: EndpointConfig) -> Self {
+    pub(crate) fn new(l_cfg: EndpointConfig) -> Self {
         let mut l = Endpoint::new(EndpointConfig {
             rng_seed: l_cfg.rng_seed.or(Some(11)),
             local_ca_guid: L_GUID,
@@ -70,7 +70,7 @@ impl Pair {
 
     /// The listener's application accepts every pending REQ; returns what the listener sent
     /// (not delivered anywhere).
-    pub fn l_step(&mut self) -> Vec<Transmit> {
+    pub(crate) fn l_step(&mut self) -> Vec<Transmit> {
         while let Some(ev) = self.l.poll_event() {
             if let EventKind::ReqReceived(_) = ev.kind {
                 self.next_qpn += 1;
@@ -89,7 +89,7 @@ impl Pair {
     }
 
     /// Moves MADs between the two until both are quiet; the listener accepts every REQ.
-    pub fn pump(&mut self) {
+    pub(crate) fn pump(&mut self) {
         loop {
             let mut moved = false;
             while let Some(ev) = self.l.poll_event() {
@@ -136,7 +136,7 @@ impl Pair {
     }
 
     /// Advances time by `d`, firing both endpoints' timers on the way.
-    pub fn advance(&mut self, d: Duration) {
+    pub(crate) fn advance(&mut self, d: Duration) {
         let end = self.now + d;
         loop {
             let next = [self.l.poll_timeout(), self.a.poll_timeout()]
@@ -160,7 +160,7 @@ impl Pair {
     }
 
     /// The client connects once; returns its connection.
-    pub fn connect(&mut self, qpn: u32) -> ConnId {
+    pub(crate) fn connect(&mut self, qpn: u32) -> ConnId {
         let mut p = ConnectParams::new(l_addr(), SID, Qpn::masked(qpn));
         p.starting_psn = Psn::masked(1);
         let c = self.a.connect(self.now, p).unwrap();
@@ -170,7 +170,7 @@ impl Pair {
 }
 
 /// A hostile REQ: comm ID, CA GUID and QPN as given, the longest timeout and most retries.
-pub fn hostile_req(comm: u32, guid: u64, qpn: u32, timeout: u8, retries: u8) -> Vec<u8> {
+pub(crate) fn hostile_req(comm: u32, guid: u64, qpn: u32, timeout: u8, retries: u8) -> Vec<u8> {
     let mut req = Req {
         local_comm_id: CommId(comm),
         service_id: SID,
@@ -193,12 +193,12 @@ pub fn hostile_req(comm: u32, guid: u64, qpn: u32, timeout: u8, retries: u8) -> 
 }
 
 /// Parses a MAD the endpoint sent.
-pub fn parse(b: &[u8]) -> CmMessage {
+pub(crate) fn parse(b: &[u8]) -> CmMessage {
     Mad::parse(b).unwrap().msg
 }
 
 /// An RTU naming `ours` (the listener's comm ID) and `theirs`.
-pub fn rtu(theirs: u32, ours: u32) -> Vec<u8> {
+pub(crate) fn rtu(theirs: u32, ours: u32) -> Vec<u8> {
     let m = Rtu {
         local_comm_id: CommId(theirs),
         remote_comm_id: CommId(ours),

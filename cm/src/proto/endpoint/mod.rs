@@ -414,7 +414,7 @@ impl Endpoint {
     }
 
     /// Whether a message about connection `id` came from its peer; counts `WrongPeer` if not.
-    fn from_peer(&mut self, id: CommId, from: PeerAddr) -> bool {
+    fn sent_by_peer(&mut self, id: CommId, from: PeerAddr) -> bool {
         let ok = self
             .conns
             .get(&id)

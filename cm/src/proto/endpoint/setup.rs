@@ -357,7 +357,7 @@ impl Endpoint {
         if let Some(old) = stale {
             // Only the old connection's own peer may supersede it: a REQ from elsewhere
             // naming its (QPN, CA GUID) is refused and the old connection stays.
-            if !self.from_peer(old, from) {
+            if !self.sent_by_peer(old, from) {
                 reject_req(&mut self.io, from, tid, &req, RejReason::StaleConn);
                 return;
             }
@@ -518,7 +518,7 @@ impl Endpoint {
             None
         };
         if let Some(id) = by_ari {
-            if !self.from_peer(id, from) {
+            if !self.sent_by_peer(id, from) {
                 return;
             }
         }
