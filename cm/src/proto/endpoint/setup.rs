@@ -276,6 +276,8 @@ impl Endpoint {
             (State::Established, LapState::LapRcvd | LapState::MraLapSent) => MsgKind::Other,
             (state, _) => return Err(CallError::WrongState { op: "mra", state }),
         };
+        // The application's MRA always goes out; it counts against the amplification budget.
+        io.guard.sent(conn, MAD_BYTES);
         send_mra(io, conn, c, kind, service_timeout, private_data);
         Ok(())
     }
