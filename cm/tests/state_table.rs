@@ -587,7 +587,13 @@ fn rep_sent_comm_est_established() {
 #[test]
 fn rep_sent_retries_exhausted_idle() {
     let mut h = H::new();
-    let (c, _req, _tid, rep) = h.rep_sent();
+    let (c, req, tid, rep) = h.rep_sent();
+    // The peer repeats its REQ once (as a Linux active side does when no REP arrives): it is
+    // answered with the REP at once, and it widens the anti-amplification budget. Without
+    // it only one retransmission would go out (REP + retransmission + REJ = 3 × one REQ: the
+    // limit of issue 12, docs/protocol.md §5.8).
+    h.rx(tid, CmMessage::Req(req));
+    assert_eq!(h.tx1(), rep);
     h.run_timers(Duration::from_secs(600));
     let sent = h.tx();
     // The REQ asked for 2 retries.

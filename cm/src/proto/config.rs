@@ -24,9 +24,45 @@ pub struct EndpointConfig {
     pub rng_seed: Option<u64>,
     /// High 32 bits of the TIDs this endpoint makes (Linux: the MAD agent's `hi_tid`).
     pub hi_tid: u32,
-    /// Cap on passive connections not yet established (REQ received … RTU). A REQ beyond it
-    /// is answered with REJ 3 "no resources", so a REQ flood cannot grow memory without bound.
+    /// Cap on passive connections not yet established (REQ received … RTU), so a REQ flood
+    /// cannot grow memory without bound. A REQ that finds it reached evicts the oldest
+    /// half-open entry (docs/protocol.md §5.2). Default 4096.
     pub max_half_open: usize,
+    /// Sub-cap per source (IP address or GID, any port): a REQ from a source holding this
+    /// many half-open entries is answered with REJ 3 "no resources" (it cannot evict others'
+    /// entries). Default 1024: a host opening a thousand connections at once still gets in,
+    /// four flooding hosts cannot fill `max_half_open` alone.
+    pub max_half_open_per_source: usize,
+    /// Sub-cap per service ID: a REQ for a service holding this many half-open entries evicts
+    /// that service's oldest entry. Default 3072 (three quarters of `max_half_open`), so a
+    /// flood of one service leaves room for the others.
+    pub max_half_open_per_service: usize,
+    /// The longest a half-open entry lives, from its REQ until established, whatever the REQ's
+    /// timeouts and retries ask for; then it is given up as if its retries ran out (REJ 4).
+    /// Default 90 s: the whole REP schedule Linux rdma_cm asks for (16 × 4.3 s ≈ 69 s, CM
+    /// response timeout 20, 15 retries) plus 20 s for the application to decide.
+    pub max_half_open_lifetime: Duration,
+    /// Floor of the Local CM Response Timeout honoured from a REQ (our REP retransmission
+    /// interval). Default 8 (≈ 1 ms, the least Linux waits: `cm_convert_to_ms`).
+    pub min_peer_cm_response_timeout: TimeoutExp,
+    /// Ceiling of the Local CM Response Timeout honoured from a REQ. Default 22 (≈ 17 s); Linux
+    /// rdma_cm sends 20 (`CMA_CM_RESPONSE_TIMEOUT`).
+    pub max_peer_cm_response_timeout: TimeoutExp,
+    /// Floor of the Max CM Retries honoured from a REQ (REP retransmissions). Default 0.
+    pub min_peer_cm_retries: u8,
+    /// Ceiling of the Max CM Retries honoured from a REQ. Default 15 (the field's maximum;
+    /// Linux rdma_cm sends 15, `CMA_MAX_CM_RETRIES`); `max_half_open_lifetime` bounds the
+    /// total.
+    pub max_peer_cm_retries: u8,
+    /// Ceiling of a TimeWait derived from the peer's path values (ACK timeout; not applied to
+    /// an explicit [`timewait`](Self::timewait)). Default 60 s; Linux's usual TimeWait
+    /// (ACK timeout 19) is ≈ 2 s, but a REQ may ask for up to 2.4 h.
+    pub max_timewait: Duration,
+    /// Cap on connections from ESTABLISHED until TimeWait plus half-open ones; a REQ beyond
+    /// it is answered with REJ 3 "no resources". Default 2²⁰ (1 048 576).
+    pub max_established: usize,
+    /// The same per source (IP address or GID, any port). Default 65 536.
+    pub max_established_per_peer: usize,
     /// When a REQ is received again while the application still decides, answer with an MRA
     /// of this service timeout (Linux rdma_cm does the same with 24). `None` ignores the
     /// duplicate.
@@ -40,6 +76,14 @@ pub struct EndpointConfig {
     /// Added to every TimeWait, so that a late retransmission of the peer still finds the
     /// connection (default 0).
     pub timewait_slack: Duration,
+    /// How long an incoming SIDR_REQ waits for [`Endpoint::sidr_reply`](super::Endpoint::sidr_reply)
+    /// before it is forgotten ([`EventKind::SidrReqExpired`](super::EventKind::SidrReqExpired)).
+    /// Default 65.536 s: rdma_cm's whole SIDR schedule (16 attempts of 4096 ms), after which
+    /// the requester has given up anyway.
+    pub sidr_in_lifetime: Duration,
+    /// Cap on incoming SIDR_REQs waiting for the application. A new one beyond it evicts the
+    /// oldest (which expires at once). Default 1024.
+    pub max_sidr_in: usize,
 }
 
 impl Default for EndpointConfig {
@@ -50,10 +94,22 @@ impl Default for EndpointConfig {
             rng_seed: None,
             hi_tid: 1,
             max_half_open: 4096,
+            max_half_open_per_source: 1024,
+            max_half_open_per_service: 3072,
+            max_half_open_lifetime: Duration::from_secs(90),
+            min_peer_cm_response_timeout: TimeoutExp::masked(8),
+            max_peer_cm_response_timeout: TimeoutExp::masked(22),
+            min_peer_cm_retries: 0,
+            max_peer_cm_retries: 15,
+            max_timewait: Duration::from_secs(60),
+            max_established: 1 << 20,
+            max_established_per_peer: 65_536,
             mra_on_duplicate_req: TimeoutExp::new(20),
             mra_on_duplicate_rep: TimeoutExp::new(20),
             timewait: None,
             timewait_slack: Duration::ZERO,
+            sidr_in_lifetime: Duration::from_millis(65_536),
+            max_sidr_in: 1024,
         }
     }
 }

@@ -63,6 +63,11 @@ pub enum EventKind {
     /// Passive: a SIDR_REQ arrived for a listener; answer with
     /// [`sidr_reply`](super::Endpoint::sidr_reply).
     SidrReqReceived(Box<IncomingSidr>),
+    /// Passive: a SIDR_REQ reported by [`EventKind::SidrReqReceived`] was not answered within
+    /// [`EndpointConfig::sidr_in_lifetime`](super::EndpointConfig::sidr_in_lifetime) (or was
+    /// evicted by [`EndpointConfig::max_sidr_in`](super::EndpointConfig::max_sidr_in)); it can
+    /// no longer be answered.
+    SidrReqExpired,
     /// Active: the SIDR_REP for our SIDR_REQ.
     SidrReply {
         /// Status.

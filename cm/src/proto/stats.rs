@@ -20,7 +20,9 @@ pub enum DropReason {
     Duplicate,
     /// A DREQ whose Remote QPN/EECN is not the connection's local QPN.
     QpnMismatch,
-    /// A REP or MRA that arrived from another address than the connection's peer.
+    /// A message about a connection from another address than the connection's peer (REP,
+    /// RTU, MRA, REJ, DREQ, DREP, LAP, APR, or a REQ whose stale-connection check names a
+    /// connection of another peer): source validation.
     WrongPeer,
     /// A SIDR message matching no request.
     UnknownSidr,
@@ -79,12 +81,27 @@ pub struct Stats {
     pub mra_received: u64,
     /// Connection attempts that timed out (REQ or REP).
     pub timeouts: u64,
-    /// REQs refused because `max_half_open` was reached.
+    /// REQs refused (REJ 3) because their source held `max_half_open_per_source` half-open
+    /// entries.
     pub half_open_limit: u64,
+    /// Half-open entries evicted (oldest first) to make room under `max_half_open` or
+    /// `max_half_open_per_service`.
+    pub half_open_evicted: u64,
+    /// Half-open entries given up at `max_half_open_lifetime`.
+    pub half_open_expired: u64,
+    /// REQs refused (REJ 3) by `max_established` or `max_established_per_peer`.
+    pub established_limit: u64,
+    /// MADs not sent (REP retransmissions, REJs, MRAs) because the half-open peer had not
+    /// proved it receives and 3 × what it sent had been sent to it (anti-amplification).
+    pub amplification_limited: u64,
     /// Stale connections detected.
     pub stale: u64,
     /// DREPs sent for DREQs matching no connection.
     pub orphan_dreps: u64,
+    /// Debug log lines suppressed by the core's rate limit (16 per second of endpoint time).
+    pub log_suppressed: u64,
+    /// Incoming SIDR_REQs forgotten unanswered (lifetime over, or evicted by the cap).
+    pub sidr_in_expired: u64,
     /// Dropped MADs by reason (indexed by `DropReason as usize`).
     pub dropped: [u64; DropReason::ALL.len()],
 }
@@ -112,7 +129,9 @@ impl fmt::Display for Stats {
         write!(
             f,
             "rx={} tx={} retransmits={} dup_replies={} established={} rej_sent={} rej_rcvd={} \
-             mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} stale={} orphan_dreps={}",
+             mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} half_open_evicted={} \
+             half_open_expired={} established_limit={} amplification_limited={} stale={} orphan_dreps={} sidr_in_expired={} \
+             log_suppressed={}",
             self.rx,
             self.tx,
             self.retransmits,
@@ -124,8 +143,14 @@ impl fmt::Display for Stats {
             self.mra_received,
             self.timeouts,
             self.half_open_limit,
+            self.half_open_evicted,
+            self.half_open_expired,
+            self.established_limit,
+            self.amplification_limited,
             self.stale,
-            self.orphan_dreps
+            self.orphan_dreps,
+            self.sidr_in_expired,
+            self.log_suppressed
         )?;
         for r in DropReason::ALL {
             let n = self.dropped(r);

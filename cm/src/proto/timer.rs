@@ -22,6 +22,12 @@ pub(crate) enum TimerKind {
     Timewait,
     /// Retransmit a SIDR_REQ, or give up (keyed by request ID).
     Sidr,
+    /// An incoming SIDR_REQ the application has not answered expires (keyed by the ID the
+    /// application knows it by).
+    SidrIn,
+    /// A passive connection waiting for the application (REQ_RCVD / MRA_REQ_SENT) reached the
+    /// end of its half-open lifetime.
+    Lifetime,
 }
 
 /// A timer that fired, with the deadline it was armed for (to tell stale entries apart).
@@ -35,6 +41,8 @@ pub(crate) enum Expired {
     },
     /// An outgoing SIDR_REQ's timer.
     Sidr { id: SidrReqId, at: Instant },
+    /// An incoming SIDR_REQ's expiry.
+    SidrIn { id: CommId, at: Instant },
 }
 
 /// Every armed deadline, ordered by (time, owner ID, kind): owners due at the same instant
@@ -43,7 +51,7 @@ pub(crate) enum Expired {
 pub(crate) struct Timers(BTreeSet<(Instant, u32, TimerKind)>);
 
 impl Timers {
-    /// Arms a connection timer (`kind` is `Resend` or `Timewait`).
+    /// Arms a connection timer (`kind` is `Resend`, `Timewait` or `Lifetime`).
     pub(crate) fn insert_conn(&mut self, at: Instant, id: CommId, kind: TimerKind) {
         self.0.insert((at, id.0, kind));
     }
@@ -61,6 +69,16 @@ impl Timers {
     /// Removes a SIDR_REQ timer entry.
     pub(crate) fn remove_sidr(&mut self, at: Instant, id: SidrReqId) {
         self.0.remove(&(at, id.raw(), TimerKind::Sidr));
+    }
+
+    /// Arms the expiry of an incoming SIDR_REQ.
+    pub(crate) fn insert_sidr_in(&mut self, at: Instant, id: CommId) {
+        self.0.insert((at, id.0, TimerKind::SidrIn));
+    }
+
+    /// Removes the expiry of an incoming SIDR_REQ.
+    pub(crate) fn remove_sidr_in(&mut self, at: Instant, id: CommId) {
+        self.0.remove(&(at, id.0, TimerKind::SidrIn));
     }
 
     /// The earliest deadline.
@@ -85,7 +103,11 @@ impl Timers {
                 id: SidrReqId::from_raw(raw),
                 at,
             },
-            TimerKind::Resend | TimerKind::Timewait => Expired::Conn {
+            TimerKind::SidrIn => Expired::SidrIn {
+                id: CommId(raw),
+                at,
+            },
+            TimerKind::Resend | TimerKind::Timewait | TimerKind::Lifetime => Expired::Conn {
                 id: CommId(raw),
                 at,
                 kind,

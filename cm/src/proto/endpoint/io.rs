@@ -9,6 +9,7 @@ use bytes::Bytes;
 use ibcm_mad::{CmMessage, CommId, Mad, MsgKind, PrivateData, Rej, RejReason, Tid};
 use tracing::{debug, trace};
 
+use super::guard::{source_of, Guard, MAD_BYTES};
 use super::{map, HashMap};
 use crate::proto::conn::{Conn, Pending};
 use crate::proto::timer::{TimerKind, Timers};
@@ -86,6 +87,20 @@ impl Peers {
     }
 }
 
+/// Debug lines about what peers make the endpoint do (a malformed MAD, a REQ, a close) allowed
+/// per second of endpoint time; the rest are counted in `Stats::log_suppressed` and summed up
+/// in one line when the next second starts. (`trace` level stays a packet trace: one line per
+/// MAD by design, off unless asked for.)
+pub(super) const LOG_BURST: u32 = 16;
+
+/// Rate limit of the endpoint's debug lines ([`LOG_BURST`] per second).
+#[derive(Debug, Default)]
+pub(super) struct LogLimit {
+    window: Option<Instant>,
+    used: u32,
+    suppressed: u64,
+}
+
 /// Output queues, timers and counters.
 #[derive(Debug)]
 pub(super) struct Io {
@@ -96,6 +111,11 @@ pub(super) struct Io {
     pub(super) stats: Stats,
     /// Passive connections not yet established (kept by [`Io::set_state`]).
     pub(super) half_open: usize,
+    /// Admission, limits and anti-amplification (`guard.rs`).
+    pub(super) guard: Guard,
+    /// The time of the input being handled (for the log rate limit).
+    pub(super) now: Option<Instant>,
+    log: LogLimit,
 }
 
 impl Io {
@@ -107,6 +127,54 @@ impl Io {
             timers: Timers::default(),
             stats: Stats::default(),
             half_open: 0,
+            guard: Guard::new(seed),
+            now: None,
+            log: LogLimit::default(),
+        }
+    }
+
+    /// Anti-amplification: whether one more MAD may go to the peer of connection `id` (always,
+    /// unless it is a half-open passive connection whose peer has not proved that it
+    /// receives). With `reserve`, room for one more MAD must remain afterwards: REP
+    /// retransmissions leave room for the REJ that ends the attempt, so that a real peer
+    /// which stays silent still learns that we gave up. A refusal is counted in
+    /// `Stats::amplification_limited`.
+    pub(super) fn gate(&mut self, id: CommId, reserve: bool) -> bool {
+        let reserved = if reserve { MAD_BYTES } else { 0 };
+        if self.guard.may_send(id, MAD_BYTES, reserved) {
+            true
+        } else {
+            self.stats.amplification_limited += 1;
+            false
+        }
+    }
+
+    /// Whether a debug line may be logged now (see [`LOG_BURST`]).
+    pub(super) fn log_ok(&mut self) -> bool {
+        let Some(now) = self.now else {
+            return true;
+        };
+        let l = &mut self.log;
+        if l.window
+            .is_none_or(|w| now >= w + Duration::from_secs(1) || now < w)
+        {
+            if l.suppressed > 0 {
+                debug!(
+                    suppressed = l.suppressed,
+                    "debug lines suppressed (rate limit)"
+                );
+            }
+            l.window = Some(now);
+            l.used = 0;
+            l.suppressed = 0;
+        }
+        if l.used < LOG_BURST {
+            l.used += 1;
+            true
+        } else {
+            l.suppressed += 1;
+            self.stats.log_suppressed += 1;
+            false
         }
     }
 
@@ -167,9 +235,16 @@ impl Io {
         }
     }
 
-    pub(super) fn set_state(&mut self, conn: &mut Conn, new: State) {
+    pub(super) fn set_state(&mut self, id: CommId, conn: &mut Conn, new: State) {
         if conn.state.is_half_open_passive() {
             self.half_open = self.half_open.saturating_sub(1);
+            if !new.is_half_open_passive() {
+                self.guard.leave(id);
+            }
+        }
+        if connected(conn.state) != connected(new) {
+            let source = source_of(self.peers.addr(conn.peer));
+            self.guard.connected(source, connected(new));
         }
         if new.is_half_open_passive() {
             self.half_open += 1;
@@ -183,7 +258,9 @@ impl Io {
     pub(super) fn close(&mut self, id: CommId, conn: &mut Conn, err: ConnectionError) {
         if !conn.closed {
             conn.closed = true;
-            debug!(conn = %id, error = %err, "closed");
+            if self.log_ok() {
+                debug!(conn = %id, error = %err, "closed");
+            }
             self.event(id, EventKind::Closed(err));
         }
     }
@@ -212,6 +289,11 @@ impl Io {
             self.disarm(id, conn);
         }
     }
+}
+
+/// States counted as established connections (`max_established`): until TimeWait.
+fn connected(s: State) -> bool {
+    matches!(s, State::Established | State::DreqSent | State::DreqRcvd)
 }
 
 /// A REJ.

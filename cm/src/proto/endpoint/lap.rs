@@ -7,7 +7,7 @@ use std::time::Instant;
 use ibcm_mad::{Apr, AprStatus, CmMessage, CommId, Lap, PathInfo, PrivateData, TimeoutExp};
 
 use super::{check_len, trimmed, Endpoint};
-use crate::proto::{CallError, ConnId, DropReason, EventKind, LapState, State};
+use crate::proto::{CallError, ConnId, DropReason, EventKind, LapState, PeerAddr, State};
 
 impl Endpoint {
     /// Proposes an alternate path on an established connection (LAP); the answer is
@@ -102,8 +102,8 @@ impl Endpoint {
         Ok(())
     }
 
-    pub(super) fn on_lap(&mut self, m: Lap) {
-        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, false) else {
+    pub(super) fn on_lap(&mut self, from: PeerAddr, m: Lap) {
+        let Some((c, io)) = self.lookup(from, m.remote_comm_id, m.local_comm_id, false) else {
             return;
         };
         let id = m.remote_comm_id;
@@ -127,8 +127,8 @@ impl Endpoint {
         }
     }
 
-    pub(super) fn on_apr(&mut self, m: Apr) {
-        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, false) else {
+    pub(super) fn on_apr(&mut self, from: PeerAddr, m: Apr) {
+        let Some((c, io)) = self.lookup(from, m.remote_comm_id, m.local_comm_id, false) else {
             return;
         };
         let id = m.remote_comm_id;

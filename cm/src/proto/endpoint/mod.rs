@@ -31,6 +31,7 @@
 //! | `sidr_reply` (→ SIDR_REP) | `sidr.rs` | [`Endpoint::sidr_reply`] |
 //! | SIDR_REP | `sidr.rs` | `on_sidr_rep` |
 //! | SIDR_REQ timer (retransmit or give up) | `sidr.rs` | `on_sidr_timer` |
+//! | incoming SIDR_REQ unanswered too long (or evicted) | `sidr.rs` | `on_sidr_in_timer` |
 //! | `load_alternate_path` (→ LAP) | `lap.rs` | [`Endpoint::load_alternate_path`] |
 //! | LAP | `lap.rs` | `on_lap` |
 //! | `apr` (→ APR) | `lap.rs` | [`Endpoint::apr`] |
@@ -43,13 +44,14 @@
 //! Elsewhere: the connection record is in `proto/conn.rs`, the timer kinds and queue in
 //! `proto/timer.rs`, output queues, counters and peer interning in `endpoint/io.rs`.
 
+mod guard;
 mod io;
 mod lap;
 mod setup;
 mod sidr;
 mod teardown;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use ibcm_mad::{CmMessage, CommId, Guid, Mad, Qpn, RequestId, ServiceId};
@@ -152,6 +154,9 @@ fn check_len(what: &'static str, data: &[u8], max: usize) -> Result<(), CallErro
 pub struct Endpoint {
     cfg: EndpointConfig,
     ids: IdAllocator,
+    /// The endpoint's RNG (seeded by `rng_seed` or the OS), after the comm-ID keys and the
+    /// hash seed were drawn from it: [`Endpoint::random_psn`].
+    rng: ChaCha8Rng,
     conns: HashMap<CommId, Conn>,
     /// (remote comm ID, remote CA GUID) → connection: duplicate detection.
     by_remote: HashMap<(CommId, Guid), CommId>,
@@ -168,6 +173,8 @@ pub struct Endpoint {
     /// Their SIDR_REQs waiting for the application, by the ID the application knows them by.
     sidr_in: HashMap<CommId, SidrIn>,
     sidr_in_keys: HashSet<(RequestId, PeerAddr)>,
+    /// `sidr_in` by expiry, oldest first (for eviction under pressure).
+    sidr_in_order: BTreeSet<(Instant, CommId)>,
     io: Io,
 }
 
@@ -178,11 +185,13 @@ impl Endpoint {
             Some(seed) => ChaCha8Rng::seed_from_u64(seed),
             None => ChaCha8Rng::from_os_rng(),
         };
-        let operand: u32 = rng.random();
+        let keys: [u64; 8] = rng.random();
+        let start: u32 = rng.random();
         let seed: u64 = rng.random();
         Endpoint {
             cfg,
-            ids: IdAllocator::new(operand),
+            ids: IdAllocator::new(start, keys),
+            rng,
             conns: map(seed),
             by_remote: map(seed),
             by_qpn: map(seed),
@@ -196,6 +205,7 @@ impl Endpoint {
                 seed,
                 foldhash::SharedSeed::global_fixed(),
             )),
+            sidr_in_order: BTreeSet::new(),
             io: Io::new(seed),
         }
     }
@@ -261,11 +271,29 @@ impl Endpoint {
         self.io.half_open
     }
 
+    /// Connections counted against [`EndpointConfig::max_established`]: from ESTABLISHED until
+    /// TimeWait, both sides.
+    pub fn established(&self) -> usize {
+        self.io.guard.established()
+    }
+
     /// The IDs of all connections, sorted.
     pub fn conn_ids(&self) -> Vec<ConnId> {
         let mut v: Vec<ConnId> = self.conns.keys().copied().collect();
         v.sort();
         v
+    }
+
+    /// A random 24-bit PSN from the endpoint's RNG, for [`ConnectParams::starting_psn`] and
+    /// [`AcceptParams::starting_psn`](super::AcceptParams::starting_psn). The application
+    /// chooses the PSNs (its QP must be programmed with them), so the core cannot pick them
+    /// itself; the parameter constructors default to 0 as Linux's `ib_cm` users must set
+    /// them. Use this (rdma_cm draws them from `get_random_u32`) so that an off-path peer
+    /// cannot guess where a QP's sequence starts.
+    ///
+    /// [`ConnectParams::starting_psn`]: super::ConnectParams::starting_psn
+    pub fn random_psn(&mut self) -> ibcm_mad::Psn {
+        ibcm_mad::Psn::masked(self.rng.random::<u32>())
     }
 
     /// Whether `qpn` may be used for a new connection at `now`: not quarantined by a
@@ -356,10 +384,15 @@ impl Endpoint {
         Ok((c, &mut self.io))
     }
 
-    /// Finds the connection a reply is for: our local ID in `remote_comm_id`, and their ID
-    /// either matching or (for answers to a REQ) not known yet. A miss is counted.
+    /// Finds the connection a message is for: our local ID in `remote_comm_id`, their ID
+    /// either matching or (for answers to a REQ) not known yet, and sent from the
+    /// connection's peer address (source validation: an off-path sender that guessed the IDs
+    /// is still refused). A miss is counted. A match proves that the peer receives what we
+    /// send it (it echoes our comm ID from its address), which lifts the anti-amplification
+    /// limit of a half-open connection.
     fn lookup(
         &mut self,
+        from: PeerAddr,
         ours: CommId,
         theirs: CommId,
         allow_unset: bool,
@@ -368,12 +401,28 @@ impl Endpoint {
             self.io.stats.drop(DropReason::UnknownCommId);
             return None;
         };
-        if c.remote_id == theirs || (allow_unset && c.remote_id == CommId(0)) {
-            Some((c, &mut self.io))
-        } else {
+        if c.remote_id != theirs && !(allow_unset && c.remote_id == CommId(0)) {
             self.io.stats.drop(DropReason::MismatchedCommId);
-            None
+            return None;
         }
+        if self.io.peers.addr(c.peer) != from {
+            self.io.stats.drop(DropReason::WrongPeer);
+            return None;
+        }
+        self.io.guard.validate(ours);
+        Some((c, &mut self.io))
+    }
+
+    /// Whether a message about connection `id` came from its peer; counts `WrongPeer` if not.
+    fn sent_by_peer(&mut self, id: CommId, from: PeerAddr) -> bool {
+        let ok = self
+            .conns
+            .get(&id)
+            .is_some_and(|c| self.io.peers.addr(c.peer) == from);
+        if !ok {
+            self.io.stats.drop(DropReason::WrongPeer);
+        }
+        ok
     }
 
     // ---------------------------------------------------------------------------------------
@@ -385,7 +434,7 @@ impl Endpoint {
             return;
         };
         self.io.disarm(id, &mut c);
-        self.io.set_state(&mut c, State::Idle);
+        self.io.set_state(id, &mut c, State::Idle);
         self.unindex(id, &c);
         self.release_qpn_of(&mut c);
         self.io.peers.release(c.peer);
@@ -399,18 +448,28 @@ impl Endpoint {
     }
 
     fn unindex(&mut self, id: CommId, c: &Conn) {
+        self.unindex_remote(id, c);
+        self.unindex_qpn(id, c);
+    }
+
+    fn unindex_remote(&mut self, id: CommId, c: &Conn) {
         let key = (c.remote_id, c.remote_ca_guid);
         if self.by_remote.get(&key) == Some(&id) {
             self.by_remote.remove(&key);
         }
+    }
+
+    fn unindex_qpn(&mut self, id: CommId, c: &Conn) {
         let key = (c.remote_qpn, c.remote_ca_guid);
         if self.by_qpn.get(&key) == Some(&id) {
             self.by_qpn.remove(&key);
         }
     }
 
-    /// Moves a connection to TimeWait: out of the lookup indexes, QPN quarantined, timer
-    /// armed.
+    /// Moves a connection to TimeWait: out of the stale-connection index, QPN quarantined,
+    /// timer armed. It stays in the duplicate index (`by_remote`, as in Linux) until it leaves
+    /// the table, so that a late duplicate of its REQ is recognised instead of creating a
+    /// second connection.
     fn enter_timewait(&mut self, now: Instant, id: CommId) {
         let Some(mut c) = self.conns.remove(&id) else {
             return;
@@ -419,11 +478,12 @@ impl Endpoint {
             self.conns.insert(id, c);
             return;
         }
-        self.unindex(id, &c);
-        self.io.set_state(&mut c, State::Timewait);
+        self.unindex_qpn(id, &c);
+        self.io.set_state(id, &mut c, State::Timewait);
         c.pending = None;
         c.extra = None;
-        let dur = self.cfg.timewait.unwrap_or(c.timewait.get()) + self.cfg.timewait_slack;
+        let derived = c.timewait.get().min(self.cfg.max_timewait);
+        let dur = self.cfg.timewait.unwrap_or(derived) + self.cfg.timewait_slack;
         let until = now + dur;
         if c.holds_qpn {
             let q = self.quarantine.entry(c.local_qpn).or_insert(until);
@@ -441,6 +501,7 @@ impl Endpoint {
         let Some(c) = self.conns.remove(&id) else {
             return;
         };
+        self.unindex_remote(id, &c);
         if self
             .quarantine
             .get(&c.local_qpn)
@@ -463,9 +524,11 @@ impl Endpoint {
     /// Fires every timer due at `now`: retransmissions, give-ups and TimeWait exits. A call
     /// with nothing due is a no-op.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.io.now = Some(now);
         while let Some(expired) = self.io.timers.pop_due(now) {
             match expired {
                 Expired::Sidr { id, at } => self.on_sidr_timer(now, id, at),
+                Expired::SidrIn { id, at } => self.on_sidr_in_timer(id, at),
                 Expired::Conn { id, at, kind } => {
                     let Some(c) = self.conns.get_mut(&id) else {
                         continue;
@@ -474,10 +537,10 @@ impl Endpoint {
                         continue; // stale entry
                     }
                     c.timer = None;
-                    if kind == TimerKind::Timewait {
-                        self.on_timewait_exit(now, id);
-                    } else {
-                        self.on_resend_timer(now, id);
+                    match kind {
+                        TimerKind::Timewait => self.on_timewait_exit(now, id),
+                        TimerKind::Lifetime => self.on_half_open_expired(id),
+                        _ => self.on_resend_timer(now, id),
                     }
                 }
             }
@@ -490,15 +553,25 @@ impl Endpoint {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
+        // A half-open entry never outlives its deadline (`max_half_open_lifetime`).
+        let deadline = self.io.guard.half(id).map(|h| h.deadline);
         if let Some(p) = c.pending.as_mut() {
-            if p.retries_left > 0 {
+            if p.retries_left > 0 && deadline.is_none_or(|d| now < d) {
                 p.retries_left -= 1;
                 let (mad, timeout) = (p.mad.clone(), p.timeout);
-                self.io.stats.retransmits += 1;
-                self.io.resend_conn(c, mad);
-                self.io.arm(id, c, now + timeout, TimerKind::Resend);
+                // Within the anti-amplification budget only; the retry is used up either way,
+                // so the schedule ends as it would have.
+                if self.io.gate(id, true) {
+                    self.io.stats.retransmits += 1;
+                    self.io.resend_conn(c, mad);
+                }
+                let at = deadline.map_or(now + timeout, |d| d.min(now + timeout));
+                self.io.arm(id, c, at, TimerKind::Resend);
                 return;
             }
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            self.io.stats.half_open_expired += 1;
         }
         c.pending = None;
         match c.state {
@@ -521,10 +594,13 @@ impl Endpoint {
     /// answered as docs/protocol.md §4.6 says.
     pub fn handle_datagram(&mut self, now: Instant, from: PeerAddr, data: &[u8]) {
         self.io.stats.rx += 1;
+        self.io.now = Some(now);
         let mad = match Mad::parse(data) {
             Ok(m) => m,
             Err(e) => {
-                debug!(%from, error = %e, "malformed MAD dropped");
+                if self.io.log_ok() {
+                    debug!(%from, error = %e, "malformed MAD dropped");
+                }
                 self.io.stats.drop(DropReason::Malformed);
                 return;
             }
@@ -533,16 +609,16 @@ impl Endpoint {
         let tid = mad.header.tid;
         match mad.msg {
             CmMessage::Req(m) => self.on_req(now, from, tid, m),
-            CmMessage::Mra(m) => self.on_mra(now, m),
-            CmMessage::Rej(m) => self.on_rej(now, m),
+            CmMessage::Mra(m) => self.on_mra(now, from, m),
+            CmMessage::Rej(m) => self.on_rej(now, from, m),
             CmMessage::Rep(m) => self.on_rep(now, from, m),
-            CmMessage::Rtu(m) => self.on_rtu(m),
+            CmMessage::Rtu(m) => self.on_rtu(from, m),
             CmMessage::Dreq(m) => self.on_dreq(now, from, tid, m),
-            CmMessage::Drep(m) => self.on_drep(now, m),
-            CmMessage::SidrReq(m) => self.on_sidr_req(from, tid, m),
+            CmMessage::Drep(m) => self.on_drep(now, from, m),
+            CmMessage::SidrReq(m) => self.on_sidr_req(now, from, tid, m),
             CmMessage::SidrRep(m) => self.on_sidr_rep(m),
-            CmMessage::Lap(m) => self.on_lap(m),
-            CmMessage::Apr(m) => self.on_apr(m),
+            CmMessage::Lap(m) => self.on_lap(from, m),
+            CmMessage::Apr(m) => self.on_apr(from, m),
             CmMessage::ClassPortInfo(_) | CmMessage::Unknown { .. } => {
                 self.io.stats.drop(DropReason::Unsupported);
             }

@@ -12,6 +12,7 @@ use ibcm_mad::{
 };
 use tracing::debug;
 
+use super::guard::{source_of, MAD_BYTES};
 use super::io::{rej, timeout_rej, Io};
 use super::{check_len, trimmed, Endpoint};
 use crate::proto::conn::{Conn, Micros};
@@ -201,9 +202,12 @@ impl Endpoint {
         if let Some(x) = c.extra.as_mut() {
             x.mra = None;
         }
-        io.set_state(c, State::RepSent);
+        io.set_state(conn, c, State::RepSent);
+        // The REP answers the REQ: it always goes out, and counts against the budget.
+        io.guard.sent(conn, MAD_BYTES);
         let budget = c.request_budget();
         io.send_request(now, conn, c, CmMessage::Rep(rep), budget);
+        self.cap_timer(conn);
         Ok(())
     }
 
@@ -238,7 +242,9 @@ impl Endpoint {
             }
         };
         let msg = rej(local, c.remote_id, kind, reason, ari, private_data);
-        io.send_conn(c, msg);
+        if io.gate(conn, false) {
+            io.send_conn(c, msg);
+        }
         io.cancel_request(conn, c);
         io.close(conn, c, ConnectionError::LocallyRejected { reason });
         if timewait {
@@ -270,6 +276,8 @@ impl Endpoint {
             (State::Established, LapState::LapRcvd | LapState::MraLapSent) => MsgKind::Other,
             (state, _) => return Err(CallError::WrongState { op: "mra", state }),
         };
+        // The application's MRA always goes out; it counts against the amplification budget.
+        io.guard.sent(conn, MAD_BYTES);
         send_mra(io, conn, c, kind, service_timeout, private_data);
         Ok(())
     }
@@ -288,7 +296,7 @@ impl Endpoint {
             });
         }
         io.cancel_request(conn, c);
-        io.set_state(c, State::Established);
+        io.set_state(conn, c, State::Established);
         io.event(conn, EventKind::Established);
         Ok(())
     }
@@ -303,7 +311,28 @@ impl Endpoint {
             let Some(c) = self.conns.get_mut(&id) else {
                 return;
             };
+            // A duplicate from the peer widens its anti-amplification budget; one from
+            // elsewhere does not (the answer goes to the peer).
+            let from_peer = self.io.peers.addr(c.peer) == from;
+            if from_peer {
+                self.io.guard.received(id, MAD_BYTES);
+            }
             match c.state {
+                State::ReqRcvd | State::MraReqSent if !self.io.gate(id, false) => {}
+                // The peer repeats its REQ: our REP was lost (or withheld by the
+                // anti-amplification limit, which the repeat widens). Linux ignores it and
+                // waits for its REP timer; answering at once within the budget makes up for
+                // the REPs the limit withheld.
+                State::RepSent if from_peer => {
+                    let rep = c.pending.as_ref().map(|p| p.mad.clone());
+                    match rep {
+                        Some(rep) if self.io.gate(id, true) => {
+                            self.io.stats.duplicate_replies += 1;
+                            self.io.resend_conn(c, rep);
+                        }
+                        _ => self.io.stats.drop(DropReason::Duplicate),
+                    }
+                }
                 State::ReqRcvd => match mra_dup {
                     Some(st) => {
                         self.io.stats.duplicate_replies += 1;
@@ -328,13 +357,21 @@ impl Endpoint {
                 .copied()
         };
         if let Some(old) = stale {
+            // Only the old connection's own peer may supersede it: a REQ from elsewhere
+            // naming its (QPN, CA GUID) is refused and the old connection stays.
+            if !self.sent_by_peer(old, from) {
+                reject_req(&mut self.io, from, tid, &req, RejReason::StaleConn);
+                return;
+            }
             self.io.stats.stale += 1;
             reject_req(&mut self.io, from, tid, &req, RejReason::StaleConn);
             self.stale_old(now, old);
             return;
         }
         let Some(opts) = self.listeners.get(&req.service_id) else {
-            debug!(sid = %req.service_id, "REQ for a service nobody listens on: REJ 8");
+            if self.io.log_ok() {
+                debug!(sid = %req.service_id, "REQ for a service nobody listens on: REJ 8");
+            }
             reject_req(&mut self.io, from, tid, &req, RejReason::InvalidServiceId);
             return;
         };
@@ -342,9 +379,7 @@ impl Endpoint {
             reject_req(&mut self.io, from, tid, &req, RejReason::ConsumerReject);
             return;
         }
-        if self.io.half_open >= self.cfg.max_half_open {
-            self.io.stats.half_open_limit += 1;
-            reject_req(&mut self.io, from, tid, &req, RejReason::NoResources);
+        if !self.admit(now, from, tid, &req) {
             return;
         }
         let id = self.alloc_id();
@@ -362,8 +397,12 @@ impl Endpoint {
             remote_ca_guid: req.local_ca_guid,
             peer: self.io.peers.intern(from),
             tid,
-            request_timeout: Micros::from_duration(req.local_cm_response_timeout.to_duration()),
-            max_retries: req.max_cm_retries.get(),
+            request_timeout: Micros::from_duration(self.peer_response_timeout(&req)),
+            max_retries: req
+                .max_cm_retries
+                .get()
+                .max(self.cfg.min_peer_cm_retries)
+                .min(self.cfg.max_peer_cm_retries),
             packet_life_time: TimeoutExp::masked(
                 req.primary_path.local_ack_timeout.get().saturating_sub(1),
             ),
@@ -372,7 +411,13 @@ impl Endpoint {
             pending: None,
             extra: None,
         };
-        self.io.set_state(&mut conn, State::ReqRcvd);
+        self.io.set_state(id, &mut conn, State::ReqRcvd);
+        let deadline = now + self.cfg.max_half_open_lifetime;
+        let source = source_of(from);
+        self.io
+            .guard
+            .enter(id, source, req.service_id, deadline, MAD_BYTES);
+        self.io.arm(id, &mut conn, deadline, TimerKind::Lifetime);
         self.by_remote
             .insert((req.local_comm_id, req.local_ca_guid), id);
         if !xrc {
@@ -383,7 +428,9 @@ impl Endpoint {
             .service_id
             .rdma_cm_port()
             .and_then(|_| CmaHeader::parse(req.private_data.as_bytes()).ok());
-        debug!(conn = %id, %from, sid = %req.service_id, "REQ received");
+        if self.io.log_ok() {
+            debug!(conn = %id, %from, sid = %req.service_id, "REQ received");
+        }
         self.io.event(
             id,
             EventKind::ReqReceived(Box::new(IncomingRequest {
@@ -409,7 +456,7 @@ impl Endpoint {
                     private_data: PrivateData::zeroed(),
                 };
                 self.io.close(old, c, ConnectionError::Stale);
-                self.io.set_state(c, State::DreqSent);
+                self.io.set_state(old, c, State::DreqSent);
                 let budget = c.request_budget();
                 self.io
                     .send_request(now, old, c, CmMessage::Dreq(dreq), budget);
@@ -430,9 +477,10 @@ impl Endpoint {
     // ---------------------------------------------------------------------------------------
     // MRA, REJ
 
-    pub(super) fn on_mra(&mut self, now: Instant, m: Mra) {
+    pub(super) fn on_mra(&mut self, now: Instant, from: PeerAddr, m: Mra) {
         let allow_unset = m.message_mraed == MsgKind::Req;
-        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, allow_unset) else {
+        let Some((c, io)) = self.lookup(from, m.remote_comm_id, m.local_comm_id, allow_unset)
+        else {
             return;
         };
         let id = m.remote_comm_id;
@@ -447,7 +495,7 @@ impl Endpoint {
         };
         io.stats.mra_received += 1;
         match next {
-            Some(s) => io.set_state(c, s),
+            Some(s) => io.set_state(id, c, s),
             None => c.lap = LapState::MraLapRcvd,
         }
         let wait = m.service_timeout.to_duration() + c.packet_life_time.to_duration();
@@ -460,9 +508,10 @@ impl Endpoint {
                 service_timeout: m.service_timeout,
             },
         );
+        self.cap_timer(id);
     }
 
-    pub(super) fn on_rej(&mut self, now: Instant, m: Rej) {
+    pub(super) fn on_rej(&mut self, now: Instant, from: PeerAddr, m: Rej) {
         // A REJ 4 "timeout" is matched by (ARI = the rejecting CA's GUID, their comm ID).
         let by_ari = if m.reason == RejReason::Timeout {
             m.timeout_ca_guid()
@@ -470,6 +519,11 @@ impl Endpoint {
         } else {
             None
         };
+        if let Some(id) = by_ari {
+            if !self.sent_by_peer(id, from) {
+                return;
+            }
+        }
         let (id, c, io) = match by_ari {
             Some(id) => match self.conns.get_mut(&id) {
                 Some(c) => (id, c, &mut self.io),
@@ -478,7 +532,7 @@ impl Endpoint {
             None => {
                 let allow_unset =
                     m.reason == RejReason::Timeout || m.message_rejected == MsgKind::Req;
-                match self.lookup(m.remote_comm_id, m.local_comm_id, allow_unset) {
+                match self.lookup(from, m.remote_comm_id, m.local_comm_id, allow_unset) {
                     Some((c, io)) => (m.remote_comm_id, c, io),
                     None => return,
                 }
@@ -579,7 +633,7 @@ impl Endpoint {
         c.remote_qpn = remote_qpn;
         let ack = cm_ack_timeout(m.target_ack_delay.get(), c.packet_life_time.get());
         c.timewait = Micros::from_duration(TimeoutExp::masked(ack).to_duration());
-        self.io.set_state(c, State::RepRcvd);
+        self.io.set_state(id, c, State::RepRcvd);
         let auto_rtu = c.auto_rtu;
         self.by_remote
             .insert((m.local_comm_id, m.local_ca_guid), id);
@@ -628,8 +682,8 @@ impl Endpoint {
         }
     }
 
-    pub(super) fn on_rtu(&mut self, m: Rtu) {
-        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, false) else {
+    pub(super) fn on_rtu(&mut self, from: PeerAddr, m: Rtu) {
+        let Some((c, io)) = self.lookup(from, m.remote_comm_id, m.local_comm_id, false) else {
             return;
         };
         let id = m.remote_comm_id;
@@ -638,7 +692,7 @@ impl Endpoint {
             return;
         }
         io.cancel_request(id, c);
-        io.set_state(c, State::Established);
+        io.set_state(id, c, State::Established);
         io.event(id, EventKind::Established);
     }
 
@@ -653,7 +707,9 @@ impl Endpoint {
             return;
         };
         self.io.stats.timeouts += 1;
-        self.io.send_conn(c, timeout_rej(id, c.remote_id, guid));
+        if self.io.gate(id, false) {
+            self.io.send_conn(c, timeout_rej(id, c.remote_id, guid));
+        }
         self.io.close(id, c, ConnectionError::TimedOut);
         self.remove(id);
     }
@@ -661,7 +717,7 @@ impl Endpoint {
 
 /// Rejects a REQ that created no connection: to its sender, with its TID and local comm ID 0
 /// (as Linux does from REQ_RCVD).
-fn reject_req(io: &mut Io, from: PeerAddr, tid: Tid, req: &Req, reason: RejReason) {
+pub(super) fn reject_req(io: &mut Io, from: PeerAddr, tid: Tid, req: &Req, reason: RejReason) {
     let msg = rej(CommId(0), req.local_comm_id, MsgKind::Req, reason, &[], &[]);
     io.send(from, tid, msg);
 }
@@ -686,7 +742,7 @@ fn send_rtu(io: &mut Io, id: CommId, c: &mut Conn, private_data: &[u8]) {
     {
         c.extra = None;
     }
-    io.set_state(c, State::Established);
+    io.set_state(id, c, State::Established);
     c.lap = LapState::Uninit;
     io.event(id, EventKind::Established);
 }
@@ -711,8 +767,8 @@ fn send_mra(
     let bytes = io.send_conn(c, CmMessage::Mra(mra));
     c.extra().mra = Some(bytes);
     match kind {
-        MsgKind::Req => io.set_state(c, State::MraReqSent),
-        MsgKind::Rep => io.set_state(c, State::MraRepSent),
+        MsgKind::Req => io.set_state(id, c, State::MraReqSent),
+        MsgKind::Rep => io.set_state(id, c, State::MraRepSent),
         _ => c.lap = LapState::MraLapSent,
     }
 }

@@ -1,7 +1,8 @@
 //! SIDR (service ID resolution): the `sidr_request` and `sidr_reply` commands, the SIDR_REQ
 //! and SIDR_REP handlers and the SIDR_REQ retransmission timer. SIDR keeps no connection:
 //! outgoing requests live in `Endpoint::sidr_out` (by [`SidrReqId`]), incoming ones in
-//! `Endpoint::sidr_in` until the application answers.
+//! `Endpoint::sidr_in` until the application answers, at most
+//! `EndpointConfig::sidr_in_lifetime` and at most `EndpointConfig::max_sidr_in` of them.
 
 use std::time::Instant;
 
@@ -32,6 +33,8 @@ pub(super) struct SidrIn {
     request_id: RequestId,
     service_id: ServiceId,
     tid: Tid,
+    /// When it is forgotten unanswered (its `TimerKind::SidrIn` deadline).
+    expires: Instant,
 }
 
 impl Endpoint {
@@ -94,10 +97,8 @@ impl Endpoint {
         )?;
         check_len("SIDR_REP additional info", &p.additional_info, 72)?;
         let s = self
-            .sidr_in
-            .remove(&id)
+            .take_sidr_in(id)
             .ok_or(CallError::UnknownConnection(id))?;
-        self.sidr_in_keys.remove(&(s.request_id, s.peer));
         let mut add = [0u8; 72];
         if let Some(dst) = add.get_mut(..p.additional_info.len()) {
             dst.copy_from_slice(&p.additional_info);
@@ -117,7 +118,31 @@ impl Endpoint {
         Ok(())
     }
 
-    pub(super) fn on_sidr_req(&mut self, from: PeerAddr, tid: Tid, m: SidrReq) {
+    /// Removes an incoming SIDR_REQ with its key and expiry timer.
+    fn take_sidr_in(&mut self, id: ConnId) -> Option<SidrIn> {
+        let s = self.sidr_in.remove(&id)?;
+        self.sidr_in_keys.remove(&(s.request_id, s.peer));
+        self.sidr_in_order.remove(&(s.expires, id));
+        self.io.timers.remove_sidr_in(s.expires, id);
+        Some(s)
+    }
+
+    /// Forgets an unanswered incoming SIDR_REQ (expired or evicted).
+    fn expire_sidr_in(&mut self, id: ConnId) {
+        if self.take_sidr_in(id).is_some() {
+            self.io.stats.sidr_in_expired += 1;
+            self.io.event(id, EventKind::SidrReqExpired);
+        }
+    }
+
+    /// The expiry timer of incoming SIDR_REQ `id`, armed for `at`, fired.
+    pub(super) fn on_sidr_in_timer(&mut self, id: ConnId, at: Instant) {
+        if self.sidr_in.get(&id).is_some_and(|s| s.expires == at) {
+            self.expire_sidr_in(id);
+        }
+    }
+
+    pub(super) fn on_sidr_req(&mut self, now: Instant, from: PeerAddr, tid: Tid, m: SidrReq) {
         if self.sidr_in_keys.contains(&(m.request_id, from)) {
             self.io.stats.drop(DropReason::Duplicate);
             return;
@@ -132,7 +157,15 @@ impl Endpoint {
             self.io.send(from, tid, CmMessage::SidrRep(rep));
             return;
         }
+        // Bounded: the oldest waiting request makes room.
+        while self.sidr_in.len() >= self.cfg.max_sidr_in.max(1) {
+            let Some(&(_, oldest)) = self.sidr_in_order.first() else {
+                break;
+            };
+            self.expire_sidr_in(oldest);
+        }
         let id = self.alloc_id();
+        let expires = now + self.cfg.sidr_in_lifetime;
         self.sidr_in.insert(
             id,
             SidrIn {
@@ -140,9 +173,12 @@ impl Endpoint {
                 request_id: m.request_id,
                 service_id: m.service_id,
                 tid,
+                expires,
             },
         );
         self.sidr_in_keys.insert((m.request_id, from));
+        self.sidr_in_order.insert((expires, id));
+        self.io.timers.insert_sidr_in(expires, id);
         self.io.event(
             id,
             EventKind::SidrReqReceived(Box::new(IncomingSidr {

@@ -36,7 +36,7 @@ impl Endpoint {
                     remote_qpn_eecn: c.remote_qpn,
                     private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
                 };
-                io.set_state(c, State::DreqSent);
+                io.set_state(conn, c, State::DreqSent);
                 c.lap = LapState::Uninit;
                 let budget = c.request_budget();
                 io.send_request(now, conn, c, CmMessage::Dreq(dreq), budget);
@@ -76,6 +76,13 @@ impl Endpoint {
             self.io.send(from, tid, CmMessage::Drep(drep));
             return;
         };
+        if self.io.peers.addr(c.peer) != from {
+            // Right IDs from the wrong address: no teardown, and no DREP to a spoofed source.
+            self.io.stats.drop(DropReason::WrongPeer);
+            return;
+        }
+        // The DREQ echoes our comm ID from the peer's address: the peer receives.
+        self.io.guard.validate(id);
         if c.state != State::Timewait && m.remote_qpn_eecn != c.local_qpn {
             self.io.stats.drop(DropReason::QpnMismatch);
             return;
@@ -88,7 +95,7 @@ impl Endpoint {
         match c.state {
             State::Established | State::RepSent | State::MraRepRcvd | State::DreqSent => {
                 self.io.cancel_request(id, c);
-                self.io.set_state(c, State::DreqRcvd);
+                self.io.set_state(id, c, State::DreqRcvd);
                 self.io.close(
                     id,
                     c,
@@ -110,8 +117,8 @@ impl Endpoint {
         }
     }
 
-    pub(super) fn on_drep(&mut self, now: Instant, m: Drep) {
-        let Some((c, io)) = self.lookup(m.remote_comm_id, m.local_comm_id, false) else {
+    pub(super) fn on_drep(&mut self, now: Instant, from: PeerAddr, m: Drep) {
+        let Some((c, io)) = self.lookup(from, m.remote_comm_id, m.local_comm_id, false) else {
             return;
         };
         let id = m.remote_comm_id;

@@ -117,6 +117,7 @@ async fn cm_rate(a_ip: IpAddr, b_ip: IpAddr, port: u16, conns: u64, parallel: u6
         EndpointConfig {
             local_ca_guid: Guid(2),
             max_half_open: 1 << 20,
+            max_established_per_peer: usize::MAX,
             ..Default::default()
         },
     );
@@ -312,6 +313,8 @@ fn scale(n: u64) -> Result<()> {
             rng_seed: Some(2),
             local_ca_guid: Guid(2),
             max_half_open: usize::MAX,
+            max_established: usize::MAX,
+            max_established_per_peer: usize::MAX,
             ..Default::default()
         }),
         a_addr,
