@@ -14,6 +14,7 @@ use ibcm::proto::{
     AcceptParams, CallError, ConnectParams, EndpointConfig, ListenOptions, PeerAddr, State,
 };
 use ibcm::rt::{Cm, CmError, Connection, MemNetwork};
+use ibcm_mad::xrc::RejectKind;
 use ibcm_mad::{Guid, Qpn, RejReason, ServiceId};
 use ibcm_xrc::cm::rt::XrcServer;
 use ibcm_xrc::cm::{
@@ -21,7 +22,6 @@ use ibcm_xrc::cm::{
     XrcTargetConfig,
 };
 use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
-use ibcm_mad::xrc::RejectKind;
 use ibcm_xrc::{
     ConnEvent, DomainSpec, GoneCause, OwnershipPolicy, ProcessId, RegistryConfig, SrqNum,
     TgtRegistry, Verbs, Verdict, XrcReqData,

@@ -11,12 +11,12 @@ use ibcm::proto::{
 use ibcm_mad::{Psn, Qpn, RejReason, ReqTransport, ServiceId};
 
 use crate::policy::{OwnershipPolicy, PolicyAction, Verdict};
-use crate::verbs::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
-use crate::registry::{ConnEvent, DomainId, TgtRequest, IniPeer, TgtRegistry};
+use crate::registry::{ConnEvent, DomainId, IniPeer, TgtRegistry, TgtRequest};
 use crate::types::{ProcessId, SrqNum};
-use ibcm_mad::xrc::{GoneCause, RejectKind, ReqMode, TargetGone, XrcReqData};
+use crate::verbs::qp::{AccessFlags, AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
 #[cfg(doc)]
-use crate::{cm::IniOutcome, wire::XrcRepData};
+use crate::{cm::IniOutcome, XrcRepData};
+use ibcm_mad::xrc::{GoneCause, RejectKind, ReqMode, TargetGone, XrcReqData};
 
 /// Who answers the XRC REQs of one service ID.
 #[derive(Clone, Debug, PartialEq, Eq)]
