@@ -208,7 +208,11 @@ impl Kernel {
         }
     }
 
-    pub(super) fn open_xrcd(&mut self, pid: ProcessId, spec: &DomainSpec) -> Result<XrcdHandle, VerbsError> {
+    pub(super) fn open_xrcd(
+        &mut self,
+        pid: ProcessId,
+        spec: &DomainSpec,
+    ) -> Result<XrcdHandle, VerbsError> {
         self.need_xrc()?;
         self.proc_ref(pid)?;
         let id = match spec {
@@ -281,7 +285,11 @@ impl Kernel {
         Ok(())
     }
 
-    pub(super) fn create_tgt_qp(&mut self, pid: ProcessId, h: XrcdHandle) -> Result<QpHandle, VerbsError> {
+    pub(super) fn create_tgt_qp(
+        &mut self,
+        pid: ProcessId,
+        h: XrcdHandle,
+    ) -> Result<QpHandle, VerbsError> {
         self.need_xrc()?;
         let id = self.xrcd_of(pid, h)?;
         let qpn = self.alloc_qpn()?;
@@ -363,7 +371,11 @@ impl Kernel {
         Ok(QpHandle(qh))
     }
 
-    pub(super) fn create_srq(&mut self, pid: ProcessId, h: XrcdHandle) -> Result<SrqHandle, VerbsError> {
+    pub(super) fn create_srq(
+        &mut self,
+        pid: ProcessId,
+        h: XrcdHandle,
+    ) -> Result<SrqHandle, VerbsError> {
         self.need_xrc()?;
         let id = self.xrcd_of(pid, h)?;
         let srqn = self.alloc_srqn()?;
@@ -444,7 +456,12 @@ impl Kernel {
         Ok(())
     }
 
-    pub(super) fn modify_qp(&mut self, pid: ProcessId, h: QpHandle, attr: &QpAttr) -> Result<(), VerbsError> {
+    pub(super) fn modify_qp(
+        &mut self,
+        pid: ProcessId,
+        h: QpHandle,
+        attr: &QpAttr,
+    ) -> Result<(), VerbsError> {
         let qpn = self.qp_of(pid, h)?;
         let q = self.qps.get_mut(&qpn).ok_or(VerbsError::BadHandle {
             what: "qp",
