@@ -38,7 +38,8 @@ pub enum TgtAnswer {
 impl XrcTarget {
     /// Decides on a REQ. `None` if it is not XRC or asks for a service this target does not
     /// serve (the application answers it); else the answer to send — also recorded as a
-    /// [`TargetEvent`]. `timewait` is the connection's CM TimeWait ([`passive_timewait`]).
+    /// [`TargetEvent`]. `timewait` is the connection's CM TimeWait
+    /// ([`passive_timewait`](super::passive_timewait)).
     pub fn on_request(
         &mut self,
         now: Instant,
