@@ -95,7 +95,7 @@
 use crate::{
     policy::PolicyAction,
     registry::{ConnEvent, TgtRegistry},
-    wire::{TargetGone, XrcRepData, XrcReqData},
+    TargetGone, XrcRepData, XrcReqData,
 };
 #[cfg(doc)]
 use ibcm::proto::AcceptParams;

@@ -1,0 +1,271 @@
+//! What each request does: one arm per [`Request`], each a registry call.
+
+use std::time::{Duration, Instant};
+
+use ibcm_mad::Guid;
+use serde_json::{json, Value};
+
+use super::args::{err, modify_attr, policy_arg, qpn_arg, registry_err};
+use super::{ConnKey, KeeperCore, SessionId};
+use crate::keeper::proto::{ErrorBody, ErrorKind, LeakView, Request};
+use crate::policy::{OwnershipPolicy, Verdict};
+use crate::registry::{ConnEvent, DomainState, IniPeer, QpLife, Registrant, TgtRequest};
+use crate::types::{DomainSpec, ProcessId, SrqNum};
+use ibcm_mad::xrc::{ReqMode, XrcReqData};
+
+impl KeeperCore {
+    pub(super) fn dispatch(
+        &mut self,
+        now: Instant,
+        s: SessionId,
+        req: Request,
+    ) -> Result<Value, ErrorBody> {
+        let me = ProcessId(s);
+        match req {
+            Request::Hello { pid, name } => {
+                if let Some(sess) = self.sessions.get_mut(&s) {
+                    if sess.pid.is_none() {
+                        sess.pid = pid;
+                    }
+                    sess.name = name.unwrap_or_default();
+                }
+                let dev = self.reg.verbs().device();
+                Ok(json!({
+                    "session": s,
+                    "keeper_pid": self.keeper_pid,
+                    "backend": self.backend,
+                    "device": dev.name,
+                    "xrc": dev.xrc,
+                }))
+            }
+            Request::Ping => Ok(json!({})),
+            Request::OpenDomain {
+                domain,
+                path,
+                create,
+                exclusive,
+            } => {
+                let spec = match path {
+                    None => DomainSpec::Private,
+                    Some(p) => DomainSpec::File {
+                        path: p.into(),
+                        create,
+                        exclusive,
+                    },
+                };
+                self.reg
+                    .open_domain(&domain, spec)
+                    .map_err(|e| registry_err(&e))?;
+                self.log.push(format!("domain {domain} open"));
+                Ok(json!({ "domain": domain }))
+            }
+            Request::CloseDomain { domain } => {
+                let id = self.domain_arg(&domain)?;
+                let st = self
+                    .reg
+                    .close_domain(now, id)
+                    .map_err(|e| registry_err(&e))?;
+                self.slots.retain(|(d, _), _| *d != id);
+                Ok(match st {
+                    DomainState::Open => json!({ "state": "open" }),
+                    DomainState::Closing { pinned_by } => json!({
+                        "state": if pinned_by.is_empty() { "closed" } else { "closing" },
+                        "pinned_by": pinned_by.iter().map(|q| q.get()).collect::<Vec<_>>(),
+                    }),
+                })
+            }
+            Request::Create { domain, policy } => {
+                let id = self.domain_arg(&domain)?;
+                let policy = policy_arg(&policy)?;
+                let qpn = self
+                    .reg
+                    .create_tgt_qp(now, id, policy, me)
+                    .map_err(|e| registry_err(&e))?;
+                Ok(json!({ "qpn": qpn.get(), "policy": policy.name() }))
+            }
+            Request::CreateOrRegister { domain, key } => {
+                let id = self.domain_arg(&domain)?;
+                let existing = self
+                    .slots
+                    .get(&(id, key.clone()))
+                    .copied()
+                    .filter(|q| self.reg.query(*q).is_ok_and(|t| t.life == QpLife::Live));
+                match existing {
+                    Some(qpn) => {
+                        self.reg
+                            .register(now, qpn, Registrant::Process(me))
+                            .map_err(|e| registry_err(&e))?;
+                        Ok(json!({ "qpn": qpn.get(), "created": false }))
+                    }
+                    None => {
+                        let qpn = self
+                            .reg
+                            .create_tgt_qp(now, id, OwnershipPolicy::Shared, me)
+                            .map_err(|e| registry_err(&e))?;
+                        self.slots.insert((id, key), qpn);
+                        Ok(json!({ "qpn": qpn.get(), "created": true }))
+                    }
+                }
+            }
+            Request::Register { qpn } => {
+                let n = self
+                    .reg
+                    .register(now, qpn_arg(qpn)?, Registrant::Process(me))
+                    .map_err(|e| registry_err(&e))?;
+                Ok(json!({ "count": n }))
+            }
+            Request::Unregister { qpn } => {
+                let v = self
+                    .reg
+                    .unregister(now, qpn_arg(qpn)?, &Registrant::Process(me))
+                    .map_err(|e| registry_err(&e))?;
+                Ok(verdict_json(v))
+            }
+            Request::Destroy { qpn } => {
+                let v = self
+                    .reg
+                    .destroy(now, qpn_arg(qpn)?, me)
+                    .map_err(|e| registry_err(&e))?;
+                Ok(verdict_json(v))
+            }
+            Request::Adopt { qpn } => {
+                self.reg
+                    .adopt(now, qpn_arg(qpn)?, me)
+                    .map_err(|e| registry_err(&e))?;
+                Ok(json!({}))
+            }
+            Request::Modify { qpn, attr } => {
+                let a = modify_attr(&attr)?;
+                let st = self
+                    .reg
+                    .modify(qpn_arg(qpn)?, &a)
+                    .map_err(|e| registry_err(&e))?;
+                Ok(json!({ "state": st.name() }))
+            }
+            Request::Query { qpn } => {
+                let q = self
+                    .reg
+                    .query(qpn_arg(qpn)?)
+                    .map_err(|e| registry_err(&e))?;
+                serde_json::to_value(self.qp_view(&q))
+                    .map_err(|e| err(ErrorKind::Internal, e.to_string()))
+            }
+            Request::AcceptReq {
+                conn,
+                domain,
+                ini_ca_guid,
+                ini_qpn,
+                mode,
+                tgt_qpn,
+                policy,
+                srqns,
+                timewait_ms,
+            } => {
+                let id = self.domain_arg(&domain)?;
+                let mode = match (mode.as_deref().unwrap_or("any"), tgt_qpn) {
+                    ("any", _) => ReqMode::Any,
+                    ("create", _) => ReqMode::Create,
+                    ("attach", Some(q)) => ReqMode::Attach(qpn_arg(q)?),
+                    (m, _) => {
+                        return Err(err(
+                            ErrorKind::BadRequest,
+                            format!("bad mode {m:?} (attach needs tgt_qpn)"),
+                        ))
+                    }
+                };
+                let policy = policy.as_deref().map(policy_arg).transpose()?;
+                let srqns = srqns
+                    .into_iter()
+                    .map(|v| {
+                        SrqNum::new(v)
+                            .ok_or_else(|| err(ErrorKind::BadRequest, format!("SRQN {v:#x}")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let req = TgtRequest {
+                    conn: ConnKey {
+                        session: s,
+                        name: conn,
+                    },
+                    domain: id,
+                    process: me,
+                    peer: IniPeer {
+                        ca_guid: Guid(ini_ca_guid),
+                        ini_qpn: qpn_arg(ini_qpn)?,
+                    },
+                    data: XrcReqData { mode, policy },
+                    timewait: timewait_ms.map_or(
+                        self.reg.config().policy.default_timewait,
+                        Duration::from_millis,
+                    ),
+                    srqns,
+                };
+                match self.reg.handle_req(now, &req) {
+                    Ok(acc) => {
+                        let pd = acc.rep_private_data(&[]).unwrap_or_default();
+                        Ok(json!({
+                            "accept": true,
+                            "tgt_qpn": acc.tgt_qpn.get(),
+                            "created": acc.created,
+                            "policy": acc.policy.name(),
+                            "rep_private_data": hex(&pd),
+                        }))
+                    }
+                    Err(gone) => Ok(json!({
+                        "accept": false,
+                        "rej_reason": gone.reason().raw(),
+                        "ari": hex(&gone.to_bytes()),
+                        "text": gone.to_string(),
+                    })),
+                }
+            }
+            Request::ConnEvent { conn, event } => {
+                let ev = match event.as_str() {
+                    "established" => ConnEvent::Established,
+                    "peer-dreq" => ConnEvent::PeerDreq,
+                    "peer-timeout" => ConnEvent::PeerTimeout,
+                    "closed" => ConnEvent::LocalClosed,
+                    other => {
+                        return Err(err(
+                            ErrorKind::BadRequest,
+                            format!("unknown connection event {other:?}"),
+                        ))
+                    }
+                };
+                let key = ConnKey {
+                    session: s,
+                    name: conn,
+                };
+                let v = self.reg.handle_conn_event(now, &key, ev);
+                Ok(v.map_or(json!({}), verdict_json))
+            }
+            Request::Status => serde_json::to_value(self.status())
+                .map_err(|e| err(ErrorKind::Internal, e.to_string())),
+            Request::Leaks => {
+                let leaks: Vec<LeakView> = self
+                    .reg
+                    .leaks()
+                    .into_iter()
+                    .map(|l| LeakView {
+                        qpn: l.qpn.get(),
+                        domain: self.domain_name(l.domain),
+                        policy: l.policy.name().into(),
+                        creator_pid: self.pid_of(l.creator),
+                    })
+                    .collect();
+                serde_json::to_value(leaks).map_err(|e| err(ErrorKind::Internal, e.to_string()))
+            }
+        }
+    }
+}
+
+fn verdict_json(v: Verdict) -> Value {
+    match v {
+        Verdict::Kept => json!({ "verdict": "kept" }),
+        Verdict::Released(c) => json!({ "verdict": "released", "cause": c.text() }),
+        Verdict::AlreadyGone(c) => json!({ "verdict": "already-gone", "cause": c.text() }),
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

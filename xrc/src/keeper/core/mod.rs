@@ -1,0 +1,265 @@
+//! The keeper's state machine, without sockets: sessions in, replies and events out.
+//!
+//! * this file: [`KeeperCore`], its sessions and the flow of one request (reply plus events)
+//!   and of the registry's outputs (log lines, events);
+//! * `dispatch.rs`: what each request does;
+//! * `args.rs`: request arguments checked and converted, registry errors as protocol errors;
+//! * `report.rs`: how the keeper shows QPs, domains and processes (`status`, `query`,
+//!   log lines with real PIDs).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::proto::{ErrorKind, KeeperEvent, Reply, Request};
+use crate::policy::{PolicyAction, Verdict};
+use crate::registry::{ConnEvent, DomainId, RegistryConfig, TgtRegistry};
+use crate::types::{ProcessId, Qpn};
+use crate::verbs::Verbs;
+
+mod args;
+mod dispatch;
+mod report;
+#[cfg(test)]
+mod tests;
+
+use args::err;
+use report::verdict_text;
+
+/// A connection as the keeper knows it: the session that reported it and its name there.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct ConnKey {
+    /// The session.
+    pub session: u32,
+    /// The session's name for it.
+    pub name: String,
+}
+
+const MAX_CLOSED: usize = 4096;
+
+/// A session number. It doubles as the registry's [`ProcessId`] for everything the session
+/// creates or registers, so closing one socket releases exactly that socket's references.
+pub(super) type SessionId = u32;
+
+#[derive(Clone, Debug)]
+struct Session {
+    pid: Option<u32>,
+    name: String,
+}
+
+/// Where an event goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Target {
+    /// One session.
+    Session(SessionId),
+    /// Every session.
+    All,
+}
+
+/// The keeper: a [`TgtRegistry`] acting for many client sessions.
+#[derive(Debug)]
+pub(super) struct KeeperCore {
+    reg: TgtRegistry<ConnKey>,
+    epoch: String,
+    backend: String,
+    keeper_pid: u32,
+    sessions: BTreeMap<SessionId, Session>,
+    /// PIDs of recently closed sessions, for logs and status after they are gone.
+    closed: BTreeMap<SessionId, Option<u32>>,
+    next_session: SessionId,
+    slots: BTreeMap<(DomainId, String), Qpn>,
+    log: Vec<String>,
+    started: Instant,
+}
+
+impl KeeperCore {
+    /// A keeper acting through `verbs`. `epoch` must differ between keeper instances.
+    pub(super) fn new(
+        verbs: Box<dyn Verbs>,
+        cfg: RegistryConfig,
+        epoch: String,
+        backend: &str,
+        now: Instant,
+    ) -> Self {
+        let keeper_pid = verbs.process().0;
+        Self {
+            reg: TgtRegistry::new(verbs, cfg),
+            epoch,
+            backend: backend.to_owned(),
+            keeper_pid,
+            sessions: BTreeMap::new(),
+            closed: BTreeMap::new(),
+            next_session: 1,
+            slots: BTreeMap::new(),
+            log: Vec::new(),
+            started: now,
+        }
+    }
+
+    /// This instance's epoch.
+    pub(super) fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// Lines to log since the last call (everything the registry did).
+    pub(super) fn take_log(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.log)
+    }
+
+    /// A client connected; `pid` from `SO_PEERCRED` when available.
+    pub(super) fn open_session(&mut self, pid: Option<u32>) -> SessionId {
+        let id = self.next_session;
+        self.next_session = self.next_session.wrapping_add(1).max(1);
+        self.sessions.insert(
+            id,
+            Session {
+                pid,
+                name: String::new(),
+            },
+        );
+        id
+    }
+
+    /// A client's socket closed (exit, SIGKILL, or a clean close): exactly its references go.
+    pub(super) fn close_session(
+        &mut self,
+        now: Instant,
+        s: SessionId,
+    ) -> Vec<(Target, KeeperEvent)> {
+        let name = self
+            .sessions
+            .get(&s)
+            .map(|x| {
+                format!(
+                    "session {s} (pid {})",
+                    x.pid.map_or("?".into(), |p| p.to_string())
+                )
+            })
+            .unwrap_or_default();
+        self.log.push(format!("{name} closed"));
+        self.reg.process_exit(now, ProcessId(s));
+        // Its connections died with its CM: nobody can DREQ them any more.
+        let conns: Vec<ConnKey> = self
+            .reg
+            .tgt_qps()
+            .into_iter()
+            .flat_map(|q| q.conns)
+            .filter(|c| c.session == s)
+            .collect();
+        for c in conns {
+            self.reg.handle_conn_event(now, &c, ConnEvent::LocalClosed);
+        }
+        if let Some(x) = self.sessions.remove(&s) {
+            self.closed.insert(s, x.pid);
+            while self.closed.len() > MAX_CLOSED {
+                self.closed.pop_first();
+            }
+        }
+        self.drain()
+    }
+
+    /// Runs due quarantines.
+    pub(super) fn tick(&mut self, now: Instant) -> Vec<(Target, KeeperEvent)> {
+        if self.reg.poll_timeout().is_some_and(|t| t <= now) {
+            self.reg.handle_timeout(now);
+        }
+        self.drain()
+    }
+
+    /// When [`KeeperCore::tick`] has work.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        self.reg.poll_timeout()
+    }
+
+    /// Handles one request of session `s`.
+    pub(super) fn handle(
+        &mut self,
+        now: Instant,
+        s: SessionId,
+        id: Option<u64>,
+        req: Request,
+    ) -> (Reply, Vec<(Target, KeeperEvent)>) {
+        let res = self.dispatch(now, s, req);
+        let events = self.drain();
+        let reply = match res {
+            Ok(v) => Reply {
+                id,
+                epoch: self.epoch.clone(),
+                ok: true,
+                result: Some(v),
+                error: None,
+            },
+            Err(e) => Reply {
+                id,
+                epoch: self.epoch.clone(),
+                ok: false,
+                result: None,
+                error: Some(e),
+            },
+        };
+        (reply, events)
+    }
+
+    /// A reply for a line that could not be parsed.
+    pub(super) fn bad_line(&self, message: String) -> Reply {
+        Reply {
+            id: None,
+            epoch: self.epoch.clone(),
+            ok: false,
+            result: None,
+            error: Some(err(ErrorKind::BadRequest, message)),
+        }
+    }
+
+    /// Moves the registry's outputs into events and log lines.
+    fn drain(&mut self) -> Vec<(Target, KeeperEvent)> {
+        let mut out = Vec::new();
+        while let Some(t) = self.reg.poll_trace() {
+            let mut line = format!(
+                "{} qp {} {}",
+                self.elapsed(t.at),
+                t.qpn,
+                self.humanize(&t.what)
+            );
+            if let Some(v) = t.verdict {
+                line.push_str(&format!(" -> {}", verdict_text(v)));
+            }
+            self.log.push(line);
+            if let Some(Verdict::Released(cause)) = t.verdict {
+                out.push((
+                    Target::All,
+                    KeeperEvent::QpGone {
+                        qpn: t.qpn.get(),
+                        cause: cause.text().into(),
+                    },
+                ));
+            }
+        }
+        while let Some(a) = self.reg.poll_action() {
+            match a {
+                PolicyAction::EndConnection { conn, qpn, cause } => {
+                    if self.sessions.contains_key(&conn.session) {
+                        out.push((
+                            Target::Session(conn.session),
+                            KeeperEvent::EndConnection {
+                                conn: conn.name,
+                                qpn: qpn.get(),
+                                cause: cause.text().into(),
+                            },
+                        ));
+                    } else {
+                        self.log.push(format!(
+                            "conn {} of closed session {} on qp {qpn} cannot be disconnected: its CM is gone",
+                            conn.name, conn.session
+                        ));
+                    }
+                }
+                PolicyAction::ReportOrphan { qpn } => {
+                    out.push((Target::All, KeeperEvent::QpOrphaned { qpn: qpn.get() }));
+                }
+                // Covered by the QpGone broadcast above.
+                _ => {}
+            }
+        }
+        out
+    }
+}

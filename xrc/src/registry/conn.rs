@@ -1,0 +1,259 @@
+//! The CM side (the contract on [`TgtRegistry`], steps 1 and 2): an XRC REQ in, an
+//! [`XrcAccept`] or a [`TargetGone`] block out; connection events; rekeying a connection
+//! bound under a provisional key.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use super::quarantine::QpnStatus;
+use super::{DomainId, IniPeer, QpLife, Registrant, TgtRegistry};
+use crate::policy::{decide, OwnershipPolicy, PolicyAction, PolicyEvent, Verdict};
+use crate::types::{ProcessId, Qpn, SrqNum};
+use ibcm_mad::xrc::{
+    GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
+};
+
+/// A REQ for an XRC TGT, as the CM hands it to [`TgtRegistry::handle_req`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TgtRequest<K> {
+    /// The CM's key for the new connection.
+    pub conn: K,
+    /// The domain the listener serves.
+    pub domain: DomainId,
+    /// The accepting process (the creator of a new TGT QP).
+    pub process: ProcessId,
+    /// The initiator.
+    pub peer: IniPeer,
+    /// The XRC part of the REQ's private data.
+    pub data: XrcReqData,
+    /// The connection's CM TimeWait.
+    pub timewait: Duration,
+    /// The accepting process's XRC SRQ numbers, for the REP.
+    pub srqns: Vec<SrqNum>,
+}
+
+/// How to answer an accepted XRC REQ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XrcAccept {
+    /// The TGT QPN: the REP's Local EECN.
+    pub tgt_qpn: Qpn,
+    /// Whether the QP was created for this REQ (it is in RESET: bring it to RTR).
+    pub created: bool,
+    /// Its policy.
+    pub policy: OwnershipPolicy,
+    /// The REP's XRC private data (the application's bytes may follow).
+    pub rep: XrcRepData,
+}
+
+impl XrcAccept {
+    /// The REP private data: [`XrcRepData`] followed by `app`.
+    ///
+    /// # Errors
+    /// [`XrcDataError::TooLong`] when it does not fit 196 bytes.
+    pub fn rep_private_data(&self, app: &[u8]) -> Result<Vec<u8>, XrcDataError> {
+        self.rep.emit(app)
+    }
+}
+
+/// Connection events the CM reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnEvent {
+    /// RTU received (or COMM_EST): the connection is up.
+    Established,
+    /// DREQ received from the initiator.
+    PeerDreq,
+    /// The connection failed without a DREQ (retries exhausted, REJ received).
+    PeerTimeout,
+    /// The CM closed it for another reason (local disconnect).
+    LocalClosed,
+}
+
+impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
+    /// Decides on an XRC REQ (type docs, step 1).
+    ///
+    /// # Errors
+    /// A [`TargetGone`] block to send in a REJ.
+    pub fn handle_req(
+        &mut self,
+        now: Instant,
+        req: &TgtRequest<K>,
+    ) -> Result<XrcAccept, TargetGone> {
+        let refuse = |kind, qpn| TargetGone { kind, qpn };
+        // A duplicate of a REQ already accepted: answer the same way.
+        if let Some(&qpn) = self.conns.get(&req.conn) {
+            if let Some(q) = self.qps.get(&qpn) {
+                if q.life == QpLife::Live {
+                    return self.accept(qpn, false, &req.srqns);
+                }
+            }
+        }
+        let domain_open = self.domains.get(&req.domain).is_some_and(|d| !d.closing);
+        let closed = refuse(RejectKind::Gone(GoneCause::DomainClosed), None);
+        let (qpn, created) = match req.data.mode {
+            ReqMode::Attach(qpn) => {
+                let decided = self.qps.get(&qpn).map(|q| {
+                    let f = q.facts(qpn, true);
+                    (q.life, q.domain, q.peer, f)
+                });
+                match decided {
+                    Some((QpLife::Live, _, _, _)) if !domain_open => {
+                        return Err(refuse(RejectKind::Gone(GoneCause::DomainClosed), Some(qpn)));
+                    }
+                    Some((QpLife::Live, dom, peer, _)) => {
+                        if dom != req.domain || peer.is_some_and(|p| p != req.peer) {
+                            return Err(refuse(RejectKind::AttachRefused, Some(qpn)));
+                        }
+                        (qpn, false)
+                    }
+                    Some((QpLife::Gone { .. }, _, _, facts)) => {
+                        let ev = PolicyEvent::ReqReceived {
+                            conn: req.conn.clone(),
+                        };
+                        let d = decide(&facts, &ev, now, &self.cfg.policy);
+                        self.log(
+                            now,
+                            qpn,
+                            "REQ for a gone QP".into(),
+                            Some(d.verdict),
+                            d.actions.clone(),
+                        );
+                        let info = d.actions.iter().find_map(|a| match a {
+                            PolicyAction::RejectReq { qpn, cause, .. } => {
+                                Some(TargetGone::gone(*cause, *qpn))
+                            }
+                            _ => None,
+                        });
+                        return Err(info.unwrap_or(TargetGone::gone(GoneCause::Unknown, qpn)));
+                    }
+                    None => {
+                        let cause = match self.qpn_status(qpn, now) {
+                            QpnStatus::Quarantined { cause, .. } => cause,
+                            _ => GoneCause::Unknown,
+                        };
+                        return Err(TargetGone::gone(cause, qpn));
+                    }
+                }
+            }
+            ReqMode::Any | ReqMode::Create if !domain_open => return Err(closed),
+            ReqMode::Any => {
+                let existing = self.qps.iter().find(|(_, q)| {
+                    q.life == QpLife::Live && q.domain == req.domain && q.peer == Some(req.peer)
+                });
+                match existing {
+                    Some((&qpn, _)) => (qpn, false),
+                    None => (self.create_for_req(now, req)?, true),
+                }
+            }
+            ReqMode::Create => (self.create_for_req(now, req)?, true),
+        };
+        // Bind the connection.
+        let conn_regs = self.cfg.connection_registrations;
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.peer.get_or_insert(req.peer);
+            q.conns.insert(req.conn.clone(), req.timewait);
+            if q.policy == OwnershipPolicy::Shared && conn_regs {
+                q.registrations
+                    .insert(Registrant::Conn(req.conn.clone()), 1);
+            }
+        }
+        self.conns.insert(req.conn.clone(), qpn);
+        self.log(
+            now,
+            qpn,
+            format!(
+                "REQ {:?} from INI {} {}",
+                req.conn,
+                req.peer.ini_qpn,
+                if created {
+                    "created the QP"
+                } else {
+                    "attached"
+                }
+            ),
+            None,
+            vec![],
+        );
+        self.accept(qpn, created, &req.srqns)
+    }
+
+    fn create_for_req(&mut self, now: Instant, req: &TgtRequest<K>) -> Result<Qpn, TargetGone> {
+        let policy = req.data.policy.unwrap_or(self.cfg.default_policy);
+        self.create_inner(now, req.domain, policy, req.process, Some(req.peer))
+            .map_err(|_| TargetGone {
+                kind: RejectKind::NoResources,
+                qpn: None,
+            })
+    }
+
+    fn accept(&self, qpn: Qpn, created: bool, srqns: &[SrqNum]) -> Result<XrcAccept, TargetGone> {
+        let policy = self
+            .qps
+            .get(&qpn)
+            .map_or(self.cfg.default_policy, |q| q.policy);
+        let rep = XrcRepData {
+            tgt_qpn: qpn,
+            policy,
+            created,
+            srqns: srqns.to_vec(),
+        };
+        // Validate now so the CM never fails to build the REP.
+        if rep.emit(&[]).is_err() {
+            return Err(TargetGone {
+                kind: RejectKind::NoResources,
+                qpn: Some(qpn),
+            });
+        }
+        Ok(XrcAccept {
+            tgt_qpn: qpn,
+            created,
+            policy,
+            rep,
+        })
+    }
+
+    /// A connection event from the CM (type docs, step 2). Unknown connections are
+    /// ignored (e.g. the DREQ crossing ours after the QP was released).
+    pub fn handle_conn_event(&mut self, now: Instant, conn: &K, ev: ConnEvent) -> Option<Verdict> {
+        let &qpn = self.conns.get(conn)?;
+        if ev == ConnEvent::Established {
+            self.log(now, qpn, format!("conn {conn:?} established"), None, vec![]);
+            return None;
+        }
+        self.conns.remove(conn);
+        let q = self.qps.get_mut(&qpn)?;
+        q.registrations.remove(&Registrant::Conn(conn.clone()));
+        let event = match ev {
+            ConnEvent::PeerTimeout => PolicyEvent::PeerTimeout { conn: conn.clone() },
+            _ => PolicyEvent::PeerDreq { conn: conn.clone() },
+        };
+        Some(self.apply(now, qpn, event))
+    }
+
+    /// Renames a connection key everywhere (the connection map, the QP's connection list, a
+    /// connection-scoped registration, queued actions). For a CM that learns its own
+    /// connection ID only after the REP went out — ibcm's async `Incoming::accept` — and so
+    /// calls [`TgtRegistry::handle_req`] with a provisional key. Returns whether `old` was
+    /// known; an existing `new` is overwritten.
+    pub fn rekey_conn(&mut self, old: &K, new: K) -> bool {
+        let Some(qpn) = self.conns.remove(old) else {
+            return false;
+        };
+        self.conns.insert(new.clone(), qpn);
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            if let Some(tw) = q.conns.remove(old) {
+                q.conns.insert(new.clone(), tw);
+            }
+            if let Some(c) = q.registrations.remove(&Registrant::Conn(old.clone())) {
+                q.registrations.insert(Registrant::Conn(new.clone()), c);
+            }
+        }
+        for a in &mut self.outbox {
+            if let PolicyAction::EndConnection { conn, .. } = a {
+                if conn == old {
+                    *conn = new.clone();
+                }
+            }
+        }
+        true
+    }
+}
