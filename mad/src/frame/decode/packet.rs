@@ -275,8 +275,9 @@ impl<'a> IbPacket<'a> {
         self.deth.map(|d| d.src_qp)
     }
 
-    /// Recomputes and checks the ICRC (whatever [`DecodeConfig::verify_crc`] said). Assumes
-    /// the packet carries an ICRC.
+    /// Recomputes and checks the ICRC (whatever
+    /// [`DecodeConfig::verify_crc`](super::DecodeConfig::verify_crc) said). Assumes the packet
+    /// carries an ICRC.
     ///
     /// # Errors
     /// [`FrameError::BadIcrc`].

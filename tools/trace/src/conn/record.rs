@@ -195,7 +195,7 @@ pub struct LadderEntry {
 pub(super) const SIGS: usize = 8;
 
 /// A tracked connection.
-// `repr(C)` keeps `id` first, so that [`prefetch_conn`] can name every cache line of it.
+// `repr(C)` keeps `id` first, so that `index::prefetch_conn` can name every cache line of it.
 #[derive(Debug, Clone)]
 #[repr(C)]
 pub struct Conn {
