@@ -1,0 +1,314 @@
+//! Connection tracking: from CM MADs to connections (REQ … DREP), in constant memory.
+//!
+//! A connection is identified by its two ends, each a (CA GUID, Communication ID) pair
+//! (docs/protocol.md §4.6): the REQ gives the active end (`local_ca_guid`, `local_comm_id`),
+//! the REP the passive end and, through its Remote Comm ID, the link to the REQ. Later
+//! messages carry both comm IDs but no GUID, so they are matched by the comm-ID pair in either
+//! order (which also tells who sent them). Before the REP is seen, an MRA or REJ from the
+//! passive side is matched by its Remote Comm ID and the active side's address (a REJ from
+//! REQ_RCVD has Local Comm ID 0); a REJ with reason 4 (timeout) carries the rejecting CA's GUID
+//! in its ARI and is matched by (that GUID, its Local Comm ID). SIDR_REQ / SIDR_REP pairs are
+//! tracked as connections of kind [`ConnKind::Sidr`], keyed by the requester and Request ID.
+//!
+//! A retransmission is an identical repeat: same attribute, same TID and same comm IDs as a
+//! message seen before on the same connection.
+//!
+//! # Memory bound
+//! The tracker holds at most [`TrackerConfig::max_live`] connections (default 65,536). A
+//! connection is finished and handed back (through [`Tracker::observe`]'s output vector) when
+//! * it ended (DREP, REJ or SIDR_REP seen) and [`TrackerConfig::grace`] of capture time passed
+//!   without another message for it (late retransmissions still find it),
+//! * it saw no message for [`TrackerConfig::idle`] of capture time, or
+//! * the table is full: then the least recently active eighth of the table is finished.
+//!
+//! Each connection keeps at most [`TrackerConfig::max_events`] ladder entries (only when
+//! [`TrackerConfig::record_events`] is set), so its size is bounded too: about 300 bytes, plus
+//! 40 bytes per recorded event.
+//!
+//! # Inside
+//! * `record`: the connection record ([`Conn`], its ends, kind, ladder entries, [`Outcome`]);
+//!   `outcome`: its timeouts and how its outcome is settled.
+//! * `index`: the keys into the slot index, generation-checked look-ups, prefetch hints.
+//! * `matching`: which connection a MAD belongs to, and retransmission detection.
+//! * `lifetime`: slot allocation, grace period, idle sweep, eviction, finishing.
+//! * Here: the [`Tracker`] itself, its settings, and [`Tracker::observe`], which applies one
+//!   message to its connection.
+
+mod index;
+mod lifetime;
+mod matching;
+mod outcome;
+mod record;
+
+use std::time::Duration;
+
+use ibcm_mad::{CmMessage, CommId, ReqTransport, ServiceId};
+
+use crate::hash::SlotIndex;
+use crate::trace::{CmEvent, Icrc};
+
+use matching::Sig;
+pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side};
+
+/// What the tracker says about one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Note {
+    /// The connection's number (none for ClassPortInfo and unknown attributes).
+    pub conn: Option<u64>,
+    /// Who sent it.
+    pub from: Option<Side>,
+    /// An identical repeat of an earlier message.
+    pub retrans: bool,
+    /// The connection is XRC.
+    pub xrc: bool,
+    /// The connection's Service ID.
+    pub service_id: Option<ServiceId>,
+    /// The connection had a problem so far (REJ, retransmission, bad ICRC).
+    pub problem: bool,
+    /// The connection's comm IDs (active, passive), for filtering.
+    pub comm_ids: (Option<CommId>, Option<CommId>),
+}
+
+/// Tracker settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrackerConfig {
+    /// Largest number of connections tracked at once.
+    pub max_live: usize,
+    /// How long an ended connection is kept for late retransmissions (capture time).
+    pub grace: Duration,
+    /// How long a connection without messages is kept (capture time).
+    pub idle: Duration,
+    /// Whether to record ladder entries.
+    pub record_events: bool,
+    /// Largest number of ladder entries per connection.
+    pub max_events: usize,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        TrackerConfig {
+            max_live: 65_536,
+            grace: Duration::from_secs(10),
+            idle: Duration::from_secs(600),
+            record_events: false,
+            max_events: 64,
+        }
+    }
+}
+
+/// Tracker counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct TrackerStats {
+    /// Connections finished because the table was full.
+    pub evicted: u64,
+    /// Largest number of connections tracked at once.
+    pub peak_live: u64,
+}
+
+/// The connection table of one capture file.
+#[derive(Debug)]
+pub(crate) struct Tracker {
+    cfg: TrackerConfig,
+    /// Connections (live where `gens` is non-zero).
+    slots: Vec<Conn>,
+    free: Vec<usize>,
+    /// Finished connections not yet handed over (their slots are not free yet).
+    finished: Vec<usize>,
+    live: usize,
+    next_id: u64,
+    /// Generation of each slot (0 = free): index entries of an older generation are dead.
+    gens: Vec<u32>,
+    next_gen: u32,
+    /// (CA GUID, comm ID), (comm ID pair), (active address, comm ID), (SIDR requester,
+    /// Request ID) → slot.
+    index: SlotIndex,
+    /// Ended connections in order of ending: (ended-at, slot, conn id).
+    ended: std::collections::VecDeque<(Duration, usize, u64)>,
+    /// When the next idle sweep is due.
+    next_sweep: Duration,
+    now: Duration,
+    /// Counters.
+    pub stats: TrackerStats,
+}
+
+impl Tracker {
+    /// An empty table.
+    pub(crate) fn new(cfg: TrackerConfig) -> Self {
+        Tracker {
+            cfg: TrackerConfig {
+                max_live: cfg.max_live.max(8),
+                ..cfg
+            },
+            slots: Vec::new(),
+            free: Vec::new(),
+            finished: Vec::new(),
+            live: 0,
+            next_id: 1,
+            gens: Vec::new(),
+            next_gen: 1,
+            index: SlotIndex::default(),
+            ended: std::collections::VecDeque::new(),
+            next_sweep: Duration::ZERO,
+            now: Duration::ZERO,
+            stats: TrackerStats::default(),
+        }
+    }
+
+    /// Tracks one CM message. Connections finished meanwhile wait for
+    /// [`Tracker::drain_finished`].
+    pub(crate) fn observe(&mut self, ev: &CmEvent) -> Note {
+        if ev.time > self.now {
+            self.now = ev.time;
+        }
+        self.prefetch_next_to_finish();
+        self.expire();
+        let Some((slot, from)) = self.locate(ev) else {
+            return Note::default();
+        };
+        let record = self.cfg.record_events;
+        let max_events = self.cfg.max_events;
+        let now = self.now;
+        let Some(c) = self.conn_mut(slot) else {
+            return Note::default();
+        };
+        let msg = &ev.mad.msg;
+        let sig = Sig {
+            attr: msg.attr_id().raw(),
+            tid: ev.mad.header.tid.0,
+            local: match msg {
+                CmMessage::SidrReq(s) => s.request_id.0,
+                CmMessage::SidrRep(s) => s.request_id.0,
+                m => m.local_comm_id().map_or(0, |c| c.0),
+            },
+            remote: msg.remote_comm_id().map_or(0, |c| c.0),
+        };
+        let retrans = c.repeat(sig);
+        c.messages += 1;
+        c.last = c.last.max(ev.time);
+        if ev.icrc == Icrc::Bad {
+            c.bad_icrc += 1;
+        }
+        if retrans {
+            c.retransmissions += 1;
+        }
+        let t = ev.time;
+        let mut detail = Detail::None;
+        let mut ended = false;
+        match msg {
+            CmMessage::Req(r) => {
+                c.req_sends += 1;
+                c.req.get_or_insert(t);
+                c.req_last = Some(t);
+                if c.kind == ConnKind::Unknown {
+                    c.kind = match r.transport() {
+                        ReqTransport::Rc => ConnKind::Rc,
+                        ReqTransport::Uc => ConnKind::Uc,
+                        ReqTransport::Xrc => ConnKind::Xrc,
+                        ReqTransport::Other => ConnKind::Other,
+                    };
+                }
+                c.service_id = Some(r.service_id);
+                c.active.ca_guid = Some(r.local_ca_guid);
+                c.active.comm_id = Some(r.local_comm_id);
+                c.active.qpn = Some(r.local_qpn);
+                c.req_timeouts = Some((
+                    r.remote_cm_response_timeout,
+                    r.local_cm_response_timeout,
+                    r.primary_path.local_ack_timeout,
+                    r.max_cm_retries.get(),
+                ));
+            }
+            CmMessage::Rep(r) => {
+                c.rep_sends += 1;
+                c.rep.get_or_insert(t);
+                c.rep_last = Some(t);
+                c.passive.addr = Some(ev.src);
+                c.passive.ca_guid = Some(r.local_ca_guid);
+                c.passive.comm_id = Some(r.local_comm_id);
+                c.passive.qpn = Some(if c.kind == ConnKind::Xrc || r.local_qpn.get() == 0 {
+                    r.xrc_tgt_qpn()
+                } else {
+                    r.local_qpn
+                });
+                if r.local_qpn.get() == 0 && r.local_eecn.get() != 0 && c.kind == ConnKind::Unknown
+                {
+                    c.kind = ConnKind::Xrc;
+                }
+            }
+            CmMessage::Rtu(_) => {
+                c.rtu.get_or_insert(t);
+            }
+            CmMessage::Dreq(_) => {
+                c.dreq_sends += 1;
+                c.dreq.get_or_insert((t, from));
+                c.dreq_last = Some(t);
+            }
+            CmMessage::Drep(_) => {
+                c.drep.get_or_insert(t);
+                ended = true;
+            }
+            CmMessage::Rej(r) => {
+                c.rej.get_or_insert((t, from, r.reason));
+                detail = Detail::Rej(r.reason, r.message_rejected);
+                ended = true;
+            }
+            CmMessage::Mra(m) => {
+                if !retrans {
+                    c.mras += 1;
+                }
+                c.mra_last = Some((t, m.service_timeout));
+                detail = Detail::Mra(m.message_mraed, m.service_timeout);
+            }
+            CmMessage::Lap(_) | CmMessage::Apr(_) => c.lap_apr += 1,
+            CmMessage::SidrReq(_) => {
+                c.req_sends += 1;
+                c.req.get_or_insert(t);
+                c.req_last = Some(t);
+            }
+            CmMessage::SidrRep(s) => {
+                c.sidr_rep.get_or_insert((t, s.status));
+                c.passive.qpn = Some(s.qpn);
+                detail = Detail::Sidr(s.status);
+                ended = true;
+            }
+            CmMessage::ClassPortInfo(_) | CmMessage::Unknown { .. } => {}
+        }
+        let (from_end, other_end) = match from {
+            Side::Active => (&mut c.active, &mut c.passive),
+            Side::Passive => (&mut c.passive, &mut c.active),
+        };
+        from_end.addr.get_or_insert(ev.src);
+        other_end.addr.get_or_insert(ev.dst);
+        if record {
+            if c.events.len() < max_events {
+                c.events.push(LadderEntry {
+                    frame: ev.frame,
+                    time: t,
+                    from,
+                    attr: msg.attr_id(),
+                    detail,
+                    retrans,
+                    icrc: ev.icrc,
+                });
+            } else {
+                c.events_dropped += 1;
+            }
+        }
+        let note = Note {
+            conn: Some(c.id),
+            from: Some(from),
+            retrans,
+            xrc: c.kind == ConnKind::Xrc,
+            service_id: c.service_id,
+            problem: c.rej.is_some() || c.retransmissions > 0 || c.bad_icrc > 0,
+            comm_ids: (c.active.comm_id, c.passive.comm_id),
+        };
+        let id = c.id;
+        let newly_ended = ended && c.ended.is_none();
+        if newly_ended {
+            c.ended = Some(now);
+            self.ended.push_back((now, slot, id));
+        }
+        note
+    }
+}
