@@ -47,6 +47,7 @@
 mod guard;
 mod io;
 mod lap;
+mod limits;
 mod setup;
 mod sidr;
 mod teardown;
@@ -59,47 +60,15 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tracing::{debug, trace};
 
-use super::conn::Conn;
+use super::conn::{Conn, SidrIn, SidrOut};
 use super::ids::{IdAllocator, SidrReqId};
 use super::timer::{Expired, TimerKind};
+use super::util::{map, HashMap, HashSet};
 use super::{
     CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, EventKind, LapState,
     ListenOptions, PeerAddr, Side, State, Stats, Transmit,
 };
 use io::Io;
-pub(crate) use io::PeerId;
-use sidr::{SidrIn, SidrOut};
-
-/// The hash maps of the endpoint: foldhash (several times faster than SipHash on these small
-/// keys), seeded from the endpoint's RNG, so that lookups are fast, runs are reproducible under
-/// a fixed `rng_seed`, and a peer cannot predict the hash of the comm IDs and QPNs it sends.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::SeedableRandomState>;
-type HashSet<K> = std::collections::HashSet<K, foldhash::fast::SeedableRandomState>;
-
-fn map<K, V>(seed: u64) -> HashMap<K, V> {
-    HashMap::with_hasher(foldhash::fast::SeedableRandomState::with_seed(
-        seed,
-        foldhash::SharedSeed::global_fixed(),
-    ))
-}
-
-/// Private data with its trailing zeros removed (for events).
-fn trimmed(b: &[u8]) -> Vec<u8> {
-    let end = b.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
-    b.get(..end).unwrap_or(&[]).to_vec()
-}
-
-/// Checks that a command's field fits its wire size.
-fn check_len(what: &'static str, data: &[u8], max: usize) -> Result<(), CallError> {
-    if data.len() > max {
-        return Err(CallError::TooLong {
-            what,
-            len: data.len(),
-            max,
-        });
-    }
-    Ok(())
-}
 
 /// The sans-IO IB CM endpoint.
 ///
