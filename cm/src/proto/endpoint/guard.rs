@@ -1,6 +1,6 @@
 //! Admission and limits: what an off-path peer can make the endpoint keep, and for how long.
 //!
-//! * **Half-open entries** (passive connections REQ_RCVD … RTU) are indexed here by arrival
+//! * **Half-open entries** (passive connections REQ_RCVD … RTU) are indexed by arrival
 //!   order, by service ID and by source, so that the cap is fair: a source may hold at most
 //!   `max_half_open_per_source` of them (beyond: REJ 3), a service ID at most
 //!   `max_half_open_per_service`, the endpoint at most `max_half_open`; when a service or the

@@ -10,7 +10,8 @@
 //! | message / command | file | handler |
 //! |---|---|---|
 //! | `connect` (→ REQ) | `setup.rs` | [`Endpoint::connect`] |
-//! | REQ | `setup.rs` | `on_req` (duplicates, stale QPN, listener checks via `reject_req`) |
+//! | REQ | `setup.rs` | `on_req` (duplicates, stale QPN, listener checks; refusals via `reject_req` in `io.rs`) |
+//! | REQ admission (caps, eviction of the oldest half-open entry, → REJ 3) | `guard.rs` | `admit` (`evict`) |
 //! | `accept` (→ REP) | `setup.rs` | [`Endpoint::accept`] |
 //! | REP | `setup.rs` | `on_rep`, duplicate REP: `on_dup_rep` |
 //! | `establish` (→ RTU) | `setup.rs` | [`Endpoint::establish`] (`send_rtu`) |
@@ -22,6 +23,7 @@
 //! | REJ (any state) | `setup.rs` | `on_rej` |
 //! | REQ / REP retries exhausted (→ REJ 4) | `setup.rs` | `on_setup_timeout` |
 //! | stale connection found by a REQ or REP | `setup.rs` | `stale_old` |
+//! | half-open lifetime over, REQ unanswered (→ REJ 4) | `guard.rs` | `on_half_open_expired` |
 //! | `disconnect` (→ DREQ, or REJ during setup) | `teardown.rs` | [`Endpoint::disconnect`] |
 //! | DREQ | `teardown.rs` | `on_dreq` |
 //! | DREP | `teardown.rs` | `on_drep` |
@@ -41,8 +43,15 @@
 //! | resend timer (retransmit, then route the give-up above) | `mod.rs` | `on_resend_timer` |
 //! | enter / leave TimeWait, QPN quarantine | `mod.rs` | `enter_timewait`, `on_timewait_exit` |
 //!
-//! Elsewhere: the connection record is in `proto/conn.rs`, the timer kinds and queue in
-//! `proto/timer.rs`, output queues, counters and peer interning in `endpoint/io.rs`.
+//! Elsewhere, below this file (none of them knows the endpoint; this file and the feature files
+//! import from them, never the other way round): the connection and SIDR request records are
+//! in `proto/conn.rs`, the timer kinds and queue in `proto/timer.rs`, peer interning in
+//! `proto/peers.rs`, the seeded hash maps and small helpers (`check_len`, `trimmed`) in
+//! `proto/util.rs`, the admission and anti-amplification bookkeeping (`Guard`) in
+//! `endpoint/limits.rs`, output queues, counters and the REJ builders (`rej`, `timeout_rej`,
+//! `reject_req`) in `endpoint/io.rs`. The feature files (`setup.rs`, `teardown.rs`,
+//! `sidr.rs`, `lap.rs`, `guard.rs`) add methods to [`Endpoint`] and never import from each
+//! other.
 
 mod guard;
 mod io;
