@@ -1,14 +1,15 @@
-//! One connection's record: its state, identifiers, the request waiting for an answer and its
-//! timer.
+//! The endpoint's records: one connection (its state, identifiers, the request waiting for an
+//! answer and its timer), and the outgoing and incoming SIDR requests, which keep no
+//! connection.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ibcm_mad::{CommId, Guid, Qpn, ReqTransport, Tid, TimeoutExp};
+use ibcm_mad::{CommId, Guid, Qpn, ReqTransport, RequestId, ServiceId, Tid, TimeoutExp};
 
-use super::endpoint::PeerId;
+use super::peers::PeerId;
 use super::timer::TimerKind;
-use super::{LapState, Side, State};
+use super::{LapState, PeerAddr, Side, State};
 
 /// A request waiting for its answer, retransmitted unchanged.
 #[derive(Debug)]
@@ -74,6 +75,25 @@ impl Conn {
     pub(super) fn request_budget(&self) -> (Duration, u8) {
         (self.request_timeout.get(), self.max_retries)
     }
+}
+
+/// An outgoing SIDR_REQ.
+#[derive(Debug)]
+pub(super) struct SidrOut {
+    pub(super) pending: Pending,
+    /// The armed deadline (the timer queue entry it must match).
+    pub(super) timer: Option<Instant>,
+}
+
+/// An incoming SIDR_REQ waiting for the application.
+#[derive(Debug)]
+pub(super) struct SidrIn {
+    pub(super) peer: PeerAddr,
+    pub(super) request_id: RequestId,
+    pub(super) service_id: ServiceId,
+    pub(super) tid: Tid,
+    /// When it is forgotten unanswered (its `TimerKind::SidrIn` deadline).
+    pub(super) expires: Instant,
 }
 
 /// A duration in microseconds, saturating at ~71 minutes (CM timeouts above that are clamped;

@@ -14,9 +14,11 @@ mod endpoint;
 mod error;
 mod event;
 mod ids;
+mod peers;
 mod state;
 mod stats;
 mod timer;
+mod util;
 
 pub use addr::{IbAddr, PeerAddr};
 pub use config::{

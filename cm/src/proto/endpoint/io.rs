@@ -1,91 +1,21 @@
 //! The endpoint's output side: queued transmissions and events, the timer queue, counters,
-//! and the peer addresses connections share. Kept apart from the connection table so that a
-//! handler can hold a connection and queue output at the same time.
+//! and the peer addresses connections share (`proto/peers.rs`). Kept apart from the connection
+//! table so that a handler can hold a connection and queue output at the same time. Also the
+//! free functions that build REJs (`rej`, `timeout_rej`) and send one for a REQ that created no
+//! connection (`reject_req`), shared by the feature files.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ibcm_mad::{CmMessage, CommId, Mad, MsgKind, PrivateData, Rej, RejReason, Tid};
+use ibcm_mad::{CmMessage, CommId, Mad, MsgKind, PrivateData, Rej, RejReason, Req, Tid};
 use tracing::{debug, trace};
 
-use super::guard::{source_of, Guard, MAD_BYTES};
-use super::{map, HashMap};
+use super::limits::{source_of, Guard, MAD_BYTES};
 use crate::proto::conn::{Conn, Pending};
+use crate::proto::peers::Peers;
 use crate::proto::timer::{TimerKind, Timers};
 use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
-
-/// Index of an interned peer address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct PeerId(u32);
-
-/// Peer addresses shared by the connections that use them, with reference counts.
-#[derive(Debug)]
-pub(super) struct Peers {
-    addrs: Vec<PeerAddr>,
-    refs: Vec<u32>,
-    index: HashMap<PeerAddr, u32>,
-    free: Vec<u32>,
-}
-
-impl Peers {
-    pub(super) fn new(seed: u64) -> Self {
-        Peers {
-            addrs: Vec::new(),
-            refs: Vec::new(),
-            index: map(seed),
-            free: Vec::new(),
-        }
-    }
-
-    pub(super) fn intern(&mut self, addr: PeerAddr) -> PeerId {
-        if let Some(&i) = self.index.get(&addr) {
-            if let Some(r) = self.refs.get_mut(i as usize) {
-                *r += 1;
-            }
-            return PeerId(i);
-        }
-        let i = match self.free.pop() {
-            Some(i) => {
-                if let (Some(a), Some(r)) = (
-                    self.addrs.get_mut(i as usize),
-                    self.refs.get_mut(i as usize),
-                ) {
-                    *a = addr;
-                    *r = 1;
-                }
-                i
-            }
-            None => {
-                self.addrs.push(addr);
-                self.refs.push(1);
-                (self.addrs.len() - 1) as u32
-            }
-        };
-        self.index.insert(addr, i);
-        PeerId(i)
-    }
-
-    pub(super) fn release(&mut self, id: PeerId) {
-        let Some(r) = self.refs.get_mut(id.0 as usize) else {
-            return;
-        };
-        *r = r.saturating_sub(1);
-        if *r == 0 {
-            if let Some(a) = self.addrs.get(id.0 as usize) {
-                self.index.remove(a);
-            }
-            self.free.push(id.0);
-        }
-    }
-
-    pub(super) fn addr(&self, id: PeerId) -> PeerAddr {
-        self.addrs
-            .get(id.0 as usize)
-            .copied()
-            .unwrap_or(PeerAddr::Udp(std::net::SocketAddr::from(([0, 0, 0, 0], 0))))
-    }
-}
 
 /// Debug lines about what peers make the endpoint do (a malformed MAD, a REQ, a close) allowed
 /// per second of endpoint time; the rest are counted in `Stats::log_suppressed` and summed up
@@ -111,7 +41,7 @@ pub(super) struct Io {
     pub(super) stats: Stats,
     /// Passive connections not yet established (kept by [`Io::set_state`]).
     pub(super) half_open: usize,
-    /// Admission, limits and anti-amplification (`guard.rs`).
+    /// Admission, limits and anti-amplification (`limits.rs`).
     pub(super) guard: Guard,
     /// The time of the input being handled (for the log rate limit).
     pub(super) now: Option<Instant>,
@@ -315,6 +245,13 @@ pub(super) fn rej(
     };
     r.set_ari(ari);
     CmMessage::Rej(r)
+}
+
+/// Rejects a REQ that created no connection: to its sender, with its TID and local comm ID 0
+/// (as Linux does from REQ_RCVD).
+pub(super) fn reject_req(io: &mut Io, from: PeerAddr, tid: Tid, req: &Req, reason: RejReason) {
+    let msg = rej(CommId(0), req.local_comm_id, MsgKind::Req, reason, &[], &[]);
+    io.send(from, tid, msg);
 }
 
 /// The REJ 4 "timeout" (ARI = our CA GUID) with which a connection in setup is given up, as

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use ibcm_mad::{Apr, AprStatus, CmMessage, CommId, Lap, PathInfo, PrivateData, TimeoutExp};
 
-use super::{check_len, trimmed, Endpoint};
+use super::Endpoint;
+use crate::proto::util::{check_len, trimmed};
 use crate::proto::{CallError, ConnId, DropReason, EventKind, LapState, PeerAddr, State};
 
 impl Endpoint {

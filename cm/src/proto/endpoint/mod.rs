@@ -10,7 +10,8 @@
 //! | message / command | file | handler |
 //! |---|---|---|
 //! | `connect` (→ REQ) | `setup.rs` | [`Endpoint::connect`] |
-//! | REQ | `setup.rs` | `on_req` (duplicates, stale QPN, listener checks via `reject_req`) |
+//! | REQ | `setup.rs` | `on_req` (duplicates, stale QPN, listener checks; refusals via `reject_req` in `io.rs`) |
+//! | REQ admission (caps, eviction of the oldest half-open entry, → REJ 3) | `guard.rs` | `admit` (`evict`) |
 //! | `accept` (→ REP) | `setup.rs` | [`Endpoint::accept`] |
 //! | REP | `setup.rs` | `on_rep`, duplicate REP: `on_dup_rep` |
 //! | `establish` (→ RTU) | `setup.rs` | [`Endpoint::establish`] (`send_rtu`) |
@@ -22,6 +23,7 @@
 //! | REJ (any state) | `setup.rs` | `on_rej` |
 //! | REQ / REP retries exhausted (→ REJ 4) | `setup.rs` | `on_setup_timeout` |
 //! | stale connection found by a REQ or REP | `setup.rs` | `stale_old` |
+//! | half-open lifetime over, REQ unanswered (→ REJ 4) | `guard.rs` | `on_half_open_expired` |
 //! | `disconnect` (→ DREQ, or REJ during setup) | `teardown.rs` | [`Endpoint::disconnect`] |
 //! | DREQ | `teardown.rs` | `on_dreq` |
 //! | DREP | `teardown.rs` | `on_drep` |
@@ -41,12 +43,20 @@
 //! | resend timer (retransmit, then route the give-up above) | `mod.rs` | `on_resend_timer` |
 //! | enter / leave TimeWait, QPN quarantine | `mod.rs` | `enter_timewait`, `on_timewait_exit` |
 //!
-//! Elsewhere: the connection record is in `proto/conn.rs`, the timer kinds and queue in
-//! `proto/timer.rs`, output queues, counters and peer interning in `endpoint/io.rs`.
+//! Elsewhere, below this file (none of them knows the endpoint; this file and the feature files
+//! import from them, never the other way round): the connection and SIDR request records are
+//! in `proto/conn.rs`, the timer kinds and queue in `proto/timer.rs`, peer interning in
+//! `proto/peers.rs`, the seeded hash maps and small helpers (`check_len`, `trimmed`) in
+//! `proto/util.rs`, the admission and anti-amplification bookkeeping (`Guard`) in
+//! `endpoint/limits.rs`, output queues, counters and the REJ builders (`rej`, `timeout_rej`,
+//! `reject_req`) in `endpoint/io.rs`. The feature files (`setup.rs`, `teardown.rs`,
+//! `sidr.rs`, `lap.rs`, `guard.rs`) add methods to [`Endpoint`] and never import from each
+//! other.
 
 mod guard;
 mod io;
 mod lap;
+mod limits;
 mod setup;
 mod sidr;
 mod teardown;
@@ -59,47 +69,15 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tracing::{debug, trace};
 
-use super::conn::Conn;
+use super::conn::{Conn, SidrIn, SidrOut};
 use super::ids::{IdAllocator, SidrReqId};
 use super::timer::{Expired, TimerKind};
+use super::util::{map, HashMap, HashSet};
 use super::{
     CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, EventKind, LapState,
     ListenOptions, PeerAddr, Side, State, Stats, Transmit,
 };
 use io::Io;
-pub(crate) use io::PeerId;
-use sidr::{SidrIn, SidrOut};
-
-/// The hash maps of the endpoint: foldhash (several times faster than SipHash on these small
-/// keys), seeded from the endpoint's RNG, so that lookups are fast, runs are reproducible under
-/// a fixed `rng_seed`, and a peer cannot predict the hash of the comm IDs and QPNs it sends.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::SeedableRandomState>;
-type HashSet<K> = std::collections::HashSet<K, foldhash::fast::SeedableRandomState>;
-
-fn map<K, V>(seed: u64) -> HashMap<K, V> {
-    HashMap::with_hasher(foldhash::fast::SeedableRandomState::with_seed(
-        seed,
-        foldhash::SharedSeed::global_fixed(),
-    ))
-}
-
-/// Private data with its trailing zeros removed (for events).
-fn trimmed(b: &[u8]) -> Vec<u8> {
-    let end = b.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
-    b.get(..end).unwrap_or(&[]).to_vec()
-}
-
-/// Checks that a command's field fits its wire size.
-fn check_len(what: &'static str, data: &[u8], max: usize) -> Result<(), CallError> {
-    if data.len() > max {
-        return Err(CallError::TooLong {
-            what,
-            len: data.len(),
-            max,
-        });
-    }
-    Ok(())
-}
 
 /// The sans-IO IB CM endpoint.
 ///

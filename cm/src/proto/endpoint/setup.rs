@@ -12,12 +12,13 @@ use ibcm_mad::{
 };
 use tracing::debug;
 
-use super::guard::{source_of, MAD_BYTES};
-use super::io::{rej, timeout_rej, Io};
-use super::{check_len, trimmed, Endpoint};
+use super::io::{rej, reject_req, timeout_rej, Io};
+use super::limits::{source_of, MAD_BYTES};
+use super::Endpoint;
 use crate::proto::conn::{Conn, Micros};
 use crate::proto::ids::{cm_ack_timeout, form_tid};
 use crate::proto::timer::TimerKind;
+use crate::proto::util::{check_len, trimmed};
 use crate::proto::{
     roce_path, AcceptParams, CallError, ConnId, ConnectError, ConnectParams, ConnectionError,
     DropReason, EventKind, IncomingRequest, LapState, PeerAddr, RepInfo, Side, State,
@@ -713,13 +714,6 @@ impl Endpoint {
         self.io.close(id, c, ConnectionError::TimedOut);
         self.remove(id);
     }
-}
-
-/// Rejects a REQ that created no connection: to its sender, with its TID and local comm ID 0
-/// (as Linux does from REQ_RCVD).
-pub(super) fn reject_req(io: &mut Io, from: PeerAddr, tid: Tid, req: &Req, reason: RejReason) {
-    let msg = rej(CommId(0), req.local_comm_id, MsgKind::Req, reason, &[], &[]);
-    io.send(from, tid, msg);
 }
 
 /// Sends the RTU: the connection is established.

@@ -2,40 +2,21 @@
 //! and SIDR_REP handlers and the SIDR_REQ retransmission timer. SIDR keeps no connection:
 //! outgoing requests live in `Endpoint::sidr_out` (by [`SidrReqId`]), incoming ones in
 //! `Endpoint::sidr_in` until the application answers, at most
-//! `EndpointConfig::sidr_in_lifetime` and at most `EndpointConfig::max_sidr_in` of them.
+//! `EndpointConfig::sidr_in_lifetime` and at most `EndpointConfig::max_sidr_in` of them. (Their
+//! records, `SidrOut` and `SidrIn`, are in `proto/conn.rs`.)
 
 use std::time::Instant;
 
-use ibcm_mad::{
-    CmMessage, PrivateData, RequestId, ServiceId, SidrRep, SidrReq, SidrStatus, Tid, VendorId,
-};
+use ibcm_mad::{CmMessage, PrivateData, SidrRep, SidrReq, SidrStatus, Tid, VendorId};
 
-use super::{check_len, trimmed, Endpoint};
-use crate::proto::conn::Pending;
+use super::Endpoint;
+use crate::proto::conn::{Pending, SidrIn, SidrOut};
 use crate::proto::ids::{form_tid, SidrReqId};
+use crate::proto::util::{check_len, trimmed};
 use crate::proto::{
     CallError, ConnId, ConnectError, DropReason, EventKind, IncomingSidr, PeerAddr, SidrRepParams,
     SidrReqParams,
 };
-
-/// An outgoing SIDR_REQ.
-#[derive(Debug)]
-pub(super) struct SidrOut {
-    pending: Pending,
-    /// The armed deadline (the timer queue entry it must match).
-    timer: Option<Instant>,
-}
-
-/// An incoming SIDR_REQ waiting for the application.
-#[derive(Debug)]
-pub(super) struct SidrIn {
-    peer: PeerAddr,
-    request_id: RequestId,
-    service_id: ServiceId,
-    tid: Tid,
-    /// When it is forgotten unanswered (its `TimerKind::SidrIn` deadline).
-    expires: Instant,
-}
 
 impl Endpoint {
     /// Sends a SIDR_REQ; the answer comes as [`EventKind::SidrReply`] or

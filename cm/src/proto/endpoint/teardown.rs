@@ -5,7 +5,8 @@ use std::time::Instant;
 use ibcm_mad::{CmMessage, CommId, Drep, Dreq, PrivateData, RejReason, Tid};
 
 use super::io::timeout_rej;
-use super::{check_len, trimmed, Endpoint};
+use super::Endpoint;
+use crate::proto::util::{check_len, trimmed};
 use crate::proto::{CallError, ConnId, ConnectionError, DropReason, LapState, PeerAddr, State};
 
 impl Endpoint {
