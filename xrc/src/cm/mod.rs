@@ -103,13 +103,13 @@ use ibcm::proto::AcceptParams;
 mod initiator;
 pub mod rt;
 pub mod sim;
-mod target;
+mod tgt;
 
 pub use initiator::{
     xrc_connect_params, GoneSignal, IniEvent, IniObserver, IniOutcome, IniRep, IniState,
     XrcInitiator,
 };
-pub use target::{
+pub use tgt::{
     conn_event_of, passive_timewait, TargetEvent, TargetObserver, TargetStats, Teardown,
     TeardownKind, TgtAnswer, XrcService, XrcTarget, XrcTargetConfig,
 };

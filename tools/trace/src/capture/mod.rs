@@ -32,6 +32,7 @@ mod buffer;
 pub(crate) mod erf;
 mod pcapng;
 mod reader;
+mod step;
 mod writer;
 
 #[cfg(test)]

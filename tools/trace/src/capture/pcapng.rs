@@ -17,7 +17,7 @@ use nom::number::complete::{be_u32, i64 as ng_i64, u16 as ng_u16, u32 as ng_u32,
 use nom::number::Endianness;
 use nom::{IResult, Parser};
 
-use super::reader::{Meta, Step};
+use super::step::{Meta, Step};
 
 /// Block types handled here.
 const SHB: u32 = 0x0A0D_0D0A;

@@ -11,34 +11,11 @@ use pcap_file::Endianness;
 
 use super::buffer::{Fill, Input};
 use super::pcapng::PcapNg;
+use super::step::{Meta, Step};
 use super::{chain, CaptureError, CaptureFormat, Record, TsResolution, MAX_RECORD_LEN};
 
 /// Length of a classic pcap record header.
 const PCAP_RECORD_HEADER: usize = 16;
-
-/// A packet found by a parser step: where its data is and what describes it.
-#[derive(Clone, Copy)]
-pub(super) struct Meta {
-    /// Offset of the data from the start of the record/block.
-    pub(super) data_off: usize,
-    pub(super) caplen: usize,
-    pub(super) orig_len: u32,
-    pub(super) timestamp: Duration,
-    pub(super) link_type: u32,
-    pub(super) interface: u32,
-}
-
-/// Outcome of one parser step on the buffered bytes.
-pub(super) enum Step {
-    /// A packet record/block of `len` bytes.
-    Packet { len: usize, meta: Meta },
-    /// A non-packet block of `len` bytes.
-    Skip(usize),
-    /// More bytes are needed; the record claims `need` bytes.
-    Incomplete(usize),
-    /// Unrecoverable.
-    Fatal(String),
-}
 
 enum Kind {
     Pcap {
