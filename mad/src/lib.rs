@@ -56,5 +56,5 @@ pub use error::{EmitError, FrameError, ParseError};
 pub use header::MadHeader;
 pub use types::{
     CommId, Eecn, FlowLabel, Gid, Guid, Lid, OutOfRange, Pkey, PrivateData, PrivateDataTooLong,
-    Psn, Qkey, Qpn, RequestId, ServiceId, Tid, TimeoutExp, VendorId, U2, U27, U3, U4, U7,
+    Psn, Qkey, Qpn, RequestId, ServiceId, Side, Tid, TimeoutExp, VendorId, U2, U27, U3, U4, U7,
 };

@@ -484,6 +484,27 @@ impl<const N: usize> fmt::Debug for PrivateData<N> {
     }
 }
 
+/// Which side of a connection: the one that sent the REQ (or SIDR_REQ) or the one that answered
+/// it. The CM core says which side an endpoint is (`ibcm::proto::Side`); the capture decoder
+/// says which side sent a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Side {
+    /// Sent the REQ (or SIDR_REQ).
+    Active,
+    /// Received the REQ and answered it.
+    Passive,
+}
+
+impl Side {
+    /// `"active"` or `"passive"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Side::Active => "active",
+            Side::Passive => "passive",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

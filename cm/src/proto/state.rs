@@ -104,11 +104,6 @@ pub enum LapState {
     MraLapRcvd = 5,
 }
 
-/// Which side of a connection this endpoint is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Side {
-    /// Sent the REQ.
-    Active,
-    /// Received the REQ.
-    Passive,
-}
+/// Which side of a connection this endpoint is: defined once, in the codec crate, because the
+/// capture decoder (`ibcm-trace`) attributes messages to the same two sides.
+pub use ibcm_mad::Side;

@@ -7,24 +7,8 @@ use ibcm_mad::{AttrId, CommId, Guid, MsgKind, Qpn, RejReason, ServiceId, SidrSta
 
 use crate::trace::{CmEvent, Icrc, WireAddr};
 
-/// Which end of a connection sent a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Side {
-    /// The side that sent the REQ (or SIDR_REQ).
-    Active,
-    /// The side that answered it.
-    Passive,
-}
-
-impl Side {
-    /// `"active"` or `"passive"`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Side::Active => "active",
-            Side::Passive => "passive",
-        }
-    }
-}
+/// Which end of a connection sent a message (the workspace's one `Side`, from the codec).
+pub(crate) use ibcm_mad::Side;
 
 /// The kind of connection, from its REQ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
