@@ -38,7 +38,7 @@ pub enum EventKind {
     /// Passive: a REQ arrived for a listener. Answer with
     /// [`accept`](super::Endpoint::accept), [`reject`](super::Endpoint::reject) or
     /// [`mra`](super::Endpoint::mra).
-    ReqReceived(Box<IncomingRequest>),
+    ReqReceived(Box<ReqInfo>),
     /// Active: the peer acknowledged our REQ (or REP/LAP) with an MRA; the wait is extended by
     /// the service timeout.
     MraReceived {
@@ -62,7 +62,7 @@ pub enum EventKind {
     },
     /// Passive: a SIDR_REQ arrived for a listener; answer with
     /// [`sidr_reply`](super::Endpoint::sidr_reply).
-    SidrReqReceived(Box<IncomingSidr>),
+    SidrReqReceived(Box<SidrReqInfo>),
     /// Passive: a SIDR_REQ reported by [`EventKind::SidrReqReceived`] was not answered within
     /// [`EndpointConfig::sidr_in_lifetime`](super::EndpointConfig::sidr_in_lifetime) (or was
     /// evicted by [`EndpointConfig::max_sidr_in`](super::EndpointConfig::max_sidr_in)); it can
@@ -157,9 +157,10 @@ impl ConnectionError {
     }
 }
 
-/// A REQ waiting for the application's answer.
+/// A REQ waiting for the application's answer (the payload of `EventKind::ReqReceived`; the
+/// handle an async application answers is `ibcm::rt::Incoming`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IncomingRequest {
+pub struct ReqInfo {
     /// Where it came from.
     pub peer: PeerAddr,
     /// The REQ as received.
@@ -169,7 +170,7 @@ pub struct IncomingRequest {
     pub cma_header: Option<CmaHeader>,
 }
 
-impl IncomingRequest {
+impl ReqInfo {
     /// The requested service.
     pub fn service_id(&self) -> ServiceId {
         self.req.service_id
@@ -218,7 +219,7 @@ pub struct RepInfo {
 
 /// A SIDR_REQ waiting for the application's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IncomingSidr {
+pub struct SidrReqInfo {
     /// Where it came from.
     pub peer: PeerAddr,
     /// The sender's request ID.

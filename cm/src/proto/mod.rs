@@ -28,7 +28,7 @@ pub use config::{
 pub use endpoint::Endpoint;
 pub use error::{CallError, ConnectError};
 pub use event::{
-    ConnId, ConnectionError, Event, EventKind, IncomingRequest, IncomingSidr, RepInfo, Transmit,
+    ConnId, ConnectionError, Event, EventKind, RepInfo, ReqInfo, SidrReqInfo, Transmit,
 };
 pub use state::{LapState, Side, State};
 pub use stats::{DropReason, Stats};

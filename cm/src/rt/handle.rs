@@ -15,8 +15,8 @@ use super::types::{CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer
 use super::DatagramTransport;
 use crate::app::App;
 use crate::proto::{
-    AcceptParams, ConnId, ConnectParams, ConnectionError, Endpoint, EndpointConfig,
-    IncomingRequest, ListenOptions, PeerAddr, SidrRepParams, SidrReqParams, Stats,
+    AcceptParams, ConnId, ConnectParams, ConnectionError, Endpoint, EndpointConfig, ListenOptions,
+    PeerAddr, ReqInfo, SidrRepParams, SidrReqParams, Stats,
 };
 
 /// A cloneable handle to a CM endpoint running in a tokio task.
@@ -342,7 +342,7 @@ impl Incoming {
     }
 
     /// The REQ, if this is a connection request.
-    pub fn request(&self) -> Option<&IncomingRequest> {
+    pub fn request(&self) -> Option<&ReqInfo> {
         match &self.kind {
             IncomingKind::Connect(r) => Some(r),
             IncomingKind::Sidr(_) => None,

@@ -7,9 +7,7 @@ use dashmap::DashMap;
 use ibcm_mad::Qpn;
 use tokio::sync::watch;
 
-use crate::proto::{
-    CallError, ConnId, ConnectError, ConnectionError, IncomingRequest, IncomingSidr,
-};
+use crate::proto::{CallError, ConnId, ConnectError, ConnectionError, ReqInfo, SidrReqInfo};
 
 /// The answer to a SIDR_REQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,9 +70,9 @@ pub enum CmError {
 #[derive(Debug)]
 pub enum IncomingKind {
     /// A REQ.
-    Connect(Box<IncomingRequest>),
+    Connect(Box<ReqInfo>),
     /// A SIDR_REQ.
-    Sidr(Box<IncomingSidr>),
+    Sidr(Box<SidrReqInfo>),
 }
 
 pub(crate) fn status_channel() -> watch::Sender<ConnStatus> {

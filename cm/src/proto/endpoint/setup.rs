@@ -21,7 +21,7 @@ use crate::proto::timer::TimerKind;
 use crate::proto::util::{check_len, trimmed};
 use crate::proto::{
     roce_path, AcceptParams, CallError, ConnId, ConnectError, ConnectParams, ConnectionError,
-    DropReason, EventKind, IncomingRequest, LapState, PeerAddr, RepInfo, Side, State,
+    DropReason, EventKind, LapState, PeerAddr, RepInfo, ReqInfo, Side, State,
 };
 
 impl Endpoint {
@@ -434,7 +434,7 @@ impl Endpoint {
         }
         self.io.event(
             id,
-            EventKind::ReqReceived(Box::new(IncomingRequest {
+            EventKind::ReqReceived(Box::new(ReqInfo {
                 peer: from,
                 req,
                 cma_header,

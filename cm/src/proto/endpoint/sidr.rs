@@ -14,7 +14,7 @@ use crate::proto::conn::{Pending, SidrIn, SidrOut};
 use crate::proto::ids::{form_tid, SidrReqId};
 use crate::proto::util::{check_len, trimmed};
 use crate::proto::{
-    CallError, ConnId, ConnectError, DropReason, EventKind, IncomingSidr, PeerAddr, SidrRepParams,
+    CallError, ConnId, ConnectError, DropReason, EventKind, PeerAddr, SidrRepParams, SidrReqInfo,
     SidrReqParams,
 };
 
@@ -162,7 +162,7 @@ impl Endpoint {
         self.io.timers.insert_sidr_in(expires, id);
         self.io.event(
             id,
-            EventKind::SidrReqReceived(Box::new(IncomingSidr {
+            EventKind::SidrReqReceived(Box::new(SidrReqInfo {
                 peer: from,
                 request_id: m.request_id,
                 service_id: m.service_id,

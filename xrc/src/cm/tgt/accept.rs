@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use ibcm::proto::{AcceptParams, CallError, ConnId, Endpoint, IncomingRequest};
+use ibcm::proto::{AcceptParams, CallError, ConnId, Endpoint, ReqInfo};
 use ibcm_mad::{Psn, Qpn, RejReason, ReqTransport, ServiceId};
 
 use super::{TargetEvent, XrcTarget};
@@ -44,7 +44,7 @@ impl XrcTarget {
         &mut self,
         now: Instant,
         conn: ConnId,
-        req: &IncomingRequest,
+        req: &ReqInfo,
         timewait: Duration,
     ) -> Option<TgtAnswer> {
         if req.transport() != ReqTransport::Xrc {
@@ -145,7 +145,7 @@ impl XrcTarget {
     }
 
     /// Brings a QP in RESET to RTR; returns the PSN the REP announces (= the QP's RQ PSN).
-    fn bring_up(&mut self, qpn: Qpn, conn: ConnId, req: &IncomingRequest) -> Result<Psn, ()> {
+    fn bring_up(&mut self, qpn: Qpn, conn: ConnId, req: &ReqInfo) -> Result<Psn, ()> {
         let psn = *self
             .psns
             .entry(qpn)

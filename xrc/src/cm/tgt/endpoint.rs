@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use ibcm::proto::{
-    ConnId, ConnectionError, Endpoint, EndpointConfig, Event, EventKind, IncomingRequest, State,
+    ConnId, ConnectionError, Endpoint, EndpointConfig, Event, EventKind, ReqInfo, State,
 };
 
 use super::{TargetEvent, XrcTarget};
@@ -15,7 +15,7 @@ use crate::registry::TgtRegistry;
 
 /// The passive side's TimeWait for a connection set up by `req`, as `Endpoint` computes it
 /// (the REQ's primary local ACK timeout, or the configured override, plus the slack).
-pub fn passive_timewait(cfg: &EndpointConfig, req: &IncomingRequest) -> Duration {
+pub fn passive_timewait(cfg: &EndpointConfig, req: &ReqInfo) -> Duration {
     cfg.timewait
         .unwrap_or_else(|| req.req.primary_path.local_ack_timeout.to_duration())
         .saturating_add(cfg.timewait_slack)
