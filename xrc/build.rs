@@ -22,8 +22,31 @@ mod rdma {
         Some(text.split_whitespace().map(str::to_owned).collect())
     }
 
+    /// Whether the libibverbs development header can be found: pkg-config's include dirs,
+    /// else the system include dir.
+    fn have_verbs_header(cflags: Option<&[String]>) -> bool {
+        let mut dirs: Vec<std::path::PathBuf> = cflags
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|f| f.strip_prefix("-I").map(Into::into))
+            .collect();
+        dirs.push("/usr/include".into());
+        dirs.iter().any(|d| d.join("infiniband/verbs.h").exists())
+    }
+
     pub(super) fn build() {
         println!("cargo:rerun-if-changed=csrc/shim.c");
+        let cflags_probe = pkg_config(&["--cflags", "libibverbs"]);
+        if !have_verbs_header(cflags_probe.as_deref()) {
+            // A clear stop instead of the C compiler's "infiniband/verbs.h: No such file".
+            eprintln!(
+                "ibcm-xrc: feature `rdma` needs the rdma-core development files \
+                 (infiniband/verbs.h): apt-get install libibverbs-dev pkg-config \
+                 (tests/run installs them); without them, build without `--features rdma` \
+                 / `--all-features`"
+            );
+            std::process::exit(1);
+        }
         let mut cc = cc::Build::new();
         cc.file("csrc/shim.c").warnings(true).extra_warnings(true);
         if let Some(cflags) = pkg_config(&["--cflags", "libibverbs"]) {
