@@ -154,20 +154,29 @@ fn the_scanner_reads_ranges_and_bare_names() {
     assert!(sections("## 2.4 REP (0x0013)\n### §7.1 x\n").contains("7.1"));
 }
 
-/// The Markdown documents whose backticked repository paths must exist.
+/// The Markdown documents whose backticked repository paths must exist: `docs/*.md`, the
+/// READMEs and the fixtures' provenance notes.
 fn documents(root: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = ["README.md", "xrc/README.md", "tests/conformance/README.md"]
-        .iter()
-        .map(|p| root.join(p))
-        .collect();
-    let mut docs: Vec<PathBuf> = fs::read_dir(root.join("docs"))
-        .expect("docs/ exists")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
-    docs.sort();
-    out.extend(docs);
+    let mut out: Vec<PathBuf> = [
+        "README.md",
+        "xrc/README.md",
+        "tests/conformance/README.md",
+        "fuzz/README.md",
+        "fixtures/mads/README.md",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
+    for dir in ["docs", "fixtures"] {
+        let mut mds: Vec<PathBuf> = fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("{dir}/: {e}"))
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect();
+        mds.sort();
+        out.extend(mds);
+    }
     out
 }
 
@@ -186,11 +195,33 @@ const ROOTS: [&str; 9] = [
 
 /// Repository paths written in backticks in `md`, each with its line number, a trailing
 /// `:line` or `#anchor` removed. Spans with spaces or globs (`*`, `<`, `{`) are not paths.
+///
+/// A section headed "Moves of …" is the record of an earlier layout (docs/README.md: an
+/// old → new table): of its table rows only the last cell, the current place, is read.
 fn backticked_paths(md: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
+    let mut moves: Option<usize> = None; // heading level of the "Moves of …" section we are in
     for (i, line) in md.lines().enumerate() {
+        if line.starts_with('#') {
+            let level = line.chars().take_while(|&c| c == '#').count();
+            if moves.is_some_and(|l| level <= l) {
+                moves = None;
+            }
+            if line[level..].trim_start().starts_with("Moves of") {
+                moves = Some(level);
+            }
+        }
+        let text = match moves {
+            Some(_) if line.starts_with('|') => line
+                .trim_end()
+                .trim_end_matches('|')
+                .rsplit('|')
+                .next()
+                .unwrap_or(""),
+            _ => line,
+        };
         // odd-numbered pieces between backticks are code spans
-        for span in line.split('`').skip(1).step_by(2) {
+        for span in text.split('`').skip(1).step_by(2) {
             if !ROOTS.iter().any(|r| span.starts_with(r))
                 || span.contains(|c: char| c.is_whitespace() || matches!(c, '*' | '<' | '{'))
             {
@@ -247,5 +278,15 @@ fn the_path_scanner_skips_non_paths_and_strips_lines() {
             (1, "tools/trace/".to_owned()),
             (2, "docs/wire.md".to_owned()),
         ]
+    );
+    let moves = "## Moves of May\n| x | `cm/old.rs` | `cm/new.rs` |\n`cm/a.rs`\n\
+                 ### sub\n| `cm/b.rs` | `cm/c.rs` |\n## Next\n| `cm/d.rs` | `cm/e.rs` |";
+    let found: Vec<String> = backticked_paths(moves)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(
+        found,
+        ["cm/new.rs", "cm/a.rs", "cm/c.rs", "cm/d.rs", "cm/e.rs"]
     );
 }
