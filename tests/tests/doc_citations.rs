@@ -1,6 +1,8 @@
 //! Every `docs/NAME.md` cited anywhere in the repository exists, and every section number cited
 //! with it (`docs/wire.md §2.4`, `docs/xrc.md §1.2–1.3`) is a heading of that file; nothing cites
-//! documents that live outside the repository (`spec/…md`).
+//! documents that live outside the repository (`spec/…md`); and every repository path written
+//! in backticks in the Markdown documents (`cm/src/proto/conn.rs`, `tools/trace/src/capture/`)
+//! exists, so the documents follow the tree when files move.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -150,4 +152,141 @@ fn the_scanner_reads_ranges_and_bare_names() {
         ]
     );
     assert!(sections("## 2.4 REP (0x0013)\n### §7.1 x\n").contains("7.1"));
+}
+
+/// The Markdown documents whose backticked repository paths must exist: `docs/*.md`, the
+/// READMEs and the fixtures' provenance notes.
+fn documents(root: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = [
+        "README.md",
+        "xrc/README.md",
+        "tests/conformance/README.md",
+        "fuzz/README.md",
+        "fixtures/mads/README.md",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
+    for dir in ["docs", "fixtures"] {
+        let mut mds: Vec<PathBuf> = fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("{dir}/: {e}"))
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect();
+        mds.sort();
+        out.extend(mds);
+    }
+    out
+}
+
+/// The top-level folders a repository path starts with.
+const ROOTS: [&str; 9] = [
+    "cm/",
+    "mad/",
+    "xrc/",
+    "tools/",
+    "tests/",
+    "fixtures/",
+    "docs/",
+    "fuzz/",
+    ".ci/",
+];
+
+/// Repository paths written in backticks in `md`, each with its line number, a trailing
+/// `:line` or `#anchor` removed. Spans with spaces or globs (`*`, `<`, `{`) are not paths.
+///
+/// A section headed "Moves of …" is the record of an earlier layout (docs/README.md: an
+/// old → new table): of its table rows only the last cell, the current place, is read.
+fn backticked_paths(md: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut moves: Option<usize> = None; // heading level of the "Moves of …" section we are in
+    for (i, line) in md.lines().enumerate() {
+        if line.starts_with('#') {
+            let level = line.chars().take_while(|&c| c == '#').count();
+            if moves.is_some_and(|l| level <= l) {
+                moves = None;
+            }
+            if line[level..].trim_start().starts_with("Moves of") {
+                moves = Some(level);
+            }
+        }
+        let text = match moves {
+            Some(_) if line.starts_with('|') => line
+                .trim_end()
+                .trim_end_matches('|')
+                .rsplit('|')
+                .next()
+                .unwrap_or(""),
+            _ => line,
+        };
+        // odd-numbered pieces between backticks are code spans
+        for span in text.split('`').skip(1).step_by(2) {
+            if !ROOTS.iter().any(|r| span.starts_with(r))
+                || span.contains(|c: char| c.is_whitespace() || matches!(c, '*' | '<' | '{'))
+            {
+                continue;
+            }
+            let mut p = span.split('#').next().unwrap_or(span);
+            if let Some((head, tail)) = p.rsplit_once(':') {
+                if !tail.is_empty() && tail.chars().all(|c| c.is_ascii_digit() || c == '-') {
+                    p = head;
+                }
+            }
+            out.push((i + 1, p.to_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_backticked_path_in_the_documents_exists() {
+    let root = root();
+    let mut bad = Vec::new();
+    let mut n = 0;
+    for doc in documents(&root) {
+        let rel = doc
+            .strip_prefix(&root)
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
+        let md = fs::read_to_string(&doc).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        for (line, path) in backticked_paths(&md) {
+            n += 1;
+            if !root.join(&path).exists() {
+                bad.push(format!("{rel}:{line}: `{path}` does not exist"));
+            }
+        }
+    }
+    assert!(n > 50, "found only {n} paths: the scanner is broken");
+    assert!(
+        bad.is_empty(),
+        "{} paths that do not exist:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_path_scanner_skips_non_paths_and_strips_lines() {
+    let md = "a `cm/src/lib.rs:12` b `tools/trace/` c `mad/src/cm/<message>.rs` d `cargo test`\n\
+              e `docs/wire.md#x` f `xrc/src/{a,b}.rs` g `tests/run --install-only` h `src/x.rs`";
+    assert_eq!(
+        backticked_paths(md),
+        vec![
+            (1, "cm/src/lib.rs".to_owned()),
+            (1, "tools/trace/".to_owned()),
+            (2, "docs/wire.md".to_owned()),
+        ]
+    );
+    let moves = "## Moves of May\n| x | `cm/old.rs` | `cm/new.rs` |\n`cm/a.rs`\n\
+                 ### sub\n| `cm/b.rs` | `cm/c.rs` |\n## Next\n| `cm/d.rs` | `cm/e.rs` |";
+    let found: Vec<String> = backticked_paths(moves)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(
+        found,
+        ["cm/new.rs", "cm/a.rs", "cm/c.rs", "cm/d.rs", "cm/e.rs"]
+    );
 }
