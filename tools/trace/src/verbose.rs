@@ -6,6 +6,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use ibcm_mad::cma::CmaHeader;
+use ibcm_mad::xrc::XrcBlock;
 use ibcm_mad::{CmMessage, Gid, PathInfo, TimeoutExp};
 
 use crate::conn::Note;
@@ -658,5 +659,64 @@ pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration
         out.push(b'\n');
     }
     message(out, &ev.mad.msg);
+    xrc_block(out, &ev.mad.msg);
     out.push(b'\n');
+}
+
+/// ibcm-xrc's XRC block (REQ/REP private data, or the "target gone" block of a REJ or DREQ),
+/// field by field, when the message carries one (`ibcm_mad::xrc`, docs/xrc.md §9).
+fn xrc_block(out: &mut Vec<u8>, msg: &CmMessage) {
+    match XrcBlock::find(msg) {
+        None => {}
+        Some(Ok(b)) => {
+            let _ = writeln!(out, "    {} ({} bytes): {b}", b.name(), b.len());
+            for f in b.fields() {
+                let name = format!("  {} [{}+{}]", f.name, f.offset, f.len);
+                field(out, &name, format_args!("{}", f.value));
+            }
+        }
+        Some(Err(e)) => field(out, "XRC block", format_args!("invalid: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ibcm_mad::xrc::{GoneCause, OwnershipPolicy, TargetGone, XrcReqData};
+    use ibcm_mad::{CmMessage, Dreq, PrivateData, Qpn, Req, ReqTransport};
+
+    use super::xrc_block;
+
+    fn text(msg: &CmMessage) -> String {
+        let mut out = Vec::new();
+        xrc_block(&mut out, msg);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn xrc_blocks_are_decoded_field_by_field() {
+        let mut req = Req::default();
+        req.set_transport(ReqTransport::Xrc);
+        let d = XrcReqData::any(Some(OwnershipPolicy::Shared));
+        req.private_data = PrivateData::from_slice(&d.to_bytes()).unwrap();
+        let t = text(&CmMessage::Req(req));
+        assert!(t.starts_with("    XRC REQ data (8 bytes): "), "{t}");
+        assert!(t.contains("marker [0+2]"), "{t}");
+        assert!(t.contains("ownership policy [7+1]"), "{t}");
+        assert!(t.contains("shared"), "{t}");
+
+        let g = TargetGone::gone(GoneCause::KeeperLost, Qpn::new(0x10).unwrap());
+        let dreq = Dreq {
+            private_data: PrivateData::from_slice(&g.to_bytes()).unwrap(),
+            ..Dreq::default()
+        };
+        let t = text(&CmMessage::Dreq(dreq));
+        assert!(t.contains("XRC target-gone block"), "{t}");
+        assert!(t.contains("keeper lost"), "{t}");
+        // No block, no lines; a damaged block is named, not skipped.
+        assert_eq!(text(&CmMessage::Dreq(Dreq::default())), "");
+        let mut req = Req::default();
+        req.set_transport(ReqTransport::Xrc);
+        req.private_data = PrivateData::from_slice(&[0x58, 0x51, 1, 9, 0, 0, 0, 0]).unwrap();
+        assert!(text(&CmMessage::Req(req)).contains("XRC block"));
+    }
 }
