@@ -5,7 +5,8 @@
 
 Prints one line per cell, "cell <name>: PASS|FAIL <detail>", then
 "kernel-vs-ibcm: ..." and, last, "conformance: P/N cells passed".  Exit 1 on any failure.
---fixtures DIR      also check the committed kernel fixtures in DIR with tshark (parity cell)
+--fixtures DIR      also check the committed kernel fixtures in DIR and this run's wire captures
+                    (OUT/*/wire.pcap) with tshark (parity cell)
 --save-fixtures DIR write the trimmed per-cell captures of this run into DIR (see
                     fixtures/KERNEL-CAPTURES.md) and a listing to OUT/fixtures-listing.txt
 
@@ -196,8 +197,9 @@ def kernel_cells(out):
     txt = outp("b", "cmtime")
     mm = re.search(r"^connect\s*:\s*([0-9.]+)\s+([0-9.]+)", txt, re.M)
     c(read(os.path.join(res, "b.cmtime.rc")).strip() == "0", "cmtime client rc")
-    counts = {k: seq(m).split().count(k) for k in ("REQ", "REP", "RTU", "DREQ", "DREP")}
-    c(counts["REP"] == 1000 and counts["RTU"] == 1000, "wire counts %s" % counts)
+    bad, counts = handshake_audit(m, 1000)
+    for b in bad:
+        c(False, "wire: " + b)
     if c(mm is not None, "no connect line in cmtime output"):
         total_ms = float(mm.group(1))
         rate = 1000.0 / (total_ms / 1000.0)
@@ -206,11 +208,10 @@ def kernel_cells(out):
     wire = None
     if reqs and rtus:
         wire = 1000.0 / max(1e-6, rtus[-1]["t"] - reqs[0]["t"])
-    nmra = seq(m).split().count("MRA")
     c.done("k-cmtime", "cmtime -c 1000: connect step %s ms = %s conn/s (wire, first REQ to last RTU: %s conn/s); "
-           "%d REQs resent after the 6.1 s timeout, %d MRAs (passive process slower than the REQ timeout)"
+           "all 1000 REQ/REP/RTU/DREQ/DREP, %s (the passive process is slower than the 6.1 s REQ timeout)"
            % (mm.group(1) if mm else "?", "%.0f" % rate if rate else "?", "%.0f" % wire if wire else "?",
-              counts["REQ"] - 1000, nmra))
+              resent(counts, 1000)))
 
     _, frames = pcaptool.read_pcap(pcap)
     ok = bad = 0
@@ -320,9 +321,84 @@ def cut_cells(run):
 
 
 def summary_of(txt):
-    """cm-ping's last line -> (established, rejected, timed out, disconnected) or None"""
-    m = re.findall(r"^cm-ping: (\d+) established, (\d+) rejected, (\d+) timed out, (\d+) disconnected", txt, re.M)
-    return tuple(int(x) for x in m[-1]) if m else None
+    """cm-ping's last line -> (established, rejected, timed out, disconnected, disconnect timed out)
+    or None; the fifth is None when the line lacks it (an older cm-ping)"""
+    m = re.findall(r"^cm-ping: (\d+) established, (\d+) rejected, (\d+) timed out, (\d+) disconnected"
+                   r"(?:, (\d+) disconnect timed out)?", txt, re.M)
+    return tuple(int(x) if x != "" else None for x in m[-1]) if m else None
+
+
+def want_summary(want):
+    """an expected (established, rejected, timed out, disconnected) -> the 5-tuple summary_of
+    gives when no disconnect timed out"""
+    return tuple(want) + (0,)
+
+
+def handshake_audit(m, n):
+    """the CM protocol of N connections that must all be established and torn down, in one
+    capture M (cm_list): every REQ answered by a REP, every REP by an RTU, every connection
+    disconnected (a DREQ answered by a DREP), no REJ; retransmissions (duplicate REQ, REP,
+    DREQ, and the RTU/DREP that answer duplicates) are legal up to the REQ's Max CM Retries.
+    Exact message counts are not asserted: timing changes them.
+    -> (list of problems, dict of totals)"""
+    conns = {}      # active side's comm ID -> Counter of messages
+    p2a = {}        # passive side's comm ID -> active side's comm ID (from the REP)
+    retries = 15
+    totals = {k: 0 for k in ("REQ", "REP", "RTU", "DREQ", "DREP", "MRA", "REJ", "other")}
+
+    def conn_of(d):
+        for cid in (d.get("lcid"), d.get("rcid")):
+            if cid in conns:
+                return conns[cid]
+            if cid in p2a:
+                return conns[p2a[cid]]
+        return None
+
+    stray = 0
+    for d in m:
+        msg = d["msg"]
+        totals[msg if msg in totals else "other"] += 1
+        if msg == "REQ":
+            retries = min(retries, d.get("max_cm_retries", 15))
+            c = conns.setdefault(d["lcid"], {})
+        elif msg == "REP":
+            p2a.setdefault(d["lcid"], d["rcid"])
+            c = conns.get(d["rcid"])
+        else:
+            c = conn_of(d)
+        if c is None:
+            stray += 1
+            continue
+        c[msg] = c.get(msg, 0) + 1
+    bad = []
+    if len(conns) != n:
+        bad.append("%d connections (distinct REQ comm IDs), want %d" % (len(conns), n))
+    if stray:
+        bad.append("%d CM messages of no connection" % stray)
+    lim = 1 + retries
+    checks = (
+        ("no REP", lambda c: c.get("REP", 0) == 0),
+        ("no RTU", lambda c: c.get("RTU", 0) == 0),
+        ("no DREQ", lambda c: c.get("DREQ", 0) == 0),
+        ("no DREP", lambda c: c.get("DREP", 0) == 0),
+        ("a REJ", lambda c: c.get("REJ", 0) > 0),
+        ("more than %d REQs" % lim, lambda c: c.get("REQ", 0) > lim),
+        ("more than %d REPs" % lim, lambda c: c.get("REP", 0) > lim),
+        ("more than %d DREQs" % lim, lambda c: c.get("DREQ", 0) > lim),
+        ("more RTUs than REPs", lambda c: c.get("RTU", 0) > c.get("REP", 0)),
+        ("more DREPs than DREQs", lambda c: c.get("DREP", 0) > c.get("DREQ", 0)),
+    )
+    for what, test in checks:
+        k = sum(1 for c in conns.values() if test(c))
+        if k:
+            bad.append("%d connections with %s" % (k, what))
+    return bad, totals
+
+
+def resent(totals, n):
+    """'R REQs, P REPs, D DREQs resent' from handshake_audit's totals"""
+    return "%d REQs, %d REPs, %d DREQs resent, %d MRAs" % (totals["REQ"] - n, totals["REP"] - n, totals["DREQ"] - n,
+                                                          totals["MRA"])
 
 
 def udp_wire_cell(out):
@@ -354,6 +430,9 @@ def ibcm_pair_cells(out):
     def o(role, n):
         return read(os.path.join(res, "%s.%s.out" % (role, n)))
 
+    def rc(role, n):
+        return read(os.path.join(res, "%s.%s.rc" % (role, n))).strip()
+
     def cms(n):
         return cm_list(os.path.join(run, "cells", n + ".pcap"))
 
@@ -371,8 +450,9 @@ def ibcm_pair_cells(out):
             c(m[3]["rqpn"] == want_rqpn, "DREQ remote QPN %s != %s" % (m[3]["rqpn"], want_rqpn))
             if n == "ibcm-xrc":
                 c(p["pd"] == PD_REP_I, "REP private data %s" % p["pd"])
-        c(" XRC " in o("a", n) and summary_of(o("a", n)) == (1, 0, 0, 1), "TGT cm-ping: %s" % (summary_of(o("a", n)),))
-        c(summary_of(o("b", n)) == (1, 0, 0, 1), "INI cm-ping: %s" % (summary_of(o("b", n)),))
+        c(" XRC " in o("a", n) and summary_of(o("a", n)) == want_summary((1, 0, 0, 1)), "TGT cm-ping: %s" % (summary_of(o("a", n)),))
+        c(summary_of(o("b", n)) == want_summary((1, 0, 0, 1)), "INI cm-ping: %s" % (summary_of(o("b", n)),))
+        c(rc("a", n) == "0" and rc("b", n) == "0", "cm-ping exit status TGT %r INI %r" % (rc("a", n), rc("b", n)))
         mm = re.search(r"^established conn=\S+ qpn=\S+ remote_qpn=(\S+) pd=(\S+)", o("b", n), re.M)
         c(mm is not None and mm.group(1) == IBCM_XRC_TGT and mm.group(2) == (PD_REP_I if n == "ibcm-xrc" else "-"),
           "INI cm-ping's REP: %s" % (mm.groups() if mm else None,))
@@ -385,18 +465,23 @@ def ibcm_pair_cells(out):
     for r in (1, 2):
         n = "ibcm-rate-%d" % r
         m = cms(n)
-        counts = {k: seq(m).split().count(k) for k in ("REQ", "REP", "RTU")}
+        bad, counts = handshake_audit(m, 1000)
+        for b in bad:
+            c(False, "round %d wire: %s" % (r, b))
         mm = re.search(r"connect step: (\d+) connections in ([0-9.]+) s", o("b", n))
         if c(mm is not None, "round %d: no connect step line" % r):
+            c(mm.group(1) == "1000", "round %d: the connect step held %s connections" % (r, mm.group(1)))
             ibcm_r.append(int(mm.group(1)) / float(mm.group(2)))
-        c(summary_of(o("b", n)) == (1000, 0, 0, 1000), "round %d active: %s" % (r, summary_of(o("b", n))))
-        c(summary_of(o("a", n)) == (1000, 0, 0, 1000), "round %d passive: %s" % (r, summary_of(o("a", n))))
-        c(counts["REP"] == 1000 and counts["RTU"] == 1000, "round %d wire counts %s" % (r, counts))
-        notes.append("%s s = %s conn/s (%d REQs resent)" % (mm.group(2) if mm else "?", "%.0f" % ibcm_r[-1] if mm else "?",
-                                                          counts["REQ"] - 1000))
+        want = want_summary((1000, 0, 0, 1000))
+        c(summary_of(o("b", n)) == want, "round %d active: %s" % (r, summary_of(o("b", n))))
+        c(summary_of(o("a", n)) == want, "round %d passive: %s" % (r, summary_of(o("a", n))))
+        c(rc("b", n) == "0" and rc("a", n) == "0", "round %d: cm-ping exit status active %r passive %r" % (r, rc("b", n), rc("a", n)))
+        notes.append("%s s = %s conn/s (%s)" % (mm.group(2) if mm else "?", "%.0f" % ibcm_r[-1] if mm else "?",
+                                               resent(counts, 1000)))
     ibcm = max(ibcm_r) if len(ibcm_r) == 2 else None
     c.done("ibcm-rate", "cm-ping --count 1000 --parallel 1000 --hold over umad between two nocm VMs, connect step, "
-           "2 rounds: %s; best %s conn/s" % ("; ".join(notes), "%.0f" % ibcm if ibcm else "?"))
+           "2 rounds, every connection REQ/REP/RTU/DREQ/DREP on the wire: %s; best %s conn/s"
+           % ("; ".join(notes), "%.0f" % ibcm if ibcm else "?"))
 
     c, notes = Check(), []
     for r in (1, 2):
@@ -407,12 +492,13 @@ def ibcm_pair_cells(out):
         c(all(read(os.path.join(res, "%s.kernel-cm-load-%d.rc" % (x, r))).strip() == "0" for x in "ab"), "round %d: modprobe rdma_ucm failed" % r)
         c(all(read(os.path.join(res, "%s.kernel-cm-unload-%d.rc" % (x, r))).strip() == "0" for x in "ab"), "round %d: the kernel CM did not unload" % r)
         c(read(os.path.join(res, "b.%s.rc" % n)).strip() == "0", "round %d: cmtime client rc" % r)
-        counts = {k: seq(m).split().count(k) for k in ("REQ", "REP", "RTU", "MRA")}
-        c(counts["REP"] == 1000 and counts["RTU"] == 1000, "round %d wire counts %s" % (r, counts))
+        bad, counts = handshake_audit(m, 1000)
+        for b in bad:
+            c(False, "round %d wire: %s" % (r, b))
         if c(mm is not None, "round %d: no connect line in cmtime output" % r):
             kern_r.append(1000.0 / (float(mm.group(1)) / 1000.0))
-        notes.append("%s ms = %s conn/s (%d REQs resent, %d MRAs)" % (mm.group(1) if mm else "?", "%.0f" % kern_r[-1] if mm else "?",
-                                                                    counts["REQ"] - 1000, counts["MRA"]))
+        notes.append("%s ms = %s conn/s (%s)" % (mm.group(1) if mm else "?", "%.0f" % kern_r[-1] if mm else "?",
+                                               resent(counts, 1000)))
     kern = max(kern_r) if len(kern_r) == 2 else None
     c.done("kernel-rate", "the same VM pair with the kernel CM loaded (modprobe rdma_ucm, unloaded again after each round): "
            "cmtime -c 1000 connect step, 2 rounds: %s; best %s conn/s" % ("; ".join(notes), "%.0f" % kern if kern else "?"))
@@ -466,9 +552,15 @@ def ibcm_cells(out, scen, tp, kip, iip, irole):
             c(qpn is None or mm.group(1) == qpn, "cm-ping's REP remote QPN %s != %s" % (mm.group(1), qpn))
             c(mm.group(2) == pd, "cm-ping got REP private data %s" % mm.group(2))
 
+    def irc_is(c, cname, want):
+        """cm-ping's exit status: --connect exits 0 when its connection was established and
+        torn down, 2 when not; --listen (stopped with TERM after the cell) exits 0"""
+        c(irc(cname) == want, "cm-ping exit status %r, want %r" % (irc(cname), want))
+
     def isum(c, cname, want):
         got = summary_of(iout(cname))
-        c(got == want, "cm-ping summary %s != %s" % (got, want))
+        c(got == want_summary(want), "cm-ping summary %s != %s" % (got, want_summary(want)))
+        irc_is(c, cname, "0" if cname.startswith("pas-") or want[0] == 1 else "2")
 
     K_OK = "RESULT ok"
     # ---------------------------------------------------------------- ibcm active
@@ -564,6 +656,7 @@ def ibcm_cells(out, scen, tp, kip, iip, irole):
         c(m[1]["reason"] == 28 and m[1]["pd"] == "-", "REJ reason %s pd %s" % (m[1]["reason"], m[1]["pd"]))
     ksays(c, "act-xrc-rc-listener", "0 of 1 requests seen")
     isays(c, "act-xrc-rc-listener", "consumer defined (28)")
+    isum(c, "act-xrc-rc-listener", (0, 1, 0, 0))
     c.done(n + "xrc-rc-listener", "XRC REQ to an RC listener (RDMA_PS_IB): the kernel rejects with REJ 28 (QP type mismatch), "
            "the listener never sees it")
 
@@ -572,6 +665,7 @@ def ibcm_cells(out, scen, tp, kip, iip, irole):
         xrc_req(c, m[0])
         c(m[1]["reason"] == 8, "REJ reason %s" % m[1]["reason"])
     isays(c, "act-xrc-rping", "invalid service ID (8)")
+    isum(c, "act-xrc-rping", (0, 1, 0, 0))
     c.done(n + "xrc-rping", "XRC REQ to rping -s: REJ 8 (rping listens in RDMA_PS_TCP, XRC uses RDMA_PS_IB)")
 
     c, m = Check(), cms("act-xrc")
@@ -651,6 +745,7 @@ def ibcm_cells(out, scen, tp, kip, iip, irole):
     ksays(c, "pas-rej-nolistener", "EVENT REJECTED status=8 ")
     ksays(c, "pas-rej-nolistener", K_OK)
     c("request from" not in iout("pas-rej-nolistener"), "cm-ping's listener on another port saw the request")
+    isum(c, "pas-rej-nolistener", (0, 0, 0, 0))
     c.done(n + "rej-nolistener", "ibcm answers a REQ for an unknown service with REJ 8 (local comm ID 0); the kernel reports status 8")
 
     c, m = Check(), cms("pas-rej-consumer")
@@ -746,21 +841,36 @@ def ours_cm(pcap):
     return [(names[d["msg"]], d["tid"], d.get("reason")) for d in cm_list(pcap)]
 
 
-def tshark_cell(fixtures):
+def tshark_cell(fixtures, out):
+    """tshark and pcaptool agree on every CM MAD of the committed kernel fixtures and of this
+    run's wire captures (OUT/*/wire.pcap)"""
     if not shutil.which("tshark"):
         cell("fixtures-tshark", False, "tshark not installed")
         return
-    files = sorted(f for f in os.listdir(fixtures) if f.endswith(".pcap")) if os.path.isdir(fixtures) else []
-    bad, n = [], 0
-    for f in files:
-        p = os.path.join(fixtures, f)
+    files = sorted(os.path.join(fixtures, f) for f in os.listdir(fixtures) if f.endswith(".pcap")) if os.path.isdir(fixtures) else []
+    runs = sorted(os.path.join(out, r, "wire.pcap") for r in LAB_RUNS if os.path.exists(os.path.join(out, r, "wire.pcap")))
+    bad, n, nrun = [], 0, 0
+    for p in files + runs:
         t, o = tshark_cm(p), ours_cm(p)
         n += len(o)
+        if p in runs:
+            nrun += len(o)
         if t != o or not o:
-            bad.append("%s (tshark %d CM, pcaptool %d)" % (f, len(t), len(o)))
-    cell("fixtures-tshark", bool(files) and not bad,
-         "%d kernel fixtures, %d CM MADs: tshark and pcaptool agree on attribute/TID/REJ reason" % (len(files), n) if not bad
-         else "mismatch: %s" % ", ".join(bad) if files else "no fixtures in %s" % fixtures)
+            diff = next((i for i, (x, y) in enumerate(zip(t, o)) if x != y), min(len(t), len(o)))
+            bad.append("%s (tshark %d CM, pcaptool %d, first difference at CM MAD #%d: %s vs %s)"
+                       % (os.path.relpath(p, out if p in runs else fixtures), len(t), len(o), diff,
+                          t[diff] if diff < len(t) else "-", o[diff] if diff < len(o) else "-"))
+    ok = bool(files) and len(runs) == len(LAB_RUNS) and not bad
+    if ok:
+        detail = ("%d kernel fixtures and this run's %d wire captures, %d CM MADs (%d of this run): tshark and pcaptool "
+                  "agree on attribute/TID/REJ reason" % (len(files), len(runs), n, nrun))
+    elif bad:
+        detail = "mismatch: %s" % ", ".join(bad)
+    elif not files:
+        detail = "no fixtures in %s" % fixtures
+    else:
+        detail = "only %d of %d runs left a wire.pcap" % (len(runs), len(LAB_RUNS))
+    cell("fixtures-tshark", ok, detail)
 
 
 # fixture name -> (cell capture, max CM frames kept, drop RC data packets[, first N connections])
@@ -838,7 +948,7 @@ def main(argv):
     if "--save-fixtures" in argv:
         save_fixtures(out, argv[argv.index("--save-fixtures") + 1])
     if fixtures:
-        tshark_cell(fixtures)
+        tshark_cell(fixtures, out)
     passed = sum(1 for _, ok in results if ok)
     # cells kernel-rate and ibcm-rate: the connect steps of cmtime -c 1000 and cm-ping --count 1000
     # on one rxe VM pair (k-cmtime, in the kernel pair, is printed in its cell); ratio = ibcm/kernel

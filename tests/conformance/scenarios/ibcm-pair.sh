@@ -64,4 +64,4 @@ else
   run counters 10 sh -c '. /lab/lib.sh; counters'
   waitfor a.done 60
 fi
-exit 0
+lab_exit
