@@ -52,9 +52,10 @@
 //! (librdmacm's `rdma_accept` default: the REQ's offer capped by the device), and both sides
 //! then take the REP's values crosswise, as the table says.
 //!
-//! Not covered, because the messages do not carry them: the kernel's fix-up of permissive
-//! LIDs in a routed REQ from the received packet (`cm_process_routed_req`: patch the REQ
-//! first), OPA extended LIDs, the destination MAC on RoCE (resolved from the GID by the verbs
+//! Not covered, because the messages do not carry them: the real LIDs of a routed IB path
+//! (hop limit > 1: the REQ carries the permissive LID 0xFFFF; the kernel's passive side patches
+//! the REQ from the received packet in `cm_process_routed_req`, its active side has them in its
+//! path record: patch the REQ's path first), OPA extended LIDs, the destination MAC on RoCE (resolved from the GID by the verbs
 //! layer) and the `IB_ACCESS_FLUSH_*` flags (they depend on the device's capabilities).
 
 use core::fmt;
