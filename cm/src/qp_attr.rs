@@ -17,6 +17,31 @@
 //! before it sends the RTU). The PSNs are taken from the messages; choosing random starting
 //! PSNs is the endpoint's job.
 //!
+//! # Example
+//! ```
+//! use ibcm::mad::{Psn, Qpn, Rep, Req};
+//! use ibcm::qp_attr::{qp_attr, Connection, LinkLayer, LocalPort, QpAttrMask, QpState, Side};
+//!
+//! let mut req = Req::default();
+//! req.local_qpn = Qpn::masked(0x18);
+//! req.starting_psn = Psn::masked(0x647bbb);
+//! let mut rep = Rep::default();
+//! rep.starting_psn = Psn::masked(0x0fd2ad);
+//! rep.responder_resources = 1;
+//!
+//! // The passive side, moving its QP to RTR before it sends this REP.
+//! let conn = Connection::new(&req, &rep, Side::Passive, LinkLayer::Ethernet, LocalPort::default());
+//! let (attr, mask) = qp_attr(&conn, QpState::Rtr)?;
+//! assert!(mask.contains(QpAttrMask::AV | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN));
+//! assert_eq!(attr.dest_qp_num, req.local_qpn);
+//! assert_eq!(attr.rq_psn, rep.starting_psn);
+//! assert_eq!(attr.max_dest_rd_atomic, 1);
+//! // ... and to RTS: it sends from the PSN the REQ asked for.
+//! let (attr, _) = qp_attr(&conn, QpState::Rts)?;
+//! assert_eq!(attr.sq_psn, req.starting_psn);
+//! # Ok::<(), ibcm::qp_attr::QpAttrError>(())
+//! ```
+//!
 //! # Where each field comes from
 //!
 //! "REQ.x" and "REP.x" are fields of the messages ([`Req`], [`Rep`]); "path" is the REQ's
