@@ -209,7 +209,7 @@ def kernel_cells(out):
     if reqs and rtus:
         wire = 1000.0 / max(1e-6, rtus[-1]["t"] - reqs[0]["t"])
     c.done("k-cmtime", "cmtime -c 1000: connect step %s ms = %s conn/s (wire, first REQ to last RTU: %s conn/s); "
-           "all 1000 REQ/REP/RTU/DREQ/DREP, %s (the passive process is slower than the 6.1 s REQ timeout)"
+           "every connection REQ/REP/RTU/DREQ/DREP on the wire; %s"
            % (mm.group(1) if mm else "?", "%.0f" % rate if rate else "?", "%.0f" % wire if wire else "?",
               resent(counts, 1000)))
 
@@ -396,7 +396,7 @@ def handshake_audit(m, n):
 
 
 def resent(totals, n):
-    """'R REQs, P REPs, D DREQs resent' from handshake_audit's totals"""
+    """'R REQs, P REPs, D DREQs resent, M MRAs' from handshake_audit's totals"""
     return "%d REQs, %d REPs, %d DREQs resent, %d MRAs" % (totals["REQ"] - n, totals["REP"] - n, totals["DREQ"] - n,
                                                           totals["MRA"])
 
