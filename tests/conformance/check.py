@@ -922,6 +922,24 @@ def save_fixtures(out, dest):
     print("save-fixtures: %d files into %s (listing: %s)" % (len(listing and FIXTURES), dest, os.path.join(out, "fixtures-listing.txt")))
 
 
+def run_cell(out, run, step):
+    """run-RUN: lab.sh's exit status, and its run report (OUT/RUN.log): every VM printed
+    LAB-READY with rxe0 ACTIVE and LAB-SCRIPT-DONE rc=0, and a netns host part exited 0"""
+    rc, secs = step
+    log = read(os.path.join(out, run + ".log"))
+    ready = dict(re.findall(r"^%s/(\w+): \[lab [^]]*\] LAB-READY .*rxe0=(.*)$" % re.escape(run), log, re.M))
+    done = dict(re.findall(r"^%s/(\w+): .*LAB-SCRIPT-DONE rc=(\d+)" % re.escape(run), log, re.M))
+    host = re.findall(r"^%s/host: exit (\d+)" % re.escape(run), log, re.M)
+    c = Check()
+    c(rc == 0, "lab.sh run exit %s" % rc)
+    c(ready and sorted(ready) == sorted(done), "VMs ready %s, finished %s" % (sorted(ready), sorted(done)))
+    c(all("ACTIVE" in v for v in ready.values()), "rxe0 not ACTIVE: %s" % ready)
+    c(all(v == "0" for v in done.values()), "scenario exit status %s" % done)
+    c(all(h == "0" for h in host), "host part exit %s" % host)
+    c.done("run-" + run, "lab.sh run exit 0, %s s; VM%s %s: rxe0 ACTIVE, scenario rc=0%s"
+           % (secs, "s" if len(ready) > 1 else "", ",".join(sorted(ready)), ", host part exit 0" if host else ""))
+
+
 def main(argv):
     out = argv[1]
     fixtures = argv[argv.index("--fixtures") + 1] if "--fixtures" in argv else None
@@ -935,8 +953,7 @@ def main(argv):
     rc, secs = steps.get("ibcm-build", (1, "?"))
     cell("ibcm-build", rc == 0, "cargo build --release -p ibcm-tools --bin cm-ping; xrc-probe, xrcd-keeper (rdma) (%s s)" % secs)
     for s in LAB_RUNS:
-        rc, secs = steps.get(s, (1, "?"))
-        cell("run-" + s, rc == 0, "lab.sh run exit %d, %s s" % (rc, secs))
+        run_cell(out, s, steps.get(s, (1, "?")))
     rate = kernel_cells(out)
     nocm_cells(out)
     netns_cells(out)
