@@ -4,6 +4,7 @@
 #                           prints "=== END NAME rc=N secs=S"
 #   bg NAME SECS cmd...     same, in the background;  bgwait NAME [SECS];  bgkill NAME
 #   mark NAME / waitfor NAME [SECS]   cross-VM barrier through /lab/sync (the 9p share)
+#   pair_up                 run-pair scenarios, first: wait until the other VM runs its script
 #   cell_begin NAME / cell_end NAME   in-band cell markers: a UDP datagram "LAB-CELL-BEGIN NAME"
 #                           to the peer's port 9, so the wire pcap can be cut per cell
 #   gid_index               index of rxe0's RoCEv2 IPv4-mapped GID (1 in this lab)
@@ -50,6 +51,12 @@ bgwait() {
   echo "=== END $_n rc=$_rc (background)"
 }
 mark() { echo "$(up)" > "$LAB_DIR/sync/$1"; }
+# pair_up: both VMs of a run-pair are up before the first cell. VM a's first in-band marker
+# would otherwise wait for the ARP reply of a peer still booting, and be lost with its cell.
+pair_up() {
+  mark "$ROLE.up"
+  if [ "$ROLE" = a ]; then waitfor b.up 120; else waitfor a.up 120; fi
+}
 sync_timeout() { say "$1 timed out"; echo "$1" >> "$RES/$ROLE.sync-timeouts"; }
 lab_exit() {
   if [ -s "$RES/$ROLE.sync-timeouts" ]; then

@@ -13,6 +13,7 @@
 # lab-mods-b: nocm
 # lab-timeout: 300
 . /lab/lib.sh
+pair_up
 . /lab/scenarios/ibcm-cells.sh
 A=10.77.0.1 B=10.77.0.2
 RATE_N=1000 RATE_K=1000

@@ -8,6 +8,7 @@
 # lab-mods-b: nocm
 # lab-timeout: 300
 . /lab/lib.sh
+pair_up
 . /lab/scenarios/ibcm-cells.sh
 TP=umad KIP=10.77.0.1 IIP=10.77.0.2
 CMPING=cm-ping

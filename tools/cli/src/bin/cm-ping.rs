@@ -115,7 +115,8 @@ struct Args {
     /// Accept datagrams whose ICRC cannot be verified (peers like rxe whose IPv4 ID is not 0).
     #[arg(long)]
     icrc_lenient: bool,
-    /// Print only the summary line.
+    /// Print only the summary line (and, with --listen, the "listening on" line that tells a
+    /// script the listener is ready).
     #[arg(long, short)]
     quiet: bool,
 }
@@ -332,7 +333,8 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
         ),
         _ => None,
     };
-    out(&args, format_args!("listening on {ip} service_id={sid}"));
+    // Printed even with --quiet: scripts wait for it before they connect.
+    println!("listening on {ip} service_id={sid}");
     let counts = Arc::new(Counts::default());
     let qpn = Arc::new(AtomicU32::new(0x10_0000));
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
