@@ -1,6 +1,8 @@
 //! `ibcm`: an InfiniBand Communication Manager (IBTA CM, MAD class 0x07).
 //!
 //! * [`proto`]: the protocol as a deterministic sans-IO state machine.
+//! * [`qp_attr`]: QP attributes (INIT, RTR, RTS) from a connection's REQ and REP, as the
+//!   kernel's `ib_cm_init_qp_attr` computes them.
 //! * [`App`]: an application run next to an endpoint, with its own timers, by the simulator
 //!   and by the tokio driver alike.
 //! * `rt` (feature `rt`, default): the tokio driver, async API and transports.
@@ -11,6 +13,8 @@
 pub use ibcm_mad as mad;
 
 pub mod proto;
+
+pub mod qp_attr;
 
 pub mod app;
 pub use app::App;

@@ -385,15 +385,23 @@ vm_wait_all() {
   QPIDS=()
 }
 
-# summarise a run: ready times and script results; 0 iff every VM finished its script
+# summarise a run: ready times and script results; 0 iff every VM became ready (rxe0 ACTIVE:
+# guest/init prints LAB-READY only then) and its scenario script exited 0 (LAB-SCRIPT-DONE rc=0)
 run_report() {
-  local rc=0 name con t0 line
+  local rc=0 name con t0 line src
   for con in "$RD"/*.console.log; do
     name=$(basename "$con" .console.log)
-    line=$(grep -m1 'LAB-READY' "$con" || true)
-    if [ -n "$line" ]; then echo "$RUN/$name: $line"; else echo "$RUN/$name: never ready"; rc=1; fi
+    line=$(grep -m1 -E 'LAB-(NOT-)?READY' "$con" || true)
+    case $line in
+      *LAB-READY*) echo "$RUN/$name: $line" ;;
+      *LAB-NOT-READY*) echo "$RUN/$name: not ready: $line"; rc=1 ;;
+      *) echo "$RUN/$name: never ready"; rc=1 ;;
+    esac
     line=$(grep -m1 'LAB-SCRIPT-DONE' "$con" || true)
-    if [ -n "$line" ]; then echo "$RUN/$name: $line"; else echo "$RUN/$name: script did not finish"; rc=1; fi
+    src=$(echo "$line" | sed -n 's/.*LAB-SCRIPT-DONE rc=\([0-9]*\).*/\1/p')
+    if [ -z "$line" ]; then echo "$RUN/$name: script did not finish"; rc=1
+    elif [ "$src" != 0 ]; then echo "$RUN/$name: script FAILED: $line"; rc=1
+    else echo "$RUN/$name: $line"; fi
   done
   echo "$RUN: wall $((SECONDS - RUN_T0)) s"
   return $rc

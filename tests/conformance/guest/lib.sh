@@ -4,10 +4,15 @@
 #                           prints "=== END NAME rc=N secs=S"
 #   bg NAME SECS cmd...     same, in the background;  bgwait NAME [SECS];  bgkill NAME
 #   mark NAME / waitfor NAME [SECS]   cross-VM barrier through /lab/sync (the 9p share)
+#   pair_up                 run-pair scenarios, first: wait until the other VM runs its script
 #   cell_begin NAME / cell_end NAME   in-band cell markers: a UDP datagram "LAB-CELL-BEGIN NAME"
 #                           to the peer's port 9, so the wire pcap can be cut per cell
 #   gid_index               index of rxe0's RoCEv2 IPv4-mapped GID (1 in this lab)
 #   wait_cm_listen [N]      until an rdma_cm id is in LISTEN (rdma res show cm_id)
+#   lab_exit                the scenario's last command: exit 1 if a waitfor / wait_line /
+#                           wait_cm_listen of this role timed out (a step never happened, so
+#                           the run is broken whatever the cells say), else exit 0
+# Every such timeout is also appended to /lab/results/ROLE.sync-timeouts.
 # A host part of a run-netns scenario may source it too, with LAB_DIR=$LAB_SHARE and ROLE=host
 # (bash; only run/bg/bgwait/bgkill/mark/waitfor/wait_line make sense there).
 LAB_DIR=${LAB_DIR:-/lab}
@@ -46,10 +51,24 @@ bgwait() {
   echo "=== END $_n rc=$_rc (background)"
 }
 mark() { echo "$(up)" > "$LAB_DIR/sync/$1"; }
+# pair_up: both VMs of a run-pair are up before the first cell. VM a's first in-band marker
+# would otherwise wait for the ARP reply of a peer still booting, and be lost with its cell.
+pair_up() {
+  mark "$ROLE.up"
+  if [ "$ROLE" = a ]; then waitfor b.up 120; else waitfor a.up 120; fi
+}
+sync_timeout() { say "$1 timed out"; echo "$1" >> "$RES/$ROLE.sync-timeouts"; }
+lab_exit() {
+  if [ -s "$RES/$ROLE.sync-timeouts" ]; then
+    say "LAB-SYNC-FAILED: $(tr '\n' ';' < "$RES/$ROLE.sync-timeouts")"
+    exit 1
+  fi
+  exit 0
+}
 waitfor() {
   _i=0; _lim=$(( ${2:-60} * 10 ))
   while [ ! -e "$LAB_DIR/sync/$1" ]; do
-    sleep 0.1; _i=$((_i+1)); [ $_i -ge $_lim ] && { say "waitfor $1 timed out"; return 1; }
+    sleep 0.1; _i=$((_i+1)); [ $_i -ge $_lim ] && { sync_timeout "waitfor $1"; return 1; }
   done
   return 0
 }
@@ -65,7 +84,7 @@ gid_index() {
 wait_cm_listen() {
   _i=0
   while ! rdma res show cm_id 2>/dev/null | grep -q LISTEN; do
-    sleep 0.1; _i=$((_i+1)); [ $_i -ge ${1:-100} ] && return 1
+    sleep 0.1; _i=$((_i+1)); [ $_i -ge ${1:-100} ] && { sync_timeout "wait_cm_listen"; return 1; }
   done
   return 0
 }
@@ -74,7 +93,7 @@ counters() { for _f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do prin
 wait_line() {
   _i=0; _lim=$(( ${3:-20} * 10 ))
   while ! grep -qE "$2" "$RES/$ROLE.$1.out" 2>/dev/null; do
-    sleep 0.1; _i=$((_i+1)); [ $_i -ge $_lim ] && { say "wait_line $1 '$2' timed out"; return 1; }
+    sleep 0.1; _i=$((_i+1)); [ $_i -ge $_lim ] && { sync_timeout "wait_line $1 '$2'"; return 1; }
   done
   return 0
 }

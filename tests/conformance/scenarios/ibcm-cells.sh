@@ -10,7 +10,7 @@
 #   TP       cell prefix (umad | udp)          KIP, IIP   kernel / ibcm IP address
 #   CMPING   the cm-ping command               CM_ARGS    its transport arguments
 #   drop_first_req / wait_dropped NAME        drop the first CM REQ arriving at the ibcm side
-# check.py (ibcm_cells) holds the expectations; the constants below are repeated there.
+# check_ibcm.py (ibcm_cells) holds the expectations; the constants below are repeated there.
 PD_REQ_I=68656c6c6f2d66726f6d2d6962636d            # "hello-from-ibcm"
 PD_REP_K=6b65726e656c2d726570                      # "kernel-rep"
 PD_REJ_K=6b65726e656c2d736179732d6e6f              # "kernel-says-no"

@@ -7,12 +7,13 @@
 #   kernel-rate-R  then rdma_ucm (ib_cm, rdma_cm) is loaded in both VMs and `cmtime -c 1000`
 #                  runs over the same link: its "connect" step is the kernel's figure; then the
 #                  kernel CM is unloaded again (umad's CM class is free for ibcm)
-#   two rounds R = 1, 2, alternating ibcm and kernel; check.py takes the best of each (TCG
+#   two rounds R = 1, 2, alternating ibcm and kernel; check_ibcm.py takes the best of each (TCG
 #   timing noise only ever slows a run down)
 # lab-mods-a: nocm
 # lab-mods-b: nocm
 # lab-timeout: 300
 . /lab/lib.sh
+pair_up
 . /lab/scenarios/ibcm-cells.sh
 A=10.77.0.1 B=10.77.0.2
 RATE_N=1000 RATE_K=1000
@@ -64,4 +65,4 @@ else
   run counters 10 sh -c '. /lab/lib.sh; counters'
   waitfor a.done 60
 fi
-exit 0
+lab_exit

@@ -13,4 +13,4 @@ waitfor host.ready 30
 kernel_side
 run counters 10 sh -c '. /lab/lib.sh; counters'
 mark vm.done
-exit 0
+lab_exit

@@ -3,11 +3,12 @@
 # VM a (10.77.0.1) = kernel CM (lab.mods=cm): cmpeer / rping / ucmatose.
 # VM b (10.77.0.2) = NO kernel CM (lab.mods=nocm): the host-built ibcm `cm-ping` on umad0,
 # passed in with LAB_PEER_BIN (tests/conformance/run does that).  The cell list is in
-# ibcm-cells.sh; check.py asserts cmpeer's and cm-ping's outputs and the wire.
+# ibcm-cells.sh; check_ibcm.py asserts cmpeer's and cm-ping's outputs and the wire.
 # lab-mods-a: cm
 # lab-mods-b: nocm
 # lab-timeout: 300
 . /lab/lib.sh
+pair_up
 . /lab/scenarios/ibcm-cells.sh
 TP=umad KIP=10.77.0.1 IIP=10.77.0.2
 CMPING=cm-ping
@@ -24,4 +25,4 @@ else
   run counters 10 sh -c '. /lab/lib.sh; counters'
   waitfor a.done 60
 fi
-exit 0
+lab_exit

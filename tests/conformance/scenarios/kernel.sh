@@ -7,6 +7,7 @@
 # lab-mods-b: cm
 # lab-timeout: 240
 . /lab/lib.sh
+pair_up
 A=10.77.0.1
 PD_REQ=68656c6c6f2d66726f6d2d6b65726e656c      # "hello-from-kernel"
 PD_REP=6b65726e656c2d726570                    # "kernel-rep"
@@ -77,4 +78,4 @@ else
   run counters 10 sh -c '. /lab/lib.sh; counters'
   waitfor a.done 60
 fi
-exit 0
+lab_exit

@@ -18,4 +18,4 @@ run host-passive 30 cmpeer client --addr $H --port 7100 --pd 66726f6d2d766d --ex
 cell_end host-passive
 run counters 10 sh -c '. /lab/lib.sh; counters'
 mark vm.done
-exit 0
+lab_exit

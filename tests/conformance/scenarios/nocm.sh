@@ -19,4 +19,4 @@ for f in /lab/bin/*; do
   case $(basename "$f") in cmpeer|umadprobe|hello-c|hello-rs) continue ;; esac
   run "peer-$(basename "$f")" 10 "$f" --help
 done
-exit 0
+lab_exit

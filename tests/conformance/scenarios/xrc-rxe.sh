@@ -17,4 +17,4 @@ run xrc-probe-any 30 /lab/bin/xrc-probe
 if [ -x /lab/bin/xrcd-keeper ]; then
   run keeper-verbs 30 /lab/bin/xrcd-keeper serve --socket /tmp/xrcd-keeper.sock --backend verbs --device rxe0
 fi
-exit 0
+lab_exit

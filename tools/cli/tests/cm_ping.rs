@@ -91,8 +91,16 @@ fn two_processes_ten_thousand_connections() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(summary(&text), (10_000, 0, 0, 10_000));
+    assert!(
+        text.contains(", 10000 disconnected, 0 disconnect timed out\n"),
+        "{text}"
+    );
     let ltext = stop(l);
     assert_eq!(summary(&ltext), (10_000, 0, 0, 10_000), "listener: {ltext}");
+    assert!(
+        ltext.contains(", 0 disconnect timed out\n"),
+        "listener: {ltext}"
+    );
 }
 
 #[test]

@@ -13,8 +13,11 @@
 //! so a Linux `rping -s`/`ucmatose` listener answers; `--service-id` gives a raw IB service ID.
 //!
 //! One line per event; the last line is
-//! `cm-ping: N established, R rejected, T timed out, D disconnected`. The listener accepts by
-//! default and runs until killed (SIGINT/SIGTERM print the summary line).
+//! `cm-ping: N established, R rejected, T timed out, D disconnected, X disconnect timed out`
+//! (D counts the connections whose DREQ was answered or came from the peer; X those whose
+//! DREQ was never answered). The listener accepts by default and runs until killed
+//! (SIGINT/SIGTERM print the summary line). `--connect` exits 0 when every connection was
+//! established and none of their disconnects timed out, 2 otherwise.
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
@@ -112,7 +115,8 @@ struct Args {
     /// Accept datagrams whose ICRC cannot be verified (peers like rxe whose IPv4 ID is not 0).
     #[arg(long)]
     icrc_lenient: bool,
-    /// Print only the summary line.
+    /// Print only the summary line (and, with --listen, the "listening on" line that tells a
+    /// script the listener is ready).
     #[arg(long, short)]
     quiet: bool,
 }
@@ -161,17 +165,33 @@ struct Counts {
     rejected: AtomicU64,
     timed_out: AtomicU64,
     disconnected: AtomicU64,
+    disconnect_timed_out: AtomicU64,
 }
 
 impl Counts {
     fn line(&self) -> String {
         format!(
-            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected",
+            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {} disconnect timed out",
             self.established.load(Ordering::Relaxed),
             self.rejected.load(Ordering::Relaxed),
             self.timed_out.load(Ordering::Relaxed),
-            self.disconnected.load(Ordering::Relaxed)
+            self.disconnected.load(Ordering::Relaxed),
+            self.disconnect_timed_out.load(Ordering::Relaxed)
         )
+    }
+
+    /// Counts how a connection ended: a completed disconnect (ours answered by a DREP, or the
+    /// peer's DREQ) or a DREQ of ours that was never answered.
+    fn count_end(&self, why: &ConnectionError) {
+        match why {
+            ConnectionError::Disconnected { .. } => {
+                self.disconnected.fetch_add(1, Ordering::Relaxed);
+            }
+            ConnectionError::DisconnectTimedOut => {
+                self.disconnect_timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
     }
 
     fn count_error(&self, e: &ConnectionError) {
@@ -313,7 +333,8 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
         ),
         _ => None,
     };
-    out(&args, format_args!("listening on {ip} service_id={sid}"));
+    // Printed even with --quiet: scripts wait for it before they connect.
+    println!("listening on {ip} service_id={sid}");
     let counts = Arc::new(Counts::default());
     let qpn = Arc::new(AtomicU32::new(0x10_0000));
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -417,12 +438,7 @@ async fn serve_one(
     } else {
         conn.closed().await
     };
-    if matches!(
-        why,
-        ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut
-    ) {
-        counts.disconnected.fetch_add(1, Ordering::Relaxed);
-    }
+    counts.count_end(&why);
     out(
         args,
         format_args!("disconnected conn={} ({why})", conn.id()),
@@ -500,7 +516,8 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
         );
     }
     println!("{}", counts.line());
-    let ok = counts.established.load(Ordering::Relaxed) == args.count;
+    let ok = counts.established.load(Ordering::Relaxed) == args.count
+        && counts.disconnect_timed_out.load(Ordering::Relaxed) == 0;
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -586,14 +603,35 @@ async fn finish(args: &Args, counts: &Counts, conn: Connection) {
         Who::Active => conn.disconnect(&[]).await,
         Who::Passive => conn.closed().await,
     };
-    if matches!(
-        why,
-        ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut
-    ) {
-        counts.disconnected.fetch_add(1, Ordering::Relaxed);
-    }
+    counts.count_end(&why);
     out(
         args,
         format_args!("disconnected conn={} ({why})", conn.id()),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_counts_timed_out_disconnects_apart() {
+        let counts = Counts::default();
+        counts.established.fetch_add(3, Ordering::Relaxed);
+        counts.count_end(&ConnectionError::Disconnected {
+            by_peer: false,
+            private_data: Vec::new(),
+        });
+        counts.count_end(&ConnectionError::Disconnected {
+            by_peer: true,
+            private_data: vec![1],
+        });
+        counts.count_end(&ConnectionError::DisconnectTimedOut);
+        counts.count_end(&ConnectionError::TimedOut);
+        assert_eq!(
+            counts.line(),
+            "cm-ping: 3 established, 0 rejected, 0 timed out, 2 disconnected, \
+             1 disconnect timed out"
+        );
+    }
 }
