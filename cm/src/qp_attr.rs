@@ -90,14 +90,9 @@ use crate::mad::cm::{PathInfo, Rep, Req, ReqTransport};
 use crate::mad::codes::Mtu;
 use crate::mad::types::{FlowLabel, Gid, Lid, Psn, Qpn};
 
-/// Which end of the connection we are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Side {
-    /// We sent the REQ and received the REP.
-    Active,
-    /// We received the REQ and sent (or are about to send) the REP.
-    Passive,
-}
+/// Which end of the connection we are (the workspace's one `Side`: `Active` sent the REQ and
+/// received the REP, `Passive` received the REQ and sends the REP).
+pub use ibcm_mad::Side;
 
 /// The kind of QP the connection drives (`enum ibv_qp_type` for connected QPs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
