@@ -7,10 +7,11 @@ use std::time::Instant;
 use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use crate::proto::{
     AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, ListenOptions,
-    SidrRepParams, SidrReqParams, Stats,
+    SidrRepParams, SidrReqParams,
 };
 
 pub(crate) type Reply<T> = oneshot::Sender<T>;
@@ -63,7 +64,16 @@ pub(crate) enum Command {
         reply: Reply<Result<(), CallError>>,
     },
     Stats {
-        reply: Reply<Stats>,
+        reply: Reply<CmStats>,
+    },
+    /// An [`Incoming`](super::Incoming) dropped unanswered: the driver rejects it (REJ 28, or
+    /// SIDR status "rejected") and logs that, rate-limited.
+    Unanswered {
+        id: ConnId,
+        sidr: bool,
+    },
+    RandomPsn {
+        reply: Reply<ibcm_mad::Psn>,
     },
     Len {
         reply: Reply<usize>,

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
 
 use super::command::{Command, Reply};
+use super::stats::{CmStats, LogLimit};
 use super::types::{status_channel, CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::{due, earliest, DynApp};
@@ -17,6 +18,14 @@ use crate::proto::{CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind
 
 /// The application a driver runs (sent to its task: `Send`).
 pub(crate) type BoxApp = Box<dyn DynApp + Send>;
+
+/// A SIDR_REP without a QP: a refusal with `status`.
+fn sidr_status(status: ibcm_mad::SidrStatus) -> SidrRepParams {
+    SidrRepParams {
+        status,
+        ..SidrRepParams::success(ibcm_mad::Qpn::default(), ibcm_mad::Qkey(0))
+    }
+}
 
 /// The driver: one task, one endpoint, one timer.
 pub(crate) struct Driver<T> {
@@ -28,6 +37,10 @@ pub(crate) struct Driver<T> {
     listeners: BTreeMap<ServiceId, mpsc::UnboundedSender<(ConnId, IncomingKind)>>,
     sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
     app: Option<BoxApp>,
+    /// Connections closed (for [`CmStats::closed`]).
+    closed: u64,
+    /// Rate limit of the lines logged about what peers make the driver do.
+    log: LogLimit,
 }
 
 fn now() -> Instant {
@@ -57,6 +70,8 @@ impl<T: DatagramTransport> Driver<T> {
             listeners: BTreeMap::new(),
             sidr: BTreeMap::new(),
             app,
+            closed: 0,
+            log: LogLimit::default(),
         }
     }
 
@@ -122,7 +137,9 @@ impl<T: DatagramTransport> Driver<T> {
                 progressed = true;
                 if let Err(e) = self.transport.send(t.to, &t.mad).await {
                     // Like a lost packet: the core retransmits requests.
-                    debug!(to = %t.to, error = %e, "send failed");
+                    if self.log.ok(now()) {
+                        debug!(to = %t.to, error = %e, "send failed");
+                    }
                 }
             }
             if !progressed {
@@ -169,10 +186,7 @@ impl<T: DatagramTransport> Driver<T> {
                     .get(&sid)
                     .is_some_and(|tx| tx.send((ev.conn, IncomingKind::Sidr(s))).is_ok());
                 if !delivered {
-                    let p = SidrRepParams {
-                        status: ibcm_mad::SidrStatus::UnsupportedServiceId,
-                        ..SidrRepParams::success(ibcm_mad::Qpn::default(), ibcm_mad::Qkey(0))
-                    };
+                    let p = sidr_status(ibcm_mad::SidrStatus::UnsupportedServiceId);
                     let _ = self.ep.sidr_reply(now(), ev.conn, p);
                 }
             }
@@ -181,7 +195,10 @@ impl<T: DatagramTransport> Driver<T> {
             }
             EventKind::Established => self.set_status(ev.conn, ConnStatus::Established),
             EventKind::Closed(e) => {
-                debug!(error = %e, "closed");
+                self.closed += 1;
+                if self.log.ok(now()) {
+                    debug!(error = %e, "closed");
+                }
                 let gone = self.ep.state(ev.conn).is_none();
                 if gone {
                     // Gone without TimeWait.
@@ -229,7 +246,11 @@ impl<T: DatagramTransport> Driver<T> {
                     .ep
                     .apr(now(), ev.conn, ibcm_mad::AprStatus::Unsupported, &[], &[]);
             }
-            other => debug!(event = ?other, "event"),
+            other => {
+                if self.log.ok(now()) {
+                    debug!(event = ?other, "event");
+                }
+            }
         }
     }
 
@@ -307,7 +328,30 @@ impl<T: DatagramTransport> Driver<T> {
                 let _ = reply.send(self.ep.sidr_reply(t, id, params));
             }
             Command::Stats { reply } => {
-                let _ = reply.send(self.ep.stats().clone());
+                let _ = reply.send(CmStats {
+                    endpoint: self.ep.stats().clone(),
+                    transport: self.transport.stats(),
+                    closed: self.closed,
+                    log_suppressed: self.log.suppressed,
+                    connections: self.ep.len(),
+                    half_open: self.ep.half_open(),
+                    established_now: self.ep.established(),
+                });
+            }
+            Command::Unanswered { id, sidr } => {
+                if self.log.ok(t) {
+                    warn!(conn = %id, "incoming request dropped unanswered: rejecting it");
+                }
+                // Gone already (the peer gave up, or it expired) is fine.
+                let _ = if sidr {
+                    self.ep
+                        .sidr_reply(t, id, sidr_status(ibcm_mad::SidrStatus::Rejected))
+                } else {
+                    self.ep.reject(t, id, RejReason::ConsumerReject, &[], &[])
+                };
+            }
+            Command::RandomPsn { reply } => {
+                let _ = reply.send(self.ep.random_psn());
             }
             Command::Len { reply } => {
                 let _ = reply.send(self.ep.len());

@@ -4,19 +4,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use ibcm_mad::{Qpn, RejReason, ServiceId, TimeoutExp};
+use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
 use super::command::{AppCall, Command};
 use super::driver::{BoxApp, Driver};
+use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::App;
 use crate::proto::{
     AcceptParams, ConnId, ConnectParams, ConnectionError, Endpoint, EndpointConfig,
-    IncomingRequest, ListenOptions, PeerAddr, SidrRepParams, SidrReqParams, Stats,
+    IncomingRequest, ListenOptions, PeerAddr, SidrRepParams, SidrReqParams,
 };
 
 /// A cloneable handle to a CM endpoint running in a tokio task.
@@ -202,12 +203,26 @@ impl Cm {
         rx.await.map_err(|_| CmError::DriverGone)?
     }
 
-    /// Counters of the endpoint.
+    /// Counters of the endpoint ([`CmStats::endpoint`]), of the transport (its drops: bad
+    /// ICRC, not a MAD, …) and of the driver: every dropped MAD by reason
+    /// ([`CmStats::dropped`]); [`CmStats::to_json`] formats them as one JSON line.
     ///
     /// # Errors
     /// [`CmError::DriverGone`].
-    pub async fn stats(&self) -> Result<Stats, CmError> {
+    pub async fn stats(&self) -> Result<CmStats, CmError> {
         self.call(|reply| Command::Stats { reply }).await
+    }
+
+    /// A random 24-bit start PSN from the endpoint's RNG ([`Endpoint::random_psn`]: seeded
+    /// from the OS unless [`EndpointConfig::rng_seed`] is set), for
+    /// [`ConnectParams::starting_psn`] and [`AcceptParams::starting_psn`] when the application
+    /// has no PSN of its own to program into its QP. The parameter constructors leave the PSN
+    /// at 0; the runtime never changes a PSN the application passes.
+    ///
+    /// # Errors
+    /// [`CmError::DriverGone`].
+    pub async fn random_psn(&self) -> Result<ibcm_mad::Psn, CmError> {
+        self.call(|reply| Command::RandomPsn { reply }).await
     }
 
     /// Connections in the endpoint's table (all states, TimeWait included).
@@ -326,7 +341,7 @@ impl Connection {
 
 /// A request that must be answered: [`accept`](Incoming::accept),
 /// [`reject`](Incoming::reject) or (for a REQ) [`mra`](Incoming::mra). Dropping it unanswered
-/// rejects it (REJ 28 / SIDR status 2) and logs a warning.
+/// rejects it (REJ 28 / SIDR status 2) and logs a warning (rate-limited).
 #[derive(Debug)]
 pub struct Incoming {
     id: ConnId,
@@ -447,30 +462,11 @@ impl Drop for Incoming {
         if self.answered {
             return;
         }
-        warn!(conn = %self.id, "incoming request dropped unanswered: rejecting it");
-        match self.kind {
-            IncomingKind::Connect(_) => {
-                let (reply, _) = oneshot::channel();
-                self.cm.send(Command::Reject {
-                    conn: self.id,
-                    reason: RejReason::ConsumerReject,
-                    ari: Vec::new(),
-                    private_data: Vec::new(),
-                    reply,
-                });
-            }
-            IncomingKind::Sidr(_) => {
-                let (reply, _) = oneshot::channel();
-                self.cm.send(Command::SidrReply {
-                    id: self.id,
-                    params: SidrRepParams {
-                        status: ibcm_mad::SidrStatus::Rejected,
-                        ..SidrRepParams::success(Qpn::default(), ibcm_mad::Qkey(0))
-                    },
-                    reply,
-                });
-            }
-        }
+        // The driver rejects it and logs that (rate-limited: peers decide how many arrive).
+        self.cm.send(Command::Unanswered {
+            id: self.id,
+            sidr: matches!(self.kind, IncomingKind::Sidr(_)),
+        });
     }
 }
 
