@@ -5,10 +5,13 @@ use std::fmt;
 use std::time::Instant;
 
 use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
-use tokio::sync::{mpsc, oneshot, watch};
+use std::sync::Arc;
 
+use tokio::sync::{mpsc, oneshot};
+
+use super::slot::Slot;
 use super::stats::CmStats;
-use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
+use super::types::{CmError, IncomingKind, SidrAnswer};
 use crate::proto::{
     AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, ListenOptions,
     SidrRepParams, SidrReqParams,
@@ -21,7 +24,7 @@ pub(crate) type Reply<T> = oneshot::Sender<T>;
 pub(crate) enum Command {
     Connect {
         params: ConnectParams,
-        reply: Reply<Result<(ConnId, watch::Receiver<ConnStatus>), ConnectError>>,
+        reply: Reply<Result<(ConnId, Arc<Slot>), ConnectError>>,
     },
     Listen {
         service_id: ServiceId,
@@ -35,7 +38,7 @@ pub(crate) enum Command {
     Accept {
         conn: ConnId,
         params: AcceptParams,
-        reply: Reply<Result<watch::Receiver<ConnStatus>, CallError>>,
+        reply: Reply<Result<Arc<Slot>, CallError>>,
     },
     Reject {
         conn: ConnId,

@@ -10,8 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
 
 use super::command::{Command, Reply};
+use super::slot::Slot;
 use super::stats::{CmStats, LogLimit};
-use super::types::{status_channel, CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer};
+use super::types::{CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::{due, earliest, DynApp};
 use crate::proto::{CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, SidrRepParams};
@@ -33,7 +34,6 @@ pub(crate) struct Driver<T> {
     transport: T,
     rx: mpsc::UnboundedReceiver<Command>,
     registry: Registry,
-    reps: Reps,
     listeners: BTreeMap<ServiceId, mpsc::UnboundedSender<(ConnId, IncomingKind)>>,
     sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
     app: Option<BoxApp>,
@@ -53,7 +53,6 @@ impl<T: DatagramTransport> Driver<T> {
         mut config: EndpointConfig,
         rx: mpsc::UnboundedReceiver<Command>,
         registry: Registry,
-        reps: Reps,
         app: Option<BoxApp>,
     ) -> Self {
         if config.local_gid == ibcm_mad::Gid::ZERO {
@@ -66,7 +65,6 @@ impl<T: DatagramTransport> Driver<T> {
             transport,
             rx,
             registry,
-            reps,
             listeners: BTreeMap::new(),
             sidr: BTreeMap::new(),
             app,
@@ -153,8 +151,8 @@ impl<T: DatagramTransport> Driver<T> {
     }
 
     fn set_status(&self, id: ConnId, st: ConnStatus) {
-        if let Some(tx) = self.registry.get(&id) {
-            tx.send_replace(st);
+        if let Some(slot) = self.registry.get(&id) {
+            slot.set(st);
         }
     }
 
@@ -168,7 +166,7 @@ impl<T: DatagramTransport> Driver<T> {
         }
         match ev.kind {
             EventKind::ReqReceived(req) => {
-                self.registry.insert(ev.conn, status_channel());
+                self.registry.insert(ev.conn, Slot::new());
                 let delivered = self
                     .listeners
                     .get(&req.service_id())
@@ -191,7 +189,9 @@ impl<T: DatagramTransport> Driver<T> {
                 }
             }
             EventKind::RepReceived(rep) => {
-                self.reps.insert(ev.conn, *rep);
+                if let Some(slot) = self.registry.get(&ev.conn) {
+                    slot.set_rep(&rep);
+                }
             }
             EventKind::Established => self.set_status(ev.conn, ConnStatus::Established),
             EventKind::Closed(e) => {
@@ -202,22 +202,23 @@ impl<T: DatagramTransport> Driver<T> {
                 let gone = self.ep.state(ev.conn).is_none();
                 if gone {
                     // Gone without TimeWait.
-                    self.reps.remove(&ev.conn);
-                    if let Some((_, tx)) = self.registry.remove(&ev.conn) {
-                        tx.send_replace(ConnStatus::Gone(e));
+                    if let Some((_, slot)) = self.registry.remove(&ev.conn) {
+                        slot.clear_rep();
+                        slot.set(ConnStatus::Gone(e));
                     }
                 } else {
                     self.set_status(ev.conn, ConnStatus::Closed(e));
                 }
             }
             EventKind::TimewaitExit { .. } => {
-                self.reps.remove(&ev.conn);
-                if let Some((_, tx)) = self.registry.remove(&ev.conn) {
-                    let why = match &*tx.borrow() {
-                        ConnStatus::Closed(e) | ConnStatus::Gone(e) => e.clone(),
-                        _ => crate::proto::ConnectionError::LocallyClosed,
-                    };
-                    tx.send_replace(ConnStatus::Gone(why));
+                if let Some((_, slot)) = self.registry.remove(&ev.conn) {
+                    slot.clear_rep();
+                    slot.update(|st| {
+                        ConnStatus::Gone(match st {
+                            ConnStatus::Closed(e) | ConnStatus::Gone(e) => e.clone(),
+                            _ => crate::proto::ConnectionError::LocallyClosed,
+                        })
+                    });
                 }
             }
             EventKind::SidrReply {
@@ -259,10 +260,9 @@ impl<T: DatagramTransport> Driver<T> {
         match cmd {
             Command::Connect { params, reply } => {
                 let r = self.ep.connect(t, params).map(|id| {
-                    let tx = status_channel();
-                    let rx = tx.subscribe();
-                    self.registry.insert(id, tx);
-                    (id, rx)
+                    let slot = Slot::new();
+                    self.registry.insert(id, slot.clone());
+                    (id, slot)
                 });
                 let _ = reply.send(r);
             }
@@ -288,7 +288,7 @@ impl<T: DatagramTransport> Driver<T> {
                 let r = self.ep.accept(t, conn, params).and_then(|()| {
                     self.registry
                         .get(&conn)
-                        .map(|s| s.subscribe())
+                        .map(|s| s.clone())
                         .ok_or(CallError::UnknownConnection(conn))
                 });
                 let _ = reply.send(r);

@@ -5,14 +5,15 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
 use super::command::{AppCall, Command};
 use super::driver::{BoxApp, Driver};
+use super::slot::Slot;
 use super::stats::CmStats;
-use super::types::{CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer};
+use super::types::{CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::App;
 use crate::proto::{
@@ -58,9 +59,15 @@ use crate::proto::{
 /// ```
 #[derive(Debug, Clone)]
 pub struct Cm {
+    // One pointer: every `Connection` handle holds a `Cm`.
+    shared: Arc<Shared>,
+}
+
+/// What the handles of one endpoint share.
+#[derive(Debug)]
+struct Shared {
     tx: mpsc::UnboundedSender<Command>,
     registry: Registry,
-    reps: Reps,
 }
 
 impl Cm {
@@ -97,10 +104,14 @@ impl Cm {
     ) -> (Cm, JoinHandle<std::io::Result<()>>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let registry: Registry = Arc::new(DashMap::new());
-        let reps: Reps = Arc::new(DashMap::new());
-        let driver = Driver::new(transport, config, rx, registry.clone(), reps.clone(), app);
+        let driver = Driver::new(transport, config, rx, registry.clone(), app);
         let task = tokio::spawn(driver.run());
-        (Cm { tx, registry, reps }, task)
+        (
+            Cm {
+                shared: Arc::new(Shared { tx, registry }),
+            },
+            task,
+        )
     }
 
     /// Runs `f` inside the driver task on its app (of type `A`, installed with
@@ -131,12 +142,15 @@ impl Cm {
 
     async fn call<R>(&self, f: impl FnOnce(oneshot::Sender<R>) -> Command) -> Result<R, CmError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(f(tx)).map_err(|_| CmError::DriverGone)?;
+        self.shared
+            .tx
+            .send(f(tx))
+            .map_err(|_| CmError::DriverGone)?;
         rx.await.map_err(|_| CmError::DriverGone)
     }
 
-    fn watch(&self, id: ConnId) -> Option<watch::Receiver<ConnStatus>> {
-        self.registry.get(&id).map(|s| s.subscribe())
+    fn slot(&self, id: ConnId) -> Option<Arc<Slot>> {
+        self.shared.registry.get(&id).map(|s| s.clone())
     }
 
     /// Connects; resolves when the connection is established.
@@ -158,13 +172,13 @@ impl Cm {
     pub async fn start_connect(&self, mut params: ConnectParams) -> Result<Connection, CmError> {
         // The async API always sends the RTU itself.
         params.auto_rtu = true;
-        let (id, status) = self
+        let (id, slot) = self
             .call(|reply| Command::Connect { params, reply })
             .await??;
         Ok(Connection {
             id,
             cm: self.clone(),
-            status,
+            slot,
         })
     }
 
@@ -235,11 +249,11 @@ impl Cm {
 
     /// Stops the driver task (connections are abandoned without DREQ).
     pub fn shutdown(&self) {
-        let _ = self.tx.send(Command::Shutdown);
+        let _ = self.shared.tx.send(Command::Shutdown);
     }
 
     pub(crate) fn send(&self, cmd: Command) {
-        let _ = self.tx.send(cmd);
+        let _ = self.shared.tx.send(cmd);
     }
 }
 
@@ -248,7 +262,7 @@ impl Cm {
 pub struct Connection {
     id: ConnId,
     cm: Cm,
-    status: watch::Receiver<ConnStatus>,
+    slot: Arc<Slot>,
 }
 
 impl Connection {
@@ -261,12 +275,12 @@ impl Connection {
     /// data, and for XRC the TGT QPN from the EECN field. `None` before the REP, on the
     /// passive side, and once the connection has left the table.
     pub fn rep(&self) -> Option<crate::proto::RepInfo> {
-        self.cm.reps.get(&self.id).map(|r| r.clone())
+        self.slot.rep()
     }
 
     /// The current status.
     pub fn status(&self) -> ConnStatus {
-        self.status.borrow().clone()
+        self.slot.status()
     }
 
     /// Waits until the connection is established. Returns `Ok` also when it was established
@@ -275,10 +289,9 @@ impl Connection {
     /// # Errors
     /// The [`ConnectionError`] if it fails (or has failed) instead.
     pub async fn established(&self) -> Result<(), ConnectionError> {
-        let mut rx = self.status.clone();
-        loop {
-            match &*rx.borrow_and_update() {
-                ConnStatus::Established => return Ok(()),
+        self.slot
+            .wait(|st| match st {
+                ConnStatus::Established => Some(Ok(())),
                 // A disconnect implies the connection was established first (a DREQ can
                 // overtake the RTU: docs/protocol.md §4.7, REP_SENT + DREQ rx).
                 ConnStatus::Closed(
@@ -286,28 +299,21 @@ impl Connection {
                 )
                 | ConnStatus::Gone(
                     ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut,
-                ) => return Ok(()),
-                ConnStatus::Closed(e) | ConnStatus::Gone(e) => return Err(e.clone()),
-                ConnStatus::Connecting => {}
-            }
-            if rx.changed().await.is_err() {
-                return Err(ConnectionError::LocallyClosed);
-            }
-        }
+                ) => Some(Ok(())),
+                ConnStatus::Closed(e) | ConnStatus::Gone(e) => Some(Err(e.clone())),
+                ConnStatus::Connecting => None,
+            })
+            .await
     }
 
     /// Waits until the connection is closed, and says why.
     pub async fn closed(&self) -> ConnectionError {
-        let mut rx = self.status.clone();
-        loop {
-            match &*rx.borrow_and_update() {
-                ConnStatus::Closed(e) | ConnStatus::Gone(e) => return e.clone(),
-                _ => {}
-            }
-            if rx.changed().await.is_err() {
-                return ConnectionError::LocallyClosed;
-            }
-        }
+        self.slot
+            .wait(|st| match st {
+                ConnStatus::Closed(e) | ConnStatus::Gone(e) => Some(e.clone()),
+                _ => None,
+            })
+            .await
     }
 
     /// Disconnects (DREQ when established; REJ during setup) and waits until the connection
@@ -327,15 +333,9 @@ impl Connection {
 
     /// Waits until the connection has also left TimeWait (its QPN may be reused).
     pub async fn gone(&self) {
-        let mut rx = self.status.clone();
-        loop {
-            if matches!(&*rx.borrow_and_update(), ConnStatus::Gone(_)) {
-                return;
-            }
-            if rx.changed().await.is_err() {
-                return;
-            }
-        }
+        self.slot
+            .wait(|st| matches!(st, ConnStatus::Gone(_)).then_some(()))
+            .await;
     }
 }
 
@@ -382,7 +382,7 @@ impl Incoming {
     pub async fn accept(mut self, params: AcceptParams) -> Result<Connection, CmError> {
         let id = self.id;
         // On an error `self` is dropped unanswered, and the drop guard sends the REJ.
-        let status = self
+        let slot = self
             .cm
             .call(|reply| Command::Accept {
                 conn: id,
@@ -394,7 +394,7 @@ impl Incoming {
         Ok(Connection {
             id,
             cm: self.cm.clone(),
-            status,
+            slot,
         })
     }
 
@@ -510,10 +510,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 impl Cm {
     /// A handle to an existing connection by ID (e.g. one accepted elsewhere).
     pub fn connection(&self, id: ConnId) -> Option<Connection> {
-        self.watch(id).map(|status| Connection {
+        self.slot(id).map(|slot| Connection {
             id,
             cm: self.clone(),
-            status,
+            slot,
         })
     }
 }

@@ -15,6 +15,7 @@
 mod command;
 mod driver;
 mod handle;
+mod slot;
 mod stats;
 mod sys;
 mod transport;

@@ -3,6 +3,7 @@
 //! ```text
 //! cm-bench rate  [--conns N] [--parallel K]    connection setup over RoCEv2/UDP on loopback
 //! cm-bench scale [--conns N]                   1M connections in memory: bytes/conn, rate
+//! cm-bench scale --rt [--conns N]              the same through ibcm::rt: bytes/conn vs core
 //! cm-bench flood [--legit N] [--attacks N]     an off-path attacker on loopback (see below)
 //! ```
 //!
@@ -16,6 +17,8 @@
 //!   (both endpoints hold N connections); the setup rate is the median of batches of 1,000
 //!   connections among the first five and among the last five. Last line:
 //!   `scale: <bytes> B/conn; rate@1k: <conn/s>; rate@N: <conn/s>; ratio: <x.xx>`.
+//! * `scale --rt`: N connections held through the async API ([`scale_rt`] module docs). Last
+//!   line: `scale-rt: <bytes> B/conn; core: <bytes> B/conn; ratio: <x.xx>`.
 //! * `flood`: a REQ flood at the highest rate one thread can send, from spoofed loopback
 //!   sources, while a client connects N times; then blind-RTU and spoofed-teardown attempts
 //!   ([`flood`] module docs). Last line: `flood: success <r> (<ok>/<n>); amplification <x>;
@@ -39,6 +42,8 @@ use ibcm_mad::{Guid, Qpn, ServiceId};
 mod flood;
 #[path = "../common/qpn.rs"]
 mod qpn;
+#[path = "../bench/scale_rt.rs"]
+mod scale_rt;
 
 #[derive(Debug, Parser)]
 #[command(name = "cm-bench", version, about = "ibcm benchmarks")]
@@ -69,6 +74,14 @@ enum Cmd {
         /// Do not ask glibc for transparent huge pages (see below).
         #[arg(long)]
         no_thp: bool,
+        /// Through the async API (`ibcm::rt`, two `Cm` endpoints over an in-memory network,
+        /// every `Connection` handle held) instead of the sans-IO core; prints B/conn next to
+        /// the core's, measured in a child process of the same run.
+        #[arg(long)]
+        rt: bool,
+        /// With --rt: connections in flight.
+        #[arg(long, default_value_t = 256)]
+        parallel: u64,
     },
     /// A REQ flood from spoofed loopback sources during legitimate connects; blind RTUs and
     /// spoofed teardowns. Prints success, amplification and attack success ratios.
@@ -122,7 +135,13 @@ fn main() -> Result<()> {
             settle,
             port,
         }),
-        Cmd::Scale { conns, no_thp } => {
+        Cmd::Scale {
+            conns,
+            rt: true,
+            parallel,
+            ..
+        } => scale_rt::scale_rt(conns, parallel, rss_bytes),
+        Cmd::Scale { conns, no_thp, .. } => {
             if !no_thp && std::env::var_os("GLIBC_TUNABLES").is_none() {
                 return reexec_with_thp();
             }
