@@ -87,11 +87,19 @@ impl<T: DatagramTransport> Driver<T> {
                 }
                 armed = deadline;
             }
+            // Local work first: the application's commands (accepts, rejects, …) come at the
+            // rate the application chooses, datagrams at the rate peers choose. Under a flood
+            // the excess waits (and is dropped) in the socket buffer, not the accepts.
             tokio::select! {
+                biased;
                 cmd = self.rx.recv() => match cmd {
                     None | Some(Command::Shutdown) => return Ok(()),
                     Some(cmd) => self.on_command(cmd),
                 },
+                () = &mut sleep, if armed.is_some() => {
+                    armed = None;
+                    self.on_timeout(now());
+                }
                 r = self.transport.recv() => match r {
                     Ok((from, mad)) => self.ep.handle_datagram(now(), from, &mad),
                     Err(e) => {
@@ -99,10 +107,6 @@ impl<T: DatagramTransport> Driver<T> {
                         return Err(e);
                     }
                 },
-                () = &mut sleep, if armed.is_some() => {
-                    armed = None;
-                    self.on_timeout(now());
-                }
             }
         }
     }

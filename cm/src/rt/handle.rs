@@ -479,15 +479,23 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// The next request; `None` when the endpoint stopped.
+    /// The next request; `None` when the endpoint stopped. Requests that are gone already
+    /// (the peer gave up, or the endpoint evicted them under pressure) are skipped.
     pub async fn next(&mut self) -> Option<Incoming> {
-        let (id, kind) = self.rx.recv().await?;
-        Some(Incoming {
-            id,
-            cm: self.cm.clone(),
-            kind,
-            answered: false,
-        })
+        loop {
+            let (id, kind) = self.rx.recv().await?;
+            if matches!(kind, IncomingKind::Connect(_))
+                && !self.cm.shared.registry.contains_key(&id)
+            {
+                continue;
+            }
+            return Some(Incoming {
+                id,
+                cm: self.cm.clone(),
+                kind,
+                answered: false,
+            });
+        }
     }
 
     /// The service ID listened on.
