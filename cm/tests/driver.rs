@@ -85,7 +85,7 @@ async fn connect_accept_disconnect_and_timewait() {
     s.gone().await;
     assert_eq!(a.connection_count().await.unwrap(), 0);
     assert_eq!(b.connection_count().await.unwrap(), 0);
-    let st = a.stats().await.unwrap();
+    let st = a.stats().await.unwrap().endpoint;
     assert_eq!(st.established, 1);
 }
 
@@ -109,7 +109,7 @@ async fn unanswered_req_times_out_in_virtual_time() {
         took > Duration::from_millis(1000) && took < Duration::from_millis(1200),
         "{took:?}"
     );
-    assert_eq!(a.stats().await.unwrap().retransmits, 3);
+    assert_eq!(a.stats().await.unwrap().endpoint.retransmits, 3);
 }
 
 #[tokio::test(start_paused = true)]
@@ -220,7 +220,7 @@ async fn reject_with_private_data_and_mra_then_accept() {
     ));
     let c = a.connect(params(b_addr, 0x12)).await.unwrap();
     assert_eq!(c.status(), ConnStatus::Established);
-    let st = a.stats().await.unwrap();
+    let st = a.stats().await.unwrap().endpoint;
     assert_eq!(st.mra_received, 1);
     assert_eq!(st.retransmits, 0);
 }

@@ -5,12 +5,16 @@ use std::fmt;
 use std::time::Instant;
 
 use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
-use tokio::sync::{mpsc, oneshot, watch};
+use std::sync::Arc;
 
-use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
+use tokio::sync::{mpsc, oneshot};
+
+use super::slot::Slot;
+use super::stats::CmStats;
+use super::types::{CmError, IncomingKind, SidrAnswer};
 use crate::proto::{
     AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, ListenOptions,
-    SidrRepParams, SidrReqParams, Stats,
+    SidrRepParams, SidrReqParams,
 };
 
 pub(crate) type Reply<T> = oneshot::Sender<T>;
@@ -20,7 +24,7 @@ pub(crate) type Reply<T> = oneshot::Sender<T>;
 pub(crate) enum Command {
     Connect {
         params: ConnectParams,
-        reply: Reply<Result<(ConnId, watch::Receiver<ConnStatus>), ConnectError>>,
+        reply: Reply<Result<(ConnId, Arc<Slot>), ConnectError>>,
     },
     Listen {
         service_id: ServiceId,
@@ -34,7 +38,7 @@ pub(crate) enum Command {
     Accept {
         conn: ConnId,
         params: AcceptParams,
-        reply: Reply<Result<watch::Receiver<ConnStatus>, CallError>>,
+        reply: Reply<Result<Arc<Slot>, CallError>>,
     },
     Reject {
         conn: ConnId,
@@ -63,7 +67,16 @@ pub(crate) enum Command {
         reply: Reply<Result<(), CallError>>,
     },
     Stats {
-        reply: Reply<Stats>,
+        reply: Reply<CmStats>,
+    },
+    /// An [`Incoming`](super::Incoming) dropped unanswered: the driver rejects it (REJ 28, or
+    /// SIDR status "rejected") and logs that, rate-limited.
+    Unanswered {
+        id: ConnId,
+        sidr: bool,
+    },
+    RandomPsn {
+        reply: Reply<ibcm_mad::Psn>,
     },
     Len {
         reply: Reply<usize>,

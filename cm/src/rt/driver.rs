@@ -10,7 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
 
 use super::command::{Command, Reply};
-use super::types::{status_channel, CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer};
+use super::slot::Slot;
+use super::stats::{CmStats, LogLimit};
+use super::types::{CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::{due, earliest, DynApp};
 use crate::proto::{CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, SidrRepParams};
@@ -18,16 +20,27 @@ use crate::proto::{CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind
 /// The application a driver runs (sent to its task: `Send`).
 pub(crate) type BoxApp = Box<dyn DynApp + Send>;
 
+/// A SIDR_REP without a QP: a refusal with `status`.
+fn sidr_status(status: ibcm_mad::SidrStatus) -> SidrRepParams {
+    SidrRepParams {
+        status,
+        ..SidrRepParams::success(ibcm_mad::Qpn::default(), ibcm_mad::Qkey(0))
+    }
+}
+
 /// The driver: one task, one endpoint, one timer.
 pub(crate) struct Driver<T> {
     ep: Endpoint,
     transport: T,
     rx: mpsc::UnboundedReceiver<Command>,
     registry: Registry,
-    reps: Reps,
     listeners: BTreeMap<ServiceId, mpsc::UnboundedSender<(ConnId, IncomingKind)>>,
     sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
     app: Option<BoxApp>,
+    /// Connections closed (for [`CmStats::closed`]).
+    closed: u64,
+    /// Rate limit of the lines logged about what peers make the driver do.
+    log: LogLimit,
 }
 
 fn now() -> Instant {
@@ -40,7 +53,6 @@ impl<T: DatagramTransport> Driver<T> {
         mut config: EndpointConfig,
         rx: mpsc::UnboundedReceiver<Command>,
         registry: Registry,
-        reps: Reps,
         app: Option<BoxApp>,
     ) -> Self {
         if config.local_gid == ibcm_mad::Gid::ZERO {
@@ -53,10 +65,11 @@ impl<T: DatagramTransport> Driver<T> {
             transport,
             rx,
             registry,
-            reps,
             listeners: BTreeMap::new(),
             sidr: BTreeMap::new(),
             app,
+            closed: 0,
+            log: LogLimit::default(),
         }
     }
 
@@ -74,11 +87,19 @@ impl<T: DatagramTransport> Driver<T> {
                 }
                 armed = deadline;
             }
+            // Local work first: the application's commands (accepts, rejects, …) come at the
+            // rate the application chooses, datagrams at the rate peers choose. Under a flood
+            // the excess waits (and is dropped) in the socket buffer, not the accepts.
             tokio::select! {
+                biased;
                 cmd = self.rx.recv() => match cmd {
                     None | Some(Command::Shutdown) => return Ok(()),
                     Some(cmd) => self.on_command(cmd),
                 },
+                () = &mut sleep, if armed.is_some() => {
+                    armed = None;
+                    self.on_timeout(now());
+                }
                 r = self.transport.recv() => match r {
                     Ok((from, mad)) => self.ep.handle_datagram(now(), from, &mad),
                     Err(e) => {
@@ -86,10 +107,6 @@ impl<T: DatagramTransport> Driver<T> {
                         return Err(e);
                     }
                 },
-                () = &mut sleep, if armed.is_some() => {
-                    armed = None;
-                    self.on_timeout(now());
-                }
             }
         }
     }
@@ -122,7 +139,9 @@ impl<T: DatagramTransport> Driver<T> {
                 progressed = true;
                 if let Err(e) = self.transport.send(t.to, &t.mad).await {
                     // Like a lost packet: the core retransmits requests.
-                    debug!(to = %t.to, error = %e, "send failed");
+                    if self.log.ok(now()) {
+                        debug!(to = %t.to, error = %e, "send failed");
+                    }
                 }
             }
             if !progressed {
@@ -136,8 +155,8 @@ impl<T: DatagramTransport> Driver<T> {
     }
 
     fn set_status(&self, id: ConnId, st: ConnStatus) {
-        if let Some(tx) = self.registry.get(&id) {
-            tx.send_replace(st);
+        if let Some(slot) = self.registry.get(&id) {
+            slot.set(st);
         }
     }
 
@@ -151,7 +170,7 @@ impl<T: DatagramTransport> Driver<T> {
         }
         match ev.kind {
             EventKind::ReqReceived(req) => {
-                self.registry.insert(ev.conn, status_channel());
+                self.registry.insert(ev.conn, Slot::new());
                 let delivered = self
                     .listeners
                     .get(&req.service_id())
@@ -169,38 +188,41 @@ impl<T: DatagramTransport> Driver<T> {
                     .get(&sid)
                     .is_some_and(|tx| tx.send((ev.conn, IncomingKind::Sidr(s))).is_ok());
                 if !delivered {
-                    let p = SidrRepParams {
-                        status: ibcm_mad::SidrStatus::UnsupportedServiceId,
-                        ..SidrRepParams::success(ibcm_mad::Qpn::default(), ibcm_mad::Qkey(0))
-                    };
+                    let p = sidr_status(ibcm_mad::SidrStatus::UnsupportedServiceId);
                     let _ = self.ep.sidr_reply(now(), ev.conn, p);
                 }
             }
             EventKind::RepReceived(rep) => {
-                self.reps.insert(ev.conn, *rep);
+                if let Some(slot) = self.registry.get(&ev.conn) {
+                    slot.set_rep(&rep);
+                }
             }
             EventKind::Established => self.set_status(ev.conn, ConnStatus::Established),
             EventKind::Closed(e) => {
-                debug!(error = %e, "closed");
+                self.closed += 1;
+                if self.log.ok(now()) {
+                    debug!(error = %e, "closed");
+                }
                 let gone = self.ep.state(ev.conn).is_none();
                 if gone {
                     // Gone without TimeWait.
-                    self.reps.remove(&ev.conn);
-                    if let Some((_, tx)) = self.registry.remove(&ev.conn) {
-                        tx.send_replace(ConnStatus::Gone(e));
+                    if let Some((_, slot)) = self.registry.remove(&ev.conn) {
+                        slot.clear_rep();
+                        slot.set(ConnStatus::Gone(e));
                     }
                 } else {
                     self.set_status(ev.conn, ConnStatus::Closed(e));
                 }
             }
             EventKind::TimewaitExit { .. } => {
-                self.reps.remove(&ev.conn);
-                if let Some((_, tx)) = self.registry.remove(&ev.conn) {
-                    let why = match &*tx.borrow() {
-                        ConnStatus::Closed(e) | ConnStatus::Gone(e) => e.clone(),
-                        _ => crate::proto::ConnectionError::LocallyClosed,
-                    };
-                    tx.send_replace(ConnStatus::Gone(why));
+                if let Some((_, slot)) = self.registry.remove(&ev.conn) {
+                    slot.clear_rep();
+                    slot.update(|st| {
+                        ConnStatus::Gone(match st {
+                            ConnStatus::Closed(e) | ConnStatus::Gone(e) => e.clone(),
+                            _ => crate::proto::ConnectionError::LocallyClosed,
+                        })
+                    });
                 }
             }
             EventKind::SidrReply {
@@ -229,7 +251,11 @@ impl<T: DatagramTransport> Driver<T> {
                     .ep
                     .apr(now(), ev.conn, ibcm_mad::AprStatus::Unsupported, &[], &[]);
             }
-            other => debug!(event = ?other, "event"),
+            other => {
+                if self.log.ok(now()) {
+                    debug!(event = ?other, "event");
+                }
+            }
         }
     }
 
@@ -238,10 +264,9 @@ impl<T: DatagramTransport> Driver<T> {
         match cmd {
             Command::Connect { params, reply } => {
                 let r = self.ep.connect(t, params).map(|id| {
-                    let tx = status_channel();
-                    let rx = tx.subscribe();
-                    self.registry.insert(id, tx);
-                    (id, rx)
+                    let slot = Slot::new();
+                    self.registry.insert(id, slot.clone());
+                    (id, slot)
                 });
                 let _ = reply.send(r);
             }
@@ -267,7 +292,7 @@ impl<T: DatagramTransport> Driver<T> {
                 let r = self.ep.accept(t, conn, params).and_then(|()| {
                     self.registry
                         .get(&conn)
-                        .map(|s| s.subscribe())
+                        .map(|s| s.clone())
                         .ok_or(CallError::UnknownConnection(conn))
                 });
                 let _ = reply.send(r);
@@ -307,7 +332,30 @@ impl<T: DatagramTransport> Driver<T> {
                 let _ = reply.send(self.ep.sidr_reply(t, id, params));
             }
             Command::Stats { reply } => {
-                let _ = reply.send(self.ep.stats().clone());
+                let _ = reply.send(CmStats {
+                    endpoint: self.ep.stats().clone(),
+                    transport: self.transport.stats(),
+                    closed: self.closed,
+                    log_suppressed: self.log.suppressed,
+                    connections: self.ep.len(),
+                    half_open: self.ep.half_open(),
+                    established_now: self.ep.established(),
+                });
+            }
+            Command::Unanswered { id, sidr } => {
+                if self.log.ok(t) {
+                    warn!(conn = %id, "incoming request dropped unanswered: rejecting it");
+                }
+                // Gone already (the peer gave up, or it expired) is fine.
+                let _ = if sidr {
+                    self.ep
+                        .sidr_reply(t, id, sidr_status(ibcm_mad::SidrStatus::Rejected))
+                } else {
+                    self.ep.reject(t, id, RejReason::ConsumerReject, &[], &[])
+                };
+            }
+            Command::RandomPsn { reply } => {
+                let _ = reply.send(self.ep.random_psn());
             }
             Command::Len { reply } => {
                 let _ = reply.send(self.ep.len());

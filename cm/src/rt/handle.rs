@@ -4,19 +4,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use ibcm_mad::{Qpn, RejReason, ServiceId, TimeoutExp};
-use tokio::sync::{mpsc, oneshot, watch};
+use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
 use super::command::{AppCall, Command};
 use super::driver::{BoxApp, Driver};
-use super::types::{CmError, ConnStatus, IncomingKind, Registry, Reps, SidrAnswer};
+use super::slot::Slot;
+use super::stats::CmStats;
+use super::types::{CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::App;
 use crate::proto::{
     AcceptParams, ConnId, ConnectParams, ConnectionError, Endpoint, EndpointConfig, ListenOptions,
-    PeerAddr, ReqInfo, SidrRepParams, SidrReqParams, Stats,
+    PeerAddr, ReqInfo, SidrRepParams, SidrReqParams,
 };
 
 /// A cloneable handle to a CM endpoint running in a tokio task.
@@ -57,9 +59,15 @@ use crate::proto::{
 /// ```
 #[derive(Debug, Clone)]
 pub struct Cm {
+    // One pointer: every `Connection` handle holds a `Cm`.
+    shared: Arc<Shared>,
+}
+
+/// What the handles of one endpoint share.
+#[derive(Debug)]
+struct Shared {
     tx: mpsc::UnboundedSender<Command>,
     registry: Registry,
-    reps: Reps,
 }
 
 impl Cm {
@@ -96,10 +104,14 @@ impl Cm {
     ) -> (Cm, JoinHandle<std::io::Result<()>>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let registry: Registry = Arc::new(DashMap::new());
-        let reps: Reps = Arc::new(DashMap::new());
-        let driver = Driver::new(transport, config, rx, registry.clone(), reps.clone(), app);
+        let driver = Driver::new(transport, config, rx, registry.clone(), app);
         let task = tokio::spawn(driver.run());
-        (Cm { tx, registry, reps }, task)
+        (
+            Cm {
+                shared: Arc::new(Shared { tx, registry }),
+            },
+            task,
+        )
     }
 
     /// Runs `f` inside the driver task on its app (of type `A`, installed with
@@ -130,12 +142,15 @@ impl Cm {
 
     async fn call<R>(&self, f: impl FnOnce(oneshot::Sender<R>) -> Command) -> Result<R, CmError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(f(tx)).map_err(|_| CmError::DriverGone)?;
+        self.shared
+            .tx
+            .send(f(tx))
+            .map_err(|_| CmError::DriverGone)?;
         rx.await.map_err(|_| CmError::DriverGone)
     }
 
-    fn watch(&self, id: ConnId) -> Option<watch::Receiver<ConnStatus>> {
-        self.registry.get(&id).map(|s| s.subscribe())
+    fn slot(&self, id: ConnId) -> Option<Arc<Slot>> {
+        self.shared.registry.get(&id).map(|s| s.clone())
     }
 
     /// Connects; resolves when the connection is established.
@@ -157,13 +172,13 @@ impl Cm {
     pub async fn start_connect(&self, mut params: ConnectParams) -> Result<Connection, CmError> {
         // The async API always sends the RTU itself.
         params.auto_rtu = true;
-        let (id, status) = self
+        let (id, slot) = self
             .call(|reply| Command::Connect { params, reply })
             .await??;
         Ok(Connection {
             id,
             cm: self.clone(),
-            status,
+            slot,
         })
     }
 
@@ -202,12 +217,26 @@ impl Cm {
         rx.await.map_err(|_| CmError::DriverGone)?
     }
 
-    /// Counters of the endpoint.
+    /// Counters of the endpoint ([`CmStats::endpoint`]), of the transport (its drops: bad
+    /// ICRC, not a MAD, …) and of the driver: every dropped MAD by reason
+    /// ([`CmStats::dropped`]); [`CmStats::to_json`] formats them as one JSON line.
     ///
     /// # Errors
     /// [`CmError::DriverGone`].
-    pub async fn stats(&self) -> Result<Stats, CmError> {
+    pub async fn stats(&self) -> Result<CmStats, CmError> {
         self.call(|reply| Command::Stats { reply }).await
+    }
+
+    /// A random 24-bit start PSN from the endpoint's RNG ([`Endpoint::random_psn`]: seeded
+    /// from the OS unless [`EndpointConfig::rng_seed`] is set), for
+    /// [`ConnectParams::starting_psn`] and [`AcceptParams::starting_psn`] when the application
+    /// has no PSN of its own to program into its QP. The parameter constructors leave the PSN
+    /// at 0; the runtime never changes a PSN the application passes.
+    ///
+    /// # Errors
+    /// [`CmError::DriverGone`].
+    pub async fn random_psn(&self) -> Result<ibcm_mad::Psn, CmError> {
+        self.call(|reply| Command::RandomPsn { reply }).await
     }
 
     /// Connections in the endpoint's table (all states, TimeWait included).
@@ -220,11 +249,11 @@ impl Cm {
 
     /// Stops the driver task (connections are abandoned without DREQ).
     pub fn shutdown(&self) {
-        let _ = self.tx.send(Command::Shutdown);
+        let _ = self.shared.tx.send(Command::Shutdown);
     }
 
     pub(crate) fn send(&self, cmd: Command) {
-        let _ = self.tx.send(cmd);
+        let _ = self.shared.tx.send(cmd);
     }
 }
 
@@ -233,7 +262,7 @@ impl Cm {
 pub struct Connection {
     id: ConnId,
     cm: Cm,
-    status: watch::Receiver<ConnStatus>,
+    slot: Arc<Slot>,
 }
 
 impl Connection {
@@ -246,12 +275,12 @@ impl Connection {
     /// data, and for XRC the TGT QPN from the EECN field. `None` before the REP, on the
     /// passive side, and once the connection has left the table.
     pub fn rep(&self) -> Option<crate::proto::RepInfo> {
-        self.cm.reps.get(&self.id).map(|r| r.clone())
+        self.slot.rep()
     }
 
     /// The current status.
     pub fn status(&self) -> ConnStatus {
-        self.status.borrow().clone()
+        self.slot.status()
     }
 
     /// Waits until the connection is established. Returns `Ok` also when it was established
@@ -260,10 +289,9 @@ impl Connection {
     /// # Errors
     /// The [`ConnectionError`] if it fails (or has failed) instead.
     pub async fn established(&self) -> Result<(), ConnectionError> {
-        let mut rx = self.status.clone();
-        loop {
-            match &*rx.borrow_and_update() {
-                ConnStatus::Established => return Ok(()),
+        self.slot
+            .wait(|st| match st {
+                ConnStatus::Established => Some(Ok(())),
                 // A disconnect implies the connection was established first (a DREQ can
                 // overtake the RTU: docs/protocol.md §4.7, REP_SENT + DREQ rx).
                 ConnStatus::Closed(
@@ -271,28 +299,21 @@ impl Connection {
                 )
                 | ConnStatus::Gone(
                     ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut,
-                ) => return Ok(()),
-                ConnStatus::Closed(e) | ConnStatus::Gone(e) => return Err(e.clone()),
-                ConnStatus::Connecting => {}
-            }
-            if rx.changed().await.is_err() {
-                return Err(ConnectionError::LocallyClosed);
-            }
-        }
+                ) => Some(Ok(())),
+                ConnStatus::Closed(e) | ConnStatus::Gone(e) => Some(Err(e.clone())),
+                ConnStatus::Connecting => None,
+            })
+            .await
     }
 
     /// Waits until the connection is closed, and says why.
     pub async fn closed(&self) -> ConnectionError {
-        let mut rx = self.status.clone();
-        loop {
-            match &*rx.borrow_and_update() {
-                ConnStatus::Closed(e) | ConnStatus::Gone(e) => return e.clone(),
-                _ => {}
-            }
-            if rx.changed().await.is_err() {
-                return ConnectionError::LocallyClosed;
-            }
-        }
+        self.slot
+            .wait(|st| match st {
+                ConnStatus::Closed(e) | ConnStatus::Gone(e) => Some(e.clone()),
+                _ => None,
+            })
+            .await
     }
 
     /// Disconnects (DREQ when established; REJ during setup) and waits until the connection
@@ -312,21 +333,15 @@ impl Connection {
 
     /// Waits until the connection has also left TimeWait (its QPN may be reused).
     pub async fn gone(&self) {
-        let mut rx = self.status.clone();
-        loop {
-            if matches!(&*rx.borrow_and_update(), ConnStatus::Gone(_)) {
-                return;
-            }
-            if rx.changed().await.is_err() {
-                return;
-            }
-        }
+        self.slot
+            .wait(|st| matches!(st, ConnStatus::Gone(_)).then_some(()))
+            .await;
     }
 }
 
 /// A request that must be answered: [`accept`](Incoming::accept),
 /// [`reject`](Incoming::reject) or (for a REQ) [`mra`](Incoming::mra). Dropping it unanswered
-/// rejects it (REJ 28 / SIDR status 2) and logs a warning.
+/// rejects it (REJ 28 / SIDR status 2) and logs a warning (rate-limited).
 #[derive(Debug)]
 pub struct Incoming {
     id: ConnId,
@@ -367,7 +382,7 @@ impl Incoming {
     pub async fn accept(mut self, params: AcceptParams) -> Result<Connection, CmError> {
         let id = self.id;
         // On an error `self` is dropped unanswered, and the drop guard sends the REJ.
-        let status = self
+        let slot = self
             .cm
             .call(|reply| Command::Accept {
                 conn: id,
@@ -379,7 +394,7 @@ impl Incoming {
         Ok(Connection {
             id,
             cm: self.cm.clone(),
-            status,
+            slot,
         })
     }
 
@@ -447,30 +462,11 @@ impl Drop for Incoming {
         if self.answered {
             return;
         }
-        warn!(conn = %self.id, "incoming request dropped unanswered: rejecting it");
-        match self.kind {
-            IncomingKind::Connect(_) => {
-                let (reply, _) = oneshot::channel();
-                self.cm.send(Command::Reject {
-                    conn: self.id,
-                    reason: RejReason::ConsumerReject,
-                    ari: Vec::new(),
-                    private_data: Vec::new(),
-                    reply,
-                });
-            }
-            IncomingKind::Sidr(_) => {
-                let (reply, _) = oneshot::channel();
-                self.cm.send(Command::SidrReply {
-                    id: self.id,
-                    params: SidrRepParams {
-                        status: ibcm_mad::SidrStatus::Rejected,
-                        ..SidrRepParams::success(Qpn::default(), ibcm_mad::Qkey(0))
-                    },
-                    reply,
-                });
-            }
-        }
+        // The driver rejects it and logs that (rate-limited: peers decide how many arrive).
+        self.cm.send(Command::Unanswered {
+            id: self.id,
+            sidr: matches!(self.kind, IncomingKind::Sidr(_)),
+        });
     }
 }
 
@@ -483,15 +479,23 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// The next request; `None` when the endpoint stopped.
+    /// The next request; `None` when the endpoint stopped. Requests that are gone already
+    /// (the peer gave up, or the endpoint evicted them under pressure) are skipped.
     pub async fn next(&mut self) -> Option<Incoming> {
-        let (id, kind) = self.rx.recv().await?;
-        Some(Incoming {
-            id,
-            cm: self.cm.clone(),
-            kind,
-            answered: false,
-        })
+        loop {
+            let (id, kind) = self.rx.recv().await?;
+            if matches!(kind, IncomingKind::Connect(_))
+                && !self.cm.shared.registry.contains_key(&id)
+            {
+                continue;
+            }
+            return Some(Incoming {
+                id,
+                cm: self.cm.clone(),
+                kind,
+                answered: false,
+            });
+        }
     }
 
     /// The service ID listened on.
@@ -514,10 +518,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 impl Cm {
     /// A handle to an existing connection by ID (e.g. one accepted elsewhere).
     pub fn connection(&self, id: ConnId) -> Option<Connection> {
-        self.watch(id).map(|status| Connection {
+        self.slot(id).map(|slot| Connection {
             id,
             cm: self.clone(),
-            status,
+            slot,
         })
     }
 }

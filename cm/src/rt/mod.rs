@@ -15,6 +15,8 @@
 mod command;
 mod driver;
 mod handle;
+mod slot;
+mod stats;
 mod sys;
 mod transport;
 mod types;
@@ -22,6 +24,7 @@ pub mod udp;
 pub mod umad;
 
 pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT};
+pub use stats::{CmStats, TransportStats};
 pub use transport::{DatagramTransport, MemNetwork, MemTransport};
 pub use types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 pub use udp::{IcrcPolicy, UdpStats, UdpTransport};

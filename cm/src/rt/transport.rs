@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc;
 
+use super::TransportStats;
 use crate::proto::PeerAddr;
 
 /// Moves whole MADs (256 bytes) between this CM and its peers' CMs. The transport does the
@@ -26,6 +27,12 @@ pub trait DatagramTransport: Send + 'static {
 
     /// This transport's own address (what peers use to reach it).
     fn local_addr(&self) -> PeerAddr;
+
+    /// The transport's counters, above all the datagrams it dropped before the endpoint saw
+    /// them, by reason ([`Cm::stats`](super::Cm::stats) reports them). The default: none.
+    fn stats(&self) -> TransportStats {
+        TransportStats::default()
+    }
 }
 
 type Registry = Arc<Mutex<HashMap<PeerAddr, mpsc::UnboundedSender<(PeerAddr, Bytes)>>>>;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use ibcm_mad::Qpn;
-use tokio::sync::watch;
 
+use super::slot::Slot;
 use crate::proto::{CallError, ConnId, ConnectError, ConnectionError, ReqInfo, SidrReqInfo};
 
 /// The answer to a SIDR_REQ.
@@ -35,12 +35,9 @@ pub enum ConnStatus {
     Gone(ConnectionError),
 }
 
-/// The registry the handles read: connection ID → status, written by the driver only.
-pub(crate) type Registry = Arc<DashMap<ConnId, watch::Sender<ConnStatus>>>;
-
-/// The REPs active connections received (QPN, private data, XRC TGT QPN), written by the
-/// driver, removed with the connection.
-pub(crate) type Reps = Arc<DashMap<ConnId, crate::proto::RepInfo>>;
+/// The registry the handles read: connection ID → its [`Slot`] (status, REP), written by the
+/// driver only, removed when the connection leaves the table.
+pub(crate) type Registry = Arc<DashMap<ConnId, Arc<Slot>>>;
 
 /// Errors of the async API.
 #[derive(Debug, thiserror::Error)]
@@ -73,8 +70,4 @@ pub enum IncomingKind {
     Connect(Box<ReqInfo>),
     /// A SIDR_REQ.
     Sidr(Box<SidrReqInfo>),
-}
-
-pub(crate) fn status_channel() -> watch::Sender<ConnStatus> {
-    watch::Sender::new(ConnStatus::Connecting)
 }

@@ -31,7 +31,7 @@ use ibcm_mad::{Psn, MAD_LEN};
 use tokio::net::UdpSocket;
 
 use super::sys;
-use super::DatagramTransport;
+use super::{DatagramTransport, TransportStats};
 use crate::proto::PeerAddr;
 
 /// What to do with a received datagram whose ICRC does not match.
@@ -228,6 +228,19 @@ impl DatagramTransport for UdpTransport {
 
     fn local_addr(&self) -> PeerAddr {
         PeerAddr::Udp(self.local)
+    }
+
+    fn stats(&self) -> TransportStats {
+        let s = &self.stats;
+        TransportStats {
+            rx: s.rx.load(Ordering::Relaxed),
+            tx: s.tx.load(Ordering::Relaxed),
+            dropped: vec![
+                ("bad_icrc", s.icrc_bad.load(Ordering::Relaxed)),
+                ("not_mad", s.not_mad.load(Ordering::Relaxed)),
+            ],
+            other: vec![("icrc_unverified", s.icrc_unverified.load(Ordering::Relaxed))],
+        }
     }
 }
 

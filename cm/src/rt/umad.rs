@@ -23,7 +23,7 @@ use ibcm_mad::{Gid, Lid, Qkey, Qpn, MAD_LEN};
 use tokio::io::unix::AsyncFd;
 
 use super::sys;
-use super::DatagramTransport;
+use super::{DatagramTransport, TransportStats};
 use crate::proto::{IbAddr, PeerAddr};
 
 /// Size of `struct ib_user_mad_hdr` with P_Key indexes enabled.
@@ -229,6 +229,18 @@ pub struct UmadTransport {
     gid_index: u8,
     local: PeerAddr,
     buf: Box<[u8; UMAD_HDR_LEN + MAD_LEN]>,
+    counts: UmadCounts,
+}
+
+/// Counters of a [`UmadTransport`] (reported through [`DatagramTransport::stats`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct UmadCounts {
+    rx: u64,
+    tx: u64,
+    /// Records shorter than a header and a MAD.
+    short: u64,
+    /// Completions of failed sends (non-zero status).
+    send_failed: u64,
 }
 
 impl UmadTransport {
@@ -291,6 +303,7 @@ impl UmadTransport {
             gid_index,
             local: PeerAddr::Ib(IbAddr::roce(local_gid)),
             buf: Box::new([0; UMAD_HDR_LEN + MAD_LEN]),
+            counts: UmadCounts::default(),
         })
     }
 
@@ -321,7 +334,11 @@ impl DatagramTransport for UmadTransport {
         loop {
             let mut guard = self.fd.writable().await?;
             match guard.try_io(|f| f.get_ref().write(&rec)) {
-                Ok(r) => return r.map(|_| ()),
+                Ok(r) => {
+                    r?;
+                    self.counts.tx += 1;
+                    return Ok(());
+                }
                 Err(_would_block) => continue,
             }
         }
@@ -337,8 +354,14 @@ impl DatagramTransport for UmadTransport {
                         continue;
                     };
                     let hdr = UmadHdr::decode(hdr);
-                    if hdr.status != 0 || n < UMAD_HDR_LEN + MAD_LEN {
-                        // A failed send's completion, or a short record.
+                    if hdr.status != 0 {
+                        // A failed send's completion.
+                        self.counts.send_failed += 1;
+                        continue;
+                    }
+                    self.counts.rx += 1;
+                    if n < UMAD_HDR_LEN + MAD_LEN {
+                        self.counts.short += 1;
                         continue;
                     }
                     let mad = self
@@ -355,6 +378,16 @@ impl DatagramTransport for UmadTransport {
 
     fn local_addr(&self) -> PeerAddr {
         self.local
+    }
+
+    fn stats(&self) -> TransportStats {
+        let c = self.counts;
+        TransportStats {
+            rx: c.rx,
+            tx: c.tx,
+            dropped: vec![("short_record", c.short)],
+            other: vec![("send_failed", c.send_failed)],
+        }
     }
 }
 

@@ -162,3 +162,102 @@ fn nobody_listening_is_rej_8_or_timeout() {
     assert_eq!(summary(&text), (0, 0, 1, 0), "{text}");
     assert!(!out.status.success());
 }
+
+/// Sends SIGINT to `child` (the listener prints its summary, then its counters).
+fn sigint(child: &std::process::Child) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) with a pid of our own child process and a valid signal number.
+    let r = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(r, 0, "kill -INT {pid}");
+}
+
+/// The listener's last line is one JSON object with its counters, every drop by reason (the
+/// transport's too); a SIDR_REQ is answered (refused) without a log line.
+#[test]
+fn listener_prints_its_counters_as_json_on_sigint() {
+    use ibcm::proto::{ConnectParams, EndpointConfig, PeerAddr, SidrReqParams};
+    use ibcm::rt::{Cm, UdpTransport};
+    use ibcm_mad::frame::RoceV2UdRepr;
+    use ibcm_mad::{Guid, Psn, Qpn, ServiceId, SidrStatus};
+
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let child = cm_ping()
+        .args(["--listen", "127.0.0.2", "--service-id", "0x77"])
+        .env("CM_PING_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cm-ping --listen");
+    let mut l = Kill(child);
+    std::thread::sleep(Duration::from_millis(500));
+    let to: std::net::SocketAddr = "127.0.0.2:4791".parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let t = UdpTransport::bind("127.0.0.1".parse().unwrap())
+            .await
+            .unwrap();
+        let cfg = EndpointConfig {
+            local_ca_guid: Guid(0x1234),
+            ..Default::default()
+        };
+        let (cm, _) = Cm::bind(t, cfg);
+        for i in 0..3u32 {
+            let p = ConnectParams::new(
+                PeerAddr::Udp(to),
+                ServiceId(0x77),
+                Qpn::new(0x100 + i).unwrap(),
+            );
+            let c = cm.connect(p).await.unwrap();
+            c.disconnect(&[]).await;
+        }
+        for _ in 0..4 {
+            let a = cm
+                .sidr(SidrReqParams::new(PeerAddr::Udp(to), ServiceId(0x77)))
+                .await
+                .unwrap();
+            assert_eq!(a.status, SidrStatus::Rejected);
+        }
+        cm.shutdown();
+    });
+    // 5 datagrams that are no RoCEv2 MAD, 2 with a wrong ICRC.
+    let raw = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..5 {
+        raw.send_to(b"not a MAD", to).unwrap();
+    }
+    let src = raw.local_addr().unwrap();
+    let mut repr = RoceV2UdRepr::gsi(src.ip(), to.ip(), 0, src.port(), Psn::default()).unwrap();
+    repr.udp.dst_port = 4791;
+    let mut out = [0u8; 512];
+    let n = repr.emit_udp_payload(&[0u8; 256], &mut out).unwrap();
+    out[n - 1] ^= 0xff;
+    for _ in 0..2 {
+        raw.send_to(&out[..n], to).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    sigint(&l.0);
+    let status = l.0.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let text = l.0.wait_with_output_ref();
+    let mut err = String::new();
+    use std::io::Read;
+    l.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let last = text.lines().last().unwrap_or_else(|| panic!("no output"));
+    let j: serde_json::Value =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: last line {last:?}"));
+    assert_eq!(j["established"], 3, "{last}");
+    assert_eq!(j["closed"], 3, "{last}");
+    assert_eq!(j["rejected"], 0, "{last}");
+    let dropped = j["dropped"].as_object().unwrap();
+    assert_eq!(dropped["not_mad"], 5, "{last}");
+    assert_eq!(dropped["bad_icrc"], 2, "{last}");
+    for reason in ibcm::proto::DropReason::ALL {
+        assert!(
+            dropped.contains_key(reason.name()),
+            "{reason:?} missing: {last}"
+        );
+    }
+    // The summary line is still there, just before.
+    assert_eq!(summary(&text), (3, 0, 0, 3), "{text}");
+    // No warning for the SIDR_REQs (nor anything else).
+    assert!(!err.contains("WARN"), "stderr: {err}");
+}

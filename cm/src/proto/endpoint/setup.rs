@@ -319,7 +319,9 @@ impl Endpoint {
                 self.io.guard.received(id, MAD_BYTES);
             }
             match c.state {
-                State::ReqRcvd | State::MraReqSent if !self.io.gate(id, false) => {}
+                // Answers to duplicates before the accept keep room for the REP, which
+                // always goes out: MRAs alone must not use up the 3x budget.
+                State::ReqRcvd | State::MraReqSent if !self.io.gate(id, true) => {}
                 // The peer repeats its REQ: our REP was lost (or withheld by the
                 // anti-amplification limit, which the repeat widens). Linux ignores it and
                 // waits for its REP timer; answering at once within the budget makes up for

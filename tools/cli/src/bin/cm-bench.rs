@@ -3,6 +3,8 @@
 //! ```text
 //! cm-bench rate  [--conns N] [--parallel K]    connection setup over RoCEv2/UDP on loopback
 //! cm-bench scale [--conns N]                   1M connections in memory: bytes/conn, rate
+//! cm-bench scale --rt [--conns N]              the same through ibcm::rt: bytes/conn vs core
+//! cm-bench flood [--legit N] [--attacks N]     an off-path attacker on loopback (see below)
 //! ```
 //!
 //! * `rate`: two endpoints in this process, on 127.0.0.1:P and 127.0.0.2:P (UDP), set up N
@@ -15,6 +17,12 @@
 //!   (both endpoints hold N connections); the setup rate is the median of batches of 1,000
 //!   connections among the first five and among the last five. Last line:
 //!   `scale: <bytes> B/conn; rate@1k: <conn/s>; rate@N: <conn/s>; ratio: <x.xx>`.
+//! * `scale --rt`: N connections held through the async API ([`scale_rt`] module docs). Last
+//!   line: `scale-rt: <bytes> B/conn; core: <bytes> B/conn; ratio: <x.xx>`.
+//! * `flood`: a REQ flood at the highest rate one thread can send, from spoofed loopback
+//!   sources, while a client connects N times; then blind-RTU and spoofed-teardown attempts
+//!   ([`flood`] module docs). Last line: `flood: success <r> (<ok>/<n>); amplification <x>;
+//!   blind-rtu <s>/<n>; teardown <s>/<n>; reqs <count> at <rate>/s`.
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -29,6 +37,13 @@ use ibcm::proto::{
 };
 use ibcm::rt::{Cm, UdpTransport};
 use ibcm_mad::{Guid, Qpn, ServiceId};
+
+#[path = "../bench/flood.rs"]
+mod flood;
+#[path = "../common/qpn.rs"]
+mod qpn;
+#[path = "../bench/scale_rt.rs"]
+mod scale_rt;
 
 #[derive(Debug, Parser)]
 #[command(name = "cm-bench", version, about = "ibcm benchmarks")]
@@ -59,6 +74,39 @@ enum Cmd {
         /// Do not ask glibc for transparent huge pages (see below).
         #[arg(long)]
         no_thp: bool,
+        /// Through the async API (`ibcm::rt`, two `Cm` endpoints over an in-memory network,
+        /// every `Connection` handle held) instead of the sans-IO core; prints B/conn next to
+        /// the core's, measured in a child process of the same run.
+        #[arg(long)]
+        rt: bool,
+        /// With --rt: connections in flight.
+        #[arg(long, default_value_t = 256)]
+        parallel: u64,
+    },
+    /// A REQ flood from spoofed loopback sources during legitimate connects; blind RTUs and
+    /// spoofed teardowns. Prints success, amplification and attack success ratios.
+    Flood {
+        /// Legitimate connection attempts during the flood.
+        #[arg(long, default_value_t = 1000)]
+        legit: u64,
+        /// Blind-RTU attempts and spoofed-teardown victims.
+        #[arg(long, default_value_t = 100)]
+        attacks: u64,
+        /// Spoofed source addresses (127.0.3.1..N).
+        #[arg(long, default_value_t = 16)]
+        sources: u8,
+        /// Longest flood, in seconds (it stops earlier once every legitimate attempt ended).
+        #[arg(long, default_value_t = 60.0)]
+        secs: f64,
+        /// Most REQs to send.
+        #[arg(long, default_value_t = 20_000_000)]
+        max_reqs: u64,
+        /// Seconds to keep counting bytes to the spoofed sources after the last attack.
+        #[arg(long, default_value_t = 3.0)]
+        settle: f64,
+        /// UDP port of every endpoint (loopback only; 4791 is left to cm-ping).
+        #[arg(long, default_value_t = 4799)]
+        port: u16,
     },
 }
 
@@ -70,7 +118,30 @@ fn main() -> Result<()> {
             parallel,
             port,
         } => rate(conns, parallel, port),
-        Cmd::Scale { conns, no_thp } => {
+        Cmd::Flood {
+            legit,
+            attacks,
+            sources,
+            secs,
+            max_reqs,
+            settle,
+            port,
+        } => flood::flood(flood::FloodOpts {
+            legit,
+            attacks,
+            sources,
+            secs,
+            max_reqs,
+            settle,
+            port,
+        }),
+        Cmd::Scale {
+            conns,
+            rt: true,
+            parallel,
+            ..
+        } => scale_rt::scale_rt(conns, parallel, rss_bytes),
+        Cmd::Scale { conns, no_thp, .. } => {
             if !no_thp && std::env::var_os("GLIBC_TUNABLES").is_none() {
                 return reexec_with_thp();
             }

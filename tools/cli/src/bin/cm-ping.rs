@@ -15,24 +15,36 @@
 //! One line per event; the last line is
 //! `cm-ping: N established, R rejected, T timed out, D disconnected, X disconnect timed out`
 //! (D counts the connections whose DREQ was answered or came from the peer; X those whose
-//! DREQ was never answered). The listener accepts by default and runs until killed
-//! (SIGINT/SIGTERM print the summary line). `--connect` exits 0 when every connection was
-//! established and none of their disconnects timed out, 2 otherwise.
+//! DREQ was never answered). The listener accepts by default and runs until killed:
+//! SIGINT/SIGTERM print the summary line, then the endpoint's counters as one JSON object (its
+//! last line; [`ibcm::rt::CmStats::to_json`]). The listener's event lines are rate-limited
+//! (peers decide how many arrive). `--connect` exits 0 when every connection was established
+//! and none of their disconnects timed out, 2 otherwise.
+//!
+//! QPNs are unique and random within the 24-bit space, start PSNs random (the endpoint's
+//! RNG): cm-ping has no real QPs, so it chooses them like an application should.
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
+use ibcm::proto::SidrRepParams;
 use ibcm::proto::{
     AcceptParams, ConnectParams, ConnectionError, EndpointConfig, IbAddr, ListenOptions, PeerAddr,
 };
 use ibcm::rt::{Cm, CmError, Connection, IcrcPolicy, IncomingKind, UdpTransport, UmadTransport};
 use ibcm_mad::cma::PortSpace;
-use ibcm_mad::{Gid, Guid, Qpn, RejReason, ReqTransport, ServiceId, TimeoutExp, U4};
+use ibcm_mad::{
+    Gid, Guid, Qkey, Qpn, RejReason, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U4,
+};
+
+#[path = "../common/qpn.rs"]
+mod qpn;
+use qpn::QpnAlloc;
 
 /// Marker an active cm-ping puts in the REQ private data to ask the passive side to disconnect.
 const DISCONNECT_MARKER: &[u8] = b"cm-ping:passive-disconnect";
@@ -317,6 +329,38 @@ fn out(args: &Args, line: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Event lines the listener prints per second; the rest are counted, and the count is printed
+/// when the next second starts.
+const LINES_PER_SEC: u32 = 200;
+
+/// (window start, lines in it, suppressed in it)
+static LINE_LIMIT: Mutex<(Option<Instant>, u32, u64)> = Mutex::new((None, 0, 0));
+
+/// [`out`], rate-limited to [`LINES_PER_SEC`]: the listener's lines about what peers do.
+fn out_limited(args: &Args, line: std::fmt::Arguments<'_>) {
+    if args.quiet {
+        return;
+    }
+    let Ok(mut l) = LINE_LIMIT.lock() else {
+        return;
+    };
+    let now = Instant::now();
+    if l.0
+        .is_none_or(|w| now.duration_since(w) >= Duration::from_secs(1))
+    {
+        if l.2 > 0 {
+            println!("({} lines suppressed: rate limit)", l.2);
+        }
+        *l = (Some(now), 0, 0);
+    }
+    if l.1 < LINES_PER_SEC {
+        l.1 += 1;
+        println!("{line}");
+    } else {
+        l.2 += 1;
+    }
+}
+
 async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     let args = Arc::new(args);
     let (cm, _) = bind(&args, ip).await?;
@@ -336,7 +380,7 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     // Printed even with --quiet: scripts wait for it before they connect.
     println!("listening on {ip} service_id={sid}");
     let counts = Arc::new(Counts::default());
-    let qpn = Arc::new(AtomicU32::new(0x10_0000));
+    let qpn = Arc::new(QpnAlloc::new());
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
@@ -349,24 +393,33 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
         let Some(inc) = inc else {
             break;
         };
-        let (args, counts, qpn) = (args.clone(), counts.clone(), qpn.clone());
+        let (cm, args, counts, qpn) = (cm.clone(), args.clone(), counts.clone(), qpn.clone());
         tokio::spawn(async move {
-            if let Err(e) = serve_one(&args, &counts, &qpn, inc).await {
-                out(&args, format_args!("error {e:#}"));
+            if let Err(e) = serve_one(&cm, &args, &counts, &qpn, inc).await {
+                out_limited(&args, format_args!("error {e:#}"));
             }
         });
     }
     println!("{}", counts.line());
+    // The endpoint's counters, every drop by reason: the last line, one JSON object.
+    println!("{}", cm.stats().await?.to_json());
     Ok(ExitCode::SUCCESS)
 }
 
 async fn serve_one(
+    cm: &Cm,
     args: &Args,
     counts: &Counts,
-    qpn: &AtomicU32,
+    qpn: &QpnAlloc,
     inc: ibcm::rt::Incoming,
 ) -> Result<()> {
     let IncomingKind::Connect(req) = inc.kind() else {
+        // cm-ping serves no UD QP: a SIDR_REQ is refused (explicitly, so nothing is logged).
+        let p = SidrRepParams {
+            status: SidrStatus::Rejected,
+            ..SidrRepParams::success(Qpn::default(), Qkey(0))
+        };
+        inc.sidr_reply(p).await?;
         return Ok(());
     };
     let id_hint = req.req.local_comm_id;
@@ -376,7 +429,7 @@ async fn serve_one(
     let cma = req.cma_header.map_or(String::new(), |h| {
         format!(" cma={}:{}->{}", h.src, h.src_port, h.dst)
     });
-    out(
+    out_limited(
         args,
         format_args!(
             "request from {peer} remote_comm_id={id_hint} remote_qpn={} sid={}{}{cma} pd={}",
@@ -390,7 +443,7 @@ async fn serve_one(
         let pd = args.reject_data.clone().map(|h| h.0).unwrap_or_default();
         inc.reject(RejReason::from_raw(reason), &[], &pd).await?;
         counts.rejected.fetch_add(1, Ordering::Relaxed);
-        out(
+        out_limited(
             args,
             format_args!("rejected remote_comm_id={id_hint} reason={reason}"),
         );
@@ -399,7 +452,7 @@ async fn serve_one(
     if let Some(ms) = args.accept_delay {
         let t = TimeoutExp::from_duration_ceil(Duration::from_millis(ms * 2));
         inc.mra(t).await?;
-        out(
+        out_limited(
             args,
             format_args!(
                 "mra sent remote_comm_id={id_hint} service_timeout={}; accepting in {ms} ms",
@@ -408,7 +461,7 @@ async fn serve_one(
         );
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    let q = Qpn::masked(qpn.fetch_add(1, Ordering::Relaxed));
+    let q = qpn.next();
     let mut p = if xrc {
         // One TGT QP per listener: every XRC connection lands on it. It lives as long as the
         // listener, so a new connection may attach while an earlier one is in TimeWait.
@@ -418,6 +471,7 @@ async fn serve_one(
     } else {
         AcceptParams::new(q)
     };
+    p.starting_psn = cm.random_psn().await?;
     if let Some(h) = &args.accept_data {
         p.private_data = h.0.clone();
     }
@@ -425,11 +479,11 @@ async fn serve_one(
     match conn.established().await {
         Ok(()) => {
             counts.established.fetch_add(1, Ordering::Relaxed);
-            out(args, format_args!("established conn={}", conn.id()));
+            out_limited(args, format_args!("established conn={}", conn.id()));
         }
         Err(e) => {
             counts.count_error(&e);
-            out(args, format_args!("failed conn={} {e}", conn.id()));
+            out_limited(args, format_args!("failed conn={} {e}", conn.id()));
             return Ok(());
         }
     }
@@ -439,7 +493,7 @@ async fn serve_one(
         conn.closed().await
     };
     counts.count_end(&why);
-    out(
+    out_limited(
         args,
         format_args!("disconnected conn={} ({why})", conn.id()),
     );
@@ -469,10 +523,12 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     let peer = mk.peer(ip);
     let counts = Arc::new(Counts::default());
     let next = Arc::new(AtomicU64::new(0));
+    let qpns = Arc::new(QpnAlloc::new());
     let start = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..args.parallel.max(1) {
         let (cm, args, counts, next) = (cm.clone(), args.clone(), counts.clone(), next.clone());
+        let qpns = qpns.clone();
         workers.push(tokio::spawn(async move {
             let mut held = Vec::new();
             loop {
@@ -480,7 +536,8 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
                 if i >= args.count {
                     break;
                 }
-                held.extend(one_connection(&cm, &args, &counts, peer, local, port, i).await);
+                let at = Target { peer, local, port };
+                held.extend(one_connection(&cm, &args, &counts, &qpns, at, i).await);
             }
             held
         }));
@@ -525,16 +582,24 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     })
 }
 
+/// Where a connection goes: the peer, the local IP, the rdma_cm port if any.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    peer: PeerAddr,
+    local: IpAddr,
+    port: Option<u16>,
+}
+
 async fn one_connection(
     cm: &Cm,
     args: &Args,
     counts: &Counts,
-    peer: PeerAddr,
-    local: IpAddr,
-    port: Option<u16>,
+    qpns: &QpnAlloc,
+    at: Target,
     i: u64,
 ) -> Option<Connection> {
-    let qpn = Qpn::masked(0x1000 + i as u32);
+    let Target { peer, local, port } = at;
+    let qpn = qpns.next();
     let mut p = match (args.service_id, port.or(args.port)) {
         (Some(sid), _) => ConnectParams::new(peer, ServiceId(sid), qpn),
         (None, p) => {
@@ -556,6 +621,13 @@ async fn one_connection(
         pd = DISCONNECT_MARKER.to_vec();
     }
     p.private_data = pd;
+    match cm.random_psn().await {
+        Ok(psn) => p.starting_psn = psn,
+        Err(e) => {
+            out(args, format_args!("connection {i}: {e}"));
+            return None;
+        }
+    }
     p.remote_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.max_cm_retries = U4::masked(args.retries);

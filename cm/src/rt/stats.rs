@@ -1,0 +1,207 @@
+//! What [`Cm::stats`](super::Cm::stats) returns: the endpoint's counters, the transport's, and
+//! the driver's; and the rate limit of the driver's log lines.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use tracing::debug;
+
+use crate::proto::{DropReason, Stats};
+
+/// Counters of a [`DatagramTransport`](super::DatagramTransport): datagrams it dropped before
+/// the endpoint saw them, by reason, and others it keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    /// Datagrams received (including the dropped ones).
+    pub rx: u64,
+    /// Datagrams sent.
+    pub tx: u64,
+    /// Dropped datagrams by reason (`snake_case` names, distinct from the core's
+    /// [`DropReason`] names), e.g. `("bad_icrc", 3)`.
+    pub dropped: Vec<(&'static str, u64)>,
+    /// Other counters (not drops), e.g. `("icrc_unverified", 5)`.
+    pub other: Vec<(&'static str, u64)>,
+}
+
+/// The counters of an endpoint run by [`Cm`](super::Cm): every drop, in the core or in the
+/// transport, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CmStats {
+    /// The sans-IO endpoint's counters (its drops by [`DropReason`]).
+    pub endpoint: Stats,
+    /// The transport's counters (its drops: bad ICRC, not a MAD, …).
+    pub transport: TransportStats,
+    /// Connections closed (each connection once, whatever ended it).
+    pub closed: u64,
+    /// Log lines of the driver suppressed by its rate limit (the core's are in
+    /// [`Stats::log_suppressed`]).
+    pub log_suppressed: u64,
+    /// Connections in the endpoint's table now (all states).
+    pub connections: usize,
+    /// Passive connections not yet established, now.
+    pub half_open: usize,
+    /// Established connections (counted against the limits), now.
+    pub established_now: usize,
+}
+
+impl CmStats {
+    /// Every drop by reason: the core's ([`DropReason::name`]) then the transport's, zeros
+    /// included.
+    pub fn dropped(&self) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<(&'static str, u64)> = DropReason::ALL
+            .iter()
+            .map(|&r| (r.name(), self.endpoint.dropped(r)))
+            .collect();
+        v.extend(self.transport.dropped.iter().copied());
+        v
+    }
+
+    /// All drops.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped().iter().map(|(_, n)| n).sum()
+    }
+
+    /// The counters as one line of JSON:
+    /// `{"established":…,"closed":…,"rejected":…,"dropped":{"<reason>":n,…},…}`.
+    /// `rejected` counts the REJs this endpoint sent, `rej_received` those it received; the
+    /// other keys are the [`Stats`] fields, `transport_rx`/`transport_tx` and the transport's
+    /// other counters, and the gauges `connections`, `half_open`, `established_now`.
+    pub fn to_json(&self) -> String {
+        let e = &self.endpoint;
+        let fields: [(&str, u64); 23] = [
+            ("established", e.established),
+            ("closed", self.closed),
+            ("rejected", e.rej_sent),
+            ("rej_received", e.rej_received),
+            ("timeouts", e.timeouts),
+            ("rx", e.rx),
+            ("tx", e.tx),
+            ("retransmits", e.retransmits),
+            ("duplicate_replies", e.duplicate_replies),
+            ("mra_sent", e.mra_sent),
+            ("mra_received", e.mra_received),
+            ("half_open_limit", e.half_open_limit),
+            ("half_open_evicted", e.half_open_evicted),
+            ("half_open_expired", e.half_open_expired),
+            ("established_limit", e.established_limit),
+            ("amplification_limited", e.amplification_limited),
+            ("stale", e.stale),
+            ("orphan_dreps", e.orphan_dreps),
+            ("sidr_in_expired", e.sidr_in_expired),
+            ("log_suppressed", e.log_suppressed + self.log_suppressed),
+            ("connections", self.connections as u64),
+            ("half_open", self.half_open as u64),
+            ("established_now", self.established_now as u64),
+        ];
+        let mut s = String::from("{");
+        let mut first = true;
+        let mut put = |s: &mut String, k: &str, v: u64| {
+            if !first {
+                s.push(',');
+            }
+            first = false;
+            let _ = write!(s, "\"{k}\":{v}");
+        };
+        for (k, v) in fields.iter().take(3) {
+            put(&mut s, k, *v);
+        }
+        s.push_str(",\"dropped\":{");
+        for (i, (k, v)) in self.dropped().iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(s, "\"{k}\":{v}");
+        }
+        s.push('}');
+        for (k, v) in fields.iter().skip(3) {
+            put(&mut s, k, *v);
+        }
+        put(&mut s, "transport_rx", self.transport.rx);
+        put(&mut s, "transport_tx", self.transport.tx);
+        for (k, v) in &self.transport.other {
+            put(&mut s, k, *v);
+        }
+        s.push('}');
+        s
+    }
+}
+
+/// Log lines the driver allows per second about what peers make it do (closes, send failures,
+/// requests dropped unanswered); the rest are counted and summed up in one line when the next
+/// second starts.
+pub(crate) const LOG_BURST: u32 = 16;
+
+/// Rate limit of the driver's log lines ([`LOG_BURST`] per second).
+#[derive(Debug, Default)]
+pub(crate) struct LogLimit {
+    window: Option<Instant>,
+    used: u32,
+    suppressed_now: u64,
+    /// Lines suppressed in all.
+    pub(crate) suppressed: u64,
+}
+
+impl LogLimit {
+    /// Whether a line may be logged at `now`.
+    pub(crate) fn ok(&mut self, now: Instant) -> bool {
+        if self
+            .window
+            .is_none_or(|w| now >= w + Duration::from_secs(1) || now < w)
+        {
+            if self.suppressed_now > 0 {
+                debug!(
+                    suppressed = self.suppressed_now,
+                    "log lines suppressed (rate limit)"
+                );
+            }
+            self.window = Some(now);
+            self.used = 0;
+            self.suppressed_now = 0;
+        }
+        if self.used < LOG_BURST {
+            self.used += 1;
+            true
+        } else {
+            self.suppressed_now += 1;
+            self.suppressed += 1;
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_the_keys_in_order_and_every_drop_reason() {
+        let mut st = CmStats::default();
+        st.endpoint.established = 3;
+        st.endpoint.rej_sent = 2;
+        st.closed = 1;
+        st.endpoint.dropped[DropReason::WrongPeer as usize] = 7;
+        st.transport.dropped = vec![("bad_icrc", 4), ("not_mad", 5)];
+        st.transport.other = vec![("icrc_unverified", 6)];
+        let j = st.to_json();
+        assert!(
+            j.starts_with("{\"established\":3,\"closed\":1,\"rejected\":2,\"dropped\":{"),
+            "{j}"
+        );
+        assert!(j.contains("\"wrong_peer\":7"), "{j}");
+        assert!(j.contains("\"bad_icrc\":4,\"not_mad\":5}"), "{j}");
+        assert!(j.contains("\"icrc_unverified\":6}"), "{j}");
+        assert_eq!(st.dropped_total(), 16);
+        assert_eq!(st.dropped().len(), DropReason::ALL.len() + 2);
+    }
+
+    #[test]
+    fn log_limit_allows_a_burst_per_second() {
+        let mut l = LogLimit::default();
+        #[allow(clippy::disallowed_methods)]
+        let t = Instant::now();
+        let n = (0..100).filter(|_| l.ok(t)).count();
+        assert_eq!(n, LOG_BURST as usize);
+        assert_eq!(l.suppressed, 100 - u64::from(LOG_BURST));
+        assert!(l.ok(t + Duration::from_secs(1)));
+    }
+}

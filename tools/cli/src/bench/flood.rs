@@ -1,0 +1,489 @@
+//! `cm-bench flood`: an off-path attacker against a listening endpoint, on loopback only.
+//!
+//! In one process: a listener (`ibcm::rt` over RoCEv2/UDP on 127.0.0.2:PORT, default
+//! configuration, accepting every REQ as `cm-ping --listen` does); a legitimate client on
+//! 127.0.0.1:PORT; and an attacker owning the "spoofed" source addresses 127.0.3.1..K:PORT (on
+//! loopback a sender can only use addresses it can bind; owning them also lets this tool count
+//! every byte the listener sends to them — the attacker logic never reads them).
+//!
+//! 1. **Flood**: one thread sends REQs (valid ICRC, fresh comm ID and QPN each, half with CM
+//!    response timeout 0 — the worst case for amplification —, half with 31, all with 15
+//!    retries) round-robin from the K sources as fast as it can, while the client connects N
+//!    times (all attempts in flight at once). The flood lasts until every attempt ended or
+//!    `--secs` passed (unfinished attempts count as failures).
+//! 2. **Blind RTU**: per attempt the attacker learns a real comm ID of the listener (its own
+//!    connection), sends a REQ from a spoofed source and 32 RTUs guessing the listener's comm
+//!    ID from it (neighbours and the `2^k − 1` differences of a counter XOR a constant). Success:
+//!    the listener establishes a connection for that source.
+//! 3. **Spoofed teardown**: per victim (an established client connection whose comm IDs, QPNs
+//!    and CA GUID the attacker knows) a DREQ, a REJ 28 and a REJ 4 naming both comm IDs, and a
+//!    stale-connection REQ naming the client's (QPN, CA GUID), all from a wrong source.
+//!    Success: either side leaves ESTABLISHED.
+//!
+//! Amplification is the bytes the listener sent to the spoofed sources over the bytes they
+//! sent, counted until `--settle` seconds after the last attack. Last line:
+//! `flood: success <r> (<ok>/<n>); amplification <x>; blind-rtu <s>/<n>; teardown <s>/<n>;
+//! reqs <count> at <rate>/s`.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, ensure, Context, Result};
+use ibcm::proto::{
+    AcceptParams, ConnId, ConnectParams, Endpoint, EndpointConfig, ListenOptions, PeerAddr,
+};
+use ibcm::rt::{Cm, ConnStatus, Connection, UdpTransport};
+use ibcm_mad::frame::RoceV2UdRepr;
+use ibcm_mad::{
+    CmMessage, CommId, Dreq, Guid, Mad, MsgKind, PrivateData, Psn, Qpn, Rej, RejReason, Rtu,
+    ServiceId, Tid, TimeoutExp, U4,
+};
+
+use crate::qpn::QpnAlloc;
+
+/// What to run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FloodOpts {
+    /// Legitimate connection attempts during the flood.
+    pub(crate) legit: u64,
+    /// Blind-RTU attempts and spoofed-teardown victims.
+    pub(crate) attacks: u64,
+    /// Spoofed source addresses.
+    pub(crate) sources: u8,
+    /// Upper bound on the flood's duration.
+    pub(crate) secs: f64,
+    /// Upper bound on the REQs sent.
+    pub(crate) max_reqs: u64,
+    /// Counting window after the last attack.
+    pub(crate) settle: f64,
+    /// UDP port of every endpoint.
+    pub(crate) port: u16,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FloodReport {
+    legit_ok: u64,
+    legit: u64,
+    reqs: u64,
+    flood_secs: f64,
+    bytes_in: u64,
+    bytes_out: u64,
+    blind_ok: u64,
+    blind: u64,
+    teardown_ok: u64,
+    teardown: u64,
+}
+
+const SID: ServiceId = ServiceId(0x0106_1d2f);
+const CLIENT_GUID: Guid = Guid(0x0002_c903_00c1_1e47);
+
+/// Runs the three phases and prints the figures.
+pub(crate) fn flood(o: FloodOpts) -> Result<()> {
+    ensure!(
+        o.sources >= 1 && o.legit >= 1,
+        "--sources and --legit must be at least 1"
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let r = rt.block_on(run(o))?;
+    drop(rt);
+    let success = r.legit_ok as f64 / r.legit as f64;
+    let amp = r.bytes_out as f64 / (r.bytes_in as f64).max(1.0);
+    println!(
+        "flood: {} REQs in {:.2} s ({:.0} REQ/s) from {} spoofed sources; legitimate: {}/{} \
+         established during the flood",
+        r.reqs,
+        r.flood_secs,
+        r.reqs as f64 / r.flood_secs.max(1e-9),
+        o.sources,
+        r.legit_ok,
+        r.legit
+    );
+    println!(
+        "amplification: {} bytes to the spoofed sources for {} bytes from them ({} s after \
+         the last attack)",
+        r.bytes_out, r.bytes_in, o.settle
+    );
+    println!(
+        "flood: success {success:.4} ({}/{}); amplification {amp:.2}; blind-rtu {}/{}; \
+         teardown {}/{}; reqs {} at {:.0}/s",
+        r.legit_ok,
+        r.legit,
+        r.blind_ok,
+        r.blind,
+        r.teardown_ok,
+        r.teardown,
+        r.reqs,
+        r.reqs as f64 / r.flood_secs.max(1e-9)
+    );
+    Ok(())
+}
+
+/// Server-side connections that got established, by the listener's comm ID.
+type Established = Arc<Mutex<HashMap<ConnId, (PeerAddr, Connection)>>>;
+
+async fn run(o: FloodOpts) -> Result<FloodReport> {
+    let lo = |a: [u8; 4]| IpAddr::V4(Ipv4Addr::from(a));
+    let srv = SocketAddr::new(lo([127, 0, 0, 2]), o.port);
+    let cli = SocketAddr::new(lo([127, 0, 0, 1]), o.port);
+    for a in [srv, cli] {
+        ensure!(a.ip().is_loopback(), "loopback only");
+    }
+    let (listener_cm, established) = listener(srv).await?;
+    let t = UdpTransport::bind_port(cli)
+        .await
+        .with_context(|| format!("bind {cli}"))?;
+    let (client, _) = Cm::bind(
+        t,
+        EndpointConfig {
+            local_ca_guid: CLIENT_GUID,
+            ..Default::default()
+        },
+    );
+    // The attacker's sockets (one per spoofed source) and the byte counter reading them.
+    let mut socks = Vec::new();
+    for i in 0..o.sources {
+        let a = SocketAddr::new(lo([127, 0, 3, i + 1]), o.port);
+        let s = UdpSocket::bind(a).with_context(|| format!("bind {a}"))?;
+        s.set_nonblocking(true)?;
+        socks.push(s);
+    }
+    // The targeted attacks use a source of their own (the flood's sources may have used up
+    // their half-open share).
+    let attack = UdpSocket::bind(SocketAddr::new(lo([127, 0, 4, 1]), o.port))
+        .context("bind the attacker's source 127.0.4.1")?;
+    attack.set_nonblocking(true)?;
+    let counter = ByteCounter::start(&socks, &attack)?;
+    let qpns = Arc::new(QpnAlloc::new());
+    let mut r = FloodReport {
+        legit: o.legit,
+        blind: o.attacks,
+        teardown: 4 * o.attacks,
+        ..Default::default()
+    };
+
+    // 1. Flood, with the legitimate attempts in flight.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let flooder = {
+        let socks: Vec<UdpSocket> = socks
+            .iter()
+            .map(UdpSocket::try_clone)
+            .collect::<Result<_, _>>()?;
+        let (stop, sent, max) = (stop.clone(), sent.clone(), o.max_reqs);
+        std::thread::spawn(move || flood_reqs(&socks, srv, &stop, &sent, max))
+    };
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut attempts = Vec::new();
+    for _ in 0..o.legit {
+        let (client, q) = (client.clone(), qpns.next());
+        attempts.push(tokio::spawn(async move {
+            let mut p = ConnectParams::new(PeerAddr::Udp(srv), SID, q);
+            p.starting_psn = client.random_psn().await.ok()?;
+            // ~268 ms per try, 15 retries: a client that keeps trying through loss.
+            p.remote_cm_response_timeout = TimeoutExp::masked(16);
+            p.local_cm_response_timeout = TimeoutExp::masked(16);
+            p.max_cm_retries = U4::masked(15);
+            let c = client.connect(p).await.ok()?;
+            Some(c)
+        }));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(o.secs);
+    let mut legit_conns = Vec::new();
+    for a in attempts {
+        match tokio::time::timeout_at(deadline, a).await {
+            Ok(Ok(Some(c))) => legit_conns.push(c),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    r.flood_secs = start.elapsed().as_secs_f64();
+    r.reqs = flooder
+        .join()
+        .map_err(|_| anyhow!("flood thread panicked"))??;
+    r.legit_ok = legit_conns.len() as u64;
+    for c in legit_conns {
+        tokio::spawn(async move { c.disconnect(&[]).await });
+    }
+    // Let the listener's queues drain before the targeted attacks.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // 2. Blind RTU. 3. Spoofed teardown.
+    let spoof = &attack;
+    let spoof_addr = spoof.local_addr()?;
+    for i in 0..o.attacks {
+        // The attacker's own connection shows it one comm ID of the listener.
+        let own = connect(&client, srv, qpns.next()).await?;
+        let seen = own.rep().map(|r| r.rep.local_comm_id.0).unwrap_or(0);
+        let my_id = CommId(0x7a00_0000 | i as u32);
+        let spoofed_req = req(srv, my_id, qpns.next(), Guid(0xbad0_0000 + i))?;
+        send(spoof, spoof_addr, srv, &spoofed_req)?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for guess in guesses(seen) {
+            let rtu = CmMessage::Rtu(Rtu {
+                local_comm_id: my_id,
+                remote_comm_id: CommId(guess),
+                private_data: PrivateData::default(),
+            });
+            send(spoof, spoof_addr, srv, &mad(rtu))?;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let blind = established
+            .lock()
+            .map_err(|_| anyhow!("poisoned"))?
+            .values()
+            .any(|(peer, _)| *peer == PeerAddr::Udp(spoof_addr));
+        r.blind_ok += u64::from(blind);
+        own.disconnect(&[]).await;
+        // The victim: an established connection the attacker knows everything about.
+        let q = qpns.next();
+        let victim = connect(&client, srv, q).await?;
+        let rep = victim.rep().ok_or_else(|| anyhow!("no REP"))?;
+        let (cid, sid) = (victim.id(), rep.rep.local_comm_id);
+        let rej = |reason: u16| {
+            mad(CmMessage::Rej(Rej {
+                local_comm_id: cid,
+                remote_comm_id: sid,
+                message_rejected: MsgKind::Rep,
+                reason: RejReason::from_raw(reason),
+                ..Rej::default()
+            }))
+        };
+        let dreq = mad(CmMessage::Dreq(Dreq {
+            local_comm_id: cid,
+            remote_comm_id: sid,
+            remote_qpn_eecn: rep.remote_qpn,
+            private_data: PrivateData::default(),
+        }));
+        let stale = req(srv, CommId(0x7b00_0000 | i as u32), q, CLIENT_GUID)?;
+        for m in [dreq, rej(28), rej(4), stale] {
+            send(spoof, spoof_addr, srv, &m)?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let server_side = established
+                .lock()
+                .map_err(|_| anyhow!("poisoned"))?
+                .get(&sid)
+                .map(|(_, c)| c.status());
+            let torn = victim.status() != ConnStatus::Established
+                || server_side != Some(ConnStatus::Established);
+            r.teardown_ok += u64::from(torn);
+            if torn {
+                break;
+            }
+        }
+        victim.disconnect(&[]).await;
+    }
+    tokio::time::sleep(Duration::from_secs_f64(o.settle)).await;
+    (r.bytes_in, r.bytes_out) = (counter.sent_by_attacker(&sent), counter.stop()?);
+    client.shutdown();
+    listener_cm.shutdown();
+    Ok(r)
+}
+
+/// The listener: accepts every REQ (random QPN and PSN) and records the established ones.
+async fn listener(addr: SocketAddr) -> Result<(Cm, Established)> {
+    let t = UdpTransport::bind_port(addr)
+        .await
+        .with_context(|| format!("bind {addr}"))?;
+    let (cm, _) = Cm::bind(
+        t,
+        EndpointConfig {
+            local_ca_guid: Guid(0x0002_c903_0000_0002),
+            ..Default::default()
+        },
+    );
+    let mut l = cm.listen(SID, ListenOptions::default()).await?;
+    let established: Established = Arc::default();
+    let (cm2, est) = (cm.clone(), established.clone());
+    tokio::spawn(async move {
+        let qpns = Arc::new(QpnAlloc::new());
+        while let Some(inc) = l.next().await {
+            let (cm, est, q) = (cm2.clone(), est.clone(), qpns.next());
+            tokio::spawn(async move {
+                let peer = inc.peer();
+                let mut p = AcceptParams::new(q);
+                p.starting_psn = cm.random_psn().await.unwrap_or_default();
+                let Ok(c) = inc.accept(p).await else {
+                    return;
+                };
+                if c.established().await.is_ok() {
+                    let id = c.id();
+                    if let Ok(mut m) = est.lock() {
+                        m.insert(id, (peer, c.clone()));
+                    }
+                    c.closed().await;
+                    if let Ok(mut m) = est.lock() {
+                        m.remove(&id);
+                    }
+                }
+            });
+        }
+    });
+    Ok((cm, established))
+}
+
+async fn connect(cm: &Cm, srv: SocketAddr, q: Qpn) -> Result<Connection> {
+    let mut p = ConnectParams::new(PeerAddr::Udp(srv), SID, q);
+    p.starting_psn = cm.random_psn().await?;
+    cm.connect(p).await.map_err(|e| anyhow!("connect: {e}"))
+}
+
+/// The listener's comm ID guesses from one seen ID `x`: neighbours and `x ^ (2^k − 1)`.
+fn guesses(x: u32) -> Vec<u32> {
+    let mut g: Vec<u32> = (1..=16).map(|d| x.wrapping_add(d)).collect();
+    g.extend((1..=16).map(|k| x ^ ((1u32 << k) - 1)));
+    g
+}
+
+fn mad(msg: CmMessage) -> Vec<u8> {
+    Mad::new(Tid(0x7a7a_0000_0000_0001), msg)
+        .to_bytes()
+        .to_vec()
+}
+
+/// The RoCEv2 UDP payload carrying `mad` from `src` to `dst` (valid ICRC).
+fn frame(src: SocketAddr, dst: SocketAddr, mad: &[u8], out: &mut [u8]) -> Result<usize> {
+    let mut repr = RoceV2UdRepr::gsi(src.ip(), dst.ip(), 0, src.port(), Psn::default())
+        .map_err(|e| anyhow!("{e}"))?;
+    repr.udp.dst_port = dst.port();
+    repr.emit_udp_payload(mad, out).map_err(|e| anyhow!("{e}"))
+}
+
+fn send(s: &UdpSocket, src: SocketAddr, dst: SocketAddr, mad: &[u8]) -> Result<()> {
+    let mut out = [0u8; 512];
+    let n = frame(src, dst, mad, &mut out)?;
+    let b = out.get(..n).ok_or_else(|| anyhow!("frame"))?;
+    // A full socket buffer is a lost datagram, as on a real network.
+    let _ = s.send_to(b, dst);
+    ATTACK_BYTES.fetch_add(n as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Bytes the targeted attacks (not the flood) sent.
+static ATTACK_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// A REQ to `srv` for [`SID`] with these fields.
+fn req(srv: SocketAddr, id: CommId, q: Qpn, guid: Guid) -> Result<Vec<u8>> {
+    let mut m = template_req(srv)?;
+    if let CmMessage::Req(r) = &mut m.msg {
+        r.local_comm_id = id;
+        r.local_qpn = q;
+        r.local_ca_guid = guid;
+    }
+    Ok(m.to_bytes().to_vec())
+}
+
+/// A REQ for [`SID`] to `srv`, as an endpoint sends it.
+fn template_req(srv: SocketAddr) -> Result<Mad> {
+    let mut ep = Endpoint::new(EndpointConfig::default());
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut p = ConnectParams::new(PeerAddr::Udp(srv), SID, Qpn::masked(0x10));
+    p.max_cm_retries = U4::masked(15);
+    ep.connect(now, p).map_err(|e| anyhow!("{e}"))?;
+    let t = ep.poll_transmit().ok_or_else(|| anyhow!("no REQ"))?;
+    Mad::parse(&t.mad).map_err(|e| anyhow!("{e}"))
+}
+
+/// The flood: REQs round-robin from `socks` to `srv` until `stop` or `max`; returns the count.
+fn flood_reqs(
+    socks: &[UdpSocket],
+    srv: SocketAddr,
+    stop: &AtomicBool,
+    sent: &AtomicU64,
+    max: u64,
+) -> Result<u64> {
+    let mut tpl = template_req(srv)?;
+    let srcs: Vec<SocketAddr> = socks
+        .iter()
+        .map(UdpSocket::local_addr)
+        .collect::<Result<_, _>>()?;
+    let mut out = [0u8; 512];
+    let mut n = 0u64;
+    let mut bytes = 0u64;
+    while n < max && !stop.load(Ordering::Relaxed) {
+        let k = (n % socks.len() as u64) as usize;
+        if let CmMessage::Req(r) = &mut tpl.msg {
+            // Fresh comm ID and QPN (no stale-connection matches), hostile timers.
+            r.local_comm_id = CommId((n as u32).wrapping_mul(0x9e37_79b9) | 1);
+            r.local_qpn = Qpn::masked(2 + (n % 0xff_fff0) as u32);
+            let t = if n.is_multiple_of(2) { 0 } else { 31 };
+            r.remote_cm_response_timeout = TimeoutExp::masked(t);
+            r.local_cm_response_timeout = TimeoutExp::masked(t);
+            r.max_cm_retries = U4::masked(15);
+        }
+        let mad = tpl.to_bytes();
+        let (Some(s), Some(&src)) = (socks.get(k), srcs.get(k)) else {
+            break;
+        };
+        let len = frame(src, srv, &mad, &mut out)?;
+        if s.send_to(out.get(..len).unwrap_or(&[]), srv).is_ok() {
+            bytes += len as u64;
+            n += 1;
+        } else {
+            // EAGAIN: the socket buffer is full; the sender is at its limit.
+            std::thread::yield_now();
+        }
+        sent.store(bytes, Ordering::Relaxed);
+    }
+    Ok(n)
+}
+
+/// Counts the bytes arriving at the attacker's sockets, on its own thread.
+struct ByteCounter {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl ByteCounter {
+    fn start(socks: &[UdpSocket], attack: &UdpSocket) -> Result<Self> {
+        let mut socks: Vec<UdpSocket> = socks
+            .iter()
+            .map(UdpSocket::try_clone)
+            .collect::<Result<_, _>>()?;
+        socks.push(attack.try_clone()?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let mut total = 0u64;
+            loop {
+                let mut got = false;
+                for s in &socks {
+                    while let Ok(n) = s.recv(&mut buf) {
+                        total += n as u64;
+                        got = true;
+                    }
+                }
+                if !got {
+                    if st.load(Ordering::Relaxed) {
+                        return total;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        Ok(ByteCounter { stop, thread })
+    }
+
+    /// Bytes the attacker sent: the flood's and the targeted attacks'.
+    fn sent_by_attacker(&self, flood: &AtomicU64) -> u64 {
+        flood.load(Ordering::Relaxed) + ATTACK_BYTES.load(Ordering::Relaxed)
+    }
+
+    /// Stops counting; the bytes received.
+    fn stop(self) -> Result<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow!("counter thread panicked"))
+    }
+}
