@@ -66,9 +66,14 @@ pub fn have_tshark(test: &str) -> bool {
         if tshark_required() {
             panic!("{test}: tshark is required (IBCM_REQUIRE_TSHARK=1) but cannot be run");
         }
-        eprintln!(
-            "\n*** {test}: SKIPPED: the `tshark` binary was not found. Install it with \
+        // Written to the process's stderr directly: libtest captures `eprintln!` of a
+        // passing test, and a skip must be seen.
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!(
+                "\n*** {test}: SKIPPED: the `tshark` binary was not found. Install it with \
              `DEBIAN_FRONTEND=noninteractive apt-get install -y tshark` to run this oracle test.\n"
+            ),
         );
     }
     ok

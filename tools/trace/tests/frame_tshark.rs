@@ -60,10 +60,15 @@ fn tshark_available() -> bool {
     match Command::new("tshark").arg("--version").output() {
         Ok(o) if o.status.success() => true,
         _ => {
-            eprintln!(
-                "\n!!! SKIPPED: `tshark` not found. Install it with \
+            // Written to the process's stderr directly: libtest captures `eprintln!` of a
+            // passing test, and a skip must be seen.
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!(
+                    "\n!!! SKIPPED: `tshark` not found. Install it with \
                  `DEBIAN_FRONTEND=noninteractive apt-get install -y tshark` \
                  (Debian bookworm ships 4.0.17) to run the Wireshark oracle tests. !!!\n"
+                ),
             );
             false
         }
