@@ -232,7 +232,8 @@ def ibcm_cells(out, scen, tp, kip, iip, irole):
     if wire(c, m, "REQ REP RTU DREQ DREP"):
         chain(c, m)
         c(m[3]["src"] == kip and m[4]["src"] == iip, "DREQ not from the kernel")
-        c(m[3]["rqpn"] == "0x001000", "DREQ remote QPN %s (ibcm's 0x001000)" % m[3]["rqpn"])
+        # cm-ping's QPNs are random: the DREQ must name the QPN ibcm's REQ announced
+        c(m[3]["rqpn"] == m[0]["qpn"], "DREQ remote QPN %s (ibcm's REQ said %s)" % (m[3]["rqpn"], m[0]["qpn"]))
     ksays(c, "act-dreq-kernel", K_OK)
     isum(c, "act-dreq-kernel", (1, 0, 0, 1))
     isays(c, "act-dreq-kernel", "(disconnected (by the peer))")
