@@ -141,7 +141,10 @@ impl Cm {
         r.ok_or(CmError::NoApp)
     }
 
-    pub(super) async fn call<R>(&self, f: impl FnOnce(oneshot::Sender<R>) -> Command) -> Result<R, CmError> {
+    pub(super) async fn call<R>(
+        &self,
+        f: impl FnOnce(oneshot::Sender<R>) -> Command,
+    ) -> Result<R, CmError> {
         let (tx, rx) = oneshot::channel();
         self.shared
             .tx
@@ -330,9 +333,10 @@ impl Connection {
     /// Waits until the connection is established. Returns `Ok` also when it was established
     /// and has been disconnected since.
     ///
-    /// On the passive side this is the RTU's arrival (the core's "established" event: the RTU,
-    /// or a message only an established peer sends): the point at which the kernel's users
-    /// move their QP from RTR to RTS. On the active side it is the RTU going out.
+    /// On the passive side this is the RTU's arrival (or a DREQ that overtook a lost RTU): the
+    /// point at which the kernel's users move their QP from RTR to RTS. On the active side it
+    /// is the RTU going out ([`Cm::connect`]: on the REP; [`Cm::connect_manual`]: on
+    /// [`PendingConnection::establish`]).
     ///
     /// # Errors
     /// The [`ConnectionError`] if it fails (or has failed) instead.
@@ -426,8 +430,8 @@ impl Incoming {
     /// local QP to RTR (its attributes: [`crate::qp_attr::qp_attr`] from
     /// [`Incoming::request`]'s REQ and the REP these `params` make) *before* calling this.
     /// Then move it to RTS when the RTU arrives: [`Connection::established`] resolves (and
-    /// [`Connection::status`] turns [`ConnStatus::Established`]) on the RTU — or on the first
-    /// DREQ, or whatever else the core takes as establishment — not on this call.
+    /// [`Connection::status`] turns [`ConnStatus::Established`]) on the RTU (or, when the RTU
+    /// was lost and the peer is already disconnecting, on its DREQ), not on this call.
     ///
     /// # Errors
     /// [`CmError::Call`] if the REQ is gone (the peer gave up) or the parameters are refused
