@@ -204,7 +204,9 @@ impl Cm {
     /// the peer is never left waiting.
     ///
     /// While the application works, a duplicate REP (the RTU is late) is answered as
-    /// [`EndpointConfig::mra_on_duplicate_rep`] says.
+    /// [`EndpointConfig::mra_on_duplicate_rep`] says. An [`App`] that consumes the
+    /// REP event ([`Cm::bind_with_app`]) keeps it from this call: the call then fails
+    /// ([`ConnectionError::LocallyClosed`] once the app has established the connection).
     ///
     /// # Errors
     /// [`CmError::Connect`] for refused parameters, [`CmError::Connection`] when the peer
