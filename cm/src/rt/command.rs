@@ -47,6 +47,13 @@ pub(crate) enum Command {
         private_data: Vec<u8>,
         reply: Reply<Result<(), CallError>>,
     },
+    /// Sends the RTU of a connection whose REP arrived
+    /// ([`PendingConnection::establish`](super::PendingConnection::establish)).
+    Establish {
+        conn: ConnId,
+        private_data: Vec<u8>,
+        reply: Reply<Result<(), CallError>>,
+    },
     Mra {
         conn: ConnId,
         service_timeout: TimeoutExp,
@@ -74,6 +81,11 @@ pub(crate) enum Command {
     Unanswered {
         id: ConnId,
         sidr: bool,
+    },
+    /// A [`PendingConnection`](super::PendingConnection) dropped without establish or reject:
+    /// the driver rejects the REP (REJ 28) and logs that, rate-limited.
+    PendingDropped {
+        id: ConnId,
     },
     RandomPsn {
         reply: Reply<ibcm_mad::Psn>,

@@ -15,7 +15,9 @@ use super::stats::{CmStats, LogLimit};
 use super::types::{CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::{due, earliest, DynApp};
-use crate::proto::{CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, SidrRepParams};
+use crate::proto::{
+    CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, SidrRepParams, State,
+};
 
 /// The application a driver runs (sent to its task: `Send`).
 pub(crate) type BoxApp = Box<dyn DynApp + Send>;
@@ -306,6 +308,13 @@ impl<T: DatagramTransport> Driver<T> {
             } => {
                 let _ = reply.send(self.ep.reject(t, conn, reason, &ari, &private_data));
             }
+            Command::Establish {
+                conn,
+                private_data,
+                reply,
+            } => {
+                let _ = reply.send(self.ep.establish(t, conn, &private_data));
+            }
             Command::Mra {
                 conn,
                 service_timeout,
@@ -353,6 +362,19 @@ impl<T: DatagramTransport> Driver<T> {
                 } else {
                     self.ep.reject(t, id, RejReason::ConsumerReject, &[], &[])
                 };
+            }
+            Command::PendingDropped { id } => {
+                // Before the REP: REJ 4 (the attempt is given up); after it: REJ 28. Closed
+                // already (the peer gave up, or rejected) or established: nothing to do.
+                if matches!(
+                    self.ep.state(id),
+                    Some(State::ReqSent | State::MraReqRcvd | State::RepRcvd | State::MraRepSent)
+                ) {
+                    if self.log.ok(t) {
+                        warn!(conn = %id, "pending connection dropped before its RTU: abandoning it");
+                    }
+                    let _ = self.ep.disconnect(t, id, &[]);
+                }
             }
             Command::RandomPsn { reply } => {
                 let _ = reply.send(self.ep.random_psn());

@@ -11,6 +11,7 @@ use tracing::warn;
 
 use super::command::{AppCall, Command};
 use super::driver::{BoxApp, Driver};
+use super::pending::{AbandonGuard, PendingConnection};
 use super::slot::Slot;
 use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
@@ -140,7 +141,10 @@ impl Cm {
         r.ok_or(CmError::NoApp)
     }
 
-    async fn call<R>(&self, f: impl FnOnce(oneshot::Sender<R>) -> Command) -> Result<R, CmError> {
+    pub(super) async fn call<R>(
+        &self,
+        f: impl FnOnce(oneshot::Sender<R>) -> Command,
+    ) -> Result<R, CmError> {
         let (tx, rx) = oneshot::channel();
         self.shared
             .tx
@@ -155,6 +159,12 @@ impl Cm {
 
     /// Connects; resolves when the connection is established.
     ///
+    /// The RTU goes out as soon as the REP arrives, without waiting for the application: this
+    /// is for callers that bring their QP up before connecting (the REP's QPN and PSN known
+    /// in advance, or not needed) or use none. An application that moves its QP to RTR and
+    /// RTS with what the REP says (as the kernel CM's users do) uses
+    /// [`Cm::connect_manual`] instead, which sends the RTU only when it is told to.
+    ///
     /// # Errors
     /// [`CmError::Connect`] for refused parameters, [`CmError::Connection`] when the peer
     /// rejects or never answers, [`CmError::DriverGone`].
@@ -165,7 +175,8 @@ impl Cm {
     }
 
     /// Sends the REQ and returns the connection at once (still connecting); await
-    /// [`Connection::established`] to know how it went.
+    /// [`Connection::established`] to know how it went. Like [`Cm::connect`], the RTU is
+    /// sent as soon as the REP arrives.
     ///
     /// # Errors
     /// [`CmError::Connect`], [`CmError::DriverGone`].
@@ -180,6 +191,44 @@ impl Cm {
             cm: self.clone(),
             slot,
         })
+    }
+
+    /// Connects in the kernel's order: sends the REQ and resolves when the REP arrives,
+    /// without answering it. The application reads the REP ([`PendingConnection::rep`]: the
+    /// peer's QPN, starting PSN, responder resources, initiator depth, …), moves its QP to RTR
+    /// and RTS (the attributes: [`crate::qp_attr::qp_attr`], from the REQ it sent and this
+    /// REP), and only then calls [`PendingConnection::establish`], which sends the RTU: the
+    /// peer moves its QP to RTS when the RTU arrives, so no RTU may precede a QP that is ready
+    /// to receive. [`PendingConnection::reject`] rejects the REP instead (say, the QP could
+    /// not be brought up); dropping the handle rejects it too (REJ 28, consumer reject), so
+    /// the peer is never left waiting.
+    ///
+    /// While the application works, a duplicate REP (the RTU is late) is answered as
+    /// [`EndpointConfig::mra_on_duplicate_rep`] says. An [`App`] that consumes the
+    /// REP event ([`Cm::bind_with_app`]) keeps it from this call: the call then fails
+    /// ([`ConnectionError::LocallyClosed`] once the app has established the connection).
+    ///
+    /// # Errors
+    /// [`CmError::Connect`] for refused parameters, [`CmError::Connection`] when the peer
+    /// rejects or never answers, [`CmError::DriverGone`].
+    pub async fn connect_manual(
+        &self,
+        mut params: ConnectParams,
+    ) -> Result<PendingConnection, CmError> {
+        params.auto_rtu = false;
+        let (id, slot) = self
+            .call(|reply| Command::Connect { params, reply })
+            .await??;
+        let conn = Connection {
+            id,
+            cm: self.clone(),
+            slot,
+        };
+        // Armed from here: dropping this future abandons the attempt (REJ 4 before the REP,
+        // REJ 28 after it), as dropping the `PendingConnection` does.
+        let guard = AbandonGuard::new(self.clone(), id);
+        let rep = conn.slot.wait_rep().await?;
+        Ok(PendingConnection::new(conn, rep, guard))
     }
 
     /// Starts listening on `service_id`. Incoming requests arrive on the returned
@@ -260,9 +309,9 @@ impl Cm {
 /// A connection (either side).
 #[derive(Debug, Clone)]
 pub struct Connection {
-    id: ConnId,
-    cm: Cm,
-    slot: Arc<Slot>,
+    pub(super) id: ConnId,
+    pub(super) cm: Cm,
+    pub(super) slot: Arc<Slot>,
 }
 
 impl Connection {
@@ -285,6 +334,11 @@ impl Connection {
 
     /// Waits until the connection is established. Returns `Ok` also when it was established
     /// and has been disconnected since.
+    ///
+    /// On the passive side this is the RTU's arrival (or a DREQ that overtook a lost RTU): the
+    /// point at which the kernel's users move their QP from RTR to RTS. On the active side it
+    /// is the RTU going out ([`Cm::connect`]: on the REP; [`Cm::connect_manual`]: on
+    /// [`PendingConnection::establish`]).
     ///
     /// # Errors
     /// The [`ConnectionError`] if it fails (or has failed) instead.
@@ -373,6 +427,13 @@ impl Incoming {
     }
 
     /// Accepts a REQ (sends the REP) and returns the connection, still waiting for the RTU.
+    ///
+    /// The kernel's order: the REP tells the peer to bring its QP up and send, so move the
+    /// local QP to RTR (its attributes: [`crate::qp_attr::qp_attr`] from
+    /// [`Incoming::request`]'s REQ and the REP these `params` make) *before* calling this.
+    /// Then move it to RTS when the RTU arrives: [`Connection::established`] resolves (and
+    /// [`Connection::status`] turns [`ConnStatus::Established`]) on the RTU (or, when the RTU
+    /// was lost and the peer is already disconnecting, on its DREQ), not on this call.
     ///
     /// # Errors
     /// [`CmError::Call`] if the REQ is gone (the peer gave up) or the parameters are refused

@@ -15,6 +15,7 @@
 mod command;
 mod driver;
 mod handle;
+mod pending;
 mod slot;
 mod stats;
 mod sys;
@@ -24,6 +25,7 @@ pub mod udp;
 pub mod umad;
 
 pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT};
+pub use pending::PendingConnection;
 pub use stats::{CmStats, TransportStats};
 pub use transport::{DatagramTransport, MemNetwork, MemTransport};
 pub use types::{CmError, ConnStatus, IncomingKind, SidrAnswer};

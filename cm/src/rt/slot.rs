@@ -108,9 +108,11 @@ impl Slot {
         self.notify.notify_waiters();
     }
 
-    /// Keeps the REP the active side received.
+    /// Keeps the REP the active side received, and wakes every waiter
+    /// ([`Slot::wait_rep`]).
     pub(crate) fn set_rep(&self, rep: &RepInfo) {
         self.lock().rep = Some(Box::new(CompactRep::new(rep)));
+        self.notify.notify_waiters();
     }
 
     /// Forgets the REP (the connection left the table).
@@ -121,6 +123,31 @@ impl Slot {
     /// The REP, as received.
     pub(crate) fn rep(&self) -> Option<RepInfo> {
         self.lock().rep.as_deref().map(CompactRep::to_info)
+    }
+
+    /// Waits until the REP has arrived (`Ok`, the REP) or the connection has closed without
+    /// one (`Err`, why).
+    pub(crate) async fn wait_rep(&self) -> Result<RepInfo, ConnectionError> {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let g = self.lock();
+                if let Some(rep) = g.rep.as_deref() {
+                    return Ok(rep.to_info());
+                }
+                match g.status() {
+                    ConnStatus::Closed(e) | ConnStatus::Gone(e) => return Err(e),
+                    // Established without a REP kept: an app consumed the event.
+                    ConnStatus::Established => {
+                        return Err(ConnectionError::LocallyClosed);
+                    }
+                    ConnStatus::Connecting => {}
+                }
+            }
+            notified.await;
+        }
     }
 
     /// Waits until `f` returns `Some` for the status.
