@@ -20,7 +20,9 @@
 //! `timed_out_waiting_for` / `waiting_for` (the missing answer), `sends` (for a timeout),
 //! `sidr_status`, `setup_ms` (REQ → RTU), `teardown_ms` (DREQ → DREP), `messages`,
 //! `retransmissions`, `mras`, `bad_icrc`, `evicted` (tracking stopped because the table was
-//! full), and `events` (when recorded): an array of `{frame, t, from, msg, retrans, icrc}`
+//! full), `duplicates` (only when non-zero: packets captured twice, same BTH PSN), and `events`
+//! (when recorded): an array of `{frame, t, from, msg, retrans, icrc}` (plus `dup: true` on a
+//! duplicate capture)
 //! with `t` in seconds since the connection's first message, plus `rej_reason` / `mraed` /
 //! `service_timeout` / `sidr_status` where they apply; `events_dropped` counts entries beyond
 //! the per-connection limit.
@@ -122,6 +124,10 @@ fn entry(out: &mut Vec<u8>, pal: &Palette, c: &Conn, e: &LadderEntry, nth_retran
         out.extend_from_slice(b"  ");
         pal.paint(out, Role::Warn, &format!("retransmission #{nth_retrans}"));
     }
+    if e.dup {
+        out.extend_from_slice(b"  ");
+        pal.paint(out, Role::Dim, "duplicate capture (same packet, same PSN)");
+    }
     if e.icrc == Icrc::Bad {
         out.extend_from_slice(b"  ");
         pal.paint(out, Role::Bad, "bad ICRC");
@@ -169,6 +175,9 @@ pub(crate) fn outcome_text(c: &Conn) -> String {
     }
     if c.retransmissions > 0 {
         parts.push(format!("{} retransmission(s)", c.retransmissions));
+    }
+    if c.duplicates > 0 {
+        parts.push(format!("{} duplicate capture(s)", c.duplicates));
     }
     if c.mras > 0 {
         parts.push(format!("{} MRA(s)", c.mras));
@@ -305,6 +314,9 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
     }
     o.u64("messages", u64::from(c.messages));
     o.u64("retransmissions", u64::from(c.retransmissions));
+    if c.duplicates > 0 {
+        o.u64("duplicates", u64::from(c.duplicates));
+    }
     o.u64("mras", u64::from(c.mras));
     o.u64("bad_icrc", u64::from(c.bad_icrc));
     o.bool("evicted", c.evicted);
@@ -343,6 +355,9 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
                 Detail::None => {}
             }
             eo.bool("retrans", e.retrans);
+            if e.dup {
+                eo.bool("dup", true);
+            }
             eo.name("icrc", e.icrc.as_str());
             eo.close();
         }

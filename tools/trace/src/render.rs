@@ -37,7 +37,8 @@
 //! | `cma_src`, `cma_dst`, `cma_src_port` | string, string, int | REQ/SIDR_REQ with an rdma_cm Service ID and a valid CMA header | addresses and port from the rdma_cm private-data header |
 //! | `conn` | int | connection messages | connection number in the file (1, 2, … by first appearance) |
 //! | `from` | string | connection messages | `active` (the REQ side) or `passive` |
-//! | `retrans` | bool | always | an identical repeat (same attribute, TID and comm IDs) of an earlier message |
+//! | `retrans` | bool | always | a retransmission: a repeat (same attribute, TID and comm IDs) of an earlier message in a new packet (new BTH PSN) |
+//! | `dup` | bool | duplicate captures only | the same packet (same BTH PSN) as an earlier one, captured twice (merged captures); not a retransmission |
 //! | `icrc` | string | always | `ok`, `bad` or `absent` |
 //! | `src`, `dst` | string | always | sender and receiver: IP address (RoCEv2), GID (RoCEv1, IB with GRH) or `LID n` |
 //! | `encap` | string | always | `RoCEv2/IPv4`, `RoCEv2/IPv6`, `RoCEv1`, `IB LNH=2`, `IB LNH=3` |
@@ -517,6 +518,9 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
         None => {}
     }
     boolean(out, key!("retrans"), note.retrans);
+    if note.dup {
+        out.extend_from_slice(b",\"dup\":true");
+    }
     out.extend_from_slice(match ev.icrc {
         Icrc::Ok => b",\"icrc\":\"ok\"",
         Icrc::Bad => b",\"icrc\":\"bad\"",
@@ -688,6 +692,10 @@ pub(crate) fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Durati
     if note.retrans {
         out.push(b' ');
         pal.paint(out, Role::Warn, "[retransmission]");
+    }
+    if note.dup {
+        out.push(b' ');
+        pal.paint(out, Role::Dim, "[duplicate capture]");
     }
     out.extend_from_slice(b"  icrc=");
     match ev.icrc {

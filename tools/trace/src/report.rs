@@ -73,6 +73,9 @@ fn conn_members(o: &mut Obj<'_>, s: &ConnStats, full: bool) {
         o.u64("xrc", s.xrc);
     }
     o.u64("retransmissions", s.retransmissions);
+    if s.duplicates > 0 {
+        o.u64("duplicates", s.duplicates);
+    }
     o.u64("mras", s.mras);
     latency_obj(o, "setup_ms", &s.setup);
     if full {
@@ -199,6 +202,9 @@ fn conn_block(out: &mut Vec<u8>, s: &ConnStats, pal: &Palette, indent: &str) {
         let _ = writeln!(out, "{indent}XRC              {:>8}", s.xrc);
     }
     let _ = writeln!(out, "{indent}retransmissions  {:>8}", s.retransmissions);
+    if s.duplicates > 0 {
+        let _ = writeln!(out, "{indent}duplicate capts. {:>8}", s.duplicates);
+    }
     let _ = writeln!(out, "{indent}MRAs             {:>8}", s.mras);
     let _ = writeln!(out, "{indent}REQ → RTU        {}", lat_text(&s.setup));
     let _ = writeln!(out, "{indent}DREQ → DREP      {}", lat_text(&s.teardown));

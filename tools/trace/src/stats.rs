@@ -177,8 +177,10 @@ pub struct ConnStats {
     pub closed: u64,
     /// XRC connections.
     pub xrc: u64,
-    /// Retransmitted messages (identical repeats).
+    /// Retransmitted messages (repeats in a new packet: new BTH PSN).
     pub retransmissions: u64,
+    /// The same packet captured twice (same BTH PSN): merged captures, not retransmissions.
+    pub duplicates: u64,
     /// MRAs.
     pub mras: u64,
     /// REQ → RTU.
@@ -210,6 +212,7 @@ impl ConnStats {
             Outcome::Established | Outcome::Resolved { .. } | Outcome::Partial => {}
         }
         self.retransmissions += u64::from(c.retransmissions);
+        self.duplicates += u64::from(c.duplicates);
         self.mras += u64::from(c.mras);
         if let Some(d) = c.setup_latency() {
             self.setup.add(d);
@@ -236,6 +239,7 @@ impl ConnStats {
         self.closed += o.closed;
         self.xrc += o.xrc;
         self.retransmissions += o.retransmissions;
+        self.duplicates += o.duplicates;
         self.mras += o.mras;
         self.setup.merge(&o.setup);
         self.teardown.merge(&o.teardown);

@@ -656,6 +656,9 @@ pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration
             out.extend_from_slice(b", ");
             pal.paint(out, Role::Warn, "retransmission (identical repeat)");
         }
+        if note.dup {
+            out.extend_from_slice(b", duplicate capture (the same packet, same PSN, seen twice)");
+        }
         out.push(b'\n');
     }
     message(out, &ev.mad.msg);

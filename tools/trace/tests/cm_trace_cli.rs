@@ -346,6 +346,21 @@ fn stats_json_has_the_documented_keys() {
 
 /// A REQ that is sent three times and never answered, then other traffic a minute later: a
 /// timeout. Plus a CM MAD with a corrupted byte: a bad ICRC.
+/// A RoCEv2/IPv4 Ethernet frame (no VLAN) with its BTH PSN increased by `add`, ICRC recomputed.
+fn with_psn(frame: &[u8], add: u32) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    assert_eq!(&f[12..14], &[0x08, 0x00]);
+    let psn = 14 + 20 + 8 + 9;
+    let old = u32::from_be_bytes([0, f[psn], f[psn + 1], f[psn + 2]]);
+    let new = (old + add) & 0x00ff_ffff;
+    f[psn..psn + 3].copy_from_slice(&new.to_be_bytes()[1..]);
+    let ip_len = usize::from(u16::from_be_bytes([f[16], f[17]]));
+    let at = 14 + ip_len - 4;
+    let crc = ibcm_mad::frame::icrc::rocev2_frame_icrc(&f).unwrap();
+    f[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    f
+}
+
 #[test]
 fn timeout_and_bad_icrc() {
     let recs = records(&cap("kernel/rej28_consumer_private_data.pcap"));
@@ -361,8 +376,10 @@ fn timeout_and_bad_icrc() {
         1,
         &[
             (t0, req.clone()),
-            (t0 + Duration::from_millis(6144), req.clone()),
-            (t0 + Duration::from_millis(12288), req),
+            // Retransmissions are new QP1 packets: new BTH PSN (the same PSN would be the same
+            // packet captured twice, a duplicate capture).
+            (t0 + Duration::from_millis(6144), with_psn(&req, 1)),
+            (t0 + Duration::from_millis(12288), with_psn(&req, 2)),
             (t0 + Duration::from_secs(60), arp),
             (t0 + Duration::from_secs(61), bad),
         ],

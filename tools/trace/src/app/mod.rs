@@ -179,6 +179,9 @@ fn summary_lines(buf: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
             a.retransmissions,
             a.mras
         );
+        if a.duplicates > 0 {
+            let _ = write!(buf, ", {} duplicate captures", a.duplicates);
+        }
         if a.partial > 0 {
             let _ = write!(buf, ", {} without REQ", a.partial);
         }

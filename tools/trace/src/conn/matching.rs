@@ -30,18 +30,44 @@ impl Sig {
     }
 }
 
+/// Whether a message was seen before on its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Repeat {
+    /// First time.
+    New,
+    /// The same message in a new QP1 packet (new BTH PSN): the sender sent it again.
+    Retrans,
+    /// The same packet (same BTH PSN) captured twice, e.g. in a merge of both hosts' captures.
+    Duplicate,
+}
+
 impl Conn {
-    /// Records `sig`; returns whether it was seen before.
-    pub(super) fn repeat(&mut self, sig: Sig) -> bool {
+    /// Records `sig`, carried in a packet with BTH PSN `psn`; says whether it was seen before,
+    /// and if so whether in the same packet (a duplicate capture) or in a new one.
+    pub(super) fn repeat(&mut self, sig: Sig, psn: u32) -> Repeat {
         let d = sig.digest();
-        if self.sigs.contains(&d) {
-            return true;
+        let mut seen = false;
+        for (s, p) in self.sigs.iter().zip(self.sig_psns.iter()) {
+            if *s == d {
+                if *p == psn {
+                    return Repeat::Duplicate;
+                }
+                seen = true;
+            }
         }
-        if let Some(s) = self.sigs.get_mut(self.sig_next) {
+        if let (Some(s), Some(p)) = (
+            self.sigs.get_mut(self.sig_next),
+            self.sig_psns.get_mut(self.sig_next),
+        ) {
             *s = d;
+            *p = psn;
         }
         self.sig_next = (self.sig_next + 1) % SIGS;
-        false
+        if seen {
+            Repeat::Retrans
+        } else {
+            Repeat::New
+        }
     }
 }
 

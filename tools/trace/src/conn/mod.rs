@@ -10,8 +10,10 @@
 //! in its ARI and is matched by (that GUID, its Local Comm ID). SIDR_REQ / SIDR_REP pairs are
 //! tracked as connections of kind [`ConnKind::Sidr`], keyed by the requester and Request ID.
 //!
-//! A retransmission is an identical repeat: same attribute, same TID and same comm IDs as a
-//! message seen before on the same connection.
+//! A retransmission is a repeat: same attribute, same TID and same comm IDs as a message seen
+//! before on the same connection, in a new QP1 packet (another BTH PSN). The same packet with
+//! the same BTH PSN is a duplicate capture (a merge of both hosts' captures sees every packet
+//! twice): counted in [`Conn::duplicates`], marked in [`Note::dup`], and otherwise ignored.
 //!
 //! # Memory bound
 //! The tracker holds at most [`TrackerConfig::max_live`] connections (default 65,536). A
@@ -47,7 +49,7 @@ use ibcm_mad::{CmMessage, CommId, ReqTransport, ServiceId};
 use crate::hash::SlotIndex;
 use crate::trace::{CmEvent, Icrc};
 
-use matching::Sig;
+use matching::{Repeat, Sig};
 pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side};
 
 /// What the tracker says about one message.
@@ -57,8 +59,11 @@ pub struct Note {
     pub conn: Option<u64>,
     /// Who sent it.
     pub from: Option<Side>,
-    /// An identical repeat of an earlier message.
+    /// A repeat of an earlier message in a new packet (new BTH PSN): a retransmission.
     pub retrans: bool,
+    /// The same packet as an earlier one (same BTH PSN), captured twice: a duplicate capture
+    /// (e.g. a merge of both hosts' captures), not a retransmission.
+    pub dup: bool,
     /// The connection is XRC.
     pub xrc: bool,
     /// The connection's Service ID.
@@ -182,9 +187,40 @@ impl Tracker {
             },
             remote: msg.remote_comm_id().map_or(0, |c| c.0),
         };
-        let retrans = c.repeat(sig);
-        c.messages += 1;
+        let repeat = c.repeat(sig, ev.wire.psn.get());
         c.last = c.last.max(ev.time);
+        if repeat == Repeat::Duplicate {
+            // The same packet seen twice: not a message of its own.
+            c.duplicates += 1;
+            if record {
+                if c.events.len() < max_events {
+                    c.events.push(LadderEntry {
+                        frame: ev.frame,
+                        time: ev.time,
+                        from,
+                        attr: msg.attr_id(),
+                        detail: Detail::None,
+                        retrans: false,
+                        dup: true,
+                        icrc: ev.icrc,
+                    });
+                } else {
+                    c.events_dropped += 1;
+                }
+            }
+            return Note {
+                conn: Some(c.id),
+                from: Some(from),
+                retrans: false,
+                dup: true,
+                xrc: c.kind == ConnKind::Xrc,
+                service_id: c.service_id,
+                problem: c.rej.is_some() || c.retransmissions > 0 || c.bad_icrc > 0,
+                comm_ids: (c.active.comm_id, c.passive.comm_id),
+            };
+        }
+        let retrans = repeat == Repeat::Retrans;
+        c.messages += 1;
         if ev.icrc == Icrc::Bad {
             c.bad_icrc += 1;
         }
@@ -288,6 +324,7 @@ impl Tracker {
                     attr: msg.attr_id(),
                     detail,
                     retrans,
+                    dup: false,
                     icrc: ev.icrc,
                 });
             } else {
@@ -298,6 +335,7 @@ impl Tracker {
             conn: Some(c.id),
             from: Some(from),
             retrans,
+            dup: false,
             xrc: c.kind == ConnKind::Xrc,
             service_id: c.service_id,
             problem: c.rej.is_some() || c.retransmissions > 0 || c.bad_icrc > 0,

@@ -169,8 +169,10 @@ pub struct LadderEntry {
     pub attr: AttrId,
     /// Extra detail.
     pub detail: Detail,
-    /// An identical repeat of an earlier message.
+    /// A repeat of an earlier message in a new packet (new BTH PSN).
     pub retrans: bool,
+    /// The same packet as an earlier entry, captured twice (same BTH PSN).
+    pub dup: bool,
     /// ICRC verdict.
     pub icrc: Icrc,
 }
@@ -231,8 +233,10 @@ pub struct Conn {
     pub(super) mra_last: Option<(Duration, TimeoutExp)>,
     /// LAP and APR messages.
     pub lap_apr: u32,
-    /// Identical repeats.
+    /// Repeats of a message in a new packet (new BTH PSN).
     pub retransmissions: u32,
+    /// The same packet captured twice (same BTH PSN; merged captures): not counted as messages.
+    pub duplicates: u32,
     /// Messages with a bad ICRC.
     pub bad_icrc: u32,
     /// All messages, repeats included.
@@ -247,6 +251,8 @@ pub struct Conn {
     /// [`TrackerConfig::max_events`](super::TrackerConfig::max_events).
     pub events_dropped: u32,
     pub(super) sigs: [u64; SIGS],
+    /// The BTH PSN of the packet that carried each signature.
+    pub(super) sig_psns: [u32; SIGS],
     pub(super) sig_next: usize,
     /// Finished at: when set, the connection ended and waits out the grace period.
     pub(super) ended: Option<Duration>,
@@ -285,12 +291,14 @@ impl Conn {
             mra_last: None,
             lap_apr: 0,
             retransmissions: 0,
+            duplicates: 0,
             bad_icrc: 0,
             messages: 0,
             req_timeouts: None,
             events: Vec::new(),
             events_dropped: 0,
             sigs: [0; SIGS],
+            sig_psns: [0; SIGS],
             sig_next: 0,
             ended: None,
             evicted: false,
