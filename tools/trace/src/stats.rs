@@ -159,6 +159,11 @@ impl Latency {
 }
 
 /// Connection counts and latencies (the whole capture, or one Service ID).
+///
+/// Established, rejected, timed out, waiting and closed count only attempted connections
+/// (REQ in the capture), so none exceeds `attempted`; connections without their REQ are only
+/// counted in `partial` (their retransmissions, duplicates and MRAs still count). A
+/// connection evicted from a full table is counted once, and not as waiting.
 #[derive(Debug, Clone, Default)]
 pub struct ConnStats {
     /// Connections whose REQ is in the capture.
@@ -194,7 +199,17 @@ impl ConnStats {
         if c.req.is_some() {
             self.attempted += 1;
         } else {
+            // Its REQ is not in the capture (or it is the rest of a connection whose tracking
+            // stopped): counted apart, so that established, rejected, timed out and closed
+            // never exceed attempted.
             self.partial += 1;
+            self.retransmissions += u64::from(c.retransmissions);
+            self.duplicates += u64::from(c.duplicates);
+            self.mras += u64::from(c.mras);
+            if let Some(d) = c.teardown_latency() {
+                self.teardown.add(d);
+            }
+            return;
         }
         if c.established() {
             self.established += 1;
@@ -207,6 +222,8 @@ impl ConnStats {
                 *self.rejected.entry(reason.raw()).or_default() += 1;
             }
             Outcome::TimedOut { .. } => self.timed_out += 1,
+            // An evicted connection is not waiting: its tracking stopped early.
+            Outcome::Waiting { .. } if c.evicted => {}
             Outcome::Waiting { .. } => self.waiting += 1,
             Outcome::Closed { .. } => self.closed += 1,
             Outcome::Established | Outcome::Resolved { .. } | Outcome::Partial => {}

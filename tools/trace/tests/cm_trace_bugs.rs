@@ -86,3 +86,81 @@ fn merged_captures_are_duplicates_not_retransmissions() {
     assert_eq!(v.iter().filter(|o| o["retrans"] == true).count(), 1);
     assert!(v.iter().all(|o| o.get("dup").is_none()));
 }
+
+fn stats_json(args: &[&str]) -> serde_json::Value {
+    let o = cm_trace(args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_str(stdout(&o).trim()).unwrap()
+}
+
+/// Counts that can never be: more established, rejected, timed out or closed than attempted.
+fn assert_possible(v: &serde_json::Value) {
+    let n = |k: &str| v[k].as_u64().unwrap();
+    let attempted = n("attempted");
+    for k in [
+        "established",
+        "rejected_total",
+        "timed_out",
+        "waiting",
+        "closed",
+    ] {
+        assert!(n(k) <= attempted, "{k} > attempted: {v}");
+    }
+    assert!(n("closed") <= n("established"), "{v}");
+}
+
+/// A small table (`--max-conns`) finishes connections early but never counts one twice: the
+/// later messages of an evicted connection are not a new connection.
+#[test]
+fn max_conns_eviction_does_not_double_count() {
+    let g = cap("derived/gen/gen_200_cm_packets.pcap");
+    let g = g.to_str().unwrap();
+    let full = stats_json(&["--stats", "--json", g]);
+    assert_eq!(full["attempted"], 42, "the generator's 42 connections");
+    assert_eq!(full["evicted"], 0);
+    assert_possible(&full);
+    for n in ["8", "16"] {
+        let v = stats_json(&["--stats", "--json", "--max-conns", n, g]);
+        assert!(v["evicted"].as_u64().unwrap() > 0, "{v}");
+        assert_eq!(v["attempted"], 42, "--max-conns {n}: {v}");
+        assert_eq!(v["partial"], 0, "--max-conns {n}: {v}");
+        assert_possible(&v);
+        // The per-MAD view still numbers every message with its connection.
+        let o = cm_trace(&["--json", "--max-conns", n, g]);
+        let lines = json_lines(&o);
+        assert!(lines.iter().all(|l| l["conn"].as_u64().is_some()));
+        let max = lines
+            .iter()
+            .map(|l| l["conn"].as_u64().unwrap())
+            .max()
+            .unwrap();
+        assert_eq!(max, 42, "--max-conns {n}");
+    }
+}
+
+/// `--max-conns 0` would track nothing: refused by the command line.
+#[test]
+fn max_conns_zero_is_refused() {
+    let f = cap("derived/cm_eth.pcap");
+    let o = cm_trace(&["--max-conns", "0", f.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--max-conns"), "{err}");
+    assert!(o.stdout.is_empty());
+}
+
+/// A REJ whose REQ is not in the capture: a partial connection, not "0 attempted, 1 rejected".
+#[test]
+fn partial_connection_counts_are_possible() {
+    let f = cap("derived/rej8_without_req.pcap");
+    let f = f.to_str().unwrap();
+    let v = stats_json(&["--stats", "--json", f]);
+    assert_eq!(v["attempted"], 0);
+    assert_eq!(v["partial"], 1);
+    assert_possible(&v);
+    let text = stdout(&cm_trace(&[f]));
+    assert!(
+        text.contains("-- connections: 0 attempted, 0 established, 0 rejected"),
+        "{text}"
+    );
+}

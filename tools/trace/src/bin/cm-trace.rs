@@ -86,7 +86,7 @@ struct Args {
     #[arg(long)]
     no_progress: bool,
     /// Most connections tracked at once (the memory bound); older ones are finished early.
-    #[arg(long, value_name = "N", default_value_t = 65_536)]
+    #[arg(long, value_name = "N", default_value_t = 65_536, value_parser = at_least_one)]
     max_conns: usize,
     /// Seconds of capture time an ended connection waits for late retransmissions.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
@@ -172,5 +172,14 @@ fn main() -> ExitCode {
             eprintln!("cm-trace: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--max-conns`: a positive number (a table of no connection tracks nothing).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
 }

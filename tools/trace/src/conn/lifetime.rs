@@ -99,6 +99,13 @@ impl Tracker {
             if let Some(c) = self.conn_mut(slot) {
                 c.evicted = true;
             }
+            if let Some(c) = self.slots.get(slot) {
+                if let (Some(a), Some(b)) = (c.active.addr, c.passive.addr) {
+                    for id in [c.active.comm_id, c.passive.comm_id].into_iter().flatten() {
+                        self.evicted.insert(id.0, &a, &b, c.id);
+                    }
+                }
+            }
             self.finish(slot);
             self.stats.evicted += 1;
         }

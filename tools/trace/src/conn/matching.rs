@@ -121,7 +121,16 @@ impl Tracker {
         slot
     }
 
-    /// Finds (or creates) the connection of a message and the sender's side.
+    /// Whether a message that matches no tracked connection belongs to one evicted earlier
+    /// (by one of `comm_ids` between its two addresses); if so, notes that connection's number
+    /// for [`Tracker::observe`].
+    fn of_evicted(&mut self, ev: &CmEvent, comm_ids: &[u32]) -> bool {
+        self.evicted_hit = self.evicted.find(comm_ids, &ev.src, &ev.dst);
+        self.evicted_hit.is_some()
+    }
+
+    /// Finds (or creates) the connection of a message and the sender's side; `None` for a
+    /// message of no connection, or of an evicted one.
     pub(super) fn locate(&mut self, ev: &CmEvent) -> Option<(usize, Side)> {
         match &ev.mad.msg {
             CmMessage::Req(r) => {
@@ -140,6 +149,9 @@ impl Tracker {
                         // retransmitted MRA): adopt them.
                         return Some((slot, Side::Active));
                     }
+                }
+                if self.of_evicted(ev, &[r.local_comm_id.0]) {
+                    return None;
                 }
                 let slot = self.alloc(ev, ConnKind::Unknown);
                 if let Some(c) = self.conn_mut(slot) {
@@ -163,7 +175,12 @@ impl Tracker {
                     Some(s) => s,
                     None => match self.by_ids(r.local_comm_id, r.remote_comm_id) {
                         Some((s, _)) => s,
-                        None => self.partial(ev, r.local_comm_id, r.remote_comm_id, Side::Passive),
+                        None => {
+                            if self.of_evicted(ev, &[r.local_comm_id.0, r.remote_comm_id.0]) {
+                                return None;
+                            }
+                            self.partial(ev, r.local_comm_id, r.remote_comm_id, Side::Passive)
+                        }
                     },
                 };
                 self.put(end_key(r.local_ca_guid.0, r.local_comm_id.0), slot);
@@ -233,6 +250,9 @@ impl Tracker {
                         self.learn_passive_id(slot, remote);
                         return Some((slot, Side::Active));
                     }
+                }
+                if self.of_evicted(ev, &[local.0, remote.0]) {
+                    return None;
                 }
                 // Unknown: the REQ is not in the capture. RTU comes from the active side, the
                 // others are attributed to whoever is seen first.

@@ -36,6 +36,7 @@
 //! * Here: the [`Tracker`] itself, its settings, and [`Tracker::observe`], which applies one
 //!   message to its connection.
 
+mod evicted;
 mod index;
 mod lifetime;
 mod matching;
@@ -129,6 +130,10 @@ pub(crate) struct Tracker {
     index: SlotIndex,
     /// Ended connections in order of ending: (ended-at, slot, conn id).
     ended: std::collections::VecDeque<(Duration, usize, u64)>,
+    /// Comm IDs of evicted connections, so that their later messages are not new connections.
+    evicted: evicted::Evicted,
+    /// Set by `locate` when a message belongs to an evicted connection (its number).
+    evicted_hit: Option<u64>,
     /// When the next idle sweep is due.
     next_sweep: Duration,
     now: Duration,
@@ -153,6 +158,8 @@ impl Tracker {
             next_gen: 1,
             index: SlotIndex::default(),
             ended: std::collections::VecDeque::new(),
+            evicted: evicted::Evicted::new(cfg.max_live.max(8).saturating_mul(8).max(4096)),
+            evicted_hit: None,
             next_sweep: Duration::ZERO,
             now: Duration::ZERO,
             stats: TrackerStats::default(),
@@ -168,7 +175,12 @@ impl Tracker {
         self.prefetch_next_to_finish();
         self.expire();
         let Some((slot, from)) = self.locate(ev) else {
-            return Note::default();
+            // Either not a connection's message, or one of a connection evicted earlier:
+            // tracking it stopped (it is not counted again), but its number is known.
+            return Note {
+                conn: self.evicted_hit.take(),
+                ..Note::default()
+            };
         };
         let record = self.cfg.record_events;
         let max_events = self.cfg.max_events;
