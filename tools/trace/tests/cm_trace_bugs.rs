@@ -164,3 +164,21 @@ fn partial_connection_counts_are_possible() {
         "{text}"
     );
 }
+
+/// An established connection idle for 11 minutes before its DREQ is still one connection.
+#[test]
+fn idle_established_connection_is_not_split() {
+    let f = cap("derived/idle_11min_before_dreq.pcap");
+    let f = f.to_str().unwrap();
+    let v = json_lines(&cm_trace(&["--ladder", "--json", f]));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0]["outcome"], "closed", "{}", v[0]);
+    assert_eq!(v[0]["messages"], 5);
+    let v = stats_json(&["--stats", "--json", f]);
+    assert_eq!(v["attempted"], 1);
+    assert_eq!(v["established"], 1);
+    assert_eq!(v["closed"], 1);
+    assert_eq!(v["partial"], 0);
+    let lines = json_lines(&cm_trace(&["--json", f]));
+    assert!(lines.iter().all(|l| l["conn"] == 1), "{lines:?}");
+}

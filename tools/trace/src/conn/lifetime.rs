@@ -139,7 +139,14 @@ impl Tracker {
                 .slots
                 .iter()
                 .enumerate()
-                .filter(|(i, c)| self.is_live(*i) && c.last + self.cfg.idle < self.now)
+                // An established connection (not closing) is quiet by nature: it waits for its
+                // DREQ however long it takes, so it is never finished for idleness (only by
+                // eviction when the table is full, or at the end of the file).
+                .filter(|(i, c)| {
+                    self.is_live(*i)
+                        && c.last + self.cfg.idle < self.now
+                        && !(c.established() && c.dreq.is_none() && c.ended.is_none())
+                })
                 .map(|(i, _)| i)
                 .collect();
             for slot in idle {

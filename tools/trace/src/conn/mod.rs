@@ -20,7 +20,8 @@
 //! connection is finished and handed back (through [`Tracker::observe`]'s output vector) when
 //! * it ended (DREP, REJ or SIDR_REP seen) and [`TrackerConfig::grace`] of capture time passed
 //!   without another message for it (late retransmissions still find it),
-//! * it saw no message for [`TrackerConfig::idle`] of capture time, or
+//! * it saw no message for [`TrackerConfig::idle`] of capture time, unless it is established
+//!   and not closing (an established connection may stay quiet for hours before its DREQ), or
 //! * the table is full: then the least recently active eighth of the table is finished.
 //!
 //! Each connection keeps at most [`TrackerConfig::max_events`] ladder entries (only when
@@ -82,7 +83,8 @@ pub struct TrackerConfig {
     pub max_live: usize,
     /// How long an ended connection is kept for late retransmissions (capture time).
     pub grace: Duration,
-    /// How long a connection without messages is kept (capture time).
+    /// How long a connection without messages is kept (capture time); established connections
+    /// that are not closing are kept however long they stay quiet.
     pub idle: Duration,
     /// Whether to record ladder entries.
     pub record_events: bool,
