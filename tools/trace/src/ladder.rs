@@ -14,7 +14,8 @@
 //! # JSON object (schema version [`crate::render::JSON_SCHEMA_VERSION`])
 //! `v`, `file` (several inputs), `conn`, `kind` (`RC UC XRC other unknown SIDR`),
 //! `service_id`, `port_space`, `port`, `request_id` (SIDR), `active` and `passive` (objects
-//! with `addr`, `ca_guid`, `comm_id`, `qpn`, each when known), `first`, `last` (capture time,
+//! with `addr`, `ca_guid`, `comm_id`, `qpn`, each when known; `service_id` and `ca_guid` are
+//! `"0x…"` hex strings since schema 3), `first`, `last` (capture time,
 //! seconds), `first_frame`, `outcome` (`closed established rejected timed_out waiting
 //! resolved partial`), `closed_by`, `rej_reason`, `rej_reason_name`, `rej_by`,
 //! `timed_out_waiting_for` / `waiting_for` (the missing answer), `sends` (for a timeout),
@@ -257,7 +258,9 @@ fn end_obj(o: &mut Obj<'_>, key: &str, e: &End) {
     if let Some(a) = &e.addr {
         inner.wire_addr("addr", a);
     }
-    inner.opt_u64("ca_guid", e.ca_guid.map(|g| g.0));
+    if let Some(g) = e.ca_guid {
+        inner.hex64("ca_guid", g.0);
+    }
     inner.opt_u64("comm_id", e.comm_id.map(|c| u64::from(c.0)));
     inner.opt_u64("qpn", e.qpn.map(|q| u64::from(q.get())));
     inner.close();
@@ -278,7 +281,7 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
     o.u64("conn", c.id);
     o.name("kind", c.kind.as_str());
     if let Some(sid) = c.service_id {
-        o.u64("service_id", sid.0);
+        o.hex64("service_id", sid.0);
         if let Some((ps, port)) = sid.rdma_cm_port() {
             o.name("port_space", ps.name());
             o.u64("port", u64::from(port));

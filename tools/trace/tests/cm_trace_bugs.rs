@@ -182,3 +182,44 @@ fn idle_established_connection_is_not_split() {
     let lines = json_lines(&cm_trace(&["--json", f]));
     assert!(lines.iter().all(|l| l["conn"] == 1), "{lines:?}");
 }
+
+/// `"0x"` + 16 hex digits → the value.
+fn hex64(v: &serde_json::Value) -> u64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a string: {v}"));
+    assert_eq!(s.len(), 18, "{s}");
+    u64::from_str_radix(s.strip_prefix("0x").unwrap(), 16).unwrap()
+}
+
+/// 64-bit values (TID, Service ID, CA GUID) are `"0x…"` strings in JSON schema 3 (as JSON
+/// numbers, JavaScript and jq round them to doubles: neighbouring values merge).
+#[test]
+fn json_64_bit_values_are_hex_strings() {
+    let f = cap("derived/merged_both_hosts_write.pcap");
+    let f = f.to_str().unwrap();
+    let v = json_lines(&cm_trace(&["--json", f]));
+    let req = &v[0];
+    assert_eq!(req["v"], 3);
+    assert_eq!(req["msg"], "REQ");
+    assert_eq!(hex64(&req["service_id"]), 0x0000_0000_0106_00ac);
+    assert_eq!(hex64(&req["ca_guid"]), 0x08c0_eb03_00da_e2e6);
+    assert_eq!(hex64(&v[2]["ca_guid"]), 0x08c0_eb03_00da_e2ca);
+    for l in &v {
+        assert_eq!(l["v"], 3);
+        hex64(&l["tid"]);
+    }
+    // The two CA GUIDs differ in their low bits; as doubles they would be one value.
+    assert_eq!(
+        0x08c0_eb03_00da_e2e6_u64 as f64,
+        0x08c0_eb03_00da_e2e5_u64 as f64
+    );
+
+    let l = json_lines(&cm_trace(&["--ladder", "--json", f]));
+    assert_eq!(l[0]["v"], 3);
+    assert_eq!(hex64(&l[0]["service_id"]), 0x0106_00ac);
+    assert_eq!(hex64(&l[0]["active"]["ca_guid"]), 0x08c0_eb03_00da_e2e6);
+    assert_eq!(hex64(&l[0]["passive"]["ca_guid"]), 0x08c0_eb03_00da_e2ca);
+
+    let s = stats_json(&["--stats", "--json", f]);
+    assert_eq!(s["v"], 3);
+    assert_eq!(hex64(&s["by_service"][0]["service_id"]), 0x0106_00ac);
+}

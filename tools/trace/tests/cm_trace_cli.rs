@@ -513,7 +513,7 @@ fn bench_smoke_generated_capture_vs_tshark() {
     for (row, v) in rows.iter().zip(&lines) {
         assert_eq!(row[0].parse::<u64>().unwrap(), v["frame"].as_u64().unwrap());
         assert_eq!(hex(&row[1]), v["attr_id"].as_u64());
-        assert_eq!(hex(&row[2]), v["tid"].as_u64());
+        assert_eq!(hex(&row[2]), v["tid"].as_str().and_then(hex));
         let lcid = row[3..].iter().find(|s| !s.is_empty()).and_then(|s| hex(s));
         if let Some(l) = lcid {
             assert_eq!(Some(l), v["local_comm_id"].as_u64(), "{row:?} {v}");

@@ -43,7 +43,7 @@ struct Args {
     /// Print the version.
     #[arg(long, action = clap::ArgAction::Version)]
     version: Option<bool>,
-    /// JSON: one object per CM MAD; with --stats one object; with --ladder one per connection.
+    /// JSON: one object per CM MAD; with --stats one object; with --ladder one per connection (schema v3: TID, Service ID and CA GUID as "0x…" hex strings).
     #[arg(long)]
     json: bool,
     /// Every field of every CM message.
