@@ -223,3 +223,33 @@ fn json_64_bit_values_are_hex_strings() {
     assert_eq!(s["v"], 3);
     assert_eq!(hex64(&s["by_service"][0]["service_id"]), 0x0106_00ac);
 }
+
+/// `-a GID` on native IB (packets addressed by LID, the GIDs only in the REQ's path): like
+/// `-s`, it selects the whole connection in every view.
+#[test]
+fn addr_gid_matches_the_whole_connection() {
+    let f = cap("derived/ib_cm_lid_only.pcap");
+    let f = f.to_str().unwrap();
+    // Connection 1 (REQ/REP/RTU, frames 1-3) has this GID as its primary remote GID.
+    let g = "fe80::2:c902:20:b4dd";
+    let v = json_lines(&cm_trace(&["--json", "-a", g, f]));
+    let frames: Vec<u64> = v.iter().map(|l| l["frame"].as_u64().unwrap()).collect();
+    assert_eq!(frames, [1, 2, 3], "{v:?}");
+    let v = json_lines(&cm_trace(&["--ladder", "--json", "-a", g, f]));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0]["conn"], 1);
+    let s = stats_json(&["--stats", "--json", "-a", g, f]);
+    assert_eq!(s["attempted"], 1, "{s}");
+    assert_eq!(s["established"], 1, "{s}");
+    // This one is in connections 2 and 3.
+    let g = "fe80::2:c903:0:1895";
+    let v = json_lines(&cm_trace(&["--json", "-a", g, f]));
+    assert_eq!(v.len(), 6, "{v:?}");
+    let v = json_lines(&cm_trace(&["--ladder", "--json", "-a", g, f]));
+    assert_eq!(v.len(), 2, "{v:?}");
+    let s = stats_json(&["--stats", "--json", "-a", g, f]);
+    assert_eq!(s["attempted"], 2, "{s}");
+    // A LID still matches by the packets' addresses.
+    let s = stats_json(&["--stats", "--json", "-a", "lid:1", f]);
+    assert_eq!(s["attempted"], 1, "{s}");
+}

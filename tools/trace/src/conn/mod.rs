@@ -46,7 +46,7 @@ mod record;
 
 use std::time::Duration;
 
-use ibcm_mad::{CmMessage, CommId, ReqTransport, ServiceId};
+use ibcm_mad::{CmMessage, CommId, Gid, ReqTransport, ServiceId};
 
 use crate::hash::SlotIndex;
 use crate::trace::{CmEvent, Icrc};
@@ -74,6 +74,8 @@ pub struct Note {
     pub problem: bool,
     /// The connection's comm IDs (active, passive), for filtering.
     pub comm_ids: (Option<CommId>, Option<CommId>),
+    /// The connection's REQ primary path GIDs (local, remote), for filtering by address.
+    pub path_gids: Option<(Gid, Gid)>,
 }
 
 /// Tracker settings.
@@ -231,6 +233,7 @@ impl Tracker {
                 service_id: c.service_id,
                 problem: c.rej.is_some() || c.retransmissions > 0 || c.bad_icrc > 0,
                 comm_ids: (c.active.comm_id, c.passive.comm_id),
+                path_gids: c.path_gids,
             };
         }
         let retrans = repeat == Repeat::Retrans;
@@ -258,6 +261,7 @@ impl Tracker {
                     };
                 }
                 c.service_id = Some(r.service_id);
+                c.path_gids = Some((r.primary_path.local_gid, r.primary_path.remote_gid));
                 c.active.ca_guid = Some(r.local_ca_guid);
                 c.active.comm_id = Some(r.local_comm_id);
                 c.active.qpn = Some(r.local_qpn);
@@ -354,6 +358,7 @@ impl Tracker {
             service_id: c.service_id,
             problem: c.rej.is_some() || c.retransmissions > 0 || c.bad_icrc > 0,
             comm_ids: (c.active.comm_id, c.passive.comm_id),
+            path_gids: c.path_gids,
         };
         let id = c.id;
         let newly_ended = ended && c.ended.is_none();

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use ibcm_mad::{AttrId, CommId, Guid, MsgKind, Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp};
+use ibcm_mad::{
+    AttrId, CommId, Gid, Guid, MsgKind, Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp,
+};
 
 use crate::trace::{CmEvent, Icrc, WireAddr};
 
@@ -195,6 +197,9 @@ pub struct Conn {
     pub passive: End,
     /// Service ID (REQ, SIDR_REQ).
     pub service_id: Option<ServiceId>,
+    /// The REQ's primary path GIDs (local = the active side's, remote = the passive side's):
+    /// on native IB the packets carry only LIDs, so `-a GID` matches the connection by them.
+    pub path_gids: Option<(Gid, Gid)>,
     /// SIDR Request ID.
     pub request_id: Option<u32>,
     /// Time of the first message.
@@ -270,6 +275,7 @@ impl Conn {
             active: End::default(),
             passive: End::default(),
             service_id: None,
+            path_gids: None,
             request_id: None,
             first: ev.time,
             last: ev.time,
@@ -342,6 +348,11 @@ impl Conn {
             Side::Active => &self.active,
             Side::Passive => &self.passive,
         }
+    }
+
+    /// Whether `g` is one of the REQ's primary path GIDs.
+    pub fn has_path_gid(&self, g: Gid) -> bool {
+        self.path_gids.is_some_and(|(l, r)| l == g || r == g)
     }
 
     /// Whether `side`'s end is known to have `id` as comm ID.
