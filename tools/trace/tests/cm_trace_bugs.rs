@@ -253,3 +253,65 @@ fn addr_gid_matches_the_whole_connection() {
     let s = stats_json(&["--stats", "--json", "-a", "lid:1", f]);
     assert_eq!(s["attempted"], 1, "{s}");
 }
+
+/// Runs cm-trace on standard input that stays open (nothing is ever written): it must exit by
+/// itself, i.e. fail before reading its input. Returns its output, or `None` if it was still
+/// reading after 10 s (then killed).
+fn run_before_input(args: &[&str]) -> Option<Output> {
+    use std::process::Stdio;
+    let mut child = Command::new(BIN)
+        .args(args)
+        .arg("-")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take();
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(10) {
+        if child.try_wait().unwrap().is_some() {
+            drop(stdin);
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    drop(stdin);
+    let _ = child.wait();
+    None
+}
+
+/// `--timeline out.png` is refused (only SVG or HTML is written), and a timeline path that
+/// cannot be created fails before the input is read, with the path in the message.
+#[test]
+fn timeline_bad_name_or_path_fails_first() {
+    let dir = std::env::temp_dir().join(format!("cm-trace-bugs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = dir.join("out.png");
+    let f = cap("derived/cm_eth.pcap");
+    let o = cm_trace(&["--timeline", png.to_str().unwrap(), f.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(png.to_str().unwrap()), "{err}");
+    assert!(!png.exists(), "nothing written into {}", png.display());
+
+    let o = run_before_input(&["--timeline", png.to_str().unwrap()])
+        .expect("a .png timeline is refused before reading the input");
+    assert!(!o.status.success());
+
+    let bad = "/nonexistent-dir-cm-trace/x.svg";
+    let o = run_before_input(&["--timeline", bad])
+        .expect("an uncreatable timeline path fails before reading the input");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(bad), "{err}");
+    assert!(o.stdout.is_empty());
+
+    // A good name still works.
+    let svg = dir.join("ok.svg");
+    let o = cm_trace(&["--timeline", svg.to_str().unwrap(), f.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+}

@@ -672,11 +672,42 @@ fn run_file<W: Write + Send>(
     ctx.flush_buf(out)
 }
 
+/// `--timeline PATH: error`.
+fn path_error(path: &std::path::Path, e: &io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("--timeline {}: {e}", path.display()))
+}
+
+/// Checks the timeline's file name (`.svg`, or `.html` / `.htm` for an HTML page: no other
+/// format is written, so `out.png` is refused) and creates the file; says whether it is HTML.
+fn open_timeline(path: &std::path::Path) -> io::Result<(std::fs::File, bool)> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let html = match ext.as_deref() {
+        Some("svg") => false,
+        Some("html" | "htm") => true,
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "--timeline {}: not written: the timeline is SVG (.svg) or HTML (.html) only",
+                    path.display()
+                ),
+            ))
+        }
+    };
+    let file = std::fs::File::create(path).map_err(|e| path_error(path, &e))?;
+    Ok((file, html))
+}
+
 /// Decodes `files` (`-` = standard input) and writes the chosen view to `out`; errors and
 /// (for JSON views) summaries go to `err`.
 ///
 /// # Errors
-/// Only I/O errors writing `out` (a closed pipe included) or the timeline file. Unreadable
+/// I/O errors writing `out` (a closed pipe included); a timeline file name other than `.svg` /
+/// `.html` / `.htm`, or one that cannot be created (both before any input is read), or an
+/// error writing it (the message names the file). Unreadable
 /// inputs are reported on `err` and counted in [`Outcomes::unreadable`].
 pub fn run<W: Write + Send>(
     opts: &Options,
@@ -686,6 +717,11 @@ pub fn run<W: Write + Send>(
 ) -> io::Result<Outcomes> {
     let pal = Palette { on: opts.color };
     let mut result = Outcomes::default();
+    // The timeline file is checked and created before any input is read.
+    let mut timeline_out = match &opts.timeline {
+        Some(path) => Some(open_timeline(path)?),
+        None => None,
+    };
     let mut timeline = opts
         .timeline
         .as_ref()
@@ -729,12 +765,13 @@ pub fn run<W: Write + Send>(
     }
     out.write_all(&buf)?;
     out.flush()?;
-    if let (Some(path), Some(t)) = (&opts.timeline, &timeline) {
-        let html = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"));
-        let doc = if html { t.html() } else { t.svg() };
-        std::fs::write(path, doc)?;
+    if let (Some(path), Some(t), Some((file, html))) =
+        (&opts.timeline, &timeline, timeline_out.as_mut())
+    {
+        let doc = if *html { t.html() } else { t.svg() };
+        file.write_all(doc.as_bytes())
+            .and_then(|()| file.flush())
+            .map_err(|e| path_error(path, &e))?;
         let _ = writeln!(
             err,
             "cm-trace: timeline with {} connection(s) written to {}",

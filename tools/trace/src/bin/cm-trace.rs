@@ -55,7 +55,7 @@ struct Args {
     /// Connection statistics: attempted / established / rejected / timed out, latencies.
     #[arg(long)]
     stats: bool,
-    /// Also draw a timeline of the connections into this SVG (or .html) file.
+    /// Also draw a timeline of the connections into this SVG (.svg) or HTML (.html) file; other names are refused.
     #[arg(long, value_name = "FILE")]
     timeline: Option<PathBuf>,
     /// Most connections drawn in the timeline.
