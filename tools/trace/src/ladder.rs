@@ -17,7 +17,8 @@
 //! with `addr`, `ca_guid`, `comm_id`, `qpn`, each when known; `service_id` and `ca_guid` are
 //! `"0x…"` hex strings since schema 3), `first`, `last` (capture time,
 //! seconds), `first_frame`, `outcome` (`closed established rejected timed_out waiting
-//! resolved partial`), `closed_by`, `rej_reason`, `rej_reason_name`, `rej_by`,
+//! resolved failed partial`; `failed`: a SIDR_REP with a non-zero status, as `--stats` counts
+//! it), `closed_by`, `rej_reason`, `rej_reason_name`, `rej_by`,
 //! `timed_out_waiting_for` / `waiting_for` (the missing answer), `sends` (for a timeout),
 //! `sidr_status`, `setup_ms` (REQ → RTU), `teardown_ms` (DREQ → DREP), `messages`,
 //! `retransmissions`, `mras`, `bad_icrc`, `evicted` (tracking stopped because the table was
@@ -162,8 +163,11 @@ pub(crate) fn outcome_text(c: &Conn) -> String {
             phase.request(),
             phase.answer()
         ),
-        Outcome::Resolved { status } => {
+        Outcome::Resolved { status } if status.raw() == 0 => {
             format!("SIDR resolved: status {} ({})", status.raw(), status.name())
+        }
+        Outcome::Resolved { status } => {
+            format!("SIDR failed: status {} ({})", status.raw(), status.name())
         }
         Outcome::Partial => "partial: the REQ is not in the capture".to_string(),
     };

@@ -51,7 +51,8 @@
 //! XRC connection. 3 (cm-trace v3) writes the 64-bit values `tid`, `service_id` and `ca_guid`
 //! (also in `--ladder --json` and `--stats --json`) as `"0x…"` hex strings instead of JSON
 //! integers, adds `dup` (duplicate captures) here and `duplicates` in the ladder and stats
-//! objects. Keys are only ever added within a version.
+//! objects, and gives a SIDR exchange with a non-zero SIDR_REP status the ladder outcome
+//! `failed` (was `resolved`). Keys are only ever added within a version.
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};

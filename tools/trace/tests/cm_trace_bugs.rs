@@ -315,3 +315,19 @@ fn timeline_bad_name_or_path_fails_first() {
     assert!(o.status.success());
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
 }
+
+/// A SIDR_REP with status 232 (not 0 = valid) failed, in `--ladder` as in `--stats`.
+#[test]
+fn sidr_rep_nonzero_status_is_failed_in_every_view() {
+    let f = cap("derived/sidr_rep_status232.pcap");
+    let f = f.to_str().unwrap();
+    let text = stdout(&cm_trace(&["--ladder", f]));
+    assert!(text.contains("SIDR failed: status 232"), "{text}");
+    assert!(!text.contains("resolved"), "{text}");
+    let v = json_lines(&cm_trace(&["--ladder", "--json", f]));
+    assert_eq!(v[0]["outcome"], "failed", "{}", v[0]);
+    assert_eq!(v[0]["sidr_status"], 232);
+    let s = stats_json(&["--stats", "--json", f]);
+    assert_eq!(s["sidr"]["failed"], 1, "{s}");
+    assert_eq!(s["sidr"]["resolved"], 0, "{s}");
+}

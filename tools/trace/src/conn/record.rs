@@ -139,6 +139,8 @@ impl Outcome {
             Outcome::Rejected { .. } => "rejected",
             Outcome::TimedOut { .. } => "timed_out",
             Outcome::Waiting { .. } => "waiting",
+            // A SIDR_REP with a non-zero status (as `--stats` counts it).
+            Outcome::Resolved { status } if status.raw() != 0 => "failed",
             Outcome::Resolved { .. } => "resolved",
             Outcome::Partial => "partial",
         }
