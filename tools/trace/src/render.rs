@@ -718,7 +718,8 @@ pub(crate) fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Durati
     put_wire_addr(out, &ev.dst);
     out.extend_from_slice(b"  ");
     summary(out, &ev.mad.msg, pal);
-    if ev.mad.msg.is_xrc() || note.xrc {
+    // A REQ's summary already names its transport (`XRC`).
+    if (ev.mad.msg.is_xrc() || note.xrc) && !matches!(ev.mad.msg, CmMessage::Req(_)) {
         out.extend_from_slice(b" XRC");
     }
     if note.retrans {

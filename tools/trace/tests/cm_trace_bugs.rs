@@ -331,3 +331,24 @@ fn sidr_rep_nonzero_status_is_failed_in_every_view() {
     assert_eq!(s["sidr"]["failed"], 1, "{s}");
     assert_eq!(s["sidr"]["resolved"], 0, "{s}");
 }
+
+/// An XRC REQ line names its transport once ("XRC", not "XRC XRC").
+#[test]
+fn xrc_req_line_says_xrc_once() {
+    let f = cap("derived/xrc_req_only.pcap");
+    let text = stdout(&cm_trace(&[f.to_str().unwrap()]));
+    let req = text.lines().find(|l| l.contains(" REQ ")).unwrap();
+    assert_eq!(req.matches("XRC").count(), 1, "{req}");
+}
+
+/// ClassPortInfo in `-V`: one field per line with IBTA names, no Rust debug struct.
+#[test]
+fn class_port_info_verbose_is_fields() {
+    let f = cap("derived/cpi_only.pcap");
+    let text = stdout(&cm_trace(&["-V", f.to_str().unwrap()]));
+    assert!(!text.contains("ClassPortInfo {"), "{text}");
+    assert!(!text.contains("U27("), "{text}");
+    assert!(text.contains("CapabilityMask2"), "{text}");
+    assert!(text.contains("RespTimeValue"), "{text}");
+    assert!(text.contains("TrapQ_Key"), "{text}");
+}

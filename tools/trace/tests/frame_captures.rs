@@ -113,6 +113,8 @@ const EXPECTED: &[(&str, u64, u64, u64, u64, u64)] = &[
     ("derived/idle_11min_before_dreq.pcap", 5, 5, 5, 0, 0),
     ("derived/ib_cm_lid_only.pcap", 9, 9, 9, 0, 9),
     ("derived/sidr_rep_status232.pcap", 1, 1, 1, 0, 0),
+    ("derived/xrc_req_only.pcap", 1, 1, 1, 0, 0),
+    ("derived/cpi_only.pcap", 1, 1, 1, 0, 0),
     ("derived/gen/gen_200_cm_packets.pcap", 201, 201, 201, 0, 0),
     ("derived/synth_req_flowlabel.pcap", 1, 1, 1, 0, 0),
     ("derived/synth_req_ipv6.pcap", 1, 1, 1, 0, 0),
