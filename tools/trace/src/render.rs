@@ -580,10 +580,19 @@ pub(crate) fn put_secs(out: &mut Vec<u8>, d: Duration, width: usize) {
     );
 }
 
-/// A human duration: `812 µs`, `12.3 ms`, `4.205 s`.
+/// A human duration: `500 ns`, `1.250 µs`, `812 µs`, `12.3 ms`, `4.205 s`. Below a
+/// millisecond, nanoseconds are shown when the duration has them (a nanosecond capture), not
+/// rounded to whole microseconds.
 pub(crate) fn human(d: Duration) -> String {
     let us = d.as_micros();
-    if us < 1000 {
+    let sub_us = d.subsec_nanos() % 1000;
+    if us < 1000 && sub_us != 0 {
+        if us == 0 {
+            format!("{sub_us} ns")
+        } else {
+            format!("{us}.{sub_us:03} µs")
+        }
+    } else if us < 1000 {
         format!("{us} µs")
     } else if us < 1_000_000 {
         format!("{:.1} ms", d.as_secs_f64() * 1e3)

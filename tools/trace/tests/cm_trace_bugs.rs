@@ -352,3 +352,14 @@ fn class_port_info_verbose_is_fields() {
     assert!(text.contains("RespTimeValue"), "{text}");
     assert!(text.contains("TrapQ_Key"), "{text}");
 }
+
+/// A nanosecond capture: a 500 ns setup is "500 ns", not "0 µs".
+#[test]
+fn nanosecond_durations_are_not_rounded() {
+    let f = cap("derived/setup_500ns.pcap");
+    let f = f.to_str().unwrap();
+    let text = stdout(&cm_trace(&["--ladder", f]));
+    assert!(text.contains("REQ → RTU 500 ns"), "{text}");
+    let v = json_lines(&cm_trace(&["--ladder", "--json", f]));
+    assert_eq!(v[0]["setup_ms"], 0.0005, "{}", v[0]);
+}
