@@ -84,11 +84,30 @@ fn arrow(out: &mut Vec<u8>, pal: &Palette, name: &str, role: Role, from: Side) {
     }
 }
 
-fn entry(out: &mut Vec<u8>, pal: &Palette, c: &Conn, e: &LadderEntry, nth_retrans: u32) {
+/// Digits of the whole seconds of the connection's last relative time (the `+time` column's
+/// width, so that the columns stay aligned past 10 s).
+fn secs_digits(c: &Conn) -> usize {
+    let max = c
+        .events
+        .iter()
+        .map(|e| e.time.checked_sub(c.first).unwrap_or_default().as_secs())
+        .max()
+        .unwrap_or(0);
+    max.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+fn entry(
+    out: &mut Vec<u8>,
+    pal: &Palette,
+    c: &Conn,
+    e: &LadderEntry,
+    nth_retrans: u32,
+    digits: usize,
+) {
     let rel = e.time.checked_sub(c.first).unwrap_or_default();
     pal.start(out, Role::Dim);
     out.extend_from_slice(b"    +");
-    put_secs(out, rel, 1);
+    put_secs(out, rel, digits);
     let _ = write!(out, " {:>7}", e.frame);
     pal.end(out, Role::Dim);
     out.extend_from_slice(b"  ");
@@ -228,12 +247,14 @@ pub(crate) fn ladder(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
     end_line(out, "active", &c.active);
     end_line(out, "passive", &c.passive);
     pal.start(out, Role::Dim);
+    let digits = secs_digits(c);
     let _ = writeln!(
         out,
-        "{:>13} {:>7}  {:<width$}passive",
+        "{:>time$} {:>7}  {:<width$}passive",
         "+time",
         "frame",
         "active",
+        time = 12 + digits,
         width = ARROW - 7
     );
     pal.end(out, Role::Dim);
@@ -242,7 +263,7 @@ pub(crate) fn ladder(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
         if e.retrans {
             nth += 1;
         }
-        entry(out, pal, c, e, nth);
+        entry(out, pal, c, e, nth, digits);
     }
     if c.events_dropped > 0 {
         let _ = writeln!(

@@ -363,3 +363,27 @@ fn nanosecond_durations_are_not_rounded() {
     let v = json_lines(&cm_trace(&["--ladder", "--json", f]));
     assert_eq!(v[0]["setup_ms"], 0.0005, "{}", v[0]);
 }
+
+/// Ladder columns stay aligned when a connection lasts more than 10 s.
+#[test]
+fn ladder_columns_align_past_10_s() {
+    let f = cap("derived/dreq_after_12s.pcap");
+    let text = stdout(&cm_trace(&["--ladder", f.to_str().unwrap()]));
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("    +")).collect();
+    assert_eq!(rows.len(), 5, "{text}");
+    // Column (in characters) where a pattern starts.
+    let col = |l: &str, pat: &str| l.find(pat).map(|b| l[..b].chars().count());
+    // Every row's frame number ends where the header's "frame" ends.
+    let header = text.lines().find(|l| l.contains("+time")).unwrap();
+    let frame_end = col(header, "frame").unwrap() + 5;
+    for r in &rows {
+        let arrow = col(r, "  ─").or_else(|| col(r, "  ◀")).unwrap();
+        assert_eq!(arrow, frame_end, "{text}");
+        // The time column ends one space before the frame column (7 wide).
+        assert_eq!(col(header, "+time").unwrap() + 5, frame_end - 8, "{text}");
+        // The time's last digit is right before that.
+        let chars: Vec<char> = r.chars().collect();
+        assert!(chars[frame_end - 9].is_ascii_digit(), "{text}");
+        assert_eq!(chars[frame_end - 8], ' ', "{text}");
+    }
+}

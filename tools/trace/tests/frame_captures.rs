@@ -116,6 +116,7 @@ const EXPECTED: &[(&str, u64, u64, u64, u64, u64)] = &[
     ("derived/xrc_req_only.pcap", 1, 1, 1, 0, 0),
     ("derived/cpi_only.pcap", 1, 1, 1, 0, 0),
     ("derived/setup_500ns.pcap", 3, 3, 3, 0, 0),
+    ("derived/dreq_after_12s.pcap", 5, 5, 5, 0, 0),
     ("derived/gen/gen_200_cm_packets.pcap", 201, 201, 201, 0, 0),
     ("derived/synth_req_flowlabel.pcap", 1, 1, 1, 0, 0),
     ("derived/synth_req_ipv6.pcap", 1, 1, 1, 0, 0),
