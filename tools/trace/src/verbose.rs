@@ -643,7 +643,9 @@ pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration
         let _ = write!(out, " SrcQP {sq} Q_Key {qk}");
     }
     out.extend_from_slice(b" ICRC ");
-    match (w.icrc_value, ev.icrc) {
+    // Shown as its four bytes in wire order (as Wireshark shows it), not as the CRC value
+    // (which the wire carries little-endian).
+    match (w.icrc_value.map(u32::swap_bytes), ev.icrc) {
         (Some(v), Icrc::Bad) => {
             let _ = write!(out, "{v:#010x} ");
             pal.paint(out, Role::Bad, "bad");

@@ -387,3 +387,12 @@ fn ladder_columns_align_past_10_s() {
         assert_eq!(chars[frame_end - 8], ' ', "{text}");
     }
 }
+
+/// `-V` shows the ICRC as its wire bytes, like Wireshark (`infiniband.invariant.crc`).
+#[test]
+fn verbose_icrc_matches_wireshark_byte_order() {
+    let f = cap("derived/cpi_only.pcap");
+    let text = stdout(&cm_trace(&["-V", f.to_str().unwrap()]));
+    // tshark -r derived/cpi_only.pcap -T fields -e infiniband.invariant.crc → 0x3f5b9bb2
+    assert!(text.contains("ICRC 0x3f5b9bb2 ok"), "{text}");
+}
