@@ -396,3 +396,24 @@ fn verbose_icrc_matches_wireshark_byte_order() {
     // tshark -r derived/cpi_only.pcap -T fields -e infiniband.invariant.crc → 0x3f5b9bb2
     assert!(text.contains("ICRC 0x3f5b9bb2 ok"), "{text}");
 }
+
+/// When the timeline leaves connections out (`--timeline-max`, 500 by default), it says so.
+#[test]
+fn timeline_says_when_connections_are_left_out() {
+    let dir = std::env::temp_dir().join(format!("cm-trace-bugs-tl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("t.svg");
+    let g = cap("derived/gen/gen_200_cm_packets.pcap");
+    let o = cm_trace(&[
+        "--stats",
+        "--timeline",
+        svg.to_str().unwrap(),
+        "--timeline-max",
+        "5",
+        g.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("37 more connection(s) not drawn"), "{err}");
+    assert!(err.contains("--timeline-max"), "{err}");
+}

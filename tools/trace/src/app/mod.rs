@@ -772,12 +772,22 @@ pub fn run<W: Write + Send>(
         file.write_all(doc.as_bytes())
             .and_then(|()| file.flush())
             .map_err(|e| path_error(path, &e))?;
-        let _ = writeln!(
+        let _ = write!(
             err,
             "cm-trace: timeline with {} connection(s) written to {}",
             t.len(),
             path.display()
         );
+        if t.dropped > 0 {
+            let _ = write!(
+                err,
+                "; {} more connection(s) not drawn (at most {} drawn: --timeline-max N, or -p \
+                 for the problems only)",
+                t.dropped,
+                opts.timeline_max.max(1)
+            );
+        }
+        let _ = writeln!(err);
     }
     Ok(result)
 }
