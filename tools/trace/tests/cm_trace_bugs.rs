@@ -417,3 +417,23 @@ fn timeline_says_when_connections_are_left_out() {
     assert!(err.contains("37 more connection(s) not drawn"), "{err}");
     assert!(err.contains("--timeline-max"), "{err}");
 }
+
+/// A corrupt record header in the middle of a file: the records before it are decoded, the
+/// error names the record and its byte offset, and the exit status is non-zero (the rest of
+/// the file was not read). A last record cut short still exits 0.
+#[test]
+fn corrupt_record_header_is_not_silent() {
+    let f = cap("derived/damaged/corrupt_record3_header.pcap");
+    let f = f.to_str().unwrap();
+    for view in [&[][..], &["--json"][..], &["--stats"][..]] {
+        let mut args = view.to_vec();
+        args.push(f);
+        let o = cm_trace(&args);
+        assert!(!o.status.success(), "{args:?}");
+        let all = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+        assert!(all.contains("record 3 at byte 700"), "{all}");
+        assert!(all.contains("the rest of the file is not read"), "{all}");
+    }
+    let v = json_lines(&cm_trace(&["--json", f]));
+    assert_eq!(v.len(), 2, "the two records before the damage");
+}

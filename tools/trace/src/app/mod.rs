@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::capture::Record;
 use crate::conn::{Conn, Note, Outcome, Tracker, TrackerConfig};
 use crate::filter::Filter;
-use crate::input::{OpenError, Source};
+use crate::input::{OpenError, RecordError, Source};
 use crate::ladder::{conn_json, has_msg, ladder, outcome_text};
 use crate::render::{json_line, text_line};
 use crate::report::{stats_json, stats_text};
@@ -83,11 +83,19 @@ pub(crate) const PROGRESS_MIN_BYTES: u64 = 16 << 20;
 pub struct Outcomes {
     /// Inputs that could not be read at all (the exit status is non-zero when there are any).
     pub unreadable: u64,
+    /// Inputs damaged before their end (an impossible record header): the rest of the file
+    /// was not read (the exit status is non-zero when there are any).
+    pub damaged: u64,
     /// Statistics over all inputs.
     pub stats: TraceStats,
 }
 
+/// Said on standard error after a damaged record.
+const UNREAD: &str = "the rest of the file is not read (damaged record header); exit status 1";
+
 struct FileCtx<'a> {
+    /// A damaged record ended the file early.
+    damaged: bool,
     opts: &'a Options,
     pal: Palette,
     err: &'a mut dyn Write,
@@ -429,7 +437,13 @@ fn inline_loop<W: Write>(
             Some(Err(e)) => {
                 // A damaged record ends the file (the reader cannot resynchronise).
                 ctx.stats.malformed += 1;
-                return ctx.malformed(out, &e);
+                ctx.damaged |= e.damaged;
+                ctx.malformed(out, &e.msg)?;
+                if e.damaged {
+                    out.flush()?;
+                    let _ = writeln!(ctx.err, "cm-trace: {}: {UNREAD}", ctx.file);
+                }
+                return Ok(());
             }
             Some(Ok(r)) => (r.timestamp, classify(&r)),
         };
@@ -461,7 +475,7 @@ fn inline_loop<W: Write>(
 
 /// Reads up to [`BATCH`] records into `raw`; `Ok(false)` at the end of the input, `Err` with
 /// the reader's message for a damaged record (which ends the input).
-fn read_batch(src: &mut Source, raw: &mut RawBatch) -> Result<bool, String> {
+fn read_batch(src: &mut Source, raw: &mut RawBatch) -> Result<bool, RecordError> {
     raw.data.clear();
     raw.recs.clear();
     while raw.recs.len() < BATCH {
@@ -492,7 +506,7 @@ fn threaded_loop(
     src: &mut Source,
     progress: &dyn Fn(),
 ) -> io::Result<()> {
-    let mut read_error: Option<String> = None;
+    let mut read_error: Option<RecordError> = None;
     let mut more = true;
     let mut in_flight = 0usize;
     let mut spare_raw: Vec<RawBatch> = Vec::new();
@@ -580,8 +594,12 @@ fn threaded_loop(
     if let Some(e) = read_error {
         // A damaged record ends the file (the reader cannot resynchronise).
         ctx.stats.malformed += 1;
+        ctx.damaged |= e.damaged;
         h.flush()?;
-        let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {e}", ctx.file);
+        let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {}", ctx.file, e.msg);
+        if e.damaged {
+            let _ = writeln!(ctx.err, "cm-trace: {}: {UNREAD}", ctx.file);
+        }
     }
     Ok(())
 }
@@ -743,6 +761,7 @@ pub fn run<W: Write + Send>(
         };
         let timeline_file = timeline.as_mut().map_or(0, |t| t.file(file));
         let mut ctx = FileCtx {
+            damaged: false,
             opts,
             pal,
             err: &mut *err,
@@ -754,6 +773,9 @@ pub fn run<W: Write + Send>(
             timeline_file,
         };
         run_file(&mut ctx, out, &mut src, &counter, size)?;
+        if ctx.damaged {
+            result.damaged += 1;
+        }
         let stats = std::mem::take(&mut ctx.stats);
         result.stats.merge(&stats);
     }

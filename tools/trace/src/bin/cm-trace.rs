@@ -10,7 +10,9 @@
 //! cm-trace --timeline out.svg ... one row per connection, as SVG (or .html)
 //! ```
 //! `-` reads standard input. Malformed frames are reported with their number and reason and
-//! never stop the run. The exit status is non-zero only when an input cannot be read at all.
+//! never stop the run. The exit status is non-zero only when an input cannot be read at all,
+//! or has a damaged record header before its end (the rest of that file cannot be read; the
+//! message gives the record number and byte offset).
 
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
@@ -164,7 +166,7 @@ fn main() -> ExitCode {
     let stderr = io::stderr();
     let mut err = stderr.lock();
     match run(&opts, &args.files, &mut out, &mut err) {
-        Ok(r) if r.unreadable > 0 => ExitCode::FAILURE,
+        Ok(r) if r.unreadable > 0 || r.damaged > 0 => ExitCode::FAILURE,
         Ok(_) => ExitCode::SUCCESS,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
