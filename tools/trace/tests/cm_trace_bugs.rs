@@ -423,7 +423,7 @@ fn timeline_says_when_connections_are_left_out() {
 /// the file was not read). A last record cut short still exits 0.
 #[test]
 fn corrupt_record_header_is_not_silent() {
-    let f = cap("derived/damaged/corrupt_record3_header.pcap");
+    let f = cap("derived/damaged/corrupt_record3_header.pcap.corrupt");
     let f = f.to_str().unwrap();
     for view in [&[][..], &["--json"][..], &["--stats"][..]] {
         let mut args = view.to_vec();
