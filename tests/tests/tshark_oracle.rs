@@ -548,7 +548,8 @@ fn cm_trace_views_agree_with_tshark() {
             let f = |i: usize| r.get(i).map(String::as_str).unwrap_or("");
             let first = |range: std::ops::Range<usize>| range.map(f).find(|s| !s.is_empty());
             let ctx = format!("{name} frame {}", f(0));
-            let u = |k: &str| v[k].as_u64();
+            // JSON schema 3: 64-bit values are "0x…" strings.
+            let u = |k: &str| v[k].as_u64().or_else(|| v[k].as_str().and_then(num));
             assert_eq!(num(f(0)), u("frame"), "{ctx}");
             let t: f64 = f(1).parse().unwrap();
             assert!(

@@ -3,7 +3,9 @@
 //! Every given criterion must match (and within one criterion, any of its values). For the
 //! per-MAD views a message matches through its connection too: `--service-id` also selects
 //! the REP, RTU, DREQ … of a connection whose REQ had that Service ID, `--comm-id` matches
-//! either end's comm ID, `--xrc` every message of an XRC connection. For the connection views
+//! either end's comm ID, `--addr` every message of a connection with that address at either end
+//! or as one of its REQ's primary path GIDs (native IB packets carry only LIDs), `--xrc` every
+//! message of an XRC connection. For the connection views
 //! (`--ladder`, `--stats`, `--timeline`) a connection matches on its own attributes, and
 //! `--msg` keeps the connections that have at least one such message.
 //!
@@ -163,7 +165,13 @@ impl Filter {
                 return false;
             }
         }
-        if !self.addrs.is_empty() && !self.addrs.iter().any(|a| addr_in_event(*a, ev)) {
+        if !self.addrs.is_empty()
+            && !self.addrs.iter().any(|a| {
+                addr_in_event(*a, ev)
+                    || a.gid()
+                        .is_some_and(|g| note.path_gids.is_some_and(|(l, r)| l == g || r == g))
+            })
+        {
             return false;
         }
         if self.xrc && !(note.xrc || ev.mad.msg.is_xrc()) {
@@ -197,11 +205,10 @@ impl Filter {
         }
         if !self.addrs.is_empty() {
             let ends = [c.active.addr, c.passive.addr];
-            if !self
-                .addrs
-                .iter()
-                .any(|a| ends.iter().flatten().any(|e| a.matches(e)))
-            {
+            if !self.addrs.iter().any(|a| {
+                ends.iter().flatten().any(|e| a.matches(e))
+                    || a.gid().is_some_and(|g| c.has_path_gid(g))
+            }) {
                 return false;
             }
         }

@@ -77,8 +77,16 @@ impl std::fmt::Display for OpenError {
 /// An opened input: the source, its byte counter (for progress) and its size when known.
 pub(crate) type Opened = (Source, Arc<AtomicU64>, Option<u64>);
 
-/// The kind of an error from [`Source::next_record`].
-pub(crate) type RecordError = String;
+/// An error from [`Source::next_record`]: it ends the file.
+#[derive(Debug)]
+pub(crate) struct RecordError {
+    /// What happened, with the record number and byte offset.
+    pub(crate) msg: String,
+    /// The file is damaged before its end (an impossible record header, an I/O error), so
+    /// the rest of it was not read; `false` for a last record cut short (a capture copied
+    /// while being written), which loses nothing else.
+    pub(crate) damaged: bool,
+}
 
 impl Source {
     /// Opens `path` (`-` = standard input). Returns the source, the byte counter, and the
@@ -146,8 +154,18 @@ impl Source {
     /// The next record; after an error, `None`.
     pub(crate) fn next_record(&mut self) -> Option<Result<Record<'_>, RecordError>> {
         match self {
-            Source::Pcap(r) => r.next_record().map(|x| x.map_err(|e| e.to_string())),
-            Source::Erf(r) => r.next_record().map(|x| x.map_err(|e| e.to_string())),
+            Source::Pcap(r) => r.next_record().map(|x| {
+                x.map_err(|e| RecordError {
+                    damaged: !matches!(e, crate::capture::CaptureError::Truncated { .. }),
+                    msg: e.to_string(),
+                })
+            }),
+            Source::Erf(r) => r.next_record().map(|x| {
+                x.map_err(|e| RecordError {
+                    damaged: false,
+                    msg: e.to_string(),
+                })
+            }),
         }
     }
 }

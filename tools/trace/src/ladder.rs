@@ -14,13 +14,17 @@
 //! # JSON object (schema version [`crate::render::JSON_SCHEMA_VERSION`])
 //! `v`, `file` (several inputs), `conn`, `kind` (`RC UC XRC other unknown SIDR`),
 //! `service_id`, `port_space`, `port`, `request_id` (SIDR), `active` and `passive` (objects
-//! with `addr`, `ca_guid`, `comm_id`, `qpn`, each when known), `first`, `last` (capture time,
+//! with `addr`, `ca_guid`, `comm_id`, `qpn`, each when known; `service_id` and `ca_guid` are
+//! `"0x…"` hex strings since schema 3), `first`, `last` (capture time,
 //! seconds), `first_frame`, `outcome` (`closed established rejected timed_out waiting
-//! resolved partial`), `closed_by`, `rej_reason`, `rej_reason_name`, `rej_by`,
+//! resolved failed partial`; `failed`: a SIDR_REP with a non-zero status, as `--stats` counts
+//! it), `closed_by`, `rej_reason`, `rej_reason_name`, `rej_by`,
 //! `timed_out_waiting_for` / `waiting_for` (the missing answer), `sends` (for a timeout),
 //! `sidr_status`, `setup_ms` (REQ → RTU), `teardown_ms` (DREQ → DREP), `messages`,
 //! `retransmissions`, `mras`, `bad_icrc`, `evicted` (tracking stopped because the table was
-//! full), and `events` (when recorded): an array of `{frame, t, from, msg, retrans, icrc}`
+//! full), `duplicates` (only when non-zero: packets captured twice, same BTH PSN), and `events`
+//! (when recorded): an array of `{frame, t, from, msg, retrans, icrc}` (plus `dup: true` on a
+//! duplicate capture)
 //! with `t` in seconds since the connection's first message, plus `rej_reason` / `mraed` /
 //! `service_timeout` / `sidr_status` where they apply; `events_dropped` counts entries beyond
 //! the per-connection limit.
@@ -80,11 +84,30 @@ fn arrow(out: &mut Vec<u8>, pal: &Palette, name: &str, role: Role, from: Side) {
     }
 }
 
-fn entry(out: &mut Vec<u8>, pal: &Palette, c: &Conn, e: &LadderEntry, nth_retrans: u32) {
+/// Digits of the whole seconds of the connection's last relative time (the `+time` column's
+/// width, so that the columns stay aligned past 10 s).
+fn secs_digits(c: &Conn) -> usize {
+    let max = c
+        .events
+        .iter()
+        .map(|e| e.time.checked_sub(c.first).unwrap_or_default().as_secs())
+        .max()
+        .unwrap_or(0);
+    max.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+fn entry(
+    out: &mut Vec<u8>,
+    pal: &Palette,
+    c: &Conn,
+    e: &LadderEntry,
+    nth_retrans: u32,
+    digits: usize,
+) {
     let rel = e.time.checked_sub(c.first).unwrap_or_default();
     pal.start(out, Role::Dim);
     out.extend_from_slice(b"    +");
-    put_secs(out, rel, 1);
+    put_secs(out, rel, digits);
     let _ = write!(out, " {:>7}", e.frame);
     pal.end(out, Role::Dim);
     out.extend_from_slice(b"  ");
@@ -122,6 +145,10 @@ fn entry(out: &mut Vec<u8>, pal: &Palette, c: &Conn, e: &LadderEntry, nth_retran
         out.extend_from_slice(b"  ");
         pal.paint(out, Role::Warn, &format!("retransmission #{nth_retrans}"));
     }
+    if e.dup {
+        out.extend_from_slice(b"  ");
+        pal.paint(out, Role::Dim, "duplicate capture (same packet, same PSN)");
+    }
     if e.icrc == Icrc::Bad {
         out.extend_from_slice(b"  ");
         pal.paint(out, Role::Bad, "bad ICRC");
@@ -155,8 +182,11 @@ pub(crate) fn outcome_text(c: &Conn) -> String {
             phase.request(),
             phase.answer()
         ),
-        Outcome::Resolved { status } => {
+        Outcome::Resolved { status } if status.raw() == 0 => {
             format!("SIDR resolved: status {} ({})", status.raw(), status.name())
+        }
+        Outcome::Resolved { status } => {
+            format!("SIDR failed: status {} ({})", status.raw(), status.name())
         }
         Outcome::Partial => "partial: the REQ is not in the capture".to_string(),
     };
@@ -169,6 +199,9 @@ pub(crate) fn outcome_text(c: &Conn) -> String {
     }
     if c.retransmissions > 0 {
         parts.push(format!("{} retransmission(s)", c.retransmissions));
+    }
+    if c.duplicates > 0 {
+        parts.push(format!("{} duplicate capture(s)", c.duplicates));
     }
     if c.mras > 0 {
         parts.push(format!("{} MRA(s)", c.mras));
@@ -214,12 +247,14 @@ pub(crate) fn ladder(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
     end_line(out, "active", &c.active);
     end_line(out, "passive", &c.passive);
     pal.start(out, Role::Dim);
+    let digits = secs_digits(c);
     let _ = writeln!(
         out,
-        "{:>13} {:>7}  {:<width$}passive",
+        "{:>time$} {:>7}  {:<width$}passive",
         "+time",
         "frame",
         "active",
+        time = 12 + digits,
         width = ARROW - 7
     );
     pal.end(out, Role::Dim);
@@ -228,7 +263,7 @@ pub(crate) fn ladder(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
         if e.retrans {
             nth += 1;
         }
-        entry(out, pal, c, e, nth);
+        entry(out, pal, c, e, nth, digits);
     }
     if c.events_dropped > 0 {
         let _ = writeln!(
@@ -248,7 +283,9 @@ fn end_obj(o: &mut Obj<'_>, key: &str, e: &End) {
     if let Some(a) = &e.addr {
         inner.wire_addr("addr", a);
     }
-    inner.opt_u64("ca_guid", e.ca_guid.map(|g| g.0));
+    if let Some(g) = e.ca_guid {
+        inner.hex64("ca_guid", g.0);
+    }
     inner.opt_u64("comm_id", e.comm_id.map(|c| u64::from(c.0)));
     inner.opt_u64("qpn", e.qpn.map(|q| u64::from(q.get())));
     inner.close();
@@ -269,7 +306,7 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
     o.u64("conn", c.id);
     o.name("kind", c.kind.as_str());
     if let Some(sid) = c.service_id {
-        o.u64("service_id", sid.0);
+        o.hex64("service_id", sid.0);
         if let Some((ps, port)) = sid.rdma_cm_port() {
             o.name("port_space", ps.name());
             o.u64("port", u64::from(port));
@@ -305,6 +342,9 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
     }
     o.u64("messages", u64::from(c.messages));
     o.u64("retransmissions", u64::from(c.retransmissions));
+    if c.duplicates > 0 {
+        o.u64("duplicates", u64::from(c.duplicates));
+    }
     o.u64("mras", u64::from(c.mras));
     o.u64("bad_icrc", u64::from(c.bad_icrc));
     o.bool("evicted", c.evicted);
@@ -343,6 +383,9 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
                 Detail::None => {}
             }
             eo.bool("retrans", e.retrans);
+            if e.dup {
+                eo.bool("dup", true);
+            }
             eo.name("icrc", e.icrc.as_str());
             eo.close();
         }

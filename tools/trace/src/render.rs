@@ -7,23 +7,25 @@
 //!
 //! # JSON schema (version [`JSON_SCHEMA_VERSION`])
 //! `cm-trace --json` prints one object per CM MAD, one per line. Keys, in this order; a key is
-//! absent where the message has no such field. Identifiers and numbers are JSON integers.
+//! absent where the message has no such field. 64-bit identifiers (`tid`, `service_id`,
+//! `ca_guid`) are strings `"0x"` + 16 lower-case hex digits (JSON numbers above 2^53 lose
+//! precision in JavaScript and jq); other identifiers and numbers are JSON integers.
 //!
 //! | key | type | when | meaning |
 //! |---|---|---|---|
-//! | `v` | int | always | schema version (2) |
+//! | `v` | int | always | schema version (3) |
 //! | `file` | string | several input files | the input file |
 //! | `frame` | int | always | 1-based frame number in its file |
 //! | `time` | float | always | capture time, seconds since the Unix epoch |
 //! | `msg` | string | always | `REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP LAP APR CPI` or `UNKNOWN` |
 //! | `attr_id` | int | always | MAD Attribute ID |
-//! | `tid` | int | always | MAD Transaction ID |
+//! | `tid` | string | always | MAD Transaction ID, `"0x…"` (16 hex digits) |
 //! | `local_comm_id` | int | all but SIDR, CPI | Local Communication ID |
 //! | `remote_comm_id` | int | all but REQ, SIDR, CPI | Remote Communication ID |
 //! | `request_id` | int | SIDR_REQ, SIDR_REP | SIDR Request ID |
-//! | `service_id` | int | REQ, SIDR_REQ, SIDR_REP | Service ID |
+//! | `service_id` | string | REQ, SIDR_REQ, SIDR_REP | Service ID, `"0x…"` (16 hex digits) |
 //! | `port_space`, `port` | string, int | rdma_cm Service IDs | rdma_cm port space (`TCP`, `UDP`, `IB`, `IPOIB`) and port |
-//! | `ca_guid` | int | REQ, REP | Local CA GUID |
+//! | `ca_guid` | string | REQ, REP | Local CA GUID, `"0x…"` (16 hex digits) |
 //! | `local_qpn` | int | REQ, REP, SIDR_REP | Local QPN (SIDR_REP: QPN) |
 //! | `local_eecn` | int | REP with non-zero EECN | Local EECN: an XRC target's TGT QPN |
 //! | `remote_qpn` | int | DREQ, LAP | Remote QPN/EECN |
@@ -37,7 +39,8 @@
 //! | `cma_src`, `cma_dst`, `cma_src_port` | string, string, int | REQ/SIDR_REQ with an rdma_cm Service ID and a valid CMA header | addresses and port from the rdma_cm private-data header |
 //! | `conn` | int | connection messages | connection number in the file (1, 2, … by first appearance) |
 //! | `from` | string | connection messages | `active` (the REQ side) or `passive` |
-//! | `retrans` | bool | always | an identical repeat (same attribute, TID and comm IDs) of an earlier message |
+//! | `retrans` | bool | always | a retransmission: a repeat (same attribute, TID and comm IDs) of an earlier message in a new packet (new BTH PSN) |
+//! | `dup` | bool | duplicate captures only | the same packet (same BTH PSN) as an earlier one, captured twice (merged captures); not a retransmission |
 //! | `icrc` | string | always | `ok`, `bad` or `absent` |
 //! | `src`, `dst` | string | always | sender and receiver: IP address (RoCEv2), GID (RoCEv1, IB with GRH) or `LID n` |
 //! | `encap` | string | always | `RoCEv2/IPv4`, `RoCEv2/IPv6`, `RoCEv1`, `IB LNH=2`, `IB LNH=3` |
@@ -45,7 +48,11 @@
 //! Version history: 1 = the first cm-trace (`xrc` only on XRC REQs). 2 adds `port_space`,
 //! `port`, `ca_guid`, `psn`, `transport`, `msg_rejected`, `mraed`, `service_timeout`,
 //! `sidr_status`, `cma_*`, `conn`, `from`, `retrans`, and sets `xrc` on every message of an
-//! XRC connection. Keys are only ever added within a version.
+//! XRC connection. 3 (cm-trace v3) writes the 64-bit values `tid`, `service_id` and `ca_guid`
+//! (also in `--ladder --json` and `--stats --json`) as `"0x…"` hex strings instead of JSON
+//! integers, adds `dup` (duplicate captures) here and `duplicates` in the ladder and stats
+//! objects, and gives a SIDR exchange with a non-zero SIDR_REP status the ladder outcome
+//! `failed` (was `resolved`). Keys are only ever added within a version.
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
@@ -61,7 +68,7 @@ use crate::trace::{CmEvent, Icrc, WireAddr};
 
 /// Version of the JSON schemas (per-MAD lines, `--ladder --json` and `--stats --json`).
 /// Bumped on any incompatible change.
-pub(crate) const JSON_SCHEMA_VERSION: u32 = 2;
+pub(crate) const JSON_SCHEMA_VERSION: u32 = 3;
 
 /// The two decimal digits of 0..=99 as a little-endian `u16` (tens digit first in memory).
 // Indexing in a const initialiser cannot panic at run time (an error would fail the build).
@@ -285,6 +292,12 @@ impl<'a> Obj<'a> {
         put_u64(self.key(k), v);
     }
 
+    /// A 64-bit identifier member, as a `"0x…"` string (schema 3).
+    #[inline]
+    pub(crate) fn hex64(&mut self, k: &str, v: u64) {
+        put_hex64_str(self.key(k), v);
+    }
+
     /// An integer member, when present.
     #[inline]
     pub(crate) fn opt_u64(&mut self, k: &str, v: Option<u64>) {
@@ -375,6 +388,26 @@ fn num(out: &mut Vec<u8>, key: &'static [u8], v: u64) {
     put_u64(out, v);
 }
 
+/// A 64-bit value as a JSON string `"0x" + 16 hex digits` (schema 3: JavaScript and jq turn
+/// integers above 2^53 into doubles and merge neighbouring values).
+#[inline(always)]
+pub(crate) fn put_hex64_str(out: &mut Vec<u8>, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = *b"\"0x0000000000000000\"";
+    for (i, b) in buf.iter_mut().skip(3).take(16).enumerate() {
+        let nibble = (v >> (60 - 4 * i)) & 0xf;
+        *b = DIGITS.get(nibble as usize).copied().unwrap_or(b'0');
+    }
+    out.extend_from_slice(&buf);
+}
+
+/// `,"key":"0x…"` for a 64-bit value.
+#[inline(always)]
+fn hex64(out: &mut Vec<u8>, key: &'static [u8], v: u64) {
+    out.extend_from_slice(key);
+    put_hex64_str(out, v);
+}
+
 /// `,"key":"value"` for a name that needs no escaping.
 #[inline(always)]
 fn name(out: &mut Vec<u8>, key: &'static [u8], v: &str) {
@@ -402,7 +435,7 @@ fn boolean(out: &mut Vec<u8>, key: &'static [u8], v: bool) {
 
 #[inline(always)]
 fn sid(out: &mut Vec<u8>, sid: ServiceId) {
-    num(out, key!("service_id"), sid.0);
+    hex64(out, key!("service_id"), sid.0);
     if let Some((ps, port)) = sid.rdma_cm_port() {
         name(out, key!("port_space"), ps.name());
         num(out, key!("port"), u64::from(port));
@@ -414,10 +447,10 @@ fn sid(out: &mut Vec<u8>, sid: ServiceId) {
 /// Written with literal keys straight into `out` (this is cm-trace's hottest path): the same
 /// bytes as building the object member by member.
 pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Option<&str>) {
-    const _: () = assert!(JSON_SCHEMA_VERSION == 2);
+    const _: () = assert!(JSON_SCHEMA_VERSION == 3);
     let msg = &ev.mad.msg;
     out.reserve(1024);
-    out.extend_from_slice(b"{\"v\":2");
+    out.extend_from_slice(b"{\"v\":3");
     if let Some(f) = file {
         out.extend_from_slice(key!("file"));
         put_json_str(out, f);
@@ -444,7 +477,7 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
         name(out, key!("msg"), msg_name(msg));
         num(out, key!("attr_id"), u64::from(msg.attr_id().raw()));
     }
-    num(out, key!("tid"), ev.mad.header.tid.0);
+    hex64(out, key!("tid"), ev.mad.header.tid.0);
     if let Some(c) = msg.local_comm_id() {
         num(out, key!("local_comm_id"), u64::from(c.0));
     }
@@ -454,7 +487,7 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
     match msg {
         CmMessage::Req(r) => {
             sid(out, r.service_id);
-            num(out, key!("ca_guid"), r.local_ca_guid.0);
+            hex64(out, key!("ca_guid"), r.local_ca_guid.0);
             num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
             num(out, key!("psn"), u64::from(r.starting_psn.get()));
             out.extend_from_slice(match r.transport() {
@@ -465,7 +498,7 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
             });
         }
         CmMessage::Rep(r) => {
-            num(out, key!("ca_guid"), r.local_ca_guid.0);
+            hex64(out, key!("ca_guid"), r.local_ca_guid.0);
             num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
             if r.local_eecn.get() != 0 {
                 num(out, key!("local_eecn"), u64::from(r.local_eecn.get()));
@@ -517,6 +550,9 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
         None => {}
     }
     boolean(out, key!("retrans"), note.retrans);
+    if note.dup {
+        out.extend_from_slice(b",\"dup\":true");
+    }
     out.extend_from_slice(match ev.icrc {
         Icrc::Ok => b",\"icrc\":\"ok\"",
         Icrc::Bad => b",\"icrc\":\"bad\"",
@@ -544,10 +580,19 @@ pub(crate) fn put_secs(out: &mut Vec<u8>, d: Duration, width: usize) {
     );
 }
 
-/// A human duration: `812 µs`, `12.3 ms`, `4.205 s`.
+/// A human duration: `500 ns`, `1.250 µs`, `812 µs`, `12.3 ms`, `4.205 s`. Below a
+/// millisecond, nanoseconds are shown when the duration has them (a nanosecond capture), not
+/// rounded to whole microseconds.
 pub(crate) fn human(d: Duration) -> String {
     let us = d.as_micros();
-    if us < 1000 {
+    let sub_us = d.subsec_nanos() % 1000;
+    if us < 1000 && sub_us != 0 {
+        if us == 0 {
+            format!("{sub_us} ns")
+        } else {
+            format!("{us}.{sub_us:03} µs")
+        }
+    } else if us < 1000 {
         format!("{us} µs")
     } else if us < 1_000_000 {
         format!("{:.1} ms", d.as_secs_f64() * 1e3)
@@ -682,12 +727,17 @@ pub(crate) fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Durati
     put_wire_addr(out, &ev.dst);
     out.extend_from_slice(b"  ");
     summary(out, &ev.mad.msg, pal);
-    if ev.mad.msg.is_xrc() || note.xrc {
+    // A REQ's summary already names its transport (`XRC`).
+    if (ev.mad.msg.is_xrc() || note.xrc) && !matches!(ev.mad.msg, CmMessage::Req(_)) {
         out.extend_from_slice(b" XRC");
     }
     if note.retrans {
         out.push(b' ');
         pal.paint(out, Role::Warn, "[retransmission]");
+    }
+    if note.dup {
+        out.push(b' ');
+        pal.paint(out, Role::Dim, "[duplicate capture]");
     }
     out.extend_from_slice(b"  icrc=");
     match ev.icrc {

@@ -8,7 +8,7 @@
 //! `partial` (REQ not in the capture), `closed` (DREQ/DREP), `xrc`; `retransmissions`
 //! (identical repeats), `mras`; `setup_ms` (REQ → RTU) and `teardown_ms` (DREQ → DREP), each
 //! `{count, p50, p90, p99, max, mean}` in milliseconds (`null` without samples);
-//! `by_service`: an array of `{service_id, port_space?, port?, attempted, established,
+//! `by_service`: an array of `{service_id` (a `"0x…"` hex string since schema 3)`, port_space?, port?, attempted, established,
 //! rejected, timed_out, retransmissions, mras, setup_ms}` sorted by Service ID, then
 //! `other_services` when more than [`crate::stats::MAX_SERVICES`] were seen; `sidr`
 //! (`requests`, `resolved`, `failed`, `unanswered`); `non_cm_kinds` (kind → count);
@@ -73,6 +73,9 @@ fn conn_members(o: &mut Obj<'_>, s: &ConnStats, full: bool) {
         o.u64("xrc", s.xrc);
     }
     o.u64("retransmissions", s.retransmissions);
+    if s.duplicates > 0 {
+        o.u64("duplicates", s.duplicates);
+    }
     o.u64("mras", s.mras);
     latency_obj(o, "setup_ms", &s.setup);
     if full {
@@ -112,7 +115,7 @@ pub(crate) fn stats_json(out: &mut Vec<u8>, s: &TraceStats) {
                 out.push(b',');
             }
             let mut so = Obj::new(out);
-            so.u64("service_id", *sid);
+            so.hex64("service_id", *sid);
             if let Some((ps, port)) = ServiceId(*sid).rdma_cm_port() {
                 so.name("port_space", ps.name());
                 so.u64("port", u64::from(port));
@@ -199,6 +202,9 @@ fn conn_block(out: &mut Vec<u8>, s: &ConnStats, pal: &Palette, indent: &str) {
         let _ = writeln!(out, "{indent}XRC              {:>8}", s.xrc);
     }
     let _ = writeln!(out, "{indent}retransmissions  {:>8}", s.retransmissions);
+    if s.duplicates > 0 {
+        let _ = writeln!(out, "{indent}duplicate capts. {:>8}", s.duplicates);
+    }
     let _ = writeln!(out, "{indent}MRAs             {:>8}", s.mras);
     let _ = writeln!(out, "{indent}REQ → RTU        {}", lat_text(&s.setup));
     let _ = writeln!(out, "{indent}DREQ → DREP      {}", lat_text(&s.teardown));

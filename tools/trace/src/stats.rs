@@ -159,6 +159,11 @@ impl Latency {
 }
 
 /// Connection counts and latencies (the whole capture, or one Service ID).
+///
+/// Established, rejected, timed out, waiting and closed count only attempted connections
+/// (REQ in the capture), so none exceeds `attempted`; connections without their REQ are only
+/// counted in `partial` (their retransmissions, duplicates and MRAs still count). A
+/// connection evicted from a full table is counted once, and not as waiting.
 #[derive(Debug, Clone, Default)]
 pub struct ConnStats {
     /// Connections whose REQ is in the capture.
@@ -177,8 +182,10 @@ pub struct ConnStats {
     pub closed: u64,
     /// XRC connections.
     pub xrc: u64,
-    /// Retransmitted messages (identical repeats).
+    /// Retransmitted messages (repeats in a new packet: new BTH PSN).
     pub retransmissions: u64,
+    /// The same packet captured twice (same BTH PSN): merged captures, not retransmissions.
+    pub duplicates: u64,
     /// MRAs.
     pub mras: u64,
     /// REQ → RTU.
@@ -192,7 +199,17 @@ impl ConnStats {
         if c.req.is_some() {
             self.attempted += 1;
         } else {
+            // Its REQ is not in the capture (or it is the rest of a connection whose tracking
+            // stopped): counted apart, so that established, rejected, timed out and closed
+            // never exceed attempted.
             self.partial += 1;
+            self.retransmissions += u64::from(c.retransmissions);
+            self.duplicates += u64::from(c.duplicates);
+            self.mras += u64::from(c.mras);
+            if let Some(d) = c.teardown_latency() {
+                self.teardown.add(d);
+            }
+            return;
         }
         if c.established() {
             self.established += 1;
@@ -205,11 +222,14 @@ impl ConnStats {
                 *self.rejected.entry(reason.raw()).or_default() += 1;
             }
             Outcome::TimedOut { .. } => self.timed_out += 1,
+            // An evicted connection is not waiting: its tracking stopped early.
+            Outcome::Waiting { .. } if c.evicted => {}
             Outcome::Waiting { .. } => self.waiting += 1,
             Outcome::Closed { .. } => self.closed += 1,
             Outcome::Established | Outcome::Resolved { .. } | Outcome::Partial => {}
         }
         self.retransmissions += u64::from(c.retransmissions);
+        self.duplicates += u64::from(c.duplicates);
         self.mras += u64::from(c.mras);
         if let Some(d) = c.setup_latency() {
             self.setup.add(d);
@@ -236,6 +256,7 @@ impl ConnStats {
         self.closed += o.closed;
         self.xrc += o.xrc;
         self.retransmissions += o.retransmissions;
+        self.duplicates += o.duplicates;
         self.mras += o.mras;
         self.setup.merge(&o.setup);
         self.teardown.merge(&o.teardown);

@@ -371,6 +371,10 @@ impl Timeline {
                 "UNKNOWN"
             };
             let tip = |what: &str| esc(&format!("frame {}: {name} {what}", e.frame));
+            if e.dup {
+                // A duplicate capture of a packet already drawn.
+                continue;
+            }
             if e.retrans {
                 let _ = writeln!(
                     s,

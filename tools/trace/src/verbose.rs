@@ -572,7 +572,37 @@ fn message(out: &mut Vec<u8>, msg: &CmMessage) {
                 "CapabilityMask",
                 format_args!("{:#06x}", c.capability_mask),
             );
-            let _ = writeln!(out, "    {c:?}");
+            field(
+                out,
+                "CapabilityMask2",
+                format_args!("{:#09x}", c.capability_mask2.get()),
+            );
+            field(
+                out,
+                "RespTimeValue",
+                format_args!("{}", timeout(c.resp_time_value)),
+            );
+            field(out, "RedirectGID", format_args!("{}", gid(c.redirect_gid)));
+            field(out, "RedirectTC", format_args!("{:#04x}", c.redirect_tc));
+            field(out, "RedirectSL", format_args!("{}", c.redirect_sl.get()));
+            field(
+                out,
+                "RedirectFL",
+                format_args!("{:#07x}", c.redirect_fl.get()),
+            );
+            field(out, "RedirectLID", format_args!("{}", c.redirect_lid));
+            field(out, "RedirectP_Key", format_args!("{}", c.redirect_pkey));
+            field(out, "RedirectQP", format_args!("{}", c.redirect_qp));
+            field(out, "RedirectQ_Key", format_args!("{}", c.redirect_qkey));
+            field(out, "TrapGID", format_args!("{}", gid(c.trap_gid)));
+            field(out, "TrapTC", format_args!("{:#04x}", c.trap_tc));
+            field(out, "TrapSL", format_args!("{}", c.trap_sl.get()));
+            field(out, "TrapFL", format_args!("{:#07x}", c.trap_fl.get()));
+            field(out, "TrapLID", format_args!("{}", c.trap_lid));
+            field(out, "TrapP_Key", format_args!("{}", c.trap_pkey));
+            field(out, "TrapHL", format_args!("{}", c.trap_hl));
+            field(out, "TrapQP", format_args!("{}", c.trap_qp));
+            field(out, "TrapQ_Key", format_args!("{}", c.trap_qkey));
         }
         CmMessage::Unknown { attr, raw } => {
             let _ = writeln!(out, "  Unknown attribute {attr:#06x}");
@@ -613,7 +643,9 @@ pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration
         let _ = write!(out, " SrcQP {sq} Q_Key {qk}");
     }
     out.extend_from_slice(b" ICRC ");
-    match (w.icrc_value, ev.icrc) {
+    // Shown as its four bytes in wire order (as Wireshark shows it), not as the CRC value
+    // (which the wire carries little-endian).
+    match (w.icrc_value.map(u32::swap_bytes), ev.icrc) {
         (Some(v), Icrc::Bad) => {
             let _ = write!(out, "{v:#010x} ");
             pal.paint(out, Role::Bad, "bad");
@@ -655,6 +687,9 @@ pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration
         if note.retrans {
             out.extend_from_slice(b", ");
             pal.paint(out, Role::Warn, "retransmission (identical repeat)");
+        }
+        if note.dup {
+            out.extend_from_slice(b", duplicate capture (the same packet, same PSN, seen twice)");
         }
         out.push(b'\n');
     }

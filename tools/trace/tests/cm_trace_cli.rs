@@ -346,6 +346,21 @@ fn stats_json_has_the_documented_keys() {
 
 /// A REQ that is sent three times and never answered, then other traffic a minute later: a
 /// timeout. Plus a CM MAD with a corrupted byte: a bad ICRC.
+/// A RoCEv2/IPv4 Ethernet frame (no VLAN) with its BTH PSN increased by `add`, ICRC recomputed.
+fn with_psn(frame: &[u8], add: u32) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    assert_eq!(&f[12..14], &[0x08, 0x00]);
+    let psn = 14 + 20 + 8 + 9;
+    let old = u32::from_be_bytes([0, f[psn], f[psn + 1], f[psn + 2]]);
+    let new = (old + add) & 0x00ff_ffff;
+    f[psn..psn + 3].copy_from_slice(&new.to_be_bytes()[1..]);
+    let ip_len = usize::from(u16::from_be_bytes([f[16], f[17]]));
+    let at = 14 + ip_len - 4;
+    let crc = ibcm_mad::frame::icrc::rocev2_frame_icrc(&f).unwrap();
+    f[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    f
+}
+
 #[test]
 fn timeout_and_bad_icrc() {
     let recs = records(&cap("kernel/rej28_consumer_private_data.pcap"));
@@ -361,8 +376,10 @@ fn timeout_and_bad_icrc() {
         1,
         &[
             (t0, req.clone()),
-            (t0 + Duration::from_millis(6144), req.clone()),
-            (t0 + Duration::from_millis(12288), req),
+            // Retransmissions are new QP1 packets: new BTH PSN (the same PSN would be the same
+            // packet captured twice, a duplicate capture).
+            (t0 + Duration::from_millis(6144), with_psn(&req, 1)),
+            (t0 + Duration::from_millis(12288), with_psn(&req, 2)),
             (t0 + Duration::from_secs(60), arp),
             (t0 + Duration::from_secs(61), bad),
         ],
@@ -496,7 +513,7 @@ fn bench_smoke_generated_capture_vs_tshark() {
     for (row, v) in rows.iter().zip(&lines) {
         assert_eq!(row[0].parse::<u64>().unwrap(), v["frame"].as_u64().unwrap());
         assert_eq!(hex(&row[1]), v["attr_id"].as_u64());
-        assert_eq!(hex(&row[2]), v["tid"].as_u64());
+        assert_eq!(hex(&row[2]), v["tid"].as_str().and_then(hex));
         let lcid = row[3..].iter().find(|s| !s.is_empty()).and_then(|s| hex(s));
         if let Some(l) = lcid {
             assert_eq!(Some(l), v["local_comm_id"].as_u64(), "{row:?} {v}");

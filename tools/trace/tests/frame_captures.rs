@@ -108,6 +108,16 @@ const EXPECTED: &[(&str, u64, u64, u64, u64, u64)] = &[
     ("derived/cm_vlan.pcap", 5, 5, 5, 0, 0),
     ("derived/ib_linktype247_from_erf.pcap", 43, 43, 43, 0, 43),
     ("derived/synth_attrs.pcap", 8, 8, 8, 0, 0),
+    ("derived/merged_both_hosts_write.pcap", 34, 34, 34, 0, 0),
+    ("derived/rej8_without_req.pcap", 1, 1, 1, 0, 0),
+    ("derived/idle_11min_before_dreq.pcap", 5, 5, 5, 0, 0),
+    ("derived/ib_cm_lid_only.pcap", 9, 9, 9, 0, 9),
+    ("derived/sidr_rep_status232.pcap", 1, 1, 1, 0, 0),
+    ("derived/xrc_req_only.pcap", 1, 1, 1, 0, 0),
+    ("derived/cpi_only.pcap", 1, 1, 1, 0, 0),
+    ("derived/setup_500ns.pcap", 3, 3, 3, 0, 0),
+    ("derived/dreq_after_12s.pcap", 5, 5, 5, 0, 0),
+    ("derived/gen/gen_200_cm_packets.pcap", 201, 201, 201, 0, 0),
     ("derived/synth_req_flowlabel.pcap", 1, 1, 1, 0, 0),
     ("derived/synth_req_ipv6.pcap", 1, 1, 1, 0, 0),
 ];
@@ -129,9 +139,13 @@ fn every_capture_decodes_with_manifest_crc_verdicts() {
 #[test]
 fn every_fixture_file_is_covered() {
     let mut seen = 0;
-    for sub in ["real", "derived"] {
+    for sub in ["real", "derived", "derived/gen"] {
         for entry in std::fs::read_dir(path(sub)).unwrap() {
-            let name = format!("{sub}/{}", entry.unwrap().file_name().to_string_lossy());
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                continue;
+            }
+            let name = format!("{sub}/{}", entry.file_name().to_string_lossy());
             if name.ends_with("snap128.pcap") {
                 continue;
             }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::capture::Record;
 use crate::conn::{Conn, Note, Outcome, Tracker, TrackerConfig};
 use crate::filter::Filter;
-use crate::input::{OpenError, Source};
+use crate::input::{OpenError, RecordError, Source};
 use crate::ladder::{conn_json, has_msg, ladder, outcome_text};
 use crate::render::{json_line, text_line};
 use crate::report::{stats_json, stats_text};
@@ -83,11 +83,19 @@ pub(crate) const PROGRESS_MIN_BYTES: u64 = 16 << 20;
 pub struct Outcomes {
     /// Inputs that could not be read at all (the exit status is non-zero when there are any).
     pub unreadable: u64,
+    /// Inputs damaged before their end (an impossible record header): the rest of the file
+    /// was not read (the exit status is non-zero when there are any).
+    pub damaged: u64,
     /// Statistics over all inputs.
     pub stats: TraceStats,
 }
 
+/// Said on standard error after a damaged record.
+const UNREAD: &str = "the rest of the file is not read (damaged record header); exit status 1";
+
 struct FileCtx<'a> {
+    /// A damaged record ended the file early.
+    damaged: bool,
     opts: &'a Options,
     pal: Palette,
     err: &'a mut dyn Write,
@@ -179,6 +187,9 @@ fn summary_lines(buf: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
             a.retransmissions,
             a.mras
         );
+        if a.duplicates > 0 {
+            let _ = write!(buf, ", {} duplicate captures", a.duplicates);
+        }
         if a.partial > 0 {
             let _ = write!(buf, ", {} without REQ", a.partial);
         }
@@ -426,7 +437,13 @@ fn inline_loop<W: Write>(
             Some(Err(e)) => {
                 // A damaged record ends the file (the reader cannot resynchronise).
                 ctx.stats.malformed += 1;
-                return ctx.malformed(out, &e);
+                ctx.damaged |= e.damaged;
+                ctx.malformed(out, &e.msg)?;
+                if e.damaged {
+                    out.flush()?;
+                    let _ = writeln!(ctx.err, "cm-trace: {}: {UNREAD}", ctx.file);
+                }
+                return Ok(());
             }
             Some(Ok(r)) => (r.timestamp, classify(&r)),
         };
@@ -458,7 +475,7 @@ fn inline_loop<W: Write>(
 
 /// Reads up to [`BATCH`] records into `raw`; `Ok(false)` at the end of the input, `Err` with
 /// the reader's message for a damaged record (which ends the input).
-fn read_batch(src: &mut Source, raw: &mut RawBatch) -> Result<bool, String> {
+fn read_batch(src: &mut Source, raw: &mut RawBatch) -> Result<bool, RecordError> {
     raw.data.clear();
     raw.recs.clear();
     while raw.recs.len() < BATCH {
@@ -489,7 +506,7 @@ fn threaded_loop(
     src: &mut Source,
     progress: &dyn Fn(),
 ) -> io::Result<()> {
-    let mut read_error: Option<String> = None;
+    let mut read_error: Option<RecordError> = None;
     let mut more = true;
     let mut in_flight = 0usize;
     let mut spare_raw: Vec<RawBatch> = Vec::new();
@@ -577,8 +594,12 @@ fn threaded_loop(
     if let Some(e) = read_error {
         // A damaged record ends the file (the reader cannot resynchronise).
         ctx.stats.malformed += 1;
+        ctx.damaged |= e.damaged;
         h.flush()?;
-        let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {e}", ctx.file);
+        let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {}", ctx.file, e.msg);
+        if e.damaged {
+            let _ = writeln!(ctx.err, "cm-trace: {}: {UNREAD}", ctx.file);
+        }
     }
     Ok(())
 }
@@ -669,11 +690,42 @@ fn run_file<W: Write + Send>(
     ctx.flush_buf(out)
 }
 
+/// `--timeline PATH: error`.
+fn path_error(path: &std::path::Path, e: &io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("--timeline {}: {e}", path.display()))
+}
+
+/// Checks the timeline's file name (`.svg`, or `.html` / `.htm` for an HTML page: no other
+/// format is written, so `out.png` is refused) and creates the file; says whether it is HTML.
+fn open_timeline(path: &std::path::Path) -> io::Result<(std::fs::File, bool)> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let html = match ext.as_deref() {
+        Some("svg") => false,
+        Some("html" | "htm") => true,
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "--timeline {}: not written: the timeline is SVG (.svg) or HTML (.html) only",
+                    path.display()
+                ),
+            ))
+        }
+    };
+    let file = std::fs::File::create(path).map_err(|e| path_error(path, &e))?;
+    Ok((file, html))
+}
+
 /// Decodes `files` (`-` = standard input) and writes the chosen view to `out`; errors and
 /// (for JSON views) summaries go to `err`.
 ///
 /// # Errors
-/// Only I/O errors writing `out` (a closed pipe included) or the timeline file. Unreadable
+/// I/O errors writing `out` (a closed pipe included); a timeline file name other than `.svg` /
+/// `.html` / `.htm`, or one that cannot be created (both before any input is read), or an
+/// error writing it (the message names the file). Unreadable
 /// inputs are reported on `err` and counted in [`Outcomes::unreadable`].
 pub fn run<W: Write + Send>(
     opts: &Options,
@@ -683,6 +735,11 @@ pub fn run<W: Write + Send>(
 ) -> io::Result<Outcomes> {
     let pal = Palette { on: opts.color };
     let mut result = Outcomes::default();
+    // The timeline file is checked and created before any input is read.
+    let mut timeline_out = match &opts.timeline {
+        Some(path) => Some(open_timeline(path)?),
+        None => None,
+    };
     let mut timeline = opts
         .timeline
         .as_ref()
@@ -704,6 +761,7 @@ pub fn run<W: Write + Send>(
         };
         let timeline_file = timeline.as_mut().map_or(0, |t| t.file(file));
         let mut ctx = FileCtx {
+            damaged: false,
             opts,
             pal,
             err: &mut *err,
@@ -715,6 +773,9 @@ pub fn run<W: Write + Send>(
             timeline_file,
         };
         run_file(&mut ctx, out, &mut src, &counter, size)?;
+        if ctx.damaged {
+            result.damaged += 1;
+        }
         let stats = std::mem::take(&mut ctx.stats);
         result.stats.merge(&stats);
     }
@@ -726,18 +787,29 @@ pub fn run<W: Write + Send>(
     }
     out.write_all(&buf)?;
     out.flush()?;
-    if let (Some(path), Some(t)) = (&opts.timeline, &timeline) {
-        let html = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"));
-        let doc = if html { t.html() } else { t.svg() };
-        std::fs::write(path, doc)?;
-        let _ = writeln!(
+    if let (Some(path), Some(t), Some((file, html))) =
+        (&opts.timeline, &timeline, timeline_out.as_mut())
+    {
+        let doc = if *html { t.html() } else { t.svg() };
+        file.write_all(doc.as_bytes())
+            .and_then(|()| file.flush())
+            .map_err(|e| path_error(path, &e))?;
+        let _ = write!(
             err,
             "cm-trace: timeline with {} connection(s) written to {}",
             t.len(),
             path.display()
         );
+        if t.dropped > 0 {
+            let _ = write!(
+                err,
+                "; {} more connection(s) not drawn (at most {} drawn: --timeline-max N, or -p \
+                 for the problems only)",
+                t.dropped,
+                opts.timeline_max.max(1)
+            );
+        }
+        let _ = writeln!(err);
     }
     Ok(result)
 }

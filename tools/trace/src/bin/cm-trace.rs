@@ -10,7 +10,9 @@
 //! cm-trace --timeline out.svg ... one row per connection, as SVG (or .html)
 //! ```
 //! `-` reads standard input. Malformed frames are reported with their number and reason and
-//! never stop the run. The exit status is non-zero only when an input cannot be read at all.
+//! never stop the run. The exit status is non-zero only when an input cannot be read at all,
+//! or has a damaged record header before its end (the rest of that file cannot be read; the
+//! message gives the record number and byte offset).
 
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
@@ -43,7 +45,7 @@ struct Args {
     /// Print the version.
     #[arg(long, action = clap::ArgAction::Version)]
     version: Option<bool>,
-    /// JSON: one object per CM MAD; with --stats one object; with --ladder one per connection.
+    /// JSON: one object per CM MAD; with --stats one object; with --ladder one per connection (schema v3: TID, Service ID and CA GUID as "0x…" hex strings).
     #[arg(long)]
     json: bool,
     /// Every field of every CM message.
@@ -55,7 +57,7 @@ struct Args {
     /// Connection statistics: attempted / established / rejected / timed out, latencies.
     #[arg(long)]
     stats: bool,
-    /// Also draw a timeline of the connections into this SVG (or .html) file.
+    /// Also draw a timeline of the connections into this SVG (.svg) or HTML (.html) file; other names are refused.
     #[arg(long, value_name = "FILE")]
     timeline: Option<PathBuf>,
     /// Most connections drawn in the timeline.
@@ -86,7 +88,7 @@ struct Args {
     #[arg(long)]
     no_progress: bool,
     /// Most connections tracked at once (the memory bound); older ones are finished early.
-    #[arg(long, value_name = "N", default_value_t = 65_536)]
+    #[arg(long, value_name = "N", default_value_t = 65_536, value_parser = at_least_one)]
     max_conns: usize,
     /// Seconds of capture time an ended connection waits for late retransmissions.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
@@ -164,7 +166,7 @@ fn main() -> ExitCode {
     let stderr = io::stderr();
     let mut err = stderr.lock();
     match run(&opts, &args.files, &mut out, &mut err) {
-        Ok(r) if r.unreadable > 0 => ExitCode::FAILURE,
+        Ok(r) if r.unreadable > 0 || r.damaged > 0 => ExitCode::FAILURE,
         Ok(_) => ExitCode::SUCCESS,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
@@ -172,5 +174,14 @@ fn main() -> ExitCode {
             eprintln!("cm-trace: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--max-conns`: a positive number (a table of no connection tracks nothing).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
 }

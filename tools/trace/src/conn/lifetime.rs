@@ -99,6 +99,13 @@ impl Tracker {
             if let Some(c) = self.conn_mut(slot) {
                 c.evicted = true;
             }
+            if let Some(c) = self.slots.get(slot) {
+                if let (Some(a), Some(b)) = (c.active.addr, c.passive.addr) {
+                    for id in [c.active.comm_id, c.passive.comm_id].into_iter().flatten() {
+                        self.evicted.insert(id.0, &a, &b, c.id);
+                    }
+                }
+            }
             self.finish(slot);
             self.stats.evicted += 1;
         }
@@ -132,7 +139,14 @@ impl Tracker {
                 .slots
                 .iter()
                 .enumerate()
-                .filter(|(i, c)| self.is_live(*i) && c.last + self.cfg.idle < self.now)
+                // An established connection (not closing) is quiet by nature: it waits for its
+                // DREQ however long it takes, so it is never finished for idleness (only by
+                // eviction when the table is full, or at the end of the file).
+                .filter(|(i, c)| {
+                    self.is_live(*i)
+                        && c.last + self.cfg.idle < self.now
+                        && !(c.established() && c.dreq.is_none() && c.ended.is_none())
+                })
                 .map(|(i, _)| i)
                 .collect();
             for slot in idle {

@@ -30,18 +30,44 @@ impl Sig {
     }
 }
 
+/// Whether a message was seen before on its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Repeat {
+    /// First time.
+    New,
+    /// The same message in a new QP1 packet (new BTH PSN): the sender sent it again.
+    Retrans,
+    /// The same packet (same BTH PSN) captured twice, e.g. in a merge of both hosts' captures.
+    Duplicate,
+}
+
 impl Conn {
-    /// Records `sig`; returns whether it was seen before.
-    pub(super) fn repeat(&mut self, sig: Sig) -> bool {
+    /// Records `sig`, carried in a packet with BTH PSN `psn`; says whether it was seen before,
+    /// and if so whether in the same packet (a duplicate capture) or in a new one.
+    pub(super) fn repeat(&mut self, sig: Sig, psn: u32) -> Repeat {
         let d = sig.digest();
-        if self.sigs.contains(&d) {
-            return true;
+        let mut seen = false;
+        for (s, p) in self.sigs.iter().zip(self.sig_psns.iter()) {
+            if *s == d {
+                if *p == psn {
+                    return Repeat::Duplicate;
+                }
+                seen = true;
+            }
         }
-        if let Some(s) = self.sigs.get_mut(self.sig_next) {
+        if let (Some(s), Some(p)) = (
+            self.sigs.get_mut(self.sig_next),
+            self.sig_psns.get_mut(self.sig_next),
+        ) {
             *s = d;
+            *p = psn;
         }
         self.sig_next = (self.sig_next + 1) % SIGS;
-        false
+        if seen {
+            Repeat::Retrans
+        } else {
+            Repeat::New
+        }
     }
 }
 
@@ -95,7 +121,16 @@ impl Tracker {
         slot
     }
 
-    /// Finds (or creates) the connection of a message and the sender's side.
+    /// Whether a message that matches no tracked connection belongs to one evicted earlier
+    /// (by one of `comm_ids` between its two addresses); if so, notes that connection's number
+    /// for [`Tracker::observe`].
+    fn of_evicted(&mut self, ev: &CmEvent, comm_ids: &[u32]) -> bool {
+        self.evicted_hit = self.evicted.find(comm_ids, &ev.src, &ev.dst);
+        self.evicted_hit.is_some()
+    }
+
+    /// Finds (or creates) the connection of a message and the sender's side; `None` for a
+    /// message of no connection, or of an evicted one.
     pub(super) fn locate(&mut self, ev: &CmEvent) -> Option<(usize, Side)> {
         match &ev.mad.msg {
             CmMessage::Req(r) => {
@@ -114,6 +149,9 @@ impl Tracker {
                         // retransmitted MRA): adopt them.
                         return Some((slot, Side::Active));
                     }
+                }
+                if self.of_evicted(ev, &[r.local_comm_id.0]) {
+                    return None;
                 }
                 let slot = self.alloc(ev, ConnKind::Unknown);
                 if let Some(c) = self.conn_mut(slot) {
@@ -137,7 +175,12 @@ impl Tracker {
                     Some(s) => s,
                     None => match self.by_ids(r.local_comm_id, r.remote_comm_id) {
                         Some((s, _)) => s,
-                        None => self.partial(ev, r.local_comm_id, r.remote_comm_id, Side::Passive),
+                        None => {
+                            if self.of_evicted(ev, &[r.local_comm_id.0, r.remote_comm_id.0]) {
+                                return None;
+                            }
+                            self.partial(ev, r.local_comm_id, r.remote_comm_id, Side::Passive)
+                        }
                     },
                 };
                 self.put(end_key(r.local_ca_guid.0, r.local_comm_id.0), slot);
@@ -207,6 +250,9 @@ impl Tracker {
                         self.learn_passive_id(slot, remote);
                         return Some((slot, Side::Active));
                     }
+                }
+                if self.of_evicted(ev, &[local.0, remote.0]) {
+                    return None;
                 }
                 // Unknown: the REQ is not in the capture. RTU comes from the active side, the
                 // others are attributed to whoever is seen first.

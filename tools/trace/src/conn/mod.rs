@@ -10,15 +10,18 @@
 //! in its ARI and is matched by (that GUID, its Local Comm ID). SIDR_REQ / SIDR_REP pairs are
 //! tracked as connections of kind [`ConnKind::Sidr`], keyed by the requester and Request ID.
 //!
-//! A retransmission is an identical repeat: same attribute, same TID and same comm IDs as a
-//! message seen before on the same connection.
+//! A retransmission is a repeat: same attribute, same TID and same comm IDs as a message seen
+//! before on the same connection, in a new QP1 packet (another BTH PSN). The same packet with
+//! the same BTH PSN is a duplicate capture (a merge of both hosts' captures sees every packet
+//! twice): counted in [`Conn::duplicates`], marked in [`Note::dup`], and otherwise ignored.
 //!
 //! # Memory bound
 //! The tracker holds at most [`TrackerConfig::max_live`] connections (default 65,536). A
 //! connection is finished and handed back (through [`Tracker::observe`]'s output vector) when
 //! * it ended (DREP, REJ or SIDR_REP seen) and [`TrackerConfig::grace`] of capture time passed
 //!   without another message for it (late retransmissions still find it),
-//! * it saw no message for [`TrackerConfig::idle`] of capture time, or
+//! * it saw no message for [`TrackerConfig::idle`] of capture time, unless it is established
+//!   and not closing (an established connection may stay quiet for hours before its DREQ), or
 //! * the table is full: then the least recently active eighth of the table is finished.
 //!
 //! Each connection keeps at most [`TrackerConfig::max_events`] ladder entries (only when
@@ -34,6 +37,7 @@
 //! * Here: the [`Tracker`] itself, its settings, and [`Tracker::observe`], which applies one
 //!   message to its connection.
 
+mod evicted;
 mod index;
 mod lifetime;
 mod matching;
@@ -42,12 +46,12 @@ mod record;
 
 use std::time::Duration;
 
-use ibcm_mad::{CmMessage, CommId, ReqTransport, ServiceId};
+use ibcm_mad::{CmMessage, CommId, Gid, ReqTransport, ServiceId};
 
 use crate::hash::SlotIndex;
 use crate::trace::{CmEvent, Icrc};
 
-use matching::Sig;
+use matching::{Repeat, Sig};
 pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side};
 
 /// What the tracker says about one message.
@@ -57,8 +61,11 @@ pub struct Note {
     pub conn: Option<u64>,
     /// Who sent it.
     pub from: Option<Side>,
-    /// An identical repeat of an earlier message.
+    /// A repeat of an earlier message in a new packet (new BTH PSN): a retransmission.
     pub retrans: bool,
+    /// The same packet as an earlier one (same BTH PSN), captured twice: a duplicate capture
+    /// (e.g. a merge of both hosts' captures), not a retransmission.
+    pub dup: bool,
     /// The connection is XRC.
     pub xrc: bool,
     /// The connection's Service ID.
@@ -67,6 +74,8 @@ pub struct Note {
     pub problem: bool,
     /// The connection's comm IDs (active, passive), for filtering.
     pub comm_ids: (Option<CommId>, Option<CommId>),
+    /// The connection's REQ primary path GIDs (local, remote), for filtering by address.
+    pub path_gids: Option<(Gid, Gid)>,
 }
 
 /// Tracker settings.
@@ -76,7 +85,8 @@ pub struct TrackerConfig {
     pub max_live: usize,
     /// How long an ended connection is kept for late retransmissions (capture time).
     pub grace: Duration,
-    /// How long a connection without messages is kept (capture time).
+    /// How long a connection without messages is kept (capture time); established connections
+    /// that are not closing are kept however long they stay quiet.
     pub idle: Duration,
     /// Whether to record ladder entries.
     pub record_events: bool,
@@ -124,6 +134,10 @@ pub(crate) struct Tracker {
     index: SlotIndex,
     /// Ended connections in order of ending: (ended-at, slot, conn id).
     ended: std::collections::VecDeque<(Duration, usize, u64)>,
+    /// Comm IDs of evicted connections, so that their later messages are not new connections.
+    evicted: evicted::Evicted,
+    /// Set by `locate` when a message belongs to an evicted connection (its number).
+    evicted_hit: Option<u64>,
     /// When the next idle sweep is due.
     next_sweep: Duration,
     now: Duration,
@@ -148,6 +162,8 @@ impl Tracker {
             next_gen: 1,
             index: SlotIndex::default(),
             ended: std::collections::VecDeque::new(),
+            evicted: evicted::Evicted::new(cfg.max_live.max(8).saturating_mul(8).max(4096)),
+            evicted_hit: None,
             next_sweep: Duration::ZERO,
             now: Duration::ZERO,
             stats: TrackerStats::default(),
@@ -163,7 +179,12 @@ impl Tracker {
         self.prefetch_next_to_finish();
         self.expire();
         let Some((slot, from)) = self.locate(ev) else {
-            return Note::default();
+            // Either not a connection's message, or one of a connection evicted earlier:
+            // tracking it stopped (it is not counted again), but its number is known.
+            return Note {
+                conn: self.evicted_hit.take(),
+                ..Note::default()
+            };
         };
         let record = self.cfg.record_events;
         let max_events = self.cfg.max_events;
@@ -182,9 +203,41 @@ impl Tracker {
             },
             remote: msg.remote_comm_id().map_or(0, |c| c.0),
         };
-        let retrans = c.repeat(sig);
-        c.messages += 1;
+        let repeat = c.repeat(sig, ev.wire.psn.get());
         c.last = c.last.max(ev.time);
+        if repeat == Repeat::Duplicate {
+            // The same packet seen twice: not a message of its own.
+            c.duplicates += 1;
+            if record {
+                if c.events.len() < max_events {
+                    c.events.push(LadderEntry {
+                        frame: ev.frame,
+                        time: ev.time,
+                        from,
+                        attr: msg.attr_id(),
+                        detail: Detail::None,
+                        retrans: false,
+                        dup: true,
+                        icrc: ev.icrc,
+                    });
+                } else {
+                    c.events_dropped += 1;
+                }
+            }
+            return Note {
+                conn: Some(c.id),
+                from: Some(from),
+                retrans: false,
+                dup: true,
+                xrc: c.kind == ConnKind::Xrc,
+                service_id: c.service_id,
+                problem: c.rej.is_some() || c.retransmissions > 0 || c.bad_icrc > 0,
+                comm_ids: (c.active.comm_id, c.passive.comm_id),
+                path_gids: c.path_gids,
+            };
+        }
+        let retrans = repeat == Repeat::Retrans;
+        c.messages += 1;
         if ev.icrc == Icrc::Bad {
             c.bad_icrc += 1;
         }
@@ -208,6 +261,7 @@ impl Tracker {
                     };
                 }
                 c.service_id = Some(r.service_id);
+                c.path_gids = Some((r.primary_path.local_gid, r.primary_path.remote_gid));
                 c.active.ca_guid = Some(r.local_ca_guid);
                 c.active.comm_id = Some(r.local_comm_id);
                 c.active.qpn = Some(r.local_qpn);
@@ -288,6 +342,7 @@ impl Tracker {
                     attr: msg.attr_id(),
                     detail,
                     retrans,
+                    dup: false,
                     icrc: ev.icrc,
                 });
             } else {
@@ -298,10 +353,12 @@ impl Tracker {
             conn: Some(c.id),
             from: Some(from),
             retrans,
+            dup: false,
             xrc: c.kind == ConnKind::Xrc,
             service_id: c.service_id,
             problem: c.rej.is_some() || c.retransmissions > 0 || c.bad_icrc > 0,
             comm_ids: (c.active.comm_id, c.passive.comm_id),
+            path_gids: c.path_gids,
         };
         let id = c.id;
         let newly_ended = ended && c.ended.is_none();

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use ibcm_mad::{AttrId, CommId, Guid, MsgKind, Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp};
+use ibcm_mad::{
+    AttrId, CommId, Gid, Guid, MsgKind, Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp,
+};
 
 use crate::trace::{CmEvent, Icrc, WireAddr};
 
@@ -137,6 +139,8 @@ impl Outcome {
             Outcome::Rejected { .. } => "rejected",
             Outcome::TimedOut { .. } => "timed_out",
             Outcome::Waiting { .. } => "waiting",
+            // A SIDR_REP with a non-zero status (as `--stats` counts it).
+            Outcome::Resolved { status } if status.raw() != 0 => "failed",
             Outcome::Resolved { .. } => "resolved",
             Outcome::Partial => "partial",
         }
@@ -169,8 +173,10 @@ pub struct LadderEntry {
     pub attr: AttrId,
     /// Extra detail.
     pub detail: Detail,
-    /// An identical repeat of an earlier message.
+    /// A repeat of an earlier message in a new packet (new BTH PSN).
     pub retrans: bool,
+    /// The same packet as an earlier entry, captured twice (same BTH PSN).
+    pub dup: bool,
     /// ICRC verdict.
     pub icrc: Icrc,
 }
@@ -193,6 +199,9 @@ pub struct Conn {
     pub passive: End,
     /// Service ID (REQ, SIDR_REQ).
     pub service_id: Option<ServiceId>,
+    /// The REQ's primary path GIDs (local = the active side's, remote = the passive side's):
+    /// on native IB the packets carry only LIDs, so `-a GID` matches the connection by them.
+    pub path_gids: Option<(Gid, Gid)>,
     /// SIDR Request ID.
     pub request_id: Option<u32>,
     /// Time of the first message.
@@ -231,8 +240,10 @@ pub struct Conn {
     pub(super) mra_last: Option<(Duration, TimeoutExp)>,
     /// LAP and APR messages.
     pub lap_apr: u32,
-    /// Identical repeats.
+    /// Repeats of a message in a new packet (new BTH PSN).
     pub retransmissions: u32,
+    /// The same packet captured twice (same BTH PSN; merged captures): not counted as messages.
+    pub duplicates: u32,
     /// Messages with a bad ICRC.
     pub bad_icrc: u32,
     /// All messages, repeats included.
@@ -247,6 +258,8 @@ pub struct Conn {
     /// [`TrackerConfig::max_events`](super::TrackerConfig::max_events).
     pub events_dropped: u32,
     pub(super) sigs: [u64; SIGS],
+    /// The BTH PSN of the packet that carried each signature.
+    pub(super) sig_psns: [u32; SIGS],
     pub(super) sig_next: usize,
     /// Finished at: when set, the connection ended and waits out the grace period.
     pub(super) ended: Option<Duration>,
@@ -264,6 +277,7 @@ impl Conn {
             active: End::default(),
             passive: End::default(),
             service_id: None,
+            path_gids: None,
             request_id: None,
             first: ev.time,
             last: ev.time,
@@ -285,12 +299,14 @@ impl Conn {
             mra_last: None,
             lap_apr: 0,
             retransmissions: 0,
+            duplicates: 0,
             bad_icrc: 0,
             messages: 0,
             req_timeouts: None,
             events: Vec::new(),
             events_dropped: 0,
             sigs: [0; SIGS],
+            sig_psns: [0; SIGS],
             sig_next: 0,
             ended: None,
             evicted: false,
@@ -334,6 +350,11 @@ impl Conn {
             Side::Active => &self.active,
             Side::Passive => &self.passive,
         }
+    }
+
+    /// Whether `g` is one of the REQ's primary path GIDs.
+    pub fn has_path_gid(&self, g: Gid) -> bool {
+        self.path_gids.is_some_and(|(l, r)| l == g || r == g)
     }
 
     /// Whether `side`'s end is known to have `id` as comm ID.
