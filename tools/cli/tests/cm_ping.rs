@@ -33,9 +33,35 @@ fn listener(args: &[&str]) -> Kill {
         .stdout(Stdio::piped())
         .spawn()
         .expect("start cm-ping --listen");
-    // Give it time to bind.
-    std::thread::sleep(Duration::from_millis(500));
-    Kill(child)
+    let l = Kill(child);
+    wait_bound("127.0.0.2:4791");
+    l
+}
+
+/// Waits until some process has bound the UDP address, read from /proc/net/udp (a passive
+/// check: binding a probe socket ourselves could take the port from the listener), instead of
+/// sleeping for a guessed start-up time. Gives up after 20 s.
+fn wait_bound(addr: &str) {
+    let a: std::net::SocketAddrV4 = addr.parse().unwrap();
+    // /proc/net/udp prints the IPv4 address as the host-order u32 of its network bytes.
+    let want = format!(
+        "{:08X}:{:04X}",
+        u32::from_ne_bytes(a.ip().octets()),
+        a.port()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        let table = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+        if table
+            .lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("nothing bound {addr} ({want} in /proc/net/udp) within 20 s");
 }
 
 fn stop(mut l: Kill) -> String {
@@ -189,7 +215,7 @@ fn listener_prints_its_counters_as_json_on_sigint() {
         .spawn()
         .expect("start cm-ping --listen");
     let mut l = Kill(child);
-    std::thread::sleep(Duration::from_millis(500));
+    wait_bound("127.0.0.2:4791");
     let to: std::net::SocketAddr = "127.0.0.2:4791".parse().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -210,6 +236,21 @@ fn listener_prints_its_counters_as_json_on_sigint() {
             let c = cm.connect(p).await.unwrap();
             c.disconnect(&[]).await;
         }
+        // 5 datagrams that are no RoCEv2 MAD, 2 with a wrong ICRC; the SIDR round trips after
+        // them (one socket, read in order) prove the listener has counted them.
+        let raw = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..5 {
+            raw.send_to(b"not a MAD", to).unwrap();
+        }
+        let src = raw.local_addr().unwrap();
+        let mut repr = RoceV2UdRepr::gsi(src.ip(), to.ip(), 0, src.port(), Psn::default()).unwrap();
+        repr.udp.dst_port = 4791;
+        let mut out = [0u8; 512];
+        let n = repr.emit_udp_payload(&[0u8; 256], &mut out).unwrap();
+        out[n - 1] ^= 0xff;
+        for _ in 0..2 {
+            raw.send_to(&out[..n], to).unwrap();
+        }
         for _ in 0..4 {
             let a = cm
                 .sidr(SidrReqParams::new(PeerAddr::Udp(to), ServiceId(0x77)))
@@ -219,21 +260,6 @@ fn listener_prints_its_counters_as_json_on_sigint() {
         }
         cm.shutdown();
     });
-    // 5 datagrams that are no RoCEv2 MAD, 2 with a wrong ICRC.
-    let raw = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    for _ in 0..5 {
-        raw.send_to(b"not a MAD", to).unwrap();
-    }
-    let src = raw.local_addr().unwrap();
-    let mut repr = RoceV2UdRepr::gsi(src.ip(), to.ip(), 0, src.port(), Psn::default()).unwrap();
-    repr.udp.dst_port = 4791;
-    let mut out = [0u8; 512];
-    let n = repr.emit_udp_payload(&[0u8; 256], &mut out).unwrap();
-    out[n - 1] ^= 0xff;
-    for _ in 0..2 {
-        raw.send_to(&out[..n], to).unwrap();
-    }
-    std::thread::sleep(Duration::from_millis(300));
     sigint(&l.0);
     let status = l.0.wait().unwrap();
     assert!(status.success(), "{status}");
