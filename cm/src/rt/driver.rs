@@ -10,9 +10,10 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
 
 use super::command::{Command, Reply};
+use super::slot::Registry;
 use super::slot::Slot;
 use super::stats::{CmStats, LogLimit};
-use super::types::{CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
+use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::{due, earliest, DynApp};
 use crate::proto::{

@@ -11,10 +11,10 @@ use tracing::warn;
 
 use super::command::{AppCall, Command};
 use super::driver::{BoxApp, Driver};
-use super::pending::{AbandonGuard, PendingConnection};
+use super::slot::Registry;
 use super::slot::Slot;
 use super::stats::CmStats;
-use super::types::{CmError, ConnStatus, IncomingKind, Registry, SidrAnswer};
+use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::App;
 use crate::proto::{
@@ -193,44 +193,6 @@ impl Cm {
         })
     }
 
-    /// Connects in the kernel's order: sends the REQ and resolves when the REP arrives,
-    /// without answering it. The application reads the REP ([`PendingConnection::rep`]: the
-    /// peer's QPN, starting PSN, responder resources, initiator depth, …), moves its QP to RTR
-    /// and RTS (the attributes: [`crate::qp_attr::qp_attr`], from the REQ it sent and this
-    /// REP), and only then calls [`PendingConnection::establish`], which sends the RTU: the
-    /// peer moves its QP to RTS when the RTU arrives, so no RTU may precede a QP that is ready
-    /// to receive. [`PendingConnection::reject`] rejects the REP instead (say, the QP could
-    /// not be brought up); dropping the handle rejects it too (REJ 28, consumer reject), so
-    /// the peer is never left waiting.
-    ///
-    /// While the application works, a duplicate REP (the RTU is late) is answered as
-    /// [`EndpointConfig::mra_on_duplicate_rep`] says. An [`App`] that consumes the
-    /// REP event ([`Cm::bind_with_app`]) keeps it from this call: the call then fails
-    /// ([`ConnectionError::LocallyClosed`] once the app has established the connection).
-    ///
-    /// # Errors
-    /// [`CmError::Connect`] for refused parameters, [`CmError::Connection`] when the peer
-    /// rejects or never answers, [`CmError::DriverGone`].
-    pub async fn connect_manual(
-        &self,
-        mut params: ConnectParams,
-    ) -> Result<PendingConnection, CmError> {
-        params.auto_rtu = false;
-        let (id, slot) = self
-            .call(|reply| Command::Connect { params, reply })
-            .await??;
-        let conn = Connection {
-            id,
-            cm: self.clone(),
-            slot,
-        };
-        // Armed from here: dropping this future abandons the attempt (REJ 4 before the REP,
-        // REJ 28 after it), as dropping the `PendingConnection` does.
-        let guard = AbandonGuard::new(self.clone(), id);
-        let rep = conn.slot.wait_rep().await?;
-        Ok(PendingConnection::new(conn, rep, guard))
-    }
-
     /// Starts listening on `service_id`. Incoming requests arrive on the returned
     /// [`Listener`]; dropping it stops listening.
     ///
@@ -338,7 +300,7 @@ impl Connection {
     /// On the passive side this is the RTU's arrival (or a DREQ that overtook a lost RTU): the
     /// point at which the kernel's users move their QP from RTR to RTS. On the active side it
     /// is the RTU going out ([`Cm::connect`]: on the REP; [`Cm::connect_manual`]: on
-    /// [`PendingConnection::establish`]).
+    /// [`PendingConnection::establish`](crate::rt::PendingConnection::establish)).
     ///
     /// # Errors
     /// The [`ConnectionError`] if it fails (or has failed) instead.

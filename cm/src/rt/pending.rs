@@ -6,7 +6,7 @@ use ibcm_mad::RejReason;
 use super::command::Command;
 use super::handle::{Cm, Connection};
 use super::types::CmError;
-use crate::proto::{ConnId, RepInfo};
+use crate::proto::{ConnId, ConnectParams, RepInfo};
 
 /// Sends [`Command::PendingDropped`] when dropped armed: the connection is abandoned
 /// (REJ 4 before the REP, REJ 28 after it) instead of being left to time out.
@@ -47,7 +47,7 @@ impl Drop for AbandonGuard {
 /// never left waiting for an RTU.
 ///
 /// Meanwhile the peer's REP retransmissions are answered as
-/// [`EndpointConfig::mra_on_duplicate_rep`](crate::proto::EndpointConfig::mra_on_duplicate_rep)
+/// [`EndpointConfig::mra_on_duplicate_rep`](crate::proto::EndpointConfig::mra_on_duplicate_rep)(crate::proto::EndpointConfig::mra_on_duplicate_rep)
 /// says (an MRA by default), and the peer keeps its QP in RTR.
 #[derive(Debug)]
 pub struct PendingConnection {
@@ -140,5 +140,45 @@ impl PendingConnection {
             .await??;
         self.guard.disarm();
         Ok(())
+    }
+}
+
+impl Cm {
+    /// Connects in the kernel's order: sends the REQ and resolves when the REP arrives,
+    /// without answering it. The application reads the REP ([`PendingConnection::rep`]: the
+    /// peer's QPN, starting PSN, responder resources, initiator depth, …), moves its QP to RTR
+    /// and RTS (the attributes: [`crate::qp_attr::qp_attr`], from the REQ it sent and this
+    /// REP), and only then calls [`PendingConnection::establish`], which sends the RTU: the
+    /// peer moves its QP to RTS when the RTU arrives, so no RTU may precede a QP that is ready
+    /// to receive. [`PendingConnection::reject`] rejects the REP instead (say, the QP could
+    /// not be brought up); dropping the handle rejects it too (REJ 28, consumer reject), so
+    /// the peer is never left waiting.
+    ///
+    /// While the application works, a duplicate REP (the RTU is late) is answered as
+    /// [`EndpointConfig::mra_on_duplicate_rep`](crate::proto::EndpointConfig::mra_on_duplicate_rep) says. An [`App`](crate::App) that consumes the
+    /// REP event ([`Cm::bind_with_app`]) keeps it from this call: the call then fails
+    /// ([`ConnectionError::LocallyClosed`](crate::proto::ConnectionError::LocallyClosed) once the app has established the connection).
+    ///
+    /// # Errors
+    /// [`CmError::Connect`] for refused parameters, [`CmError::Connection`] when the peer
+    /// rejects or never answers, [`CmError::DriverGone`].
+    pub async fn connect_manual(
+        &self,
+        mut params: ConnectParams,
+    ) -> Result<PendingConnection, CmError> {
+        params.auto_rtu = false;
+        let (id, slot) = self
+            .call(|reply| Command::Connect { params, reply })
+            .await??;
+        let conn = Connection {
+            id,
+            cm: self.clone(),
+            slot,
+        };
+        // Armed from here: dropping this future abandons the attempt (REJ 4 before the REP,
+        // REJ 28 after it), as dropping the `PendingConnection` does.
+        let guard = AbandonGuard::new(self.clone(), id);
+        let rep = conn.slot.wait_rep().await?;
+        Ok(PendingConnection::new(conn, rep, guard))
     }
 }

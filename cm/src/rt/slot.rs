@@ -10,6 +10,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use dashmap::DashMap;
 use ibcm_mad::{
     CommId, Eecn, FailoverAccepted, Guid, PrivateData, Psn, Qkey, Qpn, Rep, TimeoutExp, VendorId,
     U3,
@@ -17,7 +18,7 @@ use ibcm_mad::{
 use tokio::sync::Notify;
 
 use super::types::ConnStatus;
-use crate::proto::{ConnectionError, RepInfo};
+use crate::proto::{ConnId, ConnectionError, RepInfo};
 
 /// One connection's shared state.
 #[derive(Debug)]
@@ -237,6 +238,10 @@ impl CompactRep {
         }
     }
 }
+
+/// The registry the handles read: connection ID → its [`Slot`] (status, REP), written by the
+/// driver only, removed when the connection leaves the table.
+pub(crate) type Registry = Arc<DashMap<ConnId, Arc<Slot>>>;
 
 #[cfg(test)]
 mod tests {

@@ -1,13 +1,9 @@
 //! The data the handles and the driver share: statuses, answers, errors, the tables the
 //! driver writes and the handles read.
 
-use std::sync::Arc;
-
-use dashmap::DashMap;
 use ibcm_mad::Qpn;
 
-use super::slot::Slot;
-use crate::proto::{CallError, ConnId, ConnectError, ConnectionError, ReqInfo, SidrReqInfo};
+use crate::proto::{CallError, ConnectError, ConnectionError, ReqInfo, SidrReqInfo};
 
 /// The answer to a SIDR_REQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,10 +30,6 @@ pub enum ConnStatus {
     /// Closed and out of TimeWait: the comm ID and QPN are free again.
     Gone(ConnectionError),
 }
-
-/// The registry the handles read: connection ID → its [`Slot`] (status, REP), written by the
-/// driver only, removed when the connection leaves the table.
-pub(crate) type Registry = Arc<DashMap<ConnId, Arc<Slot>>>;
 
 /// Errors of the async API.
 #[derive(Debug, thiserror::Error)]
