@@ -12,6 +12,7 @@
 
 pub use ibcm_mad as mad;
 
+mod log_limit;
 pub mod proto;
 
 pub mod qp_attr;

@@ -12,10 +12,11 @@ use tracing::{debug, debug_span, warn};
 use super::command::{Command, Reply};
 use super::slot::Registry;
 use super::slot::Slot;
-use super::stats::{CmStats, LogLimit};
+use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::{due, earliest, DynApp};
+use crate::log_limit::LogLimit;
 use crate::proto::{
     CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, SidrRepParams, State,
 };

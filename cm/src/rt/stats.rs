@@ -2,9 +2,6 @@
 //! the driver's; and the rate limit of the driver's log lines.
 
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
-
-use tracing::debug;
 
 use crate::proto::{DropReason, Stats};
 
@@ -126,49 +123,6 @@ impl CmStats {
     }
 }
 
-/// Log lines the driver allows per second about what peers make it do (closes, send failures,
-/// requests dropped unanswered); the rest are counted and summed up in one line when the next
-/// second starts.
-pub(crate) const LOG_BURST: u32 = 16;
-
-/// Rate limit of the driver's log lines ([`LOG_BURST`] per second).
-#[derive(Debug, Default)]
-pub(crate) struct LogLimit {
-    window: Option<Instant>,
-    used: u32,
-    suppressed_now: u64,
-    /// Lines suppressed in all.
-    pub(crate) suppressed: u64,
-}
-
-impl LogLimit {
-    /// Whether a line may be logged at `now`.
-    pub(crate) fn ok(&mut self, now: Instant) -> bool {
-        if self
-            .window
-            .is_none_or(|w| now >= w + Duration::from_secs(1) || now < w)
-        {
-            if self.suppressed_now > 0 {
-                debug!(
-                    suppressed = self.suppressed_now,
-                    "log lines suppressed (rate limit)"
-                );
-            }
-            self.window = Some(now);
-            self.used = 0;
-            self.suppressed_now = 0;
-        }
-        if self.used < LOG_BURST {
-            self.used += 1;
-            true
-        } else {
-            self.suppressed_now += 1;
-            self.suppressed += 1;
-            false
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,16 +146,5 @@ mod tests {
         assert!(j.contains("\"icrc_unverified\":6}"), "{j}");
         assert_eq!(st.dropped_total(), 16);
         assert_eq!(st.dropped().len(), DropReason::ALL.len() + 2);
-    }
-
-    #[test]
-    fn log_limit_allows_a_burst_per_second() {
-        let mut l = LogLimit::default();
-        #[allow(clippy::disallowed_methods)]
-        let t = Instant::now();
-        let n = (0..100).filter(|_| l.ok(t)).count();
-        assert_eq!(n, LOG_BURST as usize);
-        assert_eq!(l.suppressed, 100 - u64::from(LOG_BURST));
-        assert!(l.ok(t + Duration::from_secs(1)));
     }
 }

@@ -12,24 +12,13 @@ use ibcm_mad::{CmMessage, CommId, Mad, MsgKind, PrivateData, Rej, RejReason, Req
 use tracing::{debug, trace};
 
 use super::limits::{source_of, Guard, MAD_BYTES};
+use crate::log_limit::LogLimit;
+#[cfg(doc)]
+use crate::log_limit::LOG_BURST;
 use crate::proto::conn::{Conn, Pending};
 use crate::proto::peers::Peers;
 use crate::proto::timer::{TimerKind, Timers};
 use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
-
-/// Debug lines about what peers make the endpoint do (a malformed MAD, a REQ, a close) allowed
-/// per second of endpoint time; the rest are counted in `Stats::log_suppressed` and summed up
-/// in one line when the next second starts. (`trace` level stays a packet trace: one line per
-/// MAD by design, off unless asked for.)
-pub(super) const LOG_BURST: u32 = 16;
-
-/// Rate limit of the endpoint's debug lines ([`LOG_BURST`] per second).
-#[derive(Debug, Default)]
-pub(super) struct LogLimit {
-    window: Option<Instant>,
-    used: u32,
-    suppressed: u64,
-}
 
 /// Output queues, timers and counters.
 #[derive(Debug)]
@@ -79,30 +68,16 @@ impl Io {
         }
     }
 
-    /// Whether a debug line may be logged now (see [`LOG_BURST`]).
+    /// Whether a debug line may be logged now: [`LOG_BURST`] per second of endpoint time
+    /// (`trace` level stays a packet trace, one line per MAD, off unless asked for); the rest
+    /// are counted in `Stats::log_suppressed`.
     pub(super) fn log_ok(&mut self) -> bool {
         let Some(now) = self.now else {
             return true;
         };
-        let l = &mut self.log;
-        if l.window
-            .is_none_or(|w| now >= w + Duration::from_secs(1) || now < w)
-        {
-            if l.suppressed > 0 {
-                debug!(
-                    suppressed = l.suppressed,
-                    "debug lines suppressed (rate limit)"
-                );
-            }
-            l.window = Some(now);
-            l.used = 0;
-            l.suppressed = 0;
-        }
-        if l.used < LOG_BURST {
-            l.used += 1;
+        if self.log.ok(now) {
             true
         } else {
-            l.suppressed += 1;
             self.stats.log_suppressed += 1;
             false
         }
