@@ -8,39 +8,14 @@
 )]
 #![cfg(feature = "rt")]
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use ibcm::proto::*;
-use ibcm::rt::{Cm, CmError, ConnStatus, IncomingKind, MemNetwork};
+use ibcm::rt::{CmError, ConnStatus, IncomingKind, MemNetwork};
 use ibcm_mad::*;
 
-fn addr(s: &str) -> PeerAddr {
-    s.parse::<SocketAddr>().unwrap().into()
-}
-
-fn pair(net: &MemNetwork) -> (Cm, Cm, PeerAddr) {
-    let a_addr = addr("127.0.0.1:4791");
-    let b_addr = addr("127.0.0.2:4791");
-    let (a, _) = Cm::bind(
-        net.transport(a_addr),
-        EndpointConfig {
-            rng_seed: Some(1),
-            timewait: Some(Duration::from_millis(100)),
-            ..Default::default()
-        },
-    );
-    let (b, _) = Cm::bind(
-        net.transport(b_addr),
-        EndpointConfig {
-            rng_seed: Some(2),
-            local_ca_guid: Guid(2),
-            timewait: Some(Duration::from_millis(100)),
-            ..Default::default()
-        },
-    );
-    (a, b, b_addr)
-}
+mod rt_common;
+use rt_common::{addr, pair};
 
 fn params(to: PeerAddr, qpn: u32) -> ConnectParams {
     let mut p = ConnectParams::new(to, ServiceId(0x42), Qpn::new(qpn).unwrap());

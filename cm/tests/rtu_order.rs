@@ -10,49 +10,22 @@
 )]
 #![cfg(feature = "rt")]
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use ibcm::proto::{
-    AcceptParams, ConnectParams, ConnectionError, EndpointConfig, ListenOptions, PeerAddr, ReqInfo,
-};
+use ibcm::proto::{AcceptParams, ConnectParams, ConnectionError, ListenOptions, PeerAddr, ReqInfo};
 use ibcm::qp_attr::{qp_attr, Connection as QpConn, LinkLayer, LocalPort, QpState, Side};
 use ibcm::rt::{Cm, CmError, ConnStatus, Connection, MemNetwork, PendingConnection};
-use ibcm_mad::{Guid, Psn, Qpn, RejReason, ServiceId, TimeoutExp, U4};
+use ibcm_mad::{Psn, Qpn, RejReason, ServiceId, TimeoutExp, U4};
 use tokio::task::JoinHandle;
+
+mod rt_common;
+use rt_common::pair;
 
 /// `f`, or a panic once it has waited two minutes (paused clock: at once when stuck).
 async fn within<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(ibcm::rt::DEFAULT_TIMEOUT, f)
         .await
         .expect("timed out")
-}
-
-fn addr(s: &str) -> PeerAddr {
-    s.parse::<SocketAddr>().unwrap().into()
-}
-
-fn pair(net: &MemNetwork) -> (Cm, Cm, PeerAddr) {
-    let a_addr = addr("127.0.0.1:4791");
-    let b_addr = addr("127.0.0.2:4791");
-    let (a, _) = Cm::bind(
-        net.transport(a_addr),
-        EndpointConfig {
-            rng_seed: Some(1),
-            timewait: Some(Duration::from_millis(100)),
-            ..Default::default()
-        },
-    );
-    let (b, _) = Cm::bind(
-        net.transport(b_addr),
-        EndpointConfig {
-            rng_seed: Some(2),
-            local_ca_guid: Guid(2),
-            timewait: Some(Duration::from_millis(100)),
-            ..Default::default()
-        },
-    );
-    (a, b, b_addr)
 }
 
 const A_PSN: u32 = 0x123456;
