@@ -41,7 +41,8 @@
 //! | `from` | string | connection messages | `active` (the REQ side) or `passive` |
 //! | `retrans` | bool | always | a retransmission: a repeat (same attribute, TID and comm IDs) of an earlier message in a new packet (new BTH PSN) |
 //! | `dup` | bool | duplicate captures only | the same packet (same BTH PSN) as an earlier one, captured twice (merged captures); not a retransmission |
-//! | `icrc` | string | always | `ok`, `bad` or `absent` |
+//! | `icrc` | string | always | `ok`, `bad`, `absent`, or `not-captured` (the snaplen cut the packet) |
+//! | `captured` | int | MADs cut by the snaplen | MAD bytes captured (32..255); the fields after them read as 0 |
 //! | `src`, `dst` | string | always | sender and receiver: IP address (RoCEv2), GID (RoCEv1, IB with GRH) or `LID n` |
 //! | `encap` | string | always | `RoCEv2/IPv4`, `RoCEv2/IPv6`, `RoCEv1`, `IB LNH=2`, `IB LNH=3` |
 //!
@@ -52,7 +53,8 @@
 //! (also in `--ladder --json` and `--stats --json`) as `"0x…"` hex strings instead of JSON
 //! integers, adds `dup` (duplicate captures) here and `duplicates` in the ladder and stats
 //! objects, and gives a SIDR exchange with a non-zero SIDR_REP status the ladder outcome
-//! `failed` (was `resolved`). Keys are only ever added within a version.
+//! `failed` (was `resolved`). Later in version 3: `captured` and the `icrc` value
+//! `not-captured` for MADs cut by the snaplen. Keys are only ever added within a version.
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
@@ -557,7 +559,11 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
         Icrc::Ok => b",\"icrc\":\"ok\"",
         Icrc::Bad => b",\"icrc\":\"bad\"",
         Icrc::Absent => b",\"icrc\":\"absent\"",
+        Icrc::NotCaptured => b",\"icrc\":\"not-captured\"",
     });
+    if let Some(n) = ev.captured {
+        num(out, key!("captured"), u64::from(n));
+    }
     wire_addr(out, key!("src"), &ev.src);
     wire_addr(out, key!("dst"), &ev.dst);
     out.extend_from_slice(match ev.encap {
@@ -738,6 +744,10 @@ pub(crate) fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Durati
     if note.dup {
         out.push(b' ');
         pal.paint(out, Role::Dim, "[duplicate capture]");
+    }
+    if let Some(n) = ev.captured {
+        out.push(b' ');
+        pal.paint(out, Role::Warn, &format!("[truncated: {n} of 256 MAD bytes]"));
     }
     out.extend_from_slice(b"  icrc=");
     match ev.icrc {

@@ -1,7 +1,8 @@
 //! The `--stats` report, as text and as one JSON object.
 //!
 //! # JSON object (schema version [`JSON_SCHEMA_VERSION`])
-//! `v`; totals `files`, `frames`, `cm_mads`, `non_cm`, `malformed`, `bad_icrc`; `messages`
+//! `v`; totals `files`, `frames`, `cm_mads`, `non_cm`, `malformed`, `bad_icrc`, `cut` (records
+//! cut by the snaplen) and `cm_cut` (CM MADs among them, decoded as far as captured); `messages`
 //! (message name → count, repeats included); connections counted by comm-ID pair:
 //! `attempted` (REQ seen), `established`, `rejected` (object: REJ reason number as a string
 //! key → count), `rejected_total`, `timed_out`, `waiting` (capture ended within the timeout),
@@ -93,6 +94,8 @@ pub(crate) fn stats_json(out: &mut Vec<u8>, s: &TraceStats) {
     o.u64("non_cm", s.non_cm);
     o.u64("malformed", s.malformed);
     o.u64("bad_icrc", s.bad_icrc);
+    o.u64("cut", s.cut);
+    o.u64("cm_cut", s.cm_cut);
     {
         let out = o.key("messages");
         let mut m = Obj::new(out);
@@ -219,6 +222,13 @@ pub(crate) fn stats_text(out: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
         "  {} file(s), {} frames: {} CM MADs, {} non-CM, {} malformed, {} CM MADs with a bad ICRC",
         s.files, s.frames, s.cm, s.non_cm, s.malformed, s.bad_icrc
     );
+    if s.cut > 0 {
+        let _ = writeln!(
+            out,
+            "  {} frames cut by the snaplen ({} CM MADs decoded as far as captured, no ICRC verdict)",
+            s.cut, s.cm_cut
+        );
+    }
     if !s.messages.is_empty() {
         out.extend_from_slice(b"  CM messages:");
         for (attr, n) in &s.messages {

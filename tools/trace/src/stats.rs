@@ -291,6 +291,10 @@ pub struct TraceStats {
     pub malformed: u64,
     /// CM MADs with a bad ICRC.
     pub bad_icrc: u64,
+    /// Records cut by the capture's snaplen (CM and non-CM; counted, never one line each).
+    pub cut: u64,
+    /// CM MADs cut by the snaplen, decoded as far as captured.
+    pub cm_cut: u64,
     /// CM MADs by attribute.
     pub messages: BTreeMap<u16, u64>,
     /// Non-CM records by kind.
@@ -356,6 +360,8 @@ impl TraceStats {
         self.non_cm += o.non_cm;
         self.malformed += o.malformed;
         self.bad_icrc += o.bad_icrc;
+        self.cut += o.cut;
+        self.cm_cut += o.cm_cut;
         for (k, v) in &o.messages {
             *self.messages.entry(*k).or_default() += v;
         }

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use crate::capture::Record;
 use ibcm_mad::frame::bth::Transport;
-use ibcm_mad::frame::{self, Encap, IbPacket, IcrcStatus, Opcode};
+use ibcm_mad::frame::{self, Encap, IbPacket, IcrcStatus, Opcode, MAD_LEN};
+use ibcm_mad::FrameError;
 use ibcm_mad::{Gid, Lid, Mad, MgmtClass, Pkey, Psn, Qkey, Qpn};
 
 /// The address of one end of a captured packet: an IP address (RoCEv2), a GID (RoCEv1, IB
@@ -45,6 +46,8 @@ pub enum Icrc {
     Bad,
     /// Not in the capture (or not checked).
     Absent,
+    /// The snaplen cut the packet before its end: no verdict.
+    NotCaptured,
 }
 
 impl Icrc {
@@ -54,6 +57,7 @@ impl Icrc {
             Icrc::Ok => "ok",
             Icrc::Bad => "bad",
             Icrc::Absent => "absent",
+            Icrc::NotCaptured => "not-captured",
         }
     }
 }
@@ -112,7 +116,21 @@ pub struct CmEvent {
     pub icrc: Icrc,
     /// Transport-level details.
     pub wire: Wire,
+    /// `Some(n)` when the capture's snaplen cut the packet inside the MAD: only its first `n`
+    /// bytes (of 256, at least [`MIN_CUT_MAD`]) were captured. The fields after them read as
+    /// zero, the ICRC is not checked ([`Icrc::NotCaptured`]), and the views mark the message
+    /// truncated. `None` for a whole MAD.
+    pub captured: Option<u16>,
 }
+
+/// The fewest MAD bytes a cut CM packet must have to be decoded: the MAD header (24 bytes)
+/// and the two Communication IDs (SIDR: Request ID, P_Key, Service ID's first half) that say
+/// which connection it belongs to. A CM packet cut shorter is counted as cut, not decoded.
+pub const MIN_CUT_MAD: usize = 32;
+
+/// Largest original packet length a cut record is rebuilt to (zero-filled) for decoding: more
+/// than any IB or RoCE packet (4 KiB MTU, jumbo Ethernet) and any IPv4/IPv6 length.
+const MAX_REBUILT_LEN: usize = 65_536 + 256;
 
 /// What a non-CM record was, without allocating: the key of cm-trace's non-CM summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,6 +146,9 @@ pub enum NonCm {
     },
     /// A MAD of another management class.
     Mad(MgmtClass),
+    /// A record the snaplen cut too short to say what it is: the layer it ends in ("IPv4",
+    /// "BTH", "CM MAD", …).
+    Cut(&'static str),
 }
 
 impl fmt::Display for NonCm {
@@ -150,6 +171,7 @@ impl fmt::Display for NonCm {
                 }
             }
             NonCm::Mad(class) => write!(f, "MAD class {class} ({:#04x})", class.raw()),
+            NonCm::Cut(layer) => write!(f, "cut by the snaplen in the {layer}"),
         }
     }
 }
@@ -166,6 +188,8 @@ pub enum Item {
     NonCm {
         /// What it was.
         what: NonCm,
+        /// The snaplen cut the record short (what it was is read from the bytes captured).
+        cut: bool,
     },
     /// A frame that could not be decoded.
     Malformed {
@@ -214,22 +238,65 @@ fn wire(p: &IbPacket<'_>) -> Wire {
 }
 
 /// Classifies one capture record.
+///
+/// A record cut by the capture's snaplen (`data` shorter than `orig_len`) whose packet does not
+/// decode as captured is decoded again from its captured bytes followed by zeros up to
+/// `orig_len`, without a CRC check: a CM MAD with at least [`MIN_CUT_MAD`] bytes captured
+/// becomes an [`Item::Cm`] with [`CmEvent::captured`] set; anything else becomes an
+/// [`Item::NonCm`] with `cut` set (never a malformed frame).
 pub fn classify(rec: &Record<'_>) -> Item {
-    let result = frame::decode(rec.link_type, rec.data);
-    let decoded = match &result {
-        Ok(d) => d,
-        Err(e) => {
-            return Item::Malformed {
-                frame: rec.number,
-                reason: e.to_string(),
-            }
-        }
+    match frame::decode(rec.link_type, rec.data) {
+        Ok(decoded) => classify_decoded(rec, &decoded, None),
+        Err(_) if rec.is_truncated() => classify_cut(rec),
+        Err(e) => Item::Malformed {
+            frame: rec.number,
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// A record the snaplen cut: decoded from its captured bytes padded with zeros.
+#[cold]
+fn classify_cut(rec: &Record<'_>) -> Item {
+    let cut = |layer| Item::NonCm {
+        what: NonCm::Cut(layer),
+        cut: true,
     };
+    let orig = usize::try_from(rec.orig_len).unwrap_or(usize::MAX);
+    if orig > MAX_REBUILT_LEN {
+        return cut("packet (original length too large to rebuild)");
+    }
+    let mut padded = rec.data.to_vec();
+    padded.resize(orig, 0);
+    let cfg = frame::DecodeConfig {
+        verify_crc: false,
+        ..frame::DecodeConfig::DEFAULT
+    };
+    match frame::decode_with(&cfg, rec.link_type, &padded) {
+        Ok(decoded) => {
+            let captured = match decoded.ib() {
+                // MAD bytes within the captured data.
+                Some(p) if p.is_mad() => rec
+                    .data
+                    .len()
+                    .saturating_sub(p.payload_offset)
+                    .min(MAD_LEN),
+                _ => MAD_LEN,
+            };
+            classify_decoded(rec, &decoded, Some(captured))
+        }
+        Err(FrameError::Truncated { layer, .. }) => cut(layer),
+        Err(_) => cut("packet headers"),
+    }
+}
+
+fn classify_decoded(rec: &Record<'_>, decoded: &frame::Decoded<'_>, cut: Option<usize>) -> Item {
     // By reference: the decoded packet is large, and moving it costs a copy.
     let p = match decoded {
         frame::Decoded::NotIb { what } => {
             return Item::NonCm {
                 what: NonCm::NotIb(what),
+                cut: cut.is_some(),
             }
         }
         frame::Decoded::Ib(p) => p,
@@ -241,6 +308,13 @@ pub fn classify(rec: &Record<'_>) -> Item {
                     encap: p.encap,
                     opcode: p.bth.opcode,
                 },
+                cut: cut.is_some(),
+            }
+        }
+        Some(Err(_)) if cut.is_some() => {
+            return Item::NonCm {
+                what: NonCm::Cut("MAD"),
+                cut: true,
             }
         }
         Some(Err(e)) => {
@@ -251,16 +325,38 @@ pub fn classify(rec: &Record<'_>) -> Item {
         }
         Some(Ok(mad)) => mad,
     };
+    // A cut MAD: its class is known from 2 bytes, a CM message needs MIN_CUT_MAD.
+    let captured = cut.filter(|&n| n < MAD_LEN);
+    if captured.is_some_and(|n| n < 2) {
+        return Item::NonCm {
+            what: NonCm::Cut("MAD header"),
+            cut: true,
+        };
+    }
     // Non-CM MADs are named by their class.
     let class = MgmtClass::from_raw(mad[1]);
     if class != MgmtClass::Cm {
         return Item::NonCm {
             what: NonCm::Mad(class),
+            cut: cut.is_some(),
+        };
+    }
+    if captured.is_some_and(|n| n < MIN_CUT_MAD) {
+        return Item::NonCm {
+            what: NonCm::Cut("CM MAD"),
+            cut: true,
         };
     }
     match Mad::parse_fixed(mad) {
         Ok(m) => {
             let (src, dst) = wire_addrs(p);
+            let mut w = wire(p);
+            let icrc = if cut.is_some() {
+                w.icrc_value = None;
+                Icrc::NotCaptured
+            } else {
+                p.icrc.into()
+            };
             Item::Cm(CmEvent {
                 frame: rec.number,
                 time: rec.timestamp,
@@ -268,13 +364,18 @@ pub fn classify(rec: &Record<'_>) -> Item {
                 src,
                 dst,
                 mad: m,
-                icrc: p.icrc.into(),
-                wire: wire(p),
+                icrc,
+                wire: w,
+                captured: captured.and_then(|n| u16::try_from(n).ok()),
             })
         }
         Err(e) => Item::Malformed {
             frame: rec.number,
-            reason: format!("CM MAD: {e}"),
+            reason: if captured.is_some() {
+                format!("CM MAD (cut by the snaplen): {e}")
+            } else {
+                format!("CM MAD: {e}")
+            },
         },
     }
 }

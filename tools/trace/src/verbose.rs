@@ -626,6 +626,18 @@ pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration
     out.extend_from_slice(b"  ");
     summary(out, &ev.mad.msg, pal);
     out.push(b'\n');
+    if let Some(n) = ev.captured {
+        out.extend_from_slice(b"  ");
+        pal.paint(
+            out,
+            Role::Warn,
+            &format!(
+                "Truncated: the snaplen kept {n} of the MAD's 256 bytes; fields from byte {n} on \
+                 were not captured and show as 0; no ICRC verdict"
+            ),
+        );
+        out.push(b'\n');
+    }
     // Transport.
     let w = &ev.wire;
     out.extend_from_slice(b"  Transport:");

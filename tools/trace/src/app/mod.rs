@@ -158,6 +158,13 @@ fn summary_lines(buf: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
         "-- {} frames: {} CM, {} non-CM, {} malformed",
         s.frames, s.cm, s.non_cm, s.malformed
     );
+    if s.cut > 0 {
+        let _ = write!(
+            buf,
+            ", {} cut by the snaplen ({} CM decoded as far as captured, no ICRC verdict)",
+            s.cut, s.cm_cut
+        );
+    }
     if s.bad_icrc > 0 {
         buf.extend_from_slice(b", ");
         pal.paint(buf, Role::Bad, &format!("{} CM with bad ICRC", s.bad_icrc));
@@ -395,6 +402,10 @@ fn track(
             if ev.icrc == Icrc::Bad {
                 ctx.stats.bad_icrc += 1;
             }
+            if ev.captured.is_some() {
+                ctx.stats.cut += 1;
+                ctx.stats.cm_cut += 1;
+            }
             let attr = ev.mad.msg.attr_id();
             match st.msg_counts.get_mut(usize::from(attr.raw())) {
                 Some(n) => *n += 1,
@@ -408,8 +419,9 @@ fn track(
                 opts.view.per_mad() && (st.filter_empty || opts.filter.matches_event(ev, &note));
             Ok(shown.then_some(note))
         }
-        Item::NonCm { what } => {
+        Item::NonCm { what, cut } => {
             ctx.stats.non_cm += 1;
+            ctx.stats.cut += u64::from(*cut);
             ctx.stats.count_non_cm(*what);
             Ok(None)
         }

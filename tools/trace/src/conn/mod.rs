@@ -46,6 +46,15 @@ mod record;
 
 use std::time::Duration;
 
+/// Ends (in MAD bytes) of the REQ fields the tracker takes, for REQs cut by the snaplen:
+/// Service ID and Local CA GUID; Local QPN; the transport fields (byte 75); the primary path's
+/// GIDs; its Local ACK Timeout (byte 119, the last of the timeouts).
+const REQ_CA_GUID_END: usize = 48;
+const REQ_QPN_END: usize = 59;
+const REQ_TRANSPORT_END: u16 = 76;
+const REQ_PATH_GIDS_END: usize = 112;
+const REQ_TIMEOUTS_END: usize = 120;
+
 use ibcm_mad::{CmMessage, CommId, Gid, ReqTransport, ServiceId};
 
 use crate::hash::SlotIndex;
@@ -252,7 +261,7 @@ impl Tracker {
                 c.req_sends += 1;
                 c.req.get_or_insert(t);
                 c.req_last = Some(t);
-                if c.kind == ConnKind::Unknown {
+                if c.kind == ConnKind::Unknown && ev.captured.is_none_or(|n| n >= REQ_TRANSPORT_END) {
                     c.kind = match r.transport() {
                         ReqTransport::Rc => ConnKind::Rc,
                         ReqTransport::Uc => ConnKind::Uc,
@@ -260,17 +269,28 @@ impl Tracker {
                         ReqTransport::Other => ConnKind::Other,
                     };
                 }
-                c.service_id = Some(r.service_id);
-                c.path_gids = Some((r.primary_path.local_gid, r.primary_path.remote_gid));
-                c.active.ca_guid = Some(r.local_ca_guid);
+                // A REQ cut by the snaplen: only the fields captured are taken (the rest
+                // read as 0, and a zero timeout would time the connection out at once).
+                let have = ev.captured.map_or(usize::MAX, usize::from);
                 c.active.comm_id = Some(r.local_comm_id);
-                c.active.qpn = Some(r.local_qpn);
-                c.req_timeouts = Some((
-                    r.remote_cm_response_timeout,
-                    r.local_cm_response_timeout,
-                    r.primary_path.local_ack_timeout,
-                    r.max_cm_retries.get(),
-                ));
+                if have >= REQ_CA_GUID_END {
+                    c.service_id = Some(r.service_id);
+                    c.active.ca_guid = Some(r.local_ca_guid);
+                }
+                if have >= REQ_QPN_END {
+                    c.active.qpn = Some(r.local_qpn);
+                }
+                if have >= REQ_PATH_GIDS_END {
+                    c.path_gids = Some((r.primary_path.local_gid, r.primary_path.remote_gid));
+                }
+                if have >= REQ_TIMEOUTS_END {
+                    c.req_timeouts = Some((
+                        r.remote_cm_response_timeout,
+                        r.local_cm_response_timeout,
+                        r.primary_path.local_ack_timeout,
+                        r.max_cm_retries.get(),
+                    ));
+                }
             }
             CmMessage::Rep(r) => {
                 c.rep_sends += 1;
