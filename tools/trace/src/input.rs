@@ -74,8 +74,24 @@ impl std::fmt::Display for OpenError {
     }
 }
 
-/// An opened input: the source, its byte counter (for progress) and its size when known.
-pub(crate) type Opened = (Source, Arc<AtomicU64>, Option<u64>);
+/// An opened input.
+pub(crate) struct Opened {
+    /// The records.
+    pub(crate) src: Source,
+    /// Bytes read so far (for the progress bar).
+    pub(crate) counter: Arc<AtomicU64>,
+    /// The file size, when known.
+    pub(crate) size: Option<u64>,
+    /// The input is a pipe (a FIFO: `tcpdump -U -w - | cm-trace -`, or a named pipe): its
+    /// packets arrive over time, and the output is flushed after each one.
+    pub(crate) pipe: bool,
+}
+
+/// Whether a file type is a pipe or a socket (input that arrives over time).
+fn is_pipe(t: std::fs::FileType) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    t.is_fifo() || t.is_socket()
+}
 
 /// An error from [`Source::next_record`]: it ends the file.
 #[derive(Debug)]
@@ -95,17 +111,26 @@ impl Source {
     /// # Errors
     /// The file cannot be opened or read, or is not pcap, pcapng or ERF.
     pub(crate) fn open(path: &str) -> Result<Opened, OpenError> {
-        let (reader, size): (Boxed, Option<u64>) = if path == "-" {
-            (Box::new(io::stdin()), None)
+        let (reader, size, pipe): (Boxed, Option<u64>, bool) = if path == "-" {
+            // Standard input's type, from its descriptor (/dev/stdin names it on Linux).
+            let pipe = std::fs::metadata("/dev/stdin").is_ok_and(|m| is_pipe(m.file_type()));
+            (Box::new(io::stdin()), None, pipe)
         } else {
             let f = File::open(path).map_err(OpenError::Io)?;
             let meta = f.metadata().map_err(OpenError::Io)?;
             if meta.is_dir() {
                 return Err(OpenError::Format("is a directory".to_string()));
             }
-            (Box::new(f), Some(meta.len()))
+            let pipe = is_pipe(meta.file_type());
+            let size = (!pipe).then_some(meta.len());
+            (Box::new(f), size, pipe)
         };
-        Self::from_reader(reader).map(|(s, c)| (s, c, size))
+        Self::from_reader(reader).map(|(src, counter)| Opened {
+            src,
+            counter,
+            size,
+            pipe,
+        })
     }
 
     /// Sniffs the format of `reader` and opens it.

@@ -103,3 +103,100 @@ fn snaplen_cut_frames_decode_as_far_as_captured() {
         );
     }
 }
+
+/// The classic pcap file header and the records of a capture, as separate byte strings.
+fn pcap_records(file: &Path) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let bytes = std::fs::read(file).unwrap();
+    let (header, mut rest) = bytes.split_at(24);
+    assert_eq!(&header[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "little-endian µs pcap");
+    let mut recs = Vec::new();
+    while !rest.is_empty() {
+        let incl = u32::from_le_bytes(rest[8..12].try_into().unwrap()) as usize;
+        let (rec, tail) = rest.split_at(16 + incl);
+        recs.push(rec.to_vec());
+        rest = tail;
+    }
+    (header.to_vec(), recs)
+}
+
+/// Kills `pid` (a cm-trace this test started) unless `done` is signalled first, so that a
+/// cm-trace that holds its output back makes the test fail instead of hang.
+fn watchdog(pid: u32) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(std::time::Duration::from_secs(120)).is_err() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
+    });
+    tx
+}
+
+/// `tcpdump -U -w - | cm-trace -`: with standard input a pipe, each CM message's line is
+/// written while the writer is still sending (here: after the first record, with the pipe held
+/// open), in the text and the JSON view.
+#[test]
+fn pipe_input_is_a_live_view() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let (header, recs) = pcap_records(&cap("kernel/establish_dreq_active.pcap"));
+    assert_eq!(recs.len(), 5);
+    for (view, first) in [(None, " REQ "), (Some("--json"), "\"msg\":\"REQ\"")] {
+        let mut args = vec!["-"];
+        args.extend(view);
+        let mut child = Command::new(BIN)
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let done = watchdog(child.id());
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap());
+        stdin.write_all(&header).unwrap();
+        stdin.write_all(&recs[0]).unwrap();
+        stdin.flush().unwrap();
+        // The writer is still open: the REQ's line must come now.
+        let mut line = String::new();
+        lines.read_line(&mut line).unwrap();
+        assert!(line.contains(first), "{view:?}: first line {line:?}");
+        // Then the next record, and its line, one at a time.
+        stdin.write_all(&recs[1]).unwrap();
+        stdin.flush().unwrap();
+        line.clear();
+        lines.read_line(&mut line).unwrap();
+        assert!(line.contains("REP"), "{view:?}: second line {line:?}");
+        for r in &recs[2..] {
+            stdin.write_all(r).unwrap();
+        }
+        drop(stdin);
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut lines, &mut rest).unwrap();
+        let status = child.wait().unwrap();
+        let _ = done.send(());
+        assert!(status.success(), "{view:?}");
+        assert_eq!(
+            rest.lines().filter(|l| !l.starts_with("--")).count(),
+            3,
+            "{view:?}: {rest}"
+        );
+    }
+}
+
+/// `-l` flushes after every packet on any input; the output is the same as without it.
+#[test]
+fn line_buffered_flag_keeps_the_output() {
+    let f = cap("kernel/mra_slow_accept.pcap");
+    let f = f.to_str().unwrap();
+    for view in [&[][..], &["--json"][..], &["--ladder"][..]] {
+        let mut a = view.to_vec();
+        a.push(f);
+        let plain = cm_trace(&a);
+        a.insert(0, "-l");
+        let live = cm_trace(&a);
+        assert!(live.status.success());
+        assert_eq!(stdout(&live), stdout(&plain), "{view:?}");
+        assert_eq!(stderr(&live), stderr(&plain), "{view:?}");
+    }
+}

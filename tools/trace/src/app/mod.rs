@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::capture::Record;
 use crate::conn::{Conn, Note, Outcome, Tracker, TrackerConfig};
 use crate::filter::Filter;
-use crate::input::{OpenError, RecordError, Source};
+use crate::input::{OpenError, Opened, RecordError, Source};
 use crate::ladder::{conn_json, has_msg, ladder, outcome_text};
 use crate::render::{json_line, text_line};
 use crate::report::{stats_json, stats_text};
@@ -71,6 +71,10 @@ pub struct Options {
     pub timeline: Option<PathBuf>,
     /// Largest number of connections drawn in the timeline.
     pub timeline_max: usize,
+    /// Flush the output after every packet that printed something (`-l`); always done when an
+    /// input is a pipe. The per-MAD JSON view then also runs on one thread, so that nothing
+    /// waits for a batch of packets.
+    pub live: bool,
     /// Connection tracking settings (`record_events` is set from the view).
     pub tracker: TrackerConfig,
 }
@@ -98,6 +102,8 @@ struct FileCtx<'a> {
     damaged: bool,
     opts: &'a Options,
     pal: Palette,
+    /// Flush the output after every packet (`-l`, or the input is a pipe).
+    live: bool,
     err: &'a mut dyn Write,
     file: &'a str,
     multi: bool,
@@ -477,6 +483,9 @@ fn inline_loop<W: Write>(
         // At least the BufWriter's capacity, so the buffer is written through.
         if ctx.buf.len() >= 1 << 16 {
             ctx.flush_buf(out)?;
+        } else if ctx.live && !ctx.buf.is_empty() {
+            ctx.flush_buf(out)?;
+            out.flush()?;
         }
         records += 1;
         if records.is_multiple_of(4096) {
@@ -648,7 +657,7 @@ fn run_file<W: Write + Send>(
             pb.set_position(counter.load(Ordering::Relaxed));
         }
     };
-    if opts.view == View::Json {
+    if opts.view == View::Json && !ctx.live {
         // Formatted and written on a second thread. Nothing else writes to `out` meanwhile:
         // this view's malformed-record notes and summaries go to `err`.
         let file = ctx.multi.then_some(ctx.file);
@@ -758,7 +767,12 @@ pub fn run<W: Write + Send>(
         .map(|_| Timeline::new(opts.timeline_max.max(1)));
     let multi = files.len() > 1;
     for file in files {
-        let (mut src, counter, size) = match Source::open(file) {
+        let Opened {
+            mut src,
+            counter,
+            size,
+            pipe,
+        } = match Source::open(file) {
             Ok(x) => x,
             Err(e) => {
                 out.flush()?;
@@ -773,6 +787,7 @@ pub fn run<W: Write + Send>(
         };
         let timeline_file = timeline.as_mut().map_or(0, |t| t.file(file));
         let mut ctx = FileCtx {
+            live: opts.live || pipe,
             damaged: false,
             opts,
             pal,

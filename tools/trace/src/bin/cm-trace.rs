@@ -87,6 +87,9 @@ struct Args {
     /// No progress bar on standard error.
     #[arg(long)]
     no_progress: bool,
+    /// Write each packet's output as soon as it is decoded (done anyway when an input is a pipe, as in `tcpdump -U -w - | cm-trace -`).
+    #[arg(short = 'l', long)]
+    line_buffered: bool,
     /// Most connections tracked at once (the memory bound); older ones are finished early.
     #[arg(long, value_name = "N", default_value_t = 65_536, value_parser = at_least_one)]
     max_conns: usize,
@@ -143,6 +146,7 @@ fn build(args: &Args) -> Result<Options, String> {
         progress: !args.no_progress && io::stderr().is_terminal(),
         timeline: args.timeline.clone(),
         timeline_max: args.timeline_max,
+        live: args.line_buffered,
         tracker: TrackerConfig {
             max_live: args.max_conns,
             grace: Duration::from_secs_f64(args.grace.min(1e9)),
