@@ -146,7 +146,9 @@ fn every_fixture_file_is_covered() {
                 continue;
             }
             let name = format!("{sub}/{}", entry.file_name().to_string_lossy());
-            if name.ends_with("snap128.pcap") {
+            // Cut by the snaplen: the codec reports them truncated (tested below and in
+            // cm_trace_input.rs).
+            if name.ends_with("snap128.pcap") || name.ends_with("snap256.pcap") {
                 continue;
             }
             assert!(
