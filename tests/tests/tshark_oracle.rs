@@ -543,6 +543,13 @@ fn cm_trace_views_agree_with_tshark() {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
+        if lines.iter().any(|v| v.get("captured").is_some()) {
+            // Cut by the snaplen: tshark calls these frames malformed and shows no CM field;
+            // cm-trace decodes them as far as captured (tools/trace/tests/cm_trace_input.rs).
+            assert!(rows.is_empty(), "{name}: tshark decoded a cut frame");
+            assert!(lines.iter().all(|v| v.get("captured").is_some()), "{name}");
+            continue;
+        }
         assert_eq!(rows.len(), lines.len(), "{name}: CM frames");
         for (r, v) in rows.iter().zip(&lines) {
             let f = |i: usize| r.get(i).map(String::as_str).unwrap_or("");
