@@ -5,7 +5,7 @@
 use ibcm_mad::cma::CmaHeader;
 use ibcm_mad::frame;
 use ibcm_mad::{AttrId, CmMessage, Mad, MadHeader};
-use ibcm_trace::CaptureReader;
+use ibcm_trace::{CaptureError, CaptureReader};
 
 /// Link types the `frame_decode` target chooses from with its first input byte.
 pub const LINK_TYPES: [u32; 8] = [1, 101, 228, 229, 113, 276, 247, 197];
@@ -69,6 +69,8 @@ pub fn capture_read(data: &[u8]) {
             Ok(rec) => {
                 let _ = ibcm_trace::classify(&rec);
             }
+            // Damage skipped over: reading goes on (the resynchronising scan is fuzzed too).
+            Err(CaptureError::Skipped { resumed: true, .. }) => {}
             Err(_) => break,
         }
         n += 1;

@@ -93,15 +93,20 @@ fn is_pipe(t: std::fs::FileType) -> bool {
     t.is_fifo() || t.is_socket()
 }
 
-/// An error from [`Source::next_record`]: it ends the file.
+/// An error from [`Source::next_record`]: it ends the file unless `resumes`.
 #[derive(Debug)]
 pub(crate) struct RecordError {
     /// What happened, with the record number and byte offset.
     pub(crate) msg: String,
     /// The file is damaged before its end (an impossible record header, an I/O error), so
-    /// the rest of it was not read; `false` for a last record cut short (a capture copied
-    /// while being written), which loses nothing else.
+    /// the bytes up to the next plausible record header (or the rest of it) were skipped;
+    /// `false` for a last record cut short (a capture copied while being written), which loses
+    /// nothing else.
     pub(crate) damaged: bool,
+    /// Reading goes on after it (a plausible record header was found after the damage).
+    pub(crate) resumes: bool,
+    /// Bytes skipped over the damage.
+    pub(crate) skipped: u64,
 }
 
 impl Source {
@@ -176,18 +181,30 @@ impl Source {
         }
     }
 
-    /// The next record; after an error, `None`.
+    /// The next record, or an error; after an error that does not resume, `None`.
     pub(crate) fn next_record(&mut self) -> Option<Result<Record<'_>, RecordError>> {
         match self {
             Source::Pcap(r) => r.next_record().map(|x| {
-                x.map_err(|e| RecordError {
-                    damaged: !matches!(e, crate::capture::CaptureError::Truncated { .. }),
-                    msg: e.to_string(),
+                x.map_err(|e| {
+                    let (resumes, skipped) = match e {
+                        CaptureError::Skipped {
+                            resumed, skipped, ..
+                        } => (resumed, skipped),
+                        _ => (false, 0),
+                    };
+                    RecordError {
+                        damaged: !matches!(e, CaptureError::Truncated { .. }),
+                        resumes,
+                        skipped,
+                        msg: e.to_string(),
+                    }
                 })
             }),
             Source::Erf(r) => r.next_record().map(|x| {
                 x.map_err(|e| RecordError {
                     damaged: false,
+                    resumes: false,
+                    skipped: 0,
                     msg: e.to_string(),
                 })
             }),

@@ -2,7 +2,8 @@
 //!
 //! # JSON object (schema version [`JSON_SCHEMA_VERSION`])
 //! `v`; totals `files`, `frames`, `cm_mads`, `non_cm`, `malformed`, `bad_icrc`, `cut` (records
-//! cut by the snaplen) and `cm_cut` (CM MADs among them, decoded as far as captured); `messages`
+//! cut by the snaplen), `cm_cut` (CM MADs among them, decoded as far as captured) and
+//! `skipped_bytes` (skipped over damaged record headers to the next plausible one); `messages`
 //! (message name → count, repeats included); connections counted by comm-ID pair:
 //! `attempted` (REQ seen), `established`, `rejected` (object: REJ reason number as a string
 //! key → count), `rejected_total`, `timed_out`, `waiting` (capture ended within the timeout),
@@ -96,6 +97,7 @@ pub(crate) fn stats_json(out: &mut Vec<u8>, s: &TraceStats) {
     o.u64("bad_icrc", s.bad_icrc);
     o.u64("cut", s.cut);
     o.u64("cm_cut", s.cm_cut);
+    o.u64("skipped_bytes", s.skipped_bytes);
     {
         let out = o.key("messages");
         let mut m = Obj::new(out);
@@ -222,6 +224,13 @@ pub(crate) fn stats_text(out: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
         "  {} file(s), {} frames: {} CM MADs, {} non-CM, {} malformed, {} CM MADs with a bad ICRC",
         s.files, s.frames, s.cm, s.non_cm, s.malformed, s.bad_icrc
     );
+    if s.skipped_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "  {} bytes skipped over damaged record headers (to the next plausible record header)",
+            s.skipped_bytes
+        );
+    }
     if s.cut > 0 {
         let _ = writeln!(
             out,

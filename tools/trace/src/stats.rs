@@ -295,6 +295,8 @@ pub struct TraceStats {
     pub cut: u64,
     /// CM MADs cut by the snaplen, decoded as far as captured.
     pub cm_cut: u64,
+    /// Bytes skipped over damaged record headers (to the next plausible record header).
+    pub skipped_bytes: u64,
     /// CM MADs by attribute.
     pub messages: BTreeMap<u16, u64>,
     /// Non-CM records by kind.
@@ -362,6 +364,7 @@ impl TraceStats {
         self.bad_icrc += o.bad_icrc;
         self.cut += o.cut;
         self.cm_cut += o.cm_cut;
+        self.skipped_bytes += o.skipped_bytes;
         for (k, v) in &o.messages {
             *self.messages.entry(*k).or_default() += v;
         }

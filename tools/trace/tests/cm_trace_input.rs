@@ -200,3 +200,67 @@ fn line_buffered_flag_keeps_the_output() {
         assert_eq!(stderr(&live), stderr(&plain), "{view:?}");
     }
 }
+
+/// The same damage in a pcapng file (editcap's pcapng of the same capture, the third Enhanced
+/// Packet Block's length corrupted): skipped to the next block, the rest decoded, exit 1; the
+/// statistics count the skipped bytes.
+#[test]
+fn corrupt_pcapng_block_is_skipped() {
+    let f = cap("derived/damaged/corrupt_block3_length.pcapng.corrupt");
+    let f = f.to_str().unwrap();
+    let o = cm_trace(&[f]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = stdout(&o);
+    assert!(
+        text.contains(
+            "!! malformed: record 3 at byte 840 is damaged (block length fields differ: 256 at \
+             the start, 0 at the end): skipped 356 bytes to the next plausible record header, \
+             at byte 1196"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("356 bytes skipped over damaged record headers"),
+        "{text}"
+    );
+    assert!(stderr(&o).contains("exit status 1"), "{}", stderr(&o));
+    let v = json_lines(&cm_trace(&["--json", f]));
+    let frames: Vec<u64> = v.iter().map(|o| o["frame"].as_u64().unwrap()).collect();
+    assert_eq!(frames, [1, 2, 4, 5, 6, 7]);
+    let s: serde_json::Value =
+        serde_json::from_str(stdout(&cm_trace(&["--stats", "--json", f])).trim()).unwrap();
+    assert_eq!(s["skipped_bytes"], 356);
+    assert_eq!(s["established"], 1);
+    let l = stdout(&cm_trace(&["--ladder", f]));
+    assert!(l.contains("result: established, then closed"), "{l}");
+}
+
+/// A record length that is possible but wrong (it runs past the end of the file) in the
+/// middle of a pcap: a plausible record header follows, so it is damage,
+/// skipped like any other; a last record cut short is still just a truncated last record.
+#[test]
+fn wrong_length_running_past_the_end_is_skipped() {
+    let src = std::fs::read(cap("kernel/mra_slow_accept.pcap")).unwrap();
+    let dir = std::env::temp_dir().join(format!("cm-trace-input-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Record 3's incl_len (at byte 24 + 2 * 338 + 8) set to 100000.
+    let mut bad = src.clone();
+    bad[708..712].copy_from_slice(&100_000u32.to_le_bytes());
+    let f = dir.join("len100000.pcap");
+    std::fs::write(&f, &bad).unwrap();
+    let o = cm_trace(&["--json", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("record 3 at byte 700 is damaged (it runs past the end of the file"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(json_lines(&o).len(), 6);
+    // Cut inside the last record: truncated, exit 0, nothing skipped.
+    let cut = dir.join("cut.pcap");
+    std::fs::write(&cut, &src[..src.len() - 100]).unwrap();
+    let o = cm_trace(&[cut.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("record 7 at byte 2052 is truncated"), "{}", stdout(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

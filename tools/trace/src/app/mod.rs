@@ -95,7 +95,7 @@ pub struct Outcomes {
 }
 
 /// Said on standard error after a damaged record.
-const UNREAD: &str = "the rest of the file is not read (damaged record header); exit status 1";
+const DAMAGED: &str = "damaged record header (bytes skipped, records lost); exit status 1";
 
 struct FileCtx<'a> {
     /// A damaged record ended the file early.
@@ -131,6 +131,22 @@ impl FileCtx<'_> {
             let _ = writeln!(self.err, "cm-trace: {}: malformed: {what}", self.file);
             Ok(())
         }
+    }
+
+    /// Reports an error of the reader (a damaged record skipped over, a last record cut
+    /// short): as a malformed record, and for damage also on `err`.
+    fn read_error(&mut self, out: &mut impl Write, e: &RecordError) -> io::Result<()> {
+        self.stats.malformed += 1;
+        self.stats.skipped_bytes += e.skipped;
+        self.damaged |= e.damaged;
+        self.malformed(out, &e.msg)?;
+        if e.damaged && self.opts.view.text_summaries() {
+            out.flush()?;
+            let _ = writeln!(self.err, "cm-trace: {}: {DAMAGED}", self.file);
+        } else if e.damaged {
+            let _ = writeln!(self.err, "cm-trace: {}: {DAMAGED}", self.file);
+        }
+        Ok(())
     }
 
     fn finished(&mut self, c: &Conn) -> io::Result<()> {
@@ -169,6 +185,13 @@ fn summary_lines(buf: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
             buf,
             ", {} cut by the snaplen ({} CM decoded as far as captured, no ICRC verdict)",
             s.cut, s.cm_cut
+        );
+    }
+    if s.skipped_bytes > 0 {
+        let _ = write!(
+            buf,
+            ", {} bytes skipped over damaged record headers",
+            s.skipped_bytes
         );
     }
     if s.bad_icrc > 0 {
@@ -453,13 +476,9 @@ fn inline_loop<W: Write>(
         let (ts, item) = match src.next_record() {
             None => return Ok(()),
             Some(Err(e)) => {
-                // A damaged record ends the file (the reader cannot resynchronise).
-                ctx.stats.malformed += 1;
-                ctx.damaged |= e.damaged;
-                ctx.malformed(out, &e.msg)?;
-                if e.damaged {
-                    out.flush()?;
-                    let _ = writeln!(ctx.err, "cm-trace: {}: {UNREAD}", ctx.file);
+                ctx.read_error(out, &e)?;
+                if e.resumes {
+                    continue;
                 }
                 return Ok(());
             }
@@ -494,15 +513,21 @@ fn inline_loop<W: Write>(
     }
 }
 
-/// Reads up to [`BATCH`] records into `raw`; `Ok(false)` at the end of the input, `Err` with
-/// the reader's message for a damaged record (which ends the input).
-fn read_batch(src: &mut Source, raw: &mut RawBatch) -> Result<bool, RecordError> {
+/// Reads up to [`BATCH`] records into `raw`; `false` at the end of the input. The reader's
+/// errors go into `errs` (reading goes on after those that resume).
+fn read_batch(src: &mut Source, raw: &mut RawBatch, errs: &mut Vec<RecordError>) -> bool {
     raw.data.clear();
     raw.recs.clear();
     while raw.recs.len() < BATCH {
         match src.next_record() {
-            None => return Ok(false),
-            Some(Err(e)) => return Err(e),
+            None => return false,
+            Some(Err(e)) => {
+                let resumes = e.resumes;
+                errs.push(e);
+                if !resumes {
+                    return false;
+                }
+            }
             Some(Ok(r)) => {
                 raw.data.extend_from_slice(r.data);
                 raw.recs.push((
@@ -515,7 +540,7 @@ fn read_batch(src: &mut Source, raw: &mut RawBatch) -> Result<bool, RecordError>
             }
         }
     }
-    Ok(true)
+    true
 }
 
 /// The per-record loop of `--json`: records are read here and classified by `h` a few batches
@@ -527,20 +552,15 @@ fn threaded_loop(
     src: &mut Source,
     progress: &dyn Fn(),
 ) -> io::Result<()> {
-    let mut read_error: Option<RecordError> = None;
+    let mut errs: Vec<RecordError> = Vec::new();
     let mut more = true;
     let mut in_flight = 0usize;
     let mut spare_raw: Vec<RawBatch> = Vec::new();
     loop {
         while more && in_flight < IN_FLIGHT {
             let mut raw = spare_raw.pop().unwrap_or_default();
-            match read_batch(src, &mut raw) {
-                Ok(m) => more = m,
-                Err(e) => {
-                    read_error = Some(e);
-                    more = false;
-                }
-            }
+            more = read_batch(src, &mut raw, &mut errs);
+            report_read_errors(ctx, h, &mut errs)?;
             if raw.recs.is_empty() {
                 spare_raw.push(raw);
                 break;
@@ -557,13 +577,8 @@ fn threaded_loop(
         // Read (and have classified) the next batch while this one is tracked.
         if more {
             let mut raw = spare_raw.pop().unwrap_or_default();
-            match read_batch(src, &mut raw) {
-                Ok(m) => more = m,
-                Err(e) => {
-                    read_error = Some(e);
-                    more = false;
-                }
-            }
+            more = read_batch(src, &mut raw, &mut errs);
+            report_read_errors(ctx, h, &mut errs)?;
             if raw.recs.is_empty() {
                 spare_raw.push(raw);
             } else {
@@ -612,15 +627,21 @@ fn threaded_loop(
         h.format(batch)?;
         progress();
     }
-    if let Some(e) = read_error {
-        // A damaged record ends the file (the reader cannot resynchronise).
-        ctx.stats.malformed += 1;
-        ctx.damaged |= e.damaged;
-        h.flush()?;
-        let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {}", ctx.file, e.msg);
-        if e.damaged {
-            let _ = writeln!(ctx.err, "cm-trace: {}: {UNREAD}", ctx.file);
-        }
+    Ok(())
+}
+
+/// Reports the reader's errors in the `--json` view (on `err`, after the lines so far).
+fn report_read_errors(
+    ctx: &mut FileCtx<'_>,
+    h: &Helper<'_>,
+    errs: &mut Vec<RecordError>,
+) -> io::Result<()> {
+    if errs.is_empty() {
+        return Ok(());
+    }
+    h.flush()?;
+    for e in errs.drain(..) {
+        ctx.read_error(&mut io::sink(), &e)?;
     }
     Ok(())
 }

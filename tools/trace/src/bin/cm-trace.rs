@@ -9,10 +9,12 @@
 //! cm-trace --stats [--json] FILE  connection statistics (see the crate docs)
 //! cm-trace --timeline out.svg ... one row per connection, as SVG (or .html)
 //! ```
-//! `-` reads standard input. Malformed frames are reported with their number and reason and
-//! never stop the run. The exit status is non-zero only when an input cannot be read at all,
-//! or has a damaged record header before its end (the rest of that file cannot be read; the
-//! message gives the record number and byte offset).
+//! `-` reads standard input; a pipe is a live view (the output is flushed after every packet;
+//! `-l` does it for any input). Malformed frames are reported with their number and reason and
+//! never stop the run; frames cut by the snaplen are decoded as far as captured. The exit
+//! status is non-zero only when an input cannot be read at all, or has a damaged record header
+//! before its end: the message gives the record number, its byte offset and the bytes skipped
+//! to the next plausible record header, from which the file is read on.
 
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;

@@ -23,6 +23,8 @@ pub(super) struct Input<R> {
     pub(super) start: usize,
     end: usize,
     pub(super) consumed: u64,
+    /// The reader has returned end of input.
+    pub(super) eof: bool,
 }
 
 impl<R: Read> Input<R> {
@@ -33,6 +35,7 @@ impl<R: Read> Input<R> {
             start: 0,
             end: 0,
             consumed: 0,
+            eof: false,
         }
     }
 
@@ -64,7 +67,10 @@ impl<R: Read> Input<R> {
         loop {
             let space = self.buf.get_mut(self.end..).unwrap_or(&mut []);
             match self.reader.read(space) {
-                Ok(0) => return Ok(Fill::Eof),
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(Fill::Eof);
+                }
                 Ok(n) => {
                     self.end += n.min(space_len(&self.buf, self.end));
                     return Ok(Fill::Data);

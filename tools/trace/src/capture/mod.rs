@@ -8,8 +8,11 @@
 //! [`CaptureReader::next_record`] returns records that borrow that buffer: no allocation per
 //! packet.
 //!
-//! After an unrecoverable error (a truncated last record, a corrupt block) `next_record`
-//! returns that error once, then `None`: every good record before the error is delivered.
+//! A damaged record header or block in the middle of the file is skipped: the reader scans
+//! on for the next plausible record header (`resync`) and `next_record` returns one
+//! [`CaptureError::Skipped`] naming the damaged record, its offset and the bytes skipped, then
+//! the records after it. After any other error (a truncated last record, an I/O error) it
+//! returns that error once, then `None`.
 //!
 //! Frame data is handed over as captured; use [`ibcm_mad::frame::decode`] with
 //! [`Record::link_type`] to get to the packet (the link-layer decoding is codec work and lives
@@ -32,6 +35,7 @@ mod buffer;
 pub(crate) mod erf;
 mod pcapng;
 mod reader;
+mod resync;
 mod step;
 mod writer;
 
@@ -105,6 +109,27 @@ impl fmt::Display for Which {
     }
 }
 
+/// The end of a [`CaptureError::Skipped`] message.
+struct Resync(u64, u64, bool);
+
+impl fmt::Display for Resync {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Resync(skipped, offset, resumed) = *self;
+        if resumed {
+            write!(
+                f,
+                "skipped {skipped} bytes to the next plausible record header, at byte {}",
+                offset + skipped
+            )
+        } else {
+            write!(
+                f,
+                "skipped the last {skipped} bytes: no plausible record header after it"
+            )
+        }
+    }
+}
+
 /// Why a capture could not be read or written.
 ///
 /// `number` is the 1-based number the failing record would have had (0 = the file header);
@@ -158,6 +183,24 @@ pub enum CaptureError {
         len: usize,
         /// The limit.
         max: usize,
+    },
+    /// A damaged record header (or block) in the middle of the file: the reader skipped
+    /// `skipped` bytes from `offset` to the next plausible record header (`resumed`) and
+    /// reads on from there, or to the end of the file (no plausible header after it). The
+    /// damaged record keeps its number and the records found after it are numbered on from
+    /// `number + 1` (how many records the skipped bytes held is unknown).
+    #[error("{} at byte {offset} is damaged ({reason}): {}", Which(*number), Resync(*skipped, *offset, *resumed))]
+    Skipped {
+        /// Number the damaged record would have had.
+        number: u64,
+        /// Offset of the damaged record or block.
+        offset: u64,
+        /// Bytes skipped.
+        skipped: u64,
+        /// What was wrong with it.
+        reason: String,
+        /// Whether a plausible record header was found (reading goes on from it).
+        resumed: bool,
     },
     /// Writing a capture failed.
     #[error("writing the capture failed: {reason}")]

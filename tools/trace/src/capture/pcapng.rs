@@ -17,6 +17,7 @@ use nom::number::complete::{be_u32, i64 as ng_i64, u16 as ng_u16, u32 as ng_u32,
 use nom::number::Endianness;
 use nom::{IResult, Parser};
 
+use super::resync::Probe;
 use super::step::{Meta, Step};
 
 /// Block types handled here.
@@ -317,6 +318,33 @@ impl PcapNg {
         self.order = order;
         self.interfaces.clear();
         Ok(())
+    }
+
+    /// Whether `b` starts with a plausible block (resynchronising after a damaged one): a
+    /// known block type, framed right (a length that is a multiple of 4, at least 12, at most
+    /// [`MAX_RECORD_LEN`](super::MAX_RECORD_LEN), and repeated at the block's end); an EPB
+    /// must name a known interface. `eof`: `b` runs to the end of the file.
+    pub(super) fn probe(&self, b: &[u8], eof: bool) -> Probe {
+        match raw_block(b, self.order) {
+            Ok(block) => {
+                let known = matches!(
+                    block.ty,
+                    SHB | IDB | PB | SPB | EPB | 4 | 5 | 0x0A | 0x0BAD | 0x4000_0BAD
+                );
+                let iface_ok = block.ty != EPB
+                    || ng_u32::<_, ()>(self.order)(block.body)
+                        .is_ok_and(|(_, i)| (i as usize) < self.interfaces.len());
+                if known && iface_ok {
+                    Probe::Yes
+                } else {
+                    Probe::No
+                }
+            }
+            Err(Stop::Incomplete(need)) if !eof && need <= super::MAX_RECORD_LEN => {
+                Probe::NeedMore
+            }
+            Err(_) => Probe::No,
+        }
     }
 
     /// One block from the buffered bytes `avail`.

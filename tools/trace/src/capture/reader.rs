@@ -10,6 +10,7 @@ use pcap_file::pcap::{PcapHeader, PcapParseError, PcapParser, PcapTsResolution};
 use pcap_file::Endianness;
 
 use super::buffer::{Fill, Input};
+use super::resync::{scan, PcapShape, MAX_PCAP_CAPLEN};
 use super::pcapng::PcapNg;
 use super::step::{Meta, Step};
 use super::{chain, CaptureError, CaptureFormat, Record, TsResolution, MAX_RECORD_LEN};
@@ -22,6 +23,8 @@ enum Kind {
         parser: PcapParser,
         nanos: bool,
         link_type: u32,
+        /// Seconds of the last good record (for resynchronising).
+        last_sec: Option<u32>,
     },
     PcapNg(PcapNg),
 }
@@ -116,6 +119,7 @@ impl<R: Read> CaptureReader<R> {
                     link_type: u32::from(h.datalink),
                     parser,
                     nanos,
+                    last_sec: None,
                 };
                 (kind, format)
             }
@@ -168,12 +172,16 @@ impl<R: Read> CaptureReader<R> {
                         parser,
                         nanos,
                         link_type,
+                        ..
                     } => pcap_step(parser, *nanos, *link_type, avail),
                     Kind::PcapNg(parser) => parser.step(avail),
                 }
             };
             match step {
                 Step::Packet { len, meta } => {
+                    if let Kind::Pcap { last_sec, .. } = &mut self.kind {
+                        *last_sec = u32::try_from(meta.timestamp.as_secs()).ok();
+                    }
                     let from = self.input.start + meta.data_off;
                     self.input.consume(len);
                     self.number = number;
@@ -198,12 +206,8 @@ impl<R: Read> CaptureReader<R> {
                 }
                 Step::Skip(len) => self.input.consume(len),
                 Step::Incomplete(need) if need > MAX_RECORD_LEN => {
-                    return self.fail(CaptureError::TooLarge {
-                        number,
-                        offset,
-                        len: need,
-                        max: MAX_RECORD_LEN,
-                    })
+                    let reason = format!("it claims {need} bytes, more than {MAX_RECORD_LEN}");
+                    return self.skip_damaged(number, offset, reason, None);
                 }
                 Step::Incomplete(_) => match self.input.fill() {
                     Ok(Fill::Data) => {}
@@ -212,23 +216,73 @@ impl<R: Read> CaptureReader<R> {
                         return None;
                     }
                     Ok(Fill::Eof) => {
-                        return self.fail(CaptureError::Truncated {
+                        // A last record cut short, or a damaged length that runs past the
+                        // end: damage when a plausible record header follows.
+                        let truncated = CaptureError::Truncated {
                             number,
                             offset,
                             have,
-                        })
+                        };
+                        let reason = format!("it runs past the end of the file, {have} bytes left");
+                        return self.skip_damaged(number, offset, reason, Some(truncated));
                     }
                     Err(source) => return self.fail(CaptureError::Io { offset, source }),
                 },
-                Step::Fatal(reason) => {
-                    return self.fail(CaptureError::Malformed {
-                        number,
-                        offset,
-                        reason,
-                    })
-                }
+                Step::Fatal(reason) => return self.skip_damaged(number, offset, reason, None),
             }
         }
+    }
+
+    /// The record at `offset` is damaged: scans on for the next plausible record header and
+    /// returns [`CaptureError::Skipped`]. With `otherwise`, that error is returned instead when
+    /// no plausible header follows (a last record cut short is not damage).
+    fn skip_damaged<'s>(
+        &mut self,
+        number: u64,
+        offset: u64,
+        reason: String,
+        otherwise: Option<CaptureError>,
+    ) -> Option<Result<Record<'s>, CaptureError>> {
+        // From the byte after the damaged record's first.
+        self.input.consume(1);
+        let found = match &self.kind {
+            Kind::Pcap {
+                parser,
+                nanos,
+                last_sec,
+                ..
+            } => {
+                let shape = PcapShape {
+                    big_endian: parser.header().endianness == Endianness::Big,
+                    nanos: *nanos,
+                    last_sec: *last_sec,
+                };
+                scan(&mut self.input, |b, eof| shape.probe(b, eof))
+            }
+            Kind::PcapNg(ng) => scan(&mut self.input, |b, eof| ng.probe(b, eof)),
+        };
+        let found = match found {
+            Ok(f) => f,
+            Err(source) => {
+                let offset = self.input.consumed;
+                return self.fail(CaptureError::Io { offset, source });
+            }
+        };
+        if !found {
+            if let Some(e) = otherwise {
+                return self.fail(e);
+            }
+            self.done = true;
+        }
+        // The damaged record keeps its number.
+        self.number = number;
+        Some(Err(CaptureError::Skipped {
+            number,
+            offset,
+            skipped: self.input.consumed - offset,
+            reason,
+            resumed: found,
+        }))
     }
 
     fn fail<'s>(&mut self, e: CaptureError) -> Option<Result<Record<'s>, CaptureError>> {
@@ -295,6 +349,11 @@ fn pcap_step(parser: &PcapParser, nanos: bool, link_type: u32, avail: &[u8]) -> 
         }
     };
     let (ts_sec, ts_frac, incl_len, orig_len) = (word(0), word(1), word(2), word(3));
+    if incl_len > MAX_PCAP_CAPLEN {
+        return Step::Fatal(format!(
+            "it claims {incl_len} captured bytes, more than {MAX_PCAP_CAPLEN}"
+        ));
+    }
     let caplen = usize::try_from(incl_len).unwrap_or(usize::MAX);
     if rest.len() < caplen {
         return Step::Incomplete(caplen);

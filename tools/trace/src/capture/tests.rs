@@ -96,16 +96,71 @@ fn header_errors() {
 }
 
 #[test]
-fn huge_record_is_an_error() {
+fn huge_record_is_skipped_to_the_end() {
     let mut bytes = write_pcap(TsResolution::Micro, &[(Duration::from_secs(1), &[1; 4])]);
     // incl_len = orig_len = 0x7fff_ffff
     bytes[24 + 8..24 + 16].copy_from_slice(&[0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff, 0x7f]);
     let mut r = CaptureReader::new(&bytes[..]).unwrap();
-    assert!(matches!(
-        r.next_record().unwrap(),
-        Err(CaptureError::TooLarge { number: 1, .. })
-    ));
+    let err = r.next_record().unwrap().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CaptureError::Skipped {
+                number: 1,
+                offset: 24,
+                skipped: 20,
+                resumed: false,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no plausible record header"), "{err}");
     assert!(r.next_record().is_none());
+}
+
+/// Garbage between records (a damaged header and what follows it): the reader skips to the
+/// next plausible record header, says how many bytes it skipped, and reads on, also when the
+/// input arrives one byte at a time.
+#[test]
+fn pcap_resynchronises_after_garbage() {
+    let frames: Vec<(Duration, Vec<u8>)> = (0..6u8)
+        .map(|i| (Duration::new(1_700_000_000 + u64::from(i), 1000), vec![i; 60]))
+        .collect();
+    let refs: Vec<(Duration, &[u8])> = frames.iter().map(|(t, d)| (*t, &d[..])).collect();
+    let good = write_pcap(TsResolution::Micro, &refs);
+    // Record 3 starts at 24 + 2 * 76; its header is overwritten with 0xee bytes.
+    let mut bad = good.clone();
+    bad[176..192].fill(0xee);
+    for trickle in [false, true] {
+        let mut r = if trickle {
+            CaptureReader::new(Box::new(Trickle(&bad[..])) as Box<dyn Read>).unwrap()
+        } else {
+            CaptureReader::new(Box::new(&bad[..]) as Box<dyn Read>).unwrap()
+        };
+        let mut got = Vec::new();
+        let mut errs = Vec::new();
+        while let Some(rec) = r.next_record() {
+            match rec {
+                Ok(rec) => got.push((rec.number, rec.data[0])),
+                Err(e) => errs.push(e),
+            }
+        }
+        assert_eq!(got, [(1, 0), (2, 1), (4, 3), (5, 4), (6, 5)], "trickle {trickle}");
+        assert!(
+            matches!(
+                errs[..],
+                [CaptureError::Skipped {
+                    number: 3,
+                    offset: 176,
+                    skipped: 76,
+                    resumed: true,
+                    ..
+                }]
+            ),
+            "{errs:?}"
+        );
+    }
 }
 
 /// A reader that hands out one byte at a time.
@@ -364,9 +419,10 @@ fn pcapng_truncated_and_corrupt() {
     assert!(
         matches!(
             err,
-            CaptureError::Malformed {
+            CaptureError::Skipped {
                 number: 1,
                 offset: 48,
+                resumed: false,
                 ..
             }
         ),
@@ -407,8 +463,9 @@ fn big_endian_pcap() {
     assert!(r.next_record().is_none());
 }
 
-/// Every single-byte change of a pcapng file reads to an end (records, then at most one
-/// error) without a panic.
+/// Every single-byte change of a pcapng file reads to an end without a panic: its records,
+/// with at most one skipped region or final error per damaged block, never more items than
+/// blocks.
 #[test]
 fn pcapng_byte_flips() {
     let bytes = sample_pcapng();
@@ -422,10 +479,12 @@ fn pcapng_byte_flips() {
             let mut n = 0;
             while let Some(rec) = r.next_record() {
                 n += 1;
-                assert!(n <= 6, "byte {at} ^ {flip:#x}");
-                if rec.is_err() {
-                    assert!(r.next_record().is_none());
-                    break;
+                assert!(n <= 8, "byte {at} ^ {flip:#x}");
+                if let Err(e) = rec {
+                    if !matches!(e, CaptureError::Skipped { resumed: true, .. }) {
+                        assert!(r.next_record().is_none());
+                        break;
+                    }
                 }
             }
         }
