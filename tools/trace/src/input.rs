@@ -51,9 +51,9 @@ type Boxed = Box<dyn Read + Send>;
 /// An open capture.
 pub(crate) enum Source {
     /// pcap or pcapng.
-    Pcap(CaptureReader<Counting<Boxed>>),
+    Pcap(CaptureReader<Boxed>),
     /// Raw ERF records.
-    Erf(ErfReader<Counting<Boxed>>),
+    Erf(ErfReader<Boxed>),
 }
 
 /// Why an input could not be opened.
@@ -72,6 +72,15 @@ impl std::fmt::Display for OpenError {
             OpenError::Format(s) => f.write_str(s),
         }
     }
+}
+
+/// Reads the first 16 bytes of `reader` (fewer at its end); returns them and the reader,
+/// which goes on after them (see [`Replay`]).
+fn sniff(mut reader: Boxed) -> Result<(Vec<u8>, Boxed), OpenError> {
+    let mut head = vec![0u8; 16];
+    let n = read_full(&mut reader, &mut head).map_err(OpenError::Io)?;
+    head.truncate(n);
+    Ok((head, reader))
 }
 
 /// An opened input.
@@ -142,11 +151,32 @@ impl Source {
     ///
     /// # Errors
     /// As [`Source::open`].
-    pub(crate) fn from_reader(mut reader: Boxed) -> Result<(Source, Arc<AtomicU64>), OpenError> {
-        let mut head = vec![0u8; 16];
-        let n = read_full(&mut reader, &mut head).map_err(OpenError::Io)?;
-        head.truncate(n);
+    pub(crate) fn from_reader(reader: Boxed) -> Result<(Source, Arc<AtomicU64>), OpenError> {
+        // The bytes of the input as stored (compressed for a gzip file: the progress bar
+        // compares them with the file size).
         let count = Arc::new(AtomicU64::new(0));
+        let counting: Boxed = Box::new(Counting {
+            inner: reader,
+            count: Arc::clone(&count),
+        });
+        let (head, reader) = sniff(counting)?;
+        // gzip (`.pcap.gz`, `.pcapng.gz`, whatever the name): decompressed as it is read, every
+        // member of a multi-member file in turn (as `gzip -c a b >> f` writes them).
+        let (head, reader) = if head.starts_with(&[0x1f, 0x8b]) {
+            let whole: Boxed = Box::new(Replay {
+                head,
+                pos: 0,
+                inner: reader,
+            });
+            sniff(Box::new(flate2::read::MultiGzDecoder::new(whole)))
+                .map_err(|e| match e {
+                    OpenError::Io(e) => OpenError::Format(format!("gzip: {e}")),
+                    e => e,
+                })?
+        } else {
+            (head, reader)
+        };
+        let n = head.len();
         let magic = head
             .first_chunk::<4>()
             .map(|m| u32::from_be_bytes(*m))
@@ -156,15 +186,11 @@ impl Source {
             0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 | 0x0a0d_0d0a
         );
         let is_erf = !known && looks_like_erf(&head);
-        let replay: Boxed = Box::new(Replay {
+        let counting: Boxed = Box::new(Replay {
             head,
             pos: 0,
             inner: reader,
         });
-        let counting = Counting {
-            inner: replay,
-            count: Arc::clone(&count),
-        };
         if n == 0 {
             return Err(OpenError::Format("empty file".to_string()));
         }

@@ -68,12 +68,33 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A "nice" tick step (1, 2 or 5 × 10^n seconds) for a span.
+/// Tick steps of a minute and more, in seconds: minutes, hours and days as a clock divides
+/// them (not 20000 s).
+const CLOCK_STEPS: [f64; 13] = [
+    60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 10_800.0, 21_600.0, 43_200.0,
+    86_400.0, 172_800.0,
+];
+const DAY: f64 = 86_400.0;
+
+/// A "nice" tick step for a span of `span` seconds, about 8 ticks: 1, 2 or 5 × 10^n seconds
+/// below a minute; then minutes, hours and days ([`CLOCK_STEPS`]); then 1, 2 or 5 × 10^n
+/// days.
 fn tick_step(span: f64) -> f64 {
     if span <= 0.0 || !span.is_finite() {
         return 1.0;
     }
     let raw = span / 8.0;
+    if raw >= 45.0 {
+        if let Some(&c) = CLOCK_STEPS.iter().find(|&&c| c >= raw * 0.75) {
+            return c;
+        }
+        return nice(raw / DAY) * DAY;
+    }
+    nice(raw)
+}
+
+/// 1, 2, 5 or 10 × 10^n, nearest to `raw` (> 0).
+fn nice(raw: f64) -> f64 {
     let mag = 10f64.powf(raw.log10().floor());
     let norm = raw / mag;
     let m = if norm < 1.5 {
@@ -88,8 +109,25 @@ fn tick_step(span: f64) -> f64 {
     m * mag
 }
 
+/// A tick label: the time since the start in the unit of the step (`5 ms`, `30 s`,
+/// `1 h 30 min`, `2 d 12 h`).
 fn fmt_tick(t: f64, step: f64) -> String {
-    if step >= 1.0 {
+    if step >= 60.0 {
+        // Whole minutes (every step from a minute on is a whole number of them).
+        let total = (t / 60.0).round() as u64;
+        let (d, h, m) = (total / 1440, total / 60 % 24, total % 60);
+        let mut parts = Vec::new();
+        if d > 0 {
+            parts.push(format!("{d} d"));
+        }
+        if h > 0 {
+            parts.push(format!("{h} h"));
+        }
+        if m > 0 || parts.is_empty() {
+            parts.push(format!("{m} min"));
+        }
+        parts.join(" ")
+    } else if step >= 1.0 {
         format!("{t:.0} s")
     } else if step >= 0.001 {
         format!("{:.0} ms", t * 1e3)
@@ -252,9 +290,10 @@ impl Timeline {
         }
         let _ = writeln!(
             s,
-            r##"<text x="10" y="{:.1}" fill="#777">time axis: capture time since {:.6} s (Unix epoch)</text>"##,
+            r##"<text x="10" y="{:.1}" fill="#777">time axis: capture time since {:.6} s (Unix epoch), {}</text>"##,
             bottom + 24.0,
-            t0.as_secs_f64()
+            t0.as_secs_f64(),
+            utc(t0.as_secs())
         );
         s.push_str("</svg>\n");
         s
@@ -423,9 +462,55 @@ impl Timeline {
     }
 }
 
+/// `secs` since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC` (the proleptic Gregorian
+/// calendar; days to a civil date by H. Hinnant's `civil_from_days`).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_over_hours_and_days() {
+        // Three days: 12-hour ticks labelled in days and hours.
+        let step = tick_step(3.0 * DAY);
+        assert_eq!(step, 43_200.0);
+        assert_eq!(fmt_tick(1.5 * DAY, step), "1 d 12 h");
+        assert_eq!(fmt_tick(0.0, step), "0 min");
+        // Two hours: 15 minutes.
+        let step = tick_step(7200.0);
+        assert_eq!(step, 900.0);
+        assert_eq!(fmt_tick(4500.0, step), "1 h 15 min");
+        // A year: 50 days.
+        assert_eq!(tick_step(365.0 * DAY), 50.0 * DAY);
+        // Under a minute: unchanged.
+        assert_eq!(fmt_tick(30.0, tick_step(100.0)), "30 s");
+    }
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_487_678_249), "2017-02-21 11:57:29 UTC");
+    }
 
     #[test]
     fn ticks() {

@@ -264,3 +264,103 @@ fn wrong_length_running_past_the_end_is_skipped() {
     assert!(stdout(&o).contains("record 7 at byte 2052 is truncated"), "{}", stdout(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// gzip-compressed captures (`.pcap.gz`, `.pcapng.gz`) are read as tshark reads them, from a
+/// file or a pipe: the same output as the plain capture.
+#[test]
+fn gzip_captures_are_read() {
+    use std::io::Write;
+    use std::process::Stdio;
+    for (gz, plain) in [
+        ("derived/gz/mra_slow_accept.pcap.gz", "kernel/mra_slow_accept.pcap"),
+        ("derived/gz/rping_3.pcapng.gz", "kernel/rping_3.pcap"),
+    ] {
+        let (gz, plain) = (cap(gz), cap(plain));
+        for view in [&[][..], &["--json"][..], &["--stats", "--json"][..]] {
+            let mut a = view.to_vec();
+            a.push(plain.to_str().unwrap());
+            let want = cm_trace(&a);
+            *a.last_mut().unwrap() = gz.to_str().unwrap();
+            let got = cm_trace(&a);
+            assert!(got.status.success(), "{gz:?}: {}", stderr(&got));
+            assert_eq!(stdout(&got), stdout(&want), "{gz:?} {view:?}");
+        }
+        // From standard input.
+        let mut child = Command::new(BIN)
+            .args(["--json", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&std::fs::read(&gz).unwrap())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success());
+        assert_eq!(
+            stdout(&o),
+            stdout(&cm_trace(&["--json", plain.to_str().unwrap()]))
+        );
+    }
+    // A gzip stream cut short: the records before the cut, then a non-zero exit that says so.
+    let bytes = std::fs::read(cap("derived/gz/rping_3.pcapng.gz")).unwrap();
+    let dir = std::env::temp_dir().join(format!("cm-trace-gz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cut = dir.join("cut.pcapng.gz");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let o = cm_trace(&[cut.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("the rest of the input could not be read"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A connection whose teardown comes three days after its setup: the timeline's axis ticks
+/// are in days and hours (not 20000 s steps), and its footer gives the start in UTC.
+#[test]
+fn timeline_axis_over_days() {
+    let dir = std::env::temp_dir().join(format!("cm-trace-days-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("t.svg");
+    let o = cm_trace(&[
+        "--timeline",
+        svg.to_str().unwrap(),
+        cap("derived/long/dreq_after_3_days.pcap").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc = std::fs::read_to_string(&svg).unwrap();
+    let ticks: Vec<&str> = doc
+        .split("text-anchor=\"middle\" fill=\"#555\">")
+        .skip(1)
+        .filter_map(|s| s.split('<').next())
+        .collect();
+    assert_eq!(
+        ticks,
+        ["0 min", "12 h", "1 d", "1 d 12 h", "2 d", "2 d 12 h", "3 d"],
+        "{doc}"
+    );
+    assert!(doc.contains("2026-11-29 16:10:54 UTC"), "{doc}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--help` starts with what cm-trace does (not the description of a whole crate).
+#[test]
+fn help_opens_with_cm_trace_description() {
+    let o = cm_trace(&["--help"]);
+    assert!(o.status.success());
+    assert!(
+        stdout(&o).starts_with(
+            "Decode InfiniBand CM (MAD class 0x07) messages from capture files and show \
+             connections"
+        ),
+        "{}",
+        stdout(&o)
+    );
+}

@@ -96,6 +96,9 @@ pub struct Outcomes {
 
 /// Said on standard error after a damaged record.
 const DAMAGED: &str = "damaged record header (bytes skipped, records lost); exit status 1";
+/// Said on standard error after an error that ends the input early (an I/O error, a gzip
+/// stream cut short).
+const UNREAD: &str = "the rest of the input could not be read; exit status 1";
 
 struct FileCtx<'a> {
     /// A damaged record ended the file early.
@@ -140,11 +143,10 @@ impl FileCtx<'_> {
         self.stats.skipped_bytes += e.skipped;
         self.damaged |= e.damaged;
         self.malformed(out, &e.msg)?;
-        if e.damaged && self.opts.view.text_summaries() {
+        if e.damaged {
             out.flush()?;
-            let _ = writeln!(self.err, "cm-trace: {}: {DAMAGED}", self.file);
-        } else if e.damaged {
-            let _ = writeln!(self.err, "cm-trace: {}: {DAMAGED}", self.file);
+            let what = if e.skipped > 0 { DAMAGED } else { UNREAD };
+            let _ = writeln!(self.err, "cm-trace: {}: {what}", self.file);
         }
         Ok(())
     }
