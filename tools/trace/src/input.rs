@@ -168,11 +168,10 @@ impl Source {
                 pos: 0,
                 inner: reader,
             });
-            sniff(Box::new(flate2::read::MultiGzDecoder::new(whole)))
-                .map_err(|e| match e {
-                    OpenError::Io(e) => OpenError::Format(format!("gzip: {e}")),
-                    e => e,
-                })?
+            sniff(Box::new(flate2::read::MultiGzDecoder::new(whole))).map_err(|e| match e {
+                OpenError::Io(e) => OpenError::Format(format!("gzip: {e}")),
+                e => e,
+            })?
         } else {
             (head, reader)
         };

@@ -27,7 +27,8 @@
 //! * Views: `render` (one line per MAD, JSON lines), `verbose` (`-V`), `ladder` (`--ladder`),
 //!   `report` and `stats` (`--stats`), `timeline` (`--timeline`), `style` (colours).
 //! * `filter`: message type, Service ID, comm ID, address, XRC and problem filters.
-//! * `app`: the run loop; `gen`: the capture generator.
+//! * `app`: the run loop (`app/file`: one input through the loop and the views written on the
+//!   calling thread; `app/json`: the two-thread `--json` loop); `gen`: the capture generator.
 //!
 //! # Where nom is used, and where not (the workspace's rule: docs/framing.md §5.2)
 //! nom parses the capture structures that are variable-length and off the per-packet hot

@@ -747,7 +747,11 @@ pub(crate) fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Durati
     }
     if let Some(n) = ev.captured {
         out.push(b' ');
-        pal.paint(out, Role::Warn, &format!("[truncated: {n} of 256 MAD bytes]"));
+        pal.paint(
+            out,
+            Role::Warn,
+            &format!("[truncated: {n} of 256 MAD bytes]"),
+        );
     }
     out.extend_from_slice(b"  icrc=");
     match ev.icrc {

@@ -276,11 +276,9 @@ fn classify_cut(rec: &Record<'_>) -> Item {
         Ok(decoded) => {
             let captured = match decoded.ib() {
                 // MAD bytes within the captured data.
-                Some(p) if p.is_mad() => rec
-                    .data
-                    .len()
-                    .saturating_sub(p.payload_offset)
-                    .min(MAD_LEN),
+                Some(p) if p.is_mad() => {
+                    rec.data.len().saturating_sub(p.payload_offset).min(MAD_LEN)
+                }
                 _ => MAD_LEN,
             };
             classify_decoded(rec, &decoded, Some(captured))

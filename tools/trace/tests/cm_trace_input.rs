@@ -98,7 +98,9 @@ fn snaplen_cut_frames_decode_as_far_as_captured() {
 
         let verbose = stdout(&cm_trace(&["-V", f]));
         assert!(
-            verbose.contains(&format!("the snaplen kept {captured} of the MAD's 256 bytes")),
+            verbose.contains(&format!(
+                "the snaplen kept {captured} of the MAD's 256 bytes"
+            )),
             "{verbose}"
         );
     }
@@ -108,7 +110,11 @@ fn snaplen_cut_frames_decode_as_far_as_captured() {
 fn pcap_records(file: &Path) -> (Vec<u8>, Vec<Vec<u8>>) {
     let bytes = std::fs::read(file).unwrap();
     let (header, mut rest) = bytes.split_at(24);
-    assert_eq!(&header[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "little-endian µs pcap");
+    assert_eq!(
+        &header[..4],
+        &[0xd4, 0xc3, 0xb2, 0xa1],
+        "little-endian µs pcap"
+    );
     let mut recs = Vec::new();
     while !rest.is_empty() {
         let incl = u32::from_le_bytes(rest[8..12].try_into().unwrap()) as usize;
@@ -124,7 +130,10 @@ fn pcap_records(file: &Path) -> (Vec<u8>, Vec<Vec<u8>>) {
 fn watchdog(pid: u32) -> std::sync::mpsc::Sender<()> {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
-        if rx.recv_timeout(std::time::Duration::from_secs(120)).is_err() {
+        if rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_err()
+        {
             let _ = Command::new("kill").arg(pid.to_string()).status();
         }
     });
@@ -261,7 +270,11 @@ fn wrong_length_running_past_the_end_is_skipped() {
     std::fs::write(&cut, &src[..src.len() - 100]).unwrap();
     let o = cm_trace(&[cut.to_str().unwrap()]);
     assert!(o.status.success());
-    assert!(stdout(&o).contains("record 7 at byte 2052 is truncated"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("record 7 at byte 2052 is truncated"),
+        "{}",
+        stdout(&o)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -272,7 +285,10 @@ fn gzip_captures_are_read() {
     use std::io::Write;
     use std::process::Stdio;
     for (gz, plain) in [
-        ("derived/gz/mra_slow_accept.pcap.gz", "kernel/mra_slow_accept.pcap"),
+        (
+            "derived/gz/mra_slow_accept.pcap.gz",
+            "kernel/mra_slow_accept.pcap",
+        ),
         ("derived/gz/rping_3.pcapng.gz", "kernel/rping_3.pcap"),
     ] {
         let (gz, plain) = (cap(gz), cap(plain));

@@ -1,7 +1,9 @@
 //! Tests of the run loop.
 
+use super::json::BATCH;
 use super::*;
 use crate::capture::{CaptureReader, PcapFileWriter, TsResolution};
+use crate::trace::{classify, Item};
 
 /// `--json` with malformed records between CM MADs (several batches): every CM MAD gets
 /// its line, in order, and each malformed record its report.

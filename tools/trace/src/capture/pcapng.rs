@@ -340,9 +340,7 @@ impl PcapNg {
                     Probe::No
                 }
             }
-            Err(Stop::Incomplete(need)) if !eof && need <= super::MAX_RECORD_LEN => {
-                Probe::NeedMore
-            }
+            Err(Stop::Incomplete(need)) if !eof && need <= super::MAX_RECORD_LEN => Probe::NeedMore,
             Err(_) => Probe::No,
         }
     }

@@ -10,8 +10,8 @@ use pcap_file::pcap::{PcapHeader, PcapParseError, PcapParser, PcapTsResolution};
 use pcap_file::Endianness;
 
 use super::buffer::{Fill, Input};
-use super::resync::{scan, PcapShape, MAX_PCAP_CAPLEN};
 use super::pcapng::PcapNg;
+use super::resync::{scan, PcapShape, MAX_PCAP_CAPLEN};
 use super::step::{Meta, Step};
 use super::{chain, CaptureError, CaptureFormat, Record, TsResolution, MAX_RECORD_LEN};
 

@@ -70,7 +70,7 @@ impl PcapShape {
             && incl <= orig
             && orig <= MAX_PCAP_ORIG_LEN
             && time_ok;
-        ok.then(|| (incl as usize, sec))
+        ok.then_some((incl as usize, sec))
     }
 
     /// Whether `b` starts with a plausible record (see the module docs); `eof`: `b` runs to

@@ -115,7 +115,10 @@ fn huge_record_is_skipped_to_the_end() {
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("no plausible record header"), "{err}");
+    assert!(
+        err.to_string().contains("no plausible record header"),
+        "{err}"
+    );
     assert!(r.next_record().is_none());
 }
 
@@ -125,7 +128,12 @@ fn huge_record_is_skipped_to_the_end() {
 #[test]
 fn pcap_resynchronises_after_garbage() {
     let frames: Vec<(Duration, Vec<u8>)> = (0..6u8)
-        .map(|i| (Duration::new(1_700_000_000 + u64::from(i), 1000), vec![i; 60]))
+        .map(|i| {
+            (
+                Duration::new(1_700_000_000 + u64::from(i), 1000),
+                vec![i; 60],
+            )
+        })
         .collect();
     let refs: Vec<(Duration, &[u8])> = frames.iter().map(|(t, d)| (*t, &d[..])).collect();
     let good = write_pcap(TsResolution::Micro, &refs);
@@ -146,7 +154,11 @@ fn pcap_resynchronises_after_garbage() {
                 Err(e) => errs.push(e),
             }
         }
-        assert_eq!(got, [(1, 0), (2, 1), (4, 3), (5, 4), (6, 5)], "trickle {trickle}");
+        assert_eq!(
+            got,
+            [(1, 0), (2, 1), (4, 3), (5, 4), (6, 5)],
+            "trickle {trickle}"
+        );
         assert!(
             matches!(
                 errs[..],

@@ -261,7 +261,8 @@ impl Tracker {
                 c.req_sends += 1;
                 c.req.get_or_insert(t);
                 c.req_last = Some(t);
-                if c.kind == ConnKind::Unknown && ev.captured.is_none_or(|n| n >= REQ_TRANSPORT_END) {
+                if c.kind == ConnKind::Unknown && ev.captured.is_none_or(|n| n >= REQ_TRANSPORT_END)
+                {
                     c.kind = match r.transport() {
                         ReqTransport::Rc => ConnKind::Rc,
                         ReqTransport::Uc => ConnKind::Uc,

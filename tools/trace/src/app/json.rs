@@ -1,0 +1,297 @@
+//! The `--json` view on two threads: the helper thread that classifies batches of records
+//! ahead of the tracking and formats and writes the JSON lines, and the loop that reads and
+//! tracks on the calling thread.
+
+use std::io::{self, Write};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::capture::Record;
+use crate::conn::Note;
+use crate::input::{RecordError, Source};
+use crate::render::json_line;
+use crate::trace::{classify, Item};
+
+use super::file::{track, FileCtx, LoopState};
+
+/// Records per batch handed to the JSON formatting thread.
+pub(super) const BATCH: usize = 256;
+/// How many records ahead of the one being tracked the tracker is asked to prefetch the index
+/// positions of (`KEYS_AHEAD`) and the connection (`CONN_AHEAD`).
+const KEYS_AHEAD: usize = 8;
+const CONN_AHEAD: usize = 2;
+
+/// A classified record in a batch; `note` is set for the CM MADs to print.
+struct Slot {
+    ts: Duration,
+    item: Item,
+    note: Option<Note>,
+}
+
+/// Records as read (their bytes copied out of the reader's buffer), for the second thread to
+/// classify.
+#[derive(Default)]
+struct RawBatch {
+    data: Vec<u8>,
+    /// Per record: frame number, timestamp, link type, original length, end of its bytes in
+    /// `data`.
+    recs: Vec<(u64, Duration, u32, u32, usize)>,
+}
+
+/// What the tracking thread sends the helper thread.
+enum Job {
+    /// Classify these records (the result goes back as a batch of [`Slot`]s).
+    Classify(RawBatch),
+    /// Format and write these records (the CM MADs with a note).
+    Format(Vec<Slot>),
+    /// Write and flush everything so far, then acknowledge.
+    Flush,
+}
+
+/// The `--json` view on two threads. This one reads the records and tracks the connections
+/// (both strictly in order); the helper classifies (decodes) batches of records ahead of the
+/// tracking and formats and writes the JSON lines of the batches tracked. Batches are reused.
+pub(super) struct Helper<'s> {
+    tx: mpsc::SyncSender<Job>,
+    classified: mpsc::Receiver<(RawBatch, Vec<Slot>)>,
+    ack: mpsc::Receiver<()>,
+    handle: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
+}
+
+/// The error of a helper thread that stopped early (it failed writing).
+fn helper_gone() -> io::Error {
+    io::Error::other("the JSON helper thread stopped")
+}
+
+/// Raw batches in flight (read, not yet tracked).
+const IN_FLIGHT: usize = 6;
+
+impl<'s> Helper<'s> {
+    pub(super) fn start<W: Write + Send>(
+        scope: &'s std::thread::Scope<'s, '_>,
+        out: &'s mut W,
+        file: Option<&'s str>,
+    ) -> Self {
+        let (tx, rx) = mpsc::sync_channel::<Job>(2 * IN_FLIGHT + 4);
+        let (classified_tx, classified) = mpsc::channel();
+        let (ack_tx, ack) = mpsc::channel();
+        let handle = scope.spawn(move || -> io::Result<()> {
+            let mut buf = Vec::with_capacity(1 << 17);
+            let mut spare: Vec<Vec<Slot>> = Vec::new();
+            for job in rx {
+                match job {
+                    Job::Classify(raw) => {
+                        let mut slots = spare.pop().unwrap_or_default();
+                        let mut start = 0;
+                        for &(number, ts, link_type, orig_len, end) in &raw.recs {
+                            let data = raw.data.get(start..end).unwrap_or(&[]);
+                            start = end;
+                            let rec = Record {
+                                number,
+                                timestamp: ts,
+                                link_type,
+                                interface: 0,
+                                orig_len,
+                                data,
+                            };
+                            slots.push(Slot {
+                                ts,
+                                item: classify(&rec),
+                                note: None,
+                            });
+                        }
+                        if classified_tx.send((raw, slots)).is_err() {
+                            break;
+                        }
+                    }
+                    Job::Format(mut b) => {
+                        for s in &b {
+                            if let (Item::Cm(ev), Some(note)) = (&s.item, &s.note) {
+                                json_line(&mut buf, ev, note, file);
+                                if buf.len() >= 1 << 16 {
+                                    out.write_all(&buf)?;
+                                    buf.clear();
+                                }
+                            }
+                        }
+                        b.clear();
+                        if spare.len() < 2 * IN_FLIGHT {
+                            spare.push(b);
+                        }
+                    }
+                    Job::Flush => {
+                        out.write_all(&buf)?;
+                        buf.clear();
+                        out.flush()?;
+                        let _ = ack_tx.send(());
+                    }
+                }
+            }
+            out.write_all(&buf)
+        });
+        Helper {
+            tx,
+            classified,
+            ack,
+            handle,
+        }
+    }
+
+    fn send(&self, job: Job) -> io::Result<()> {
+        self.tx.send(job).map_err(|_| helper_gone())
+    }
+
+    fn format(&self, batch: Vec<Slot>) -> io::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.send(Job::Format(batch))
+    }
+
+    /// Waits until everything sent so far is written and flushed.
+    fn flush(&self) -> io::Result<()> {
+        self.send(Job::Flush)?;
+        self.ack.recv().map_err(|_| helper_gone())
+    }
+
+    /// Waits for the thread to write the rest and finish.
+    pub(super) fn finish(self) -> io::Result<()> {
+        drop(self.tx);
+        self.handle
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the JSON helper thread failed")))
+    }
+}
+
+/// Reads up to [`BATCH`] records into `raw`; `false` at the end of the input. The reader's
+/// errors go into `errs` (reading goes on after those that resume).
+fn read_batch(src: &mut Source, raw: &mut RawBatch, errs: &mut Vec<RecordError>) -> bool {
+    raw.data.clear();
+    raw.recs.clear();
+    while raw.recs.len() < BATCH {
+        match src.next_record() {
+            None => return false,
+            Some(Err(e)) => {
+                let resumes = e.resumes;
+                errs.push(e);
+                if !resumes {
+                    return false;
+                }
+            }
+            Some(Ok(r)) => {
+                raw.data.extend_from_slice(r.data);
+                raw.recs.push((
+                    r.number,
+                    r.timestamp,
+                    r.link_type,
+                    r.orig_len,
+                    raw.data.len(),
+                ));
+            }
+        }
+    }
+    true
+}
+
+/// The per-record loop of `--json`: records are read here and classified by `h` a few batches
+/// ahead, tracked here, and formatted and written by `h`.
+pub(super) fn threaded_loop(
+    ctx: &mut FileCtx<'_>,
+    st: &mut LoopState,
+    h: &Helper<'_>,
+    src: &mut Source,
+    progress: &dyn Fn(),
+) -> io::Result<()> {
+    let mut errs: Vec<RecordError> = Vec::new();
+    let mut more = true;
+    let mut in_flight = 0usize;
+    let mut spare_raw: Vec<RawBatch> = Vec::new();
+    loop {
+        while more && in_flight < IN_FLIGHT {
+            let mut raw = spare_raw.pop().unwrap_or_default();
+            more = read_batch(src, &mut raw, &mut errs);
+            report_read_errors(ctx, h, &mut errs)?;
+            if raw.recs.is_empty() {
+                spare_raw.push(raw);
+                break;
+            }
+            h.send(Job::Classify(raw))?;
+            in_flight += 1;
+        }
+        if in_flight == 0 {
+            break;
+        }
+        let (raw, mut batch) = h.classified.recv().map_err(|_| helper_gone())?;
+        in_flight -= 1;
+        spare_raw.push(raw);
+        // Read (and have classified) the next batch while this one is tracked.
+        if more {
+            let mut raw = spare_raw.pop().unwrap_or_default();
+            more = read_batch(src, &mut raw, &mut errs);
+            report_read_errors(ctx, h, &mut errs)?;
+            if raw.recs.is_empty() {
+                spare_raw.push(raw);
+            } else {
+                h.send(Job::Classify(raw))?;
+                in_flight += 1;
+            }
+        }
+        // The tracker's index and connections are too large to stay cached: it is asked to
+        // prefetch what it will look up a few records ahead, so that the memory accesses of
+        // several records overlap.
+        for s in batch.iter().take(KEYS_AHEAD) {
+            if let Item::Cm(ev) = &s.item {
+                st.tracker.prefetch_keys(ev);
+            }
+        }
+        let mut i = 0;
+        while i < batch.len() {
+            if let Some(Slot {
+                item: Item::Cm(ev), ..
+            }) = batch.get(i + KEYS_AHEAD)
+            {
+                st.tracker.prefetch_keys(ev);
+            }
+            if let Some(Slot {
+                item: Item::Cm(ev), ..
+            }) = batch.get(i + CONN_AHEAD)
+            {
+                st.tracker.prefetch_conn(ev);
+            }
+            let Some(slot) = batch.get_mut(i) else {
+                break;
+            };
+            slot.note = track(ctx, st, slot.ts, &slot.item)?;
+            if let Item::Malformed { frame, reason } = &slot.item {
+                // Everything before it is written first.
+                let what = format!("frame {frame}: {reason}");
+                let rest = batch.split_off(i + 1);
+                h.format(std::mem::replace(&mut batch, rest))?;
+                h.flush()?;
+                let _ = writeln!(ctx.err, "cm-trace: {}: malformed: {what}", ctx.file);
+                i = 0;
+                continue;
+            }
+            i += 1;
+        }
+        h.format(batch)?;
+        progress();
+    }
+    Ok(())
+}
+
+/// Reports the reader's errors in the `--json` view (on `err`, after the lines so far).
+fn report_read_errors(
+    ctx: &mut FileCtx<'_>,
+    h: &Helper<'_>,
+    errs: &mut Vec<RecordError>,
+) -> io::Result<()> {
+    if errs.is_empty() {
+        return Ok(());
+    }
+    h.flush()?;
+    for e in errs.drain(..) {
+        ctx.read_error(&mut io::sink(), &e)?;
+    }
+    Ok(())
+}
