@@ -28,12 +28,25 @@
 //! with `t` in seconds since the connection's first message, plus `rej_reason` / `mraed` /
 //! `service_timeout` / `sidr_status` where they apply; `events_dropped` counts entries beyond
 //! the per-connection limit.
+//!
+//! `data` (every connection but SIDR; added in schema 3): the RC traffic on the connection's
+//! QPNs, both directions (`crate::conn` `data` module): `packets`, `bytes` (wire length),
+//! packets by family `send`, `write`, `read_req`, `read_resp`, `ack`, `atomic`, `cnp`;
+//! `acks`, `naks` (RNR NAKs included), `rnr_naks`, NAKs by code `psn_sequence_error`,
+//! `invalid_request`, `remote_access_error`, `remote_operational_error`,
+//! `invalid_rd_request`; `retransmissions` (request PSNs resent), `psn_gaps`, `ecn_ce`,
+//! `duplicates` (packets captured twice, not counted);
+//! `first` and `last` (capture time of the first and last packet, when any); `verdict`:
+//! `ok`, `broken` (NAKs or retransmissions), `no_data`, or `null` (not established, or no RC
+//! traffic in the capture at all).
 
 use std::io::Write;
 
 use ibcm_mad::AttrId;
 
-use crate::conn::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side};
+use crate::conn::{
+    Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side, Verdict, FAMILIES, NAK_CODES,
+};
 use crate::render::{human, put_secs, put_wire_addr, Obj, JSON_SCHEMA_VERSION};
 use crate::style::{msg_role, Palette, Role};
 use crate::trace::Icrc;
@@ -274,7 +287,124 @@ pub(crate) fn ladder(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
     }
     out.extend_from_slice(b"  result: ");
     pal.paint(out, outcome_role(&c.outcome), &outcome_text(c));
-    out.extend_from_slice(b"\n\n");
+    out.push(b'\n');
+    data_lines(out, c, pal);
+    out.push(b'\n');
+}
+
+/// The data-path lines of the ladder: counts, then the verdict. Nothing for a SIDR exchange,
+/// or when the capture had no RC traffic and none on this connection.
+fn data_lines(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
+    let Some(d) = c.data.as_deref() else {
+        return;
+    };
+    if c.kind == ConnKind::Sidr || !(d.capture_has_rc || d.packets > 0) {
+        return;
+    }
+    let _ = write!(out, "  data: {} packets, {} bytes", d.packets, d.bytes);
+    if d.packets > 0 {
+        let fams: Vec<String> = FAMILY_NAMES
+            .iter()
+            .zip(d.families.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        let _ = write!(out, " ({})", fams.join(", "));
+    }
+    let _ = write!(out, "; {} NAK(s)", d.naks);
+    if d.naks > 0 {
+        let mut kinds = Vec::new();
+        if d.rnr_naks > 0 {
+            kinds.push(format!("RNR {}", d.rnr_naks));
+        }
+        for (name, n) in NAK_NAMES.iter().zip(d.nak_codes.iter()) {
+            if *n > 0 {
+                kinds.push(format!("{name} {n}"));
+            }
+        }
+        let _ = write!(out, " ({})", kinds.join(", "));
+    }
+    let _ = write!(
+        out,
+        ", {} retransmission(s), {} PSN gap(s)",
+        d.retransmissions, d.psn_gaps
+    );
+    if d.cnps > 0 {
+        let _ = write!(out, ", {} CNP(s)", d.cnps);
+    }
+    if d.ecn_ce > 0 {
+        let _ = write!(out, ", {} ECN-CE", d.ecn_ce);
+    }
+    if d.duplicates > 0 {
+        let _ = write!(out, ", {} duplicate capture(s)", d.duplicates);
+    }
+    if let (Some(f), Some(l)) = (d.first, d.last) {
+        out.extend_from_slice(b"; first +");
+        put_secs(out, f.checked_sub(c.first).unwrap_or_default(), 1);
+        out.extend_from_slice(b", last +");
+        put_secs(out, l.checked_sub(c.first).unwrap_or_default(), 1);
+    }
+    out.push(b'\n');
+    if let Some(v) = d.verdict(c.established()) {
+        out.extend_from_slice(b"  verdict: ");
+        let role = match v {
+            Verdict::Ok => Role::Setup,
+            Verdict::Broken | Verdict::NoData => Role::Bad,
+        };
+        pal.paint(out, role, v.text());
+        out.push(b'\n');
+    }
+}
+
+/// Family names as the ladder shows them (the order of [`FAMILIES`]).
+const FAMILY_NAMES: [&str; 7] = [
+    "SEND",
+    "RDMA WRITE",
+    "RDMA READ request",
+    "READ response",
+    "ACK",
+    "atomic",
+    "CNP",
+];
+
+/// NAK code names as the ladder shows them (the order of [`NAK_CODES`]).
+const NAK_NAMES: [&str; 5] = [
+    "PSN sequence error",
+    "invalid request",
+    "remote access error",
+    "remote operational error",
+    "invalid RD request",
+];
+
+/// The `data` object of a connection (schema above).
+fn data_obj(o: &mut Obj<'_>, c: &Conn) {
+    let d = c.data.as_deref().copied().unwrap_or_default();
+    let out = o.key("data");
+    let mut inner = Obj::new(out);
+    inner.u64("packets", d.packets);
+    inner.u64("bytes", d.bytes);
+    for (name, n) in FAMILIES.iter().zip(d.families.iter()) {
+        inner.u64(name, *n);
+    }
+    inner.u64("acks", d.acks);
+    inner.u64("naks", d.naks);
+    inner.u64("rnr_naks", d.rnr_naks);
+    for (name, n) in NAK_CODES.iter().zip(d.nak_codes.iter()) {
+        inner.u64(name, *n);
+    }
+    inner.u64("retransmissions", d.retransmissions);
+    inner.u64("psn_gaps", d.psn_gaps);
+    inner.u64("ecn_ce", d.ecn_ce);
+    inner.u64("duplicates", d.duplicates);
+    if let (Some(f), Some(l)) = (d.first, d.last) {
+        inner.f64("first", f.as_secs_f64());
+        inner.f64("last", l.as_secs_f64());
+    }
+    match d.verdict(c.established()) {
+        Some(v) => inner.name("verdict", v.as_str()),
+        None => inner.key("verdict").extend_from_slice(b"null"),
+    }
+    inner.close();
 }
 
 fn end_obj(o: &mut Obj<'_>, key: &str, e: &End) {
@@ -348,6 +478,9 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
     o.u64("mras", u64::from(c.mras));
     o.u64("bad_icrc", u64::from(c.bad_icrc));
     o.bool("evicted", c.evicted);
+    if c.kind != ConnKind::Sidr {
+        data_obj(&mut o, c);
+    }
     if !c.events.is_empty() {
         let out = o.key("events");
         out.push(b'[');

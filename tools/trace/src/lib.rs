@@ -66,4 +66,4 @@ pub use conn::TrackerConfig;
 pub use filter::{parse_msg, parse_u64, AddrMatch, Filter};
 pub use gen::{default_template_paths, generate, load_template, GenConfig, GenSummary, Template};
 pub use style::ColorChoice;
-pub use trace::{classify, CmEvent, Icrc, Item, NonCm, Wire, WireAddr, MIN_CUT_MAD};
+pub use trace::{classify, CmEvent, Icrc, Item, NonCm, RcPacket, Wire, WireAddr, MIN_CUT_MAD};

@@ -13,7 +13,10 @@
 //! `by_service`: an array of `{service_id` (a `"0x…"` hex string since schema 3)`, port_space?, port?, attempted, established,
 //! rejected, timed_out, retransmissions, mras, setup_ms}` sorted by Service ID, then
 //! `other_services` when more than [`crate::stats::MAX_SERVICES`] were seen; `sidr`
-//! (`requests`, `resolved`, `failed`, `unanswered`); `non_cm_kinds` (kind → count);
+//! (`requests`, `resolved`, `failed`, `unanswered`); `data` (the RC traffic on the
+//! connections' QPNs: `capture_has_rc`, `connections` with data, `packets`, `bytes`, `naks`,
+//! `rnr_naks`, `retransmissions`, `psn_gaps`, `cnps`, `ecn_ce`, and established connections
+//! by verdict `ok`, `broken`, `no_data`); `non_cm_kinds` (kind → count);
 //! `evicted` and `peak_live_connections` (the tracker's memory bound at work).
 
 use std::io::Write;
@@ -146,6 +149,25 @@ pub(crate) fn stats_json(out: &mut Vec<u8>, s: &TraceStats) {
         so.close();
     }
     {
+        let d = &s.data;
+        let out = o.key("data");
+        let mut dobj = Obj::new(out);
+        dobj.bool("capture_has_rc", d.capture_has_rc);
+        dobj.u64("connections", d.connections);
+        dobj.u64("packets", d.packets);
+        dobj.u64("bytes", d.bytes);
+        dobj.u64("naks", d.naks);
+        dobj.u64("rnr_naks", d.rnr_naks);
+        dobj.u64("retransmissions", d.retransmissions);
+        dobj.u64("psn_gaps", d.psn_gaps);
+        dobj.u64("cnps", d.cnps);
+        dobj.u64("ecn_ce", d.ecn_ce);
+        dobj.u64("ok", d.ok);
+        dobj.u64("broken", d.broken);
+        dobj.u64("no_data", d.no_data);
+        dobj.close();
+    }
+    {
         let out = o.key("non_cm_kinds");
         let mut no = Obj::new(out);
         for (k, n) in s.non_cm_sorted() {
@@ -275,6 +297,42 @@ pub(crate) fn stats_text(out: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
             "  evicted          {:>8} (connection table full; peak {} live)",
             s.evicted, s.peak_live
         );
+    }
+    let d = &s.data;
+    if d.capture_has_rc {
+        out.push(b'\n');
+        pal.paint(
+            out,
+            Role::Head,
+            "Data path (RC traffic on the connections' QPNs)",
+        );
+        out.push(b'\n');
+        let mut rows = vec![
+            ("connections with data", d.connections.to_string()),
+            ("packets", d.packets.to_string()),
+            ("bytes", d.bytes.to_string()),
+            ("NAKs", format!("{} ({} RNR)", d.naks, d.rnr_naks)),
+            ("retransmissions", d.retransmissions.to_string()),
+            ("PSN gaps", d.psn_gaps.to_string()),
+        ];
+        if d.cnps + d.ecn_ce > 0 {
+            rows.push(("CNPs", d.cnps.to_string()));
+            rows.push(("ECN-CE marks", d.ecn_ce.to_string()));
+        }
+        for (label, v) in rows {
+            let _ = writeln!(out, "  {label:<22}{v:>8}");
+        }
+        let _ = write!(out, "  established: {} data flowed, ", d.ok);
+        if d.broken > 0 {
+            pal.paint(
+                out,
+                Role::Bad,
+                &format!("{} established but broken", d.broken),
+            );
+        } else {
+            out.extend_from_slice(b"0 established but broken");
+        }
+        let _ = writeln!(out, ", {} no data", d.no_data);
     }
     if !s.by_service.is_empty() {
         out.push(b'\n');

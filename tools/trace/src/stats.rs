@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ibcm_mad::{AttrId, RejReason};
 
-use crate::conn::{Conn, ConnKind, Outcome};
+use crate::conn::{Conn, ConnKind, Outcome, Verdict};
 use crate::hash::FastMap;
 use crate::trace::NonCm;
 
@@ -276,6 +276,77 @@ pub struct SidrStats {
     pub unanswered: u64,
 }
 
+/// The data path over all connections (RC traffic on their QPNs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataTotals {
+    /// The capture had RC traffic (on any QP).
+    pub capture_has_rc: bool,
+    /// Connections with at least one packet.
+    pub connections: u64,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes on the wire.
+    pub bytes: u64,
+    /// NAKs (RNR NAKs included).
+    pub naks: u64,
+    /// RNR NAKs.
+    pub rnr_naks: u64,
+    /// Request packets resent.
+    pub retransmissions: u64,
+    /// PSN gaps.
+    pub psn_gaps: u64,
+    /// CNPs.
+    pub cnps: u64,
+    /// ECN Congestion Experienced marks.
+    pub ecn_ce: u64,
+    /// Established connections by verdict: data flowed.
+    pub ok: u64,
+    /// Established but broken (NAKs or retransmissions).
+    pub broken: u64,
+    /// Established, no data.
+    pub no_data: u64,
+}
+
+impl DataTotals {
+    fn add(&mut self, c: &Conn) {
+        let Some(d) = c.data.as_deref() else {
+            return;
+        };
+        self.capture_has_rc |= d.capture_has_rc || d.packets > 0;
+        self.connections += u64::from(d.packets > 0);
+        self.packets += d.packets;
+        self.bytes += d.bytes;
+        self.naks += d.naks;
+        self.rnr_naks += d.rnr_naks;
+        self.retransmissions += d.retransmissions;
+        self.psn_gaps += d.psn_gaps;
+        self.cnps += d.cnps;
+        self.ecn_ce += d.ecn_ce;
+        match d.verdict(c.established()) {
+            Some(Verdict::Ok) => self.ok += 1,
+            Some(Verdict::Broken) => self.broken += 1,
+            Some(Verdict::NoData) => self.no_data += 1,
+            None => {}
+        }
+    }
+
+    fn merge(&mut self, o: &DataTotals) {
+        self.capture_has_rc |= o.capture_has_rc;
+        self.connections += o.connections;
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.naks += o.naks;
+        self.rnr_naks += o.rnr_naks;
+        self.retransmissions += o.retransmissions;
+        self.psn_gaps += o.psn_gaps;
+        self.cnps += o.cnps;
+        self.ecn_ce += o.ecn_ce;
+        self.ok += o.ok;
+        self.broken += o.broken;
+        self.no_data += o.no_data;
+    }
+}
+
 /// Everything `--stats` reports.
 #[derive(Debug, Clone, Default)]
 pub struct TraceStats {
@@ -309,6 +380,8 @@ pub struct TraceStats {
     pub other_services: ConnStats,
     /// SIDR exchanges.
     pub sidr: SidrStats,
+    /// The connections' data path.
+    pub data: DataTotals,
     /// Connections evicted because the table was full.
     pub evicted: u64,
     /// Largest number of connections tracked at once (over all files).
@@ -340,6 +413,7 @@ impl TraceStats {
             return;
         }
         self.all.add(c);
+        self.data.add(c);
         if let Some(sid) = c.service_id {
             let n = self.by_service.len();
             match self.by_service.get_mut(&sid.0) {
@@ -387,6 +461,7 @@ impl TraceStats {
         self.sidr.resolved += o.sidr.resolved;
         self.sidr.failed += o.sidr.failed;
         self.sidr.unanswered += o.sidr.unanswered;
+        self.data.merge(&o.data);
         self.evicted += o.evicted;
         self.peak_live = self.peak_live.max(o.peak_live);
         self.span += o.span;

@@ -176,6 +176,30 @@ impl fmt::Display for NonCm {
     }
 }
 
+/// An RC or XRC transport packet (a request, an ACK/NAK, a READ response, an atomic ACK) or a
+/// CNP: what the data-path accounting of a connection (its QPNs from the CM exchange) needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcPacket {
+    /// Capture timestamp.
+    pub time: Duration,
+    /// Sender.
+    pub src: WireAddr,
+    /// Receiver.
+    pub dst: WireAddr,
+    /// BTH destination QP.
+    pub dest_qp: Qpn,
+    /// BTH PSN.
+    pub psn: Psn,
+    /// BTH opcode.
+    pub opcode: Opcode,
+    /// AETH syndrome (ACK, READ response First/Last/Only, atomic ACK).
+    pub syndrome: Option<u8>,
+    /// Length on the wire (the record's original length).
+    pub len: u32,
+    /// IP ECN (or GRH traffic class low bits) is Congestion Experienced (0b11).
+    pub ce: bool,
+}
+
 /// What a capture record was.
 #[derive(Debug, Clone, PartialEq, Eq)]
 // A `Mad` is large, and items are produced and consumed one at a time; boxing would allocate
@@ -190,6 +214,8 @@ pub enum Item {
         what: NonCm,
         /// The snaplen cut the record short (what it was is read from the bytes captured).
         cut: bool,
+        /// For RC / XRC transport packets and CNPs: the fields the data-path accounting needs.
+        rc: Option<RcPacket>,
     },
     /// A frame that could not be decoded.
     Malformed {
@@ -261,6 +287,7 @@ fn classify_cut(rec: &Record<'_>) -> Item {
     let cut = |layer| Item::NonCm {
         what: NonCm::Cut(layer),
         cut: true,
+        rc: None,
     };
     let orig = usize::try_from(rec.orig_len).unwrap_or(usize::MAX);
     if orig > MAX_REBUILT_LEN {
@@ -288,6 +315,43 @@ fn classify_cut(rec: &Record<'_>) -> Item {
     }
 }
 
+/// The data-path fields of an RC / XRC packet or a CNP; `None` for other transports.
+fn rc_packet(rec: &Record<'_>, p: &IbPacket<'_>) -> Option<RcPacket> {
+    let op = p.bth.opcode;
+    if !matches!(
+        op.transport(),
+        Transport::Rc | Transport::Xrc | Transport::Cnp
+    ) {
+        return None;
+    }
+    // The AETH comes first in the extension headers of the responses that carry one.
+    let syndrome = match op.transport() {
+        Transport::Rc | Transport::Xrc
+            if matches!(op.0 & 0x1f, 0x0d | 0x0f | 0x10 | 0x11 | 0x12) =>
+        {
+            p.ext_headers.first().copied()
+        }
+        _ => None,
+    };
+    let tc = match (&p.ip, &p.grh) {
+        (Some(ip), _) => Some(ip.traffic_class()),
+        (None, Some(g)) => Some(g.traffic_class),
+        (None, None) => None,
+    };
+    let (src, dst) = wire_addrs(p);
+    Some(RcPacket {
+        time: rec.timestamp,
+        src,
+        dst,
+        dest_qp: p.bth.dest_qp,
+        psn: p.bth.psn,
+        opcode: op,
+        syndrome,
+        len: rec.orig_len,
+        ce: tc.is_some_and(|t| t & 0x03 == 0x03),
+    })
+}
+
 fn classify_decoded(rec: &Record<'_>, decoded: &frame::Decoded<'_>, cut: Option<usize>) -> Item {
     // By reference: the decoded packet is large, and moving it costs a copy.
     let p = match decoded {
@@ -295,6 +359,7 @@ fn classify_decoded(rec: &Record<'_>, decoded: &frame::Decoded<'_>, cut: Option<
             return Item::NonCm {
                 what: NonCm::NotIb(what),
                 cut: cut.is_some(),
+                rc: None,
             }
         }
         frame::Decoded::Ib(p) => p,
@@ -307,12 +372,14 @@ fn classify_decoded(rec: &Record<'_>, decoded: &frame::Decoded<'_>, cut: Option<
                     opcode: p.bth.opcode,
                 },
                 cut: cut.is_some(),
+                rc: rc_packet(rec, p),
             }
         }
         Some(Err(_)) if cut.is_some() => {
             return Item::NonCm {
                 what: NonCm::Cut("MAD"),
                 cut: true,
+                rc: None,
             }
         }
         Some(Err(e)) => {
@@ -329,6 +396,7 @@ fn classify_decoded(rec: &Record<'_>, decoded: &frame::Decoded<'_>, cut: Option<
         return Item::NonCm {
             what: NonCm::Cut("MAD header"),
             cut: true,
+            rc: None,
         };
     }
     // Non-CM MADs are named by their class.
@@ -337,12 +405,14 @@ fn classify_decoded(rec: &Record<'_>, decoded: &frame::Decoded<'_>, cut: Option<
         return Item::NonCm {
             what: NonCm::Mad(class),
             cut: cut.is_some(),
+            rc: None,
         };
     }
     if captured.is_some_and(|n| n < MIN_CUT_MAD) {
         return Item::NonCm {
             what: NonCm::Cut("CM MAD"),
             cut: true,
+            rc: None,
         };
     }
     match Mad::parse_fixed(mad) {

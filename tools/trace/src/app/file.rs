@@ -189,6 +189,8 @@ pub(super) struct LoopState {
     t0: Option<Duration>,
     pub(super) last: Duration,
     pub(super) filter_empty: bool,
+    /// The view counts each connection's data path (not the per-MAD views).
+    pub(super) data: bool,
 }
 
 /// Counts a record and tracks its CM MAD; returns the MAD's note when the per-MAD view shows
@@ -227,7 +229,10 @@ pub(super) fn track(
                 opts.view.per_mad() && (st.filter_empty || opts.filter.matches_event(ev, &note));
             Ok(shown.then_some(note))
         }
-        Item::NonCm { what, cut } => {
+        Item::NonCm { what, cut, rc } => {
+            if let (Some(p), true) = (rc, st.data) {
+                st.tracker.observe_data(p);
+            }
             ctx.stats.non_cm += 1;
             ctx.stats.cut += u64::from(*cut);
             ctx.stats.count_non_cm(*what);
@@ -301,13 +306,16 @@ pub(super) fn run_file<W: Write + Send>(
 ) -> io::Result<()> {
     let opts = ctx.opts;
     let pb = open_progress(opts, size);
+    let data = opts.tracker.data || opts.view.counts_data();
     let mut st = LoopState {
         tracker: Tracker::new(TrackerConfig {
             record_events: opts.tracker.record_events
                 || opts.view.records_events()
                 || opts.timeline.is_some(),
+            data,
             ..opts.tracker
         }),
+        data,
         msg_counts: [0; 0x20],
         t0: None,
         last: Duration::ZERO,

@@ -43,6 +43,15 @@ impl View {
         matches!(self, View::Ladder | View::LadderJson)
     }
 
+    /// Whether the view shows each connection's data path (the per-MAD views do not, and
+    /// pay nothing for it).
+    fn counts_data(self) -> bool {
+        matches!(
+            self,
+            View::Ladder | View::LadderJson | View::Stats | View::StatsJson
+        )
+    }
+
     fn per_mad(self) -> bool {
         matches!(self, View::Text | View::Verbose | View::Json)
     }

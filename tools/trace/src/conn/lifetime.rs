@@ -45,6 +45,7 @@ impl Tracker {
     /// outcome and queues it for [`Tracker::drain_finished`].
     pub(super) fn finish(&mut self, slot: usize) {
         let now = self.now;
+        self.unkey_data(slot);
         let Some(g) = self.gens.get_mut(slot).filter(|g| **g != 0) else {
             return;
         };

@@ -25,8 +25,9 @@
 //! * the table is full: then the least recently active eighth of the table is finished.
 //!
 //! Each connection keeps at most [`TrackerConfig::max_events`] ladder entries (only when
-//! [`TrackerConfig::record_events`] is set), so its size is bounded too: about 300 bytes, plus
-//! 40 bytes per recorded event.
+//! [`TrackerConfig::record_events`] is set), so its size is bounded too: about 700 bytes, plus
+//! 40 bytes per recorded event, plus about 520 bytes of data-path counters (boxed, only when
+//! [`TrackerConfig::data`] is set).
 //!
 //! # Inside
 //! * `record`: the connection record ([`Conn`], its ends, kind, ladder entries, [`Outcome`]);
@@ -37,6 +38,7 @@
 //! * Here: the [`Tracker`] itself, its settings, and [`Tracker::observe`], which applies one
 //!   message to its connection.
 
+mod data;
 mod evicted;
 mod index;
 mod lifetime;
@@ -57,9 +59,10 @@ const REQ_TIMEOUTS_END: usize = 120;
 
 use ibcm_mad::{CmMessage, CommId, Gid, ReqTransport, ServiceId};
 
-use crate::hash::SlotIndex;
-use crate::trace::{CmEvent, Icrc};
+use crate::hash::{FastMap, SlotIndex};
+use crate::trace::{CmEvent, Icrc, RcPacket, WireAddr};
 
+pub(crate) use data::{Verdict, FAMILIES, NAK_CODES};
 use matching::{Repeat, Sig};
 pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side};
 
@@ -101,6 +104,8 @@ pub struct TrackerConfig {
     pub record_events: bool,
     /// Largest number of ladder entries per connection.
     pub max_events: usize,
+    /// Whether to account the RC traffic on each connection's QPNs ([`Tracker::observe_data`]).
+    pub data: bool,
 }
 
 impl Default for TrackerConfig {
@@ -111,6 +116,7 @@ impl Default for TrackerConfig {
             idle: Duration::from_secs(600),
             record_events: false,
             max_events: 64,
+            data: false,
         }
     }
 }
@@ -147,6 +153,11 @@ pub(crate) struct Tracker {
     evicted: evicted::Evicted,
     /// Set by `locate` when a message belongs to an evicted connection (its number).
     evicted_hit: Option<u64>,
+    /// (receiving end's address, its QPN) → (slot, generation, the end is the active one):
+    /// where the data-path packets of live connections are counted.
+    data_index: FastMap<(WireAddr, u32), (usize, u32, bool)>,
+    /// An RC / XRC packet or CNP was seen in this file.
+    rc_seen: bool,
     /// When the next idle sweep is due.
     next_sweep: Duration,
     now: Duration,
@@ -173,6 +184,8 @@ impl Tracker {
             ended: std::collections::VecDeque::new(),
             evicted: evicted::Evicted::new(cfg.max_live.max(8).saturating_mul(8).max(4096)),
             evicted_hit: None,
+            data_index: FastMap::default(),
+            rc_seen: false,
             next_sweep: Duration::ZERO,
             now: Duration::ZERO,
             stats: TrackerStats::default(),
@@ -197,6 +210,7 @@ impl Tracker {
         };
         let record = self.cfg.record_events;
         let max_events = self.cfg.max_events;
+        let data = self.cfg.data;
         let now = self.now;
         let Some(c) = self.conn_mut(slot) else {
             return Note::default();
@@ -370,6 +384,17 @@ impl Tracker {
                 c.events_dropped += 1;
             }
         }
+        // Both ends' addresses and QPNs known: the connection's data path can be found.
+        let data_keys = match (c.active.addr, c.active.qpn, c.passive.addr, c.passive.qpn) {
+            (Some(a), Some(aq), Some(p), Some(pq))
+                if data && !c.data_keyed && c.kind != ConnKind::Sidr =>
+            {
+                c.data_keyed = true;
+                c.data.get_or_insert_with(Box::default);
+                Some(((a, aq.get()), (p, pq.get())))
+            }
+            _ => None,
+        };
         let note = Note {
             conn: Some(c.id),
             from: Some(from),
@@ -387,6 +412,60 @@ impl Tracker {
             c.ended = Some(now);
             self.ended.push_back((now, slot, id));
         }
+        if let Some((active, passive)) = data_keys {
+            let g = self.gens.get(slot).copied().unwrap_or(0);
+            self.data_index.insert(active, (slot, g, true));
+            self.data_index.insert(passive, (slot, g, false));
+        }
         note
+    }
+
+    /// Counts an RC / XRC packet or CNP on the connection whose end it goes to (by address and
+    /// destination QP), if any is live.
+    pub(crate) fn observe_data(&mut self, p: &RcPacket) {
+        self.rc_seen = true;
+        let Some(&(slot, g, to_active)) = self.data_index.get(&(p.dst, p.dest_qp.get())) else {
+            return;
+        };
+        if self.gens.get(slot) != Some(&g) {
+            return;
+        }
+        if let Some(c) = self.slots.get_mut(slot) {
+            if let Some(d) = c.data.as_deref_mut() {
+                d.add(p, to_active);
+            }
+        }
+    }
+
+    /// Forgets the data-path keys of the connection in `slot` (it is being finished), and
+    /// notes whether the capture had RC traffic by then.
+    fn unkey_data(&mut self, slot: usize) {
+        let g = self.gens.get(slot).copied().unwrap_or(0);
+        let rc_seen = self.rc_seen;
+        let data = self.cfg.data;
+        let Some(c) = self.slots.get_mut(slot) else {
+            return;
+        };
+        if data && c.kind != ConnKind::Sidr {
+            c.data.get_or_insert_with(Box::default).capture_has_rc = rc_seen;
+        }
+        if !c.data_keyed {
+            return;
+        }
+        for (addr, qpn) in [
+            (c.active.addr, c.active.qpn),
+            (c.passive.addr, c.passive.qpn),
+        ] {
+            if let (Some(a), Some(q)) = (addr, qpn) {
+                let key = (a, q.get());
+                if self
+                    .data_index
+                    .get(&key)
+                    .is_some_and(|&(s, gen, _)| s == slot && gen == g)
+                {
+                    self.data_index.remove(&key);
+                }
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@ use ibcm_mad::{
     AttrId, CommId, Gid, Guid, MsgKind, Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp,
 };
 
+use super::data::DataStats;
 use crate::trace::{CmEvent, Icrc, WireAddr};
 
 /// Which end of a connection sent a message (the workspace's one `Side`, from the codec).
@@ -267,6 +268,12 @@ pub struct Conn {
     pub evicted: bool,
     /// Outcome, set when finished.
     pub outcome: Outcome,
+    /// The RC traffic on the connection's QPNs, when
+    /// [`TrackerConfig::data`](super::TrackerConfig::data) is set (boxed: the CM-only views
+    /// carry a pointer, not the counters).
+    pub data: Option<Box<DataStats>>,
+    /// Its QPN keys are in the tracker's data index.
+    pub(super) data_keyed: bool,
 }
 
 impl Conn {
@@ -311,6 +318,8 @@ impl Conn {
             ended: None,
             evicted: false,
             outcome: Outcome::Partial,
+            data: None,
+            data_keyed: false,
         }
     }
 

@@ -1,0 +1,323 @@
+//! The data path of a connection: the RC (or XRC) traffic on the QPNs its CM exchange
+//! announced, in both directions. A packet belongs to a connection when it goes to one end's
+//! address and QPN (REQ Local QPN for the active end; REP Local QPN, or for XRC the TGT QPN in
+//! the REP's Local EECN, for the passive end), so an XRC INI's traffic to its TGT QP counts for
+//! its connection.
+//!
+//! Counted: packets and bytes (wire length) by opcode family; ACKs, RNR NAKs and NAKs by
+//! AETH syndrome; CNPs and ECN Congestion Experienced marks; first and last packet times; and,
+//! per direction over the request packets (everything but ACKs, READ responses and atomic
+//! ACKs), retransmissions (a request PSN at or before the highest one seen, in 24-bit serial
+//! order: go-back-N resends) and PSN gaps (a request PSN more than one past the highest, when
+//! the request before it was not an RDMA READ, which uses one PSN per response packet).
+//!
+//! The same packet seen twice in one direction within 1 ms (no NAK between) is one packet
+//! captured at both ends (a `mergecap` of both hosts' captures): counted in `duplicates` only.
+//! (A resend of the very last packet within 1 ms of it, without a NAK, would be taken for one
+//! too; RC retransmission timers are longer.)
+//!
+//! The verdict: `broken` for an established connection whose QPs NAKed or retransmitted;
+//! `no data` for an established connection without a packet while the capture had RC traffic
+//! (a capture of the CM's QP1 alone gets no verdict).
+
+use std::time::Duration;
+
+use crate::trace::RcPacket;
+
+/// Opcode families, in the order of [`DataStats::families`].
+pub(crate) const FAMILIES: [&str; 7] = [
+    "send",
+    "write",
+    "read_req",
+    "read_resp",
+    "ack",
+    "atomic",
+    "cnp",
+];
+
+/// The family of an RC / XRC opcode (its low 5 bits) or a CNP.
+fn family(opcode: u8) -> usize {
+    if opcode == 0x81 {
+        return 6;
+    }
+    match opcode & 0x1f {
+        0x00..=0x05 | 0x16 | 0x17 => 0,
+        0x06..=0x0b => 1,
+        0x0c => 2,
+        0x0d..=0x10 => 3,
+        0x11 => 4,
+        0x12..=0x14 => 5,
+        _ => 0,
+    }
+}
+
+/// Whether an opcode is a response (its PSN is that of the request it answers).
+fn is_response(opcode: u8) -> bool {
+    opcode == 0x81 || matches!(opcode & 0x1f, 0x0d..=0x12)
+}
+
+/// NAK codes (AETH syndrome low bits of a NAK), in the order of [`DataStats::nak_codes`].
+pub(crate) const NAK_CODES: [&str; 5] = [
+    "psn_sequence_error",
+    "invalid_request",
+    "remote_access_error",
+    "remote_operational_error",
+    "invalid_rd_request",
+];
+
+/// How many recent packets per direction are remembered to recognise duplicate captures.
+const RECENT: usize = 4;
+/// Largest time between two copies of one packet taken as a duplicate capture.
+const DUP_WINDOW: Duration = Duration::from_millis(1);
+
+/// A packet as remembered for duplicate detection: opcode, PSN, length, AETH syndrome, time.
+type Seen = (u8, u32, u32, Option<u8>, Duration);
+
+/// One direction's request PSN state and recent packets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Dir {
+    /// Highest request PSN seen.
+    highest: Option<u32>,
+    /// The request with that PSN was an RDMA READ.
+    read: bool,
+    /// The last packets (a ring).
+    recent: [Option<Seen>; RECENT],
+    next: usize,
+}
+
+/// The data-path counters of a connection (both directions).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataStats {
+    /// Packets.
+    pub packets: u64,
+    /// Bytes on the wire.
+    pub bytes: u64,
+    /// Packets by family ([`FAMILIES`]).
+    pub families: [u64; 7],
+    /// Positive ACKs (AETH syndrome 00x xxxx, in ACKs, READ responses, atomic ACKs).
+    pub acks: u64,
+    /// RNR NAKs (syndrome 01x xxxx).
+    pub rnr_naks: u64,
+    /// NAKs (syndrome 11x xxxx) by code ([`NAK_CODES`]; other codes are counted in `naks`
+    /// only).
+    pub nak_codes: [u64; 5],
+    /// NAKs and RNR NAKs.
+    pub naks: u64,
+    /// Request packets resent (go-back-N): a PSN at or before the highest seen.
+    pub retransmissions: u64,
+    /// Request PSNs more than one past the highest seen (packets lost before the capture
+    /// point, or not captured).
+    pub psn_gaps: u64,
+    /// CNPs.
+    pub cnps: u64,
+    /// Packets marked ECN Congestion Experienced.
+    pub ecn_ce: u64,
+    /// Packets seen twice (the same opcode, PSN, length and syndrome within 1 ms in the same
+    /// direction, no NAK between): one packet captured at both ends (merged captures), not
+    /// counted again.
+    pub duplicates: u64,
+    /// First and last packet.
+    pub first: Option<Duration>,
+    /// Last packet.
+    pub last: Option<Duration>,
+    /// Per direction: to the passive end, to the active end.
+    dirs: [Dir; 2],
+    /// The capture had RC traffic (on any QP) when the connection finished.
+    pub capture_has_rc: bool,
+}
+
+/// The data-path verdict of an established connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Data flowed without NAKs or retransmissions.
+    Ok,
+    /// The QPs NAKed or retransmitted after the CM said established.
+    Broken,
+    /// Nothing flowed.
+    NoData,
+}
+
+impl Verdict {
+    /// `ok`, `broken`, `no_data`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Broken => "broken",
+            Verdict::NoData => "no_data",
+        }
+    }
+
+    /// The sentence the ladder shows.
+    pub fn text(self) -> &'static str {
+        match self {
+            Verdict::Ok => "data flowed",
+            Verdict::Broken => "established but broken",
+            Verdict::NoData => "no data",
+        }
+    }
+}
+
+impl DataStats {
+    /// Counts one packet going to the passive end (`to_active` false) or the active end.
+    pub(crate) fn add(&mut self, p: &RcPacket, to_active: bool) {
+        let op = p.opcode.0;
+        let seen: Seen = (op, p.psn.get(), p.len, p.syndrome, p.time);
+        let d = usize::from(to_active);
+        if let Some(dir) = self.dirs.get_mut(d) {
+            let dup = dir.recent.iter().flatten().any(|&(o, psn, len, syn, t)| {
+                (o, psn, len, syn) == (seen.0, seen.1, seen.2, seen.3)
+                    && p.time.checked_sub(t).is_some_and(|dt| dt <= DUP_WINDOW)
+            });
+            if dup {
+                self.duplicates += 1;
+                return;
+            }
+            if let Some(slot) = dir.recent.get_mut(dir.next % RECENT) {
+                *slot = Some(seen);
+            }
+            dir.next = (dir.next + 1) % RECENT;
+        }
+        // A NAK asks for a resend: what follows in the other direction is not a duplicate.
+        if p.syndrome.is_some_and(|s| (s >> 5) & 0x03 != 0) {
+            if let Some(other) = self.dirs.get_mut(1 - d) {
+                other.recent = [None; RECENT];
+            }
+        }
+        self.packets += 1;
+        self.bytes += u64::from(p.len);
+        self.first.get_or_insert(p.time);
+        self.last = Some(self.last.map_or(p.time, |l| l.max(p.time)));
+        if let Some(f) = self.families.get_mut(family(op)) {
+            *f += 1;
+        }
+        if op == 0x81 {
+            self.cnps += 1;
+        }
+        if p.ce {
+            self.ecn_ce += 1;
+        }
+        if let Some(s) = p.syndrome {
+            match (s >> 5) & 0x03 {
+                0 => self.acks += 1,
+                1 => {
+                    self.rnr_naks += 1;
+                    self.naks += 1;
+                }
+                3 => {
+                    self.naks += 1;
+                    if let Some(n) = self.nak_codes.get_mut(usize::from(s & 0x1f)) {
+                        *n += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if is_response(op) {
+            return;
+        }
+        let psn = p.psn.get();
+        let Some(dir) = self.dirs.get_mut(usize::from(to_active)) else {
+            return;
+        };
+        match dir.highest {
+            None => {
+                dir.highest = Some(psn);
+                dir.read = op & 0x1f == 0x0c;
+            }
+            Some(h) => {
+                // 24-bit serial arithmetic: 1..2^23 ahead is new, the rest is a resend.
+                let ahead = psn.wrapping_sub(h) & 0x00ff_ffff;
+                if ahead == 0 || ahead >= 1 << 23 {
+                    self.retransmissions += 1;
+                } else {
+                    if ahead > 1 && !dir.read {
+                        self.psn_gaps += 1;
+                    }
+                    dir.highest = Some(psn);
+                    dir.read = op & 0x1f == 0x0c;
+                }
+            }
+        }
+    }
+
+    /// The verdict for a connection that was established (`None` otherwise, or when the
+    /// capture had no RC traffic at all).
+    pub fn verdict(&self, established: bool) -> Option<Verdict> {
+        if !established || !(self.capture_has_rc || self.packets > 0) {
+            return None;
+        }
+        Some(if self.packets == 0 {
+            Verdict::NoData
+        } else if self.naks > 0 || self.retransmissions > 0 {
+            Verdict::Broken
+        } else {
+            Verdict::Ok
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::WireAddr;
+    use ibcm_mad::frame::Opcode;
+    use ibcm_mad::{Lid, Psn, Qpn};
+
+    fn pkt(opcode: u8, psn: u32, syndrome: Option<u8>) -> RcPacket {
+        RcPacket {
+            time: Duration::from_secs(1),
+            src: WireAddr::Lid(Lid(1)),
+            dst: WireAddr::Lid(Lid(2)),
+            dest_qp: Qpn::masked(5),
+            psn: Psn::masked(psn),
+            opcode: Opcode(opcode),
+            syndrome,
+            len: 100,
+            ce: false,
+        }
+    }
+
+    #[test]
+    fn go_back_n_gaps_and_naks() {
+        let mut d = DataStats::default();
+        // WRITE 10, 11, 13 (gap), NAK PSN sequence error, then 12, 13 resent... 12 is behind
+        // the highest (13): both resends count.
+        for psn in [10, 11, 13] {
+            d.add(&pkt(0x0a, psn, None), false);
+        }
+        d.add(&pkt(0x11, 12, Some(0x60)), true);
+        d.add(&pkt(0x0a, 12, None), false);
+        d.add(&pkt(0x0a, 13, None), false);
+        d.add(&pkt(0x11, 13, Some(0x00)), true);
+        // RNR NAK.
+        d.add(&pkt(0x11, 13, Some(0x20 | 0x0e)), true);
+        assert_eq!(d.packets, 8);
+        assert_eq!(d.psn_gaps, 1);
+        assert_eq!(d.retransmissions, 2);
+        assert_eq!(d.naks, 2);
+        assert_eq!(d.rnr_naks, 1);
+        assert_eq!(d.nak_codes[0], 1);
+        assert_eq!(d.acks, 1);
+        assert_eq!(d.families[1], 5);
+        assert_eq!(d.families[4], 3);
+        assert_eq!(d.verdict(true), Some(Verdict::Broken));
+        assert_eq!(d.verdict(false), None);
+    }
+
+    #[test]
+    fn read_uses_several_psns_and_psn_wraps() {
+        let mut d = DataStats::default();
+        d.add(&pkt(0x0c, 0xff_fffe, None), false);
+        // The READ's 4 responses used 0xfffffe..=0x000001; the next request is 2.
+        d.add(&pkt(0x04, 2, None), false);
+        d.add(&pkt(0x04, 3, None), false);
+        assert_eq!((d.psn_gaps, d.retransmissions), (0, 0));
+        assert_eq!(d.verdict(true), Some(Verdict::Ok));
+        let none = DataStats {
+            capture_has_rc: true,
+            ..DataStats::default()
+        };
+        assert_eq!(none.verdict(true), Some(Verdict::NoData));
+        assert_eq!(DataStats::default().verdict(true), None);
+    }
+}
