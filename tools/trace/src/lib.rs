@@ -11,8 +11,9 @@
 //!   [`Record`], [`CaptureFormat`], [`TsResolution`], [`CaptureError`], [`MAX_RECORD_LEN`],
 //!   and the [`PcapFileWriter`] for tests and generated captures.
 //! * Decoding: [`classify`] turns one capture record into an [`Item`] (a [`CmEvent`], a
-//!   [`NonCm`] record, or a malformed frame), with the packet's [`WireAddr`]s, [`Wire`]
-//!   details and [`Icrc`] verdict.
+//!   [`NonCm`] record, with an [`RcPacket`] for RC / XRC traffic, or a malformed frame), with
+//!   the packet's [`WireAddr`]s, [`Wire`] details and [`Icrc`] verdict; frames cut by the
+//!   snaplen are decoded as far as captured ([`MIN_CUT_MAD`]).
 //! * The run loop: [`run`] with its [`Options`] ([`View`], [`Filter`] with [`AddrMatch`],
 //!   [`TrackerConfig`]) and [`Outcomes`]; [`parse_msg`] and [`parse_u64`] read the filter
 //!   arguments; [`ColorChoice`] is `--color`.

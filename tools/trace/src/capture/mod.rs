@@ -172,7 +172,8 @@ pub enum CaptureError {
         /// What is wrong.
         reason: String,
     },
-    /// A record or block claims more than [`MAX_RECORD_LEN`] bytes.
+    /// A record or block claims more than [`MAX_RECORD_LEN`] bytes. (The reader now reports
+    /// such a record as [`CaptureError::Skipped`] and reads on; kept for compatibility.)
     #[error("{} at byte {offset} claims {len} bytes (more than {max})", Which(*number))]
     TooLarge {
         /// Record number.

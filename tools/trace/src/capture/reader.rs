@@ -36,8 +36,10 @@ enum Kind {
 /// `if_tsoffset` (unknown block types are skipped). Reading goes through a bounded buffer of
 /// its own, so memory stays constant on multi-GB files and stdin, and
 /// [`CaptureReader::next_record`] returns records that borrow that buffer: no allocation per
-/// packet. After an unrecoverable error (a truncated last record, a corrupt block) it returns
-/// that error once, then `None`: every good record before the error is delivered.
+/// packet. A damaged record header or block in the middle of the file is skipped to the next
+/// plausible record header ([`CaptureError::Skipped`], then the records after it); after any
+/// other error (a last record cut short, an I/O error) it returns that error once, then
+/// `None`: every good record before the error is delivered.
 pub struct CaptureReader<R> {
     input: Input<R>,
     kind: Kind,
