@@ -104,7 +104,8 @@ pub struct TrackerConfig {
     pub record_events: bool,
     /// Largest number of ladder entries per connection.
     pub max_events: usize,
-    /// Whether to account the RC traffic on each connection's QPNs ([`Tracker::observe_data`]).
+    /// Whether to count the RC traffic on each connection's QPNs (the data path: `--ladder` and
+    /// `--stats` set it).
     pub data: bool,
 }
 
