@@ -66,6 +66,28 @@ pub(crate) use data::{Verdict, FAMILIES, NAK_CODES};
 use matching::{Repeat, Sig};
 pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side};
 
+/// A connection's data-path keys: (address, QPN) of its active end, then of its passive end.
+type DataKeys = ((WireAddr, u32), (WireAddr, u32));
+
+impl Conn {
+    /// The data-path keys, when both ends' addresses and QPNs are known and the connection is
+    /// not keyed yet (it is marked keyed, and its counters are allocated).
+    fn data_keys(&mut self) -> Option<DataKeys> {
+        if self.data_keyed || self.kind == ConnKind::Sidr {
+            return None;
+        }
+        let (a, aq, p, pq) = (
+            self.active.addr?,
+            self.active.qpn?,
+            self.passive.addr?,
+            self.passive.qpn?,
+        );
+        self.data_keyed = true;
+        self.data.get_or_insert_with(Box::default);
+        Some(((a, aq.get()), (p, pq.get())))
+    }
+}
+
 /// What the tracker says about one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Note {
@@ -211,7 +233,9 @@ impl Tracker {
         };
         let record = self.cfg.record_events;
         let max_events = self.cfg.max_events;
-        let data = self.cfg.data;
+        // Data-path keys only once the file has shown RC traffic: a CM-only capture pays
+        // nothing for them.
+        let data = self.cfg.data && self.rc_seen;
         let now = self.now;
         let Some(c) = self.conn_mut(slot) else {
             return Note::default();
@@ -386,16 +410,7 @@ impl Tracker {
             }
         }
         // Both ends' addresses and QPNs known: the connection's data path can be found.
-        let data_keys = match (c.active.addr, c.active.qpn, c.passive.addr, c.passive.qpn) {
-            (Some(a), Some(aq), Some(p), Some(pq))
-                if data && !c.data_keyed && c.kind != ConnKind::Sidr =>
-            {
-                c.data_keyed = true;
-                c.data.get_or_insert_with(Box::default);
-                Some(((a, aq.get()), (p, pq.get())))
-            }
-            _ => None,
-        };
+        let data_keys = if data { c.data_keys() } else { None };
         let note = Note {
             conn: Some(c.id),
             from: Some(from),
@@ -413,18 +428,33 @@ impl Tracker {
             c.ended = Some(now);
             self.ended.push_back((now, slot, id));
         }
-        if let Some((active, passive)) = data_keys {
-            let g = self.gens.get(slot).copied().unwrap_or(0);
-            self.data_index.insert(active, (slot, g, true));
-            self.data_index.insert(passive, (slot, g, false));
+        if let Some(keys) = data_keys {
+            self.key_data(slot, keys);
         }
         note
+    }
+
+    /// Puts a connection's data-path keys into the index.
+    fn key_data(&mut self, slot: usize, (active, passive): DataKeys) {
+        let g = self.gens.get(slot).copied().unwrap_or(0);
+        self.data_index.insert(active, (slot, g, true));
+        self.data_index.insert(passive, (slot, g, false));
     }
 
     /// Counts an RC / XRC packet or CNP on the connection whose end it goes to (by address and
     /// destination QP), if any is live.
     pub(crate) fn observe_data(&mut self, p: &RcPacket) {
-        self.rc_seen = true;
+        if !self.rc_seen {
+            // The first RC packet of the file: the live connections get their keys now.
+            self.rc_seen = true;
+            for slot in 0..self.slots.len() {
+                if self.gens.get(slot).is_some_and(|&g| g != 0) {
+                    if let Some(keys) = self.slots.get_mut(slot).and_then(Conn::data_keys) {
+                        self.key_data(slot, keys);
+                    }
+                }
+            }
+        }
         let Some(&(slot, g, to_active)) = self.data_index.get(&(p.dst, p.dest_qp.get())) else {
             return;
         };
@@ -447,8 +477,8 @@ impl Tracker {
         let Some(c) = self.slots.get_mut(slot) else {
             return;
         };
-        if data && c.kind != ConnKind::Sidr {
-            c.data.get_or_insert_with(Box::default).capture_has_rc = rc_seen;
+        if data && rc_seen && c.kind != ConnKind::Sidr {
+            c.data.get_or_insert_with(Box::default).capture_has_rc = true;
         }
         if !c.data_keyed {
             return;
