@@ -42,7 +42,7 @@
 //! | `retrans` | bool | always | a retransmission: a repeat (same attribute, TID and comm IDs) of an earlier message in a new packet (new BTH PSN) |
 //! | `dup` | bool | duplicate captures only | the same packet (same BTH PSN) as an earlier one, captured twice (merged captures); not a retransmission |
 //! | `icrc` | string | always | `ok`, `bad`, `absent`, or `not-captured` (the snaplen cut the packet) |
-//! | `captured` | int | MADs cut by the snaplen | MAD bytes captured (32..255); the fields after them read as 0 |
+//! | `captured` | int | MADs cut by the snaplen | MAD bytes captured (32..255); the keys of fields that end after them are left out (the text view shows them as `name=?`) |
 //! | `src`, `dst` | string | always | sender and receiver: IP address (RoCEv2), GID (RoCEv1, IB with GRH) or `LID n` |
 //! | `encap` | string | always | `RoCEv2/IPv4`, `RoCEv2/IPv6`, `RoCEv1`, `IB LNH=2`, `IB LNH=3` |
 //!
@@ -451,6 +451,8 @@ fn sid(out: &mut Vec<u8>, sid: ServiceId) {
 pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Option<&str>) {
     const _: () = assert!(JSON_SCHEMA_VERSION == 3);
     let msg = &ev.mad.msg;
+    // MAD bytes captured: a field ending after them (a packet cut by the snaplen) is left out.
+    let have = ev.captured.map_or(256, usize::from);
     out.reserve(1024);
     out.extend_from_slice(b"{\"v\":3");
     if let Some(f) = file {
@@ -487,7 +489,7 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
         num(out, key!("remote_comm_id"), u64::from(c.0));
     }
     match msg {
-        CmMessage::Req(r) => {
+        CmMessage::Req(r) if have == 256 => {
             sid(out, r.service_id);
             hex64(out, key!("ca_guid"), r.local_ca_guid.0);
             num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
@@ -499,24 +501,58 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
                 ReqTransport::Other => b",\"transport\":\"other\"",
             });
         }
+        // Cut by the snaplen: the fields that end within the bytes captured.
+        CmMessage::Req(r) => {
+            if have >= 40 {
+                sid(out, r.service_id);
+            }
+            if have >= 48 {
+                hex64(out, key!("ca_guid"), r.local_ca_guid.0);
+            }
+            if have >= 59 {
+                num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
+            }
+            if have >= 71 {
+                num(out, key!("psn"), u64::from(r.starting_psn.get()));
+            }
+            if have >= 76 {
+                name(out, key!("transport"), transport_name(r.transport()));
+            }
+        }
         CmMessage::Rep(r) => {
-            hex64(out, key!("ca_guid"), r.local_ca_guid.0);
-            num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
-            if r.local_eecn.get() != 0 {
+            if have >= 60 {
+                hex64(out, key!("ca_guid"), r.local_ca_guid.0);
+            }
+            if have >= 39 {
+                num(out, key!("local_qpn"), u64::from(r.local_qpn.get()));
+            }
+            if r.local_eecn.get() != 0 && have >= 43 {
                 num(out, key!("local_eecn"), u64::from(r.local_eecn.get()));
             }
-            num(out, key!("psn"), u64::from(r.starting_psn.get()));
+            if have >= 47 {
+                num(out, key!("psn"), u64::from(r.starting_psn.get()));
+            }
         }
-        CmMessage::Dreq(d) => num(out, key!("remote_qpn"), u64::from(d.remote_qpn_eecn.get())),
-        CmMessage::Lap(l) => num(out, key!("remote_qpn"), u64::from(l.remote_qpn_eecn.get())),
+        CmMessage::Dreq(d) if have >= 35 => {
+            num(out, key!("remote_qpn"), u64::from(d.remote_qpn_eecn.get()));
+        }
+        CmMessage::Lap(l) if have >= 35 => {
+            num(out, key!("remote_qpn"), u64::from(l.remote_qpn_eecn.get()));
+        }
         CmMessage::SidrReq(s) => {
             num(out, key!("request_id"), u64::from(s.request_id.0));
-            sid(out, s.service_id);
+            if have >= 40 {
+                sid(out, s.service_id);
+            }
         }
         CmMessage::SidrRep(s) => {
             num(out, key!("request_id"), u64::from(s.request_id.0));
-            sid(out, s.service_id);
-            num(out, key!("local_qpn"), u64::from(s.qpn.get()));
+            if have >= 44 {
+                sid(out, s.service_id);
+            }
+            if have >= 35 {
+                num(out, key!("local_qpn"), u64::from(s.qpn.get()));
+            }
             num(out, key!("sidr_status"), u64::from(s.status.raw()));
         }
         _ => {}
@@ -524,11 +560,13 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
     boolean(out, key!("xrc"), msg.is_xrc() || note.xrc);
     match msg {
         CmMessage::Rej(r) => {
-            num(out, key!("rej_reason"), u64::from(r.reason.raw()));
-            name(out, key!("rej_reason_name"), r.reason.name());
+            if have >= 36 {
+                num(out, key!("rej_reason"), u64::from(r.reason.raw()));
+                name(out, key!("rej_reason_name"), r.reason.name());
+            }
             name(out, key!("msg_rejected"), r.message_rejected.name());
         }
-        CmMessage::Mra(m) => {
+        CmMessage::Mra(m) if have >= 34 => {
             name(out, key!("mraed"), m.message_mraed.name());
             num(
                 out,
@@ -538,7 +576,7 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
         }
         _ => {}
     }
-    if let Some(h) = cma_header(msg) {
+    if let Some(h) = cma_header(msg).filter(|_| have >= cma_end(msg)) {
         wire_addr(out, key!("cma_src"), &WireAddr::Ip(h.src));
         wire_addr(out, key!("cma_dst"), &WireAddr::Ip(h.dst));
         num(out, key!("cma_src_port"), u64::from(h.src_port));
@@ -611,8 +649,30 @@ fn put_hex(out: &mut Vec<u8>, v: u64, digits: usize) {
     let _ = write!(out, "{v:#0w$x}", w = digits + 2);
 }
 
-/// The one-line summary of a message (after the addresses in the text view).
-pub(crate) fn summary(out: &mut Vec<u8>, msg: &CmMessage, pal: &Palette) {
+/// Where the rdma_cm header in a message's private data ends (MAD bytes): REQ private data
+/// starts at byte 164, SIDR_REQ's at 40; the header is 36 bytes.
+pub(crate) fn cma_end(msg: &CmMessage) -> usize {
+    match msg {
+        CmMessage::SidrReq(_) => 76,
+        _ => 200,
+    }
+}
+
+/// The one-line summary of a message (after the addresses in the text view). `have`: the MAD
+/// bytes captured (256 unless the snaplen cut the packet); a field that ends after them is
+/// shown as `name=?`.
+pub(crate) fn summary(out: &mut Vec<u8>, msg: &CmMessage, pal: &Palette, have: usize) {
+    // Writes ` name=` and returns whether the field (ending at MAD byte `end`) was captured;
+    // if not, writes `?`.
+    let field = |out: &mut Vec<u8>, name: &str, end: usize| {
+        out.push(b' ');
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'=');
+        if end > have {
+            out.push(b'?');
+        }
+        end <= have
+    };
     pal.paint(out, msg_role(msg.attr_id()), msg_name(msg));
     let ids = |out: &mut Vec<u8>, l: ibcm_mad::CommId, r: ibcm_mad::CommId| {
         out.extend_from_slice(b" lcid=");
@@ -624,24 +684,32 @@ pub(crate) fn summary(out: &mut Vec<u8>, msg: &CmMessage, pal: &Palette) {
         CmMessage::Req(m) => {
             out.extend_from_slice(b" lcid=");
             put_hex(out, u64::from(m.local_comm_id.0), 8);
-            out.extend_from_slice(b" sid=");
-            put_hex(out, m.service_id.0, 16);
-            if let Some((ps, port)) = m.service_id.rdma_cm_port() {
-                let _ = write!(out, " ({}:{port})", ps.name());
+            if field(out, "sid", 40) {
+                put_hex(out, m.service_id.0, 16);
+                if let Some((ps, port)) = m.service_id.rdma_cm_port() {
+                    let _ = write!(out, " ({}:{port})", ps.name());
+                }
             }
-            out.extend_from_slice(b" qpn=");
-            put_hex(out, u64::from(m.local_qpn.get()), 6);
-            out.extend_from_slice(b" psn=");
-            put_hex(out, u64::from(m.starting_psn.get()), 6);
-            out.push(b' ');
-            out.extend_from_slice(transport_name(m.transport()).as_bytes());
+            if field(out, "qpn", 59) {
+                put_hex(out, u64::from(m.local_qpn.get()), 6);
+            }
+            if field(out, "psn", 71) {
+                put_hex(out, u64::from(m.starting_psn.get()), 6);
+            }
+            // The transport fields end at MAD byte 75.
+            if have >= 76 {
+                out.push(b' ');
+                out.extend_from_slice(transport_name(m.transport()).as_bytes());
+            }
         }
         CmMessage::Rep(m) => {
             ids(out, m.local_comm_id, m.remote_comm_id);
-            out.extend_from_slice(b" qpn=");
-            put_hex(out, u64::from(m.local_qpn.get()), 6);
-            out.extend_from_slice(b" psn=");
-            put_hex(out, u64::from(m.starting_psn.get()), 6);
+            if field(out, "qpn", 39) {
+                put_hex(out, u64::from(m.local_qpn.get()), 6);
+            }
+            if field(out, "psn", 47) {
+                put_hex(out, u64::from(m.starting_psn.get()), 6);
+            }
             if m.local_eecn.get() != 0 {
                 out.extend_from_slice(b" eecn=");
                 put_hex(out, u64::from(m.local_eecn.get()), 6);
@@ -649,9 +717,12 @@ pub(crate) fn summary(out: &mut Vec<u8>, msg: &CmMessage, pal: &Palette) {
         }
         CmMessage::Rej(m) => {
             ids(out, m.local_comm_id, m.remote_comm_id);
-            let _ = write!(out, " reason={} (", m.reason.raw());
-            pal.paint(out, Role::Bad, m.reason.name());
-            let _ = write!(out, ") rejected={}", m.message_rejected.name());
+            if field(out, "reason", 36) {
+                let _ = write!(out, "{} (", m.reason.raw());
+                pal.paint(out, Role::Bad, m.reason.name());
+                out.push(b')');
+            }
+            let _ = write!(out, " rejected={}", m.message_rejected.name());
         }
         CmMessage::Mra(m) => {
             ids(out, m.local_comm_id, m.remote_comm_id);
@@ -667,13 +738,15 @@ pub(crate) fn summary(out: &mut Vec<u8>, msg: &CmMessage, pal: &Palette) {
         CmMessage::Drep(m) => ids(out, m.local_comm_id, m.remote_comm_id),
         CmMessage::Dreq(m) => {
             ids(out, m.local_comm_id, m.remote_comm_id);
-            out.extend_from_slice(b" remote_qpn=");
-            put_hex(out, u64::from(m.remote_qpn_eecn.get()), 6);
+            if field(out, "remote_qpn", 35) {
+                put_hex(out, u64::from(m.remote_qpn_eecn.get()), 6);
+            }
         }
         CmMessage::Lap(m) => {
             ids(out, m.local_comm_id, m.remote_comm_id);
-            out.extend_from_slice(b" remote_qpn=");
-            put_hex(out, u64::from(m.remote_qpn_eecn.get()), 6);
+            if field(out, "remote_qpn", 35) {
+                put_hex(out, u64::from(m.remote_qpn_eecn.get()), 6);
+            }
         }
         CmMessage::Apr(m) => {
             ids(out, m.local_comm_id, m.remote_comm_id);
@@ -687,20 +760,23 @@ pub(crate) fn summary(out: &mut Vec<u8>, msg: &CmMessage, pal: &Palette) {
         CmMessage::SidrReq(m) => {
             out.extend_from_slice(b" request_id=");
             put_hex(out, u64::from(m.request_id.0), 8);
-            out.extend_from_slice(b" sid=");
-            put_hex(out, m.service_id.0, 16);
-            if let Some((ps, port)) = m.service_id.rdma_cm_port() {
-                let _ = write!(out, " ({}:{port})", ps.name());
+            if field(out, "sid", 40) {
+                put_hex(out, m.service_id.0, 16);
+                if let Some((ps, port)) = m.service_id.rdma_cm_port() {
+                    let _ = write!(out, " ({}:{port})", ps.name());
+                }
             }
         }
         CmMessage::SidrRep(m) => {
             out.extend_from_slice(b" request_id=");
             put_hex(out, u64::from(m.request_id.0), 8);
             let _ = write!(out, " status={} ({})", m.status.raw(), m.status.name());
-            out.extend_from_slice(b" qpn=");
-            put_hex(out, u64::from(m.qpn.get()), 6);
-            out.extend_from_slice(b" qkey=");
-            put_hex(out, u64::from(m.qkey.0), 8);
+            if field(out, "qpn", 35) {
+                put_hex(out, u64::from(m.qpn.get()), 6);
+            }
+            if field(out, "qkey", 48) {
+                put_hex(out, u64::from(m.qkey.0), 8);
+            }
         }
         CmMessage::ClassPortInfo(m) => {
             let _ = write!(
@@ -732,7 +808,7 @@ pub(crate) fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Durati
     out.extend_from_slice(" → ".as_bytes());
     put_wire_addr(out, &ev.dst);
     out.extend_from_slice(b"  ");
-    summary(out, &ev.mad.msg, pal);
+    summary(out, &ev.mad.msg, pal, ev.captured.map_or(256, usize::from));
     // A REQ's summary already names its transport (`XRC`).
     if (ev.mad.msg.is_xrc() || note.xrc) && !matches!(ev.mad.msg, CmMessage::Req(_)) {
         out.extend_from_slice(b" XRC");

@@ -624,7 +624,7 @@ pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration
     out.extend_from_slice(" → ".as_bytes());
     put_wire_addr(out, &ev.dst);
     out.extend_from_slice(b"  ");
-    summary(out, &ev.mad.msg, pal);
+    summary(out, &ev.mad.msg, pal, ev.captured.map_or(256, usize::from));
     out.push(b'\n');
     if let Some(n) = ev.captured {
         out.extend_from_slice(b"  ");

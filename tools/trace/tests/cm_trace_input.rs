@@ -73,6 +73,13 @@ fn snaplen_cut_frames_decode_as_far_as_captured() {
         assert!(cm[0].contains("lcid=0x3eb0bde5"), "{}", cm[0]);
         assert!(cm[0].contains("sid=0x0000000001061144"), "{}", cm[0]);
         assert!(cm[0].contains("qpn=0x0000dc"), "{}", cm[0]);
+        // The starting PSN ends at MAD byte 71, the transport fields at 75: shown when
+        // captured, `?` (never a made-up 0) when not.
+        if captured >= 76 {
+            assert!(cm[0].contains("psn=0x017c2d RC "), "{}", cm[0]);
+        } else {
+            assert!(cm[0].contains("psn=? ["), "{}", cm[0]);
+        }
         assert!(
             text.contains("0 malformed, 12 cut by the snaplen (5 CM decoded"),
             "{file}: {text}"
@@ -83,6 +90,10 @@ fn snaplen_cut_frames_decode_as_far_as_captured() {
         assert!(v.iter().all(|o| o["captured"] == captured));
         assert!(v.iter().all(|o| o["icrc"] == "not-captured"));
         assert_eq!(v[0]["ca_guid"], "0x248a0703002fdf02");
+        // Fields beyond the cut are left out, not made up from zeros: the REQ's starting PSN
+        // (byte 71), its rdma_cm header in the private data (bytes 164-199).
+        assert_eq!(v[0].get("psn").is_some(), captured >= 71, "{}", v[0]);
+        assert!(v[0].get("cma_dst").is_none(), "{}", v[0]);
 
         let s: serde_json::Value =
             serde_json::from_str(stdout(&cm_trace(&["--stats", "--json", f])).trim()).unwrap();

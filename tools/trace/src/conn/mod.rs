@@ -337,13 +337,20 @@ impl Tracker {
                 c.rep.get_or_insert(t);
                 c.rep_last = Some(t);
                 c.passive.addr = Some(ev.src);
-                c.passive.ca_guid = Some(r.local_ca_guid);
                 c.passive.comm_id = Some(r.local_comm_id);
-                c.passive.qpn = Some(if c.kind == ConnKind::Xrc || r.local_qpn.get() == 0 {
-                    r.xrc_tgt_qpn()
-                } else {
-                    r.local_qpn
-                });
+                // A REP cut by the snaplen: its Local CA GUID ends at MAD byte 60, its QPN
+                // and EECN at 43.
+                let have = ev.captured.map_or(usize::MAX, usize::from);
+                if have >= 60 {
+                    c.passive.ca_guid = Some(r.local_ca_guid);
+                }
+                if have >= 43 {
+                    c.passive.qpn = Some(if c.kind == ConnKind::Xrc || r.local_qpn.get() == 0 {
+                        r.xrc_tgt_qpn()
+                    } else {
+                        r.local_qpn
+                    });
+                }
                 if r.local_qpn.get() == 0 && r.local_eecn.get() != 0 && c.kind == ConnKind::Unknown
                 {
                     c.kind = ConnKind::Xrc;
