@@ -293,13 +293,33 @@ fn classify_cut(rec: &Record<'_>) -> Item {
     if orig > MAX_REBUILT_LEN {
         return cut("packet (original length too large to rebuild)");
     }
-    let mut padded = rec.data.to_vec();
-    padded.resize(orig, 0);
+    // The rebuilt packet goes into a buffer kept per thread (no allocation per cut frame).
+    PADDED.with(|buf| {
+        let mut padded = buf.borrow_mut();
+        padded.clear();
+        padded.extend_from_slice(rec.data);
+        padded.resize(orig, 0);
+        decode_cut(rec, &padded)
+    })
+}
+
+thread_local! {
+    /// [`classify_cut`]'s buffer.
+    static PADDED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Decodes the rebuilt packet `padded` of the cut record `rec`.
+fn decode_cut(rec: &Record<'_>, padded: &[u8]) -> Item {
+    let cut = |layer| Item::NonCm {
+        what: NonCm::Cut(layer),
+        cut: true,
+        rc: None,
+    };
     let cfg = frame::DecodeConfig {
         verify_crc: false,
         ..frame::DecodeConfig::DEFAULT
     };
-    match frame::decode_with(&cfg, rec.link_type, &padded) {
+    match frame::decode_with(&cfg, rec.link_type, padded) {
         Ok(decoded) => {
             let captured = match decoded.ib() {
                 // MAD bytes within the captured data.
