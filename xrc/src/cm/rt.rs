@@ -116,10 +116,18 @@ impl XrcServer {
     /// Answers the XRC REQs for `service_id` as `service` ([`XrcTarget::listen`]).
     ///
     /// # Errors
+    /// [`CmError::AlreadyListening`] if the endpoint listens on `service_id` already (an
+    /// XRC service, or a [`Cm::listen`] listener): the first one stays as it was;
     /// [`CmError::DriverGone`].
     pub async fn listen(&self, service_id: ServiceId, service: XrcService) -> Result<(), CmError> {
-        self.with(move |t, ep, _| t.listen(ep, service_id, service))
-            .await
+        self.with(move |t, ep, _| {
+            if ep.is_listening(service_id) || t.service(service_id).is_some() {
+                return Err(CmError::AlreadyListening(service_id));
+            }
+            t.listen(ep, service_id, service);
+            Ok(())
+        })
+        .await?
     }
 
     /// Leaked TGT QPs, phantom bindings included ([`XrcTarget::leaks`]).
