@@ -31,6 +31,9 @@ use crate::verbs::{Verbs, VerbsError};
 /// Longest request line accepted.
 pub(crate) const MAX_LINE: usize = 64 * 1024;
 
+/// Stack of the per-client threads (thousands of clients are two threads each).
+const THREAD_STACK: usize = 256 * 1024;
+
 /// Lines (replies and events) queued for one client before the keeper gives up on it.
 pub const OUT_QUEUE: usize = 1024;
 
@@ -372,11 +375,13 @@ pub fn serve(cfg: &ServerConfig) -> Result<(), ServeError> {
         };
         let spawned = thread::Builder::new()
             .name(format!("keeper-w{session}"))
+            .stack_size(THREAD_STACK)
             .spawn(move || writer_loop(out, rx));
         let s = Arc::clone(&shared);
         let reader = spawned.and_then(|_| {
             thread::Builder::new()
                 .name(format!("keeper-r{session}"))
+                .stack_size(THREAD_STACK)
                 .spawn(move || client_loop(&s, session, stream))
         });
         if let Err(e) = reader {

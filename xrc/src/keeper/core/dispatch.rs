@@ -58,6 +58,7 @@ impl KeeperCore {
             }
             Request::CloseDomain { domain } => {
                 let id = self.owned_domain(s, &domain)?;
+                self.dirty = true;
                 let st = self
                     .reg
                     .close_domain(now, id)

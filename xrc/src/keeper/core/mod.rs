@@ -17,6 +17,8 @@ use crate::types::{ProcessId, Qpn};
 use crate::verbs::Verbs;
 
 mod access;
+#[cfg(test)]
+mod access_tests;
 mod args;
 mod dispatch;
 mod report;
@@ -75,6 +77,8 @@ pub(super) struct KeeperCore {
     slots: BTreeMap<(DomainId, String), Qpn>,
     /// Owner uids of domains and TGT QPs (module `access`).
     owners: Owners,
+    /// Something was released or closed since the last [`KeeperCore::prune`].
+    dirty: bool,
     log: Vec<String>,
     started: Instant,
 }
@@ -99,6 +103,7 @@ impl KeeperCore {
             next_session: 1,
             slots: BTreeMap::new(),
             owners: Owners::default(),
+            dirty: false,
             log: Vec::new(),
             started: now,
         }
@@ -147,8 +152,12 @@ impl KeeperCore {
         self.sessions.get(&s).map(|x| x.cred)
     }
 
-    /// Forgets slots and owners of objects that are gone.
+    /// Forgets slots and owners of objects that are gone (when something went since the last
+    /// time).
     fn prune(&mut self) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
         let reg = &self.reg;
         let live = |q: &Qpn| {
             reg.query(*q)
@@ -176,6 +185,7 @@ impl KeeperCore {
             })
             .unwrap_or_default();
         self.log.push(format!("{name} closed"));
+        self.dirty = true;
         self.reg.process_exit(now, ProcessId(s));
         // Its connections died with its CM: nobody can DREQ them any more.
         let conns: Vec<ConnKey> = self
@@ -203,6 +213,7 @@ impl KeeperCore {
     pub(super) fn tick(&mut self, now: Instant) -> Vec<(Target, KeeperEvent)> {
         if self.reg.poll_timeout().is_some_and(|t| t <= now) {
             self.reg.handle_timeout(now);
+            self.dirty = true;
         }
         let out = self.drain();
         self.prune();
@@ -270,6 +281,7 @@ impl KeeperCore {
             }
             self.log.push(line);
             if let Some(Verdict::Released(cause)) = t.verdict {
+                self.dirty = true;
                 out.push((
                     Target::All,
                     KeeperEvent::QpGone {
