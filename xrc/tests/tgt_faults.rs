@@ -315,3 +315,34 @@ async fn dreq_teardown_is_not_counted_as_a_rej() {
     let st = n.server.with_target(|t, _| t.stats()).await.unwrap();
     assert_eq!((st.dreqs, st.rejs), (0, 0), "{st:?}");
 }
+
+/// A second XRC service on a listened service ID is refused; the first one keeps answering.
+#[tokio::test(start_paused = true)]
+async fn second_xrc_listen_is_refused() {
+    let n = node().await;
+    let svc = n
+        .server
+        .with_target(|t, _| t.service(GOOD).cloned())
+        .await
+        .unwrap()
+        .unwrap();
+    match n
+        .server
+        .listen(GOOD, XrcService::new(DomainId(99), svc.process, srqns(1)))
+        .await
+    {
+        Err(CmError::AlreadyListening(sid)) => assert_eq!(sid, GOOD),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        n.server
+            .with_target(|t, _| t.service(GOOD).cloned())
+            .await
+            .unwrap(),
+        Some(svc)
+    );
+    match n.server.cm().listen(GOOD, Default::default()).await {
+        Err(CmError::AlreadyListening(sid)) => assert_eq!(sid, GOOD),
+        other => panic!("{other:?}"),
+    }
+}

@@ -252,9 +252,10 @@ impl KeeperCore {
             Request::Status => serde_json::to_value(self.status())
                 .map_err(|e| err(ErrorKind::Internal, e.to_string())),
             Request::Leaks => {
+                // A connection of a session that is gone holds nothing (its CM went with it).
                 let leaks: Vec<LeakView> = self
                     .reg
-                    .leaks()
+                    .leaks_with(|c| self.sessions.contains_key(&c.session))
                     .into_iter()
                     .map(|l| LeakView {
                         qpn: l.qpn.get(),
