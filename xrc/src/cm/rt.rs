@@ -117,11 +117,12 @@ impl XrcServer {
     ///
     /// # Errors
     /// [`CmError::AlreadyListening`] if the endpoint listens on `service_id` already (an
-    /// XRC service, or a [`Cm::listen`] listener): the first one stays as it was;
+    /// XRC service listened on, or a [`Cm::listen`] listener): the first one stays as it was
+    /// (a service only [`XrcTarget::serve`]d, not listened on, is replaced);
     /// [`CmError::DriverGone`].
     pub async fn listen(&self, service_id: ServiceId, service: XrcService) -> Result<(), CmError> {
         self.with(move |t, ep, _| {
-            if ep.is_listening(service_id) || t.service(service_id).is_some() {
+            if ep.is_listening(service_id) {
                 return Err(CmError::AlreadyListening(service_id));
             }
             t.listen(ep, service_id, service);
