@@ -270,7 +270,9 @@ impl Cm {
     /// has its DREP, or for [`SHUTDOWN_LINGER`] (2 s) at most; then its task ends (await the
     /// [`JoinHandle`] [`Cm::bind`] returned to know when). Dropping the last handle of a
     /// `Cm` (every `Cm`, [`Connection`] and [`Listener`]) does the same. Calls made after
-    /// this get [`CmError::DriverGone`].
+    /// this wait until the task has ended and get [`CmError::DriverGone`]. The DREQs need
+    /// the tokio runtime: a runtime shut down first (say, `main` returning right after)
+    /// cancels the task before they go out, so await the `JoinHandle` before leaving.
     pub fn shutdown(&self) {
         self.shutdown_with_linger(SHUTDOWN_LINGER);
     }
