@@ -192,6 +192,13 @@ fn another_uid_cannot_act_on_roots_objects() {
             domain: "mine".into(),
         },
     ));
+    // Root's Explicit QP, orphaned when its session leaves, is not nobody's to destroy or
+    // adopt; a later root session may.
+    k.close_session(now, root);
+    denied(call(&mut k, now, nobody, Request::Destroy { qpn: q1 }));
+    denied(call(&mut k, now, nobody, Request::Adopt { qpn: q1 }));
+    let root2 = k.open_session_as(Some(3), ROOT);
+    call(&mut k, now, root2, Request::Adopt { qpn: q1 }).unwrap();
 }
 
 /// A domain name squatted by another uid is not handed out: root's open of that name (with

@@ -124,9 +124,13 @@ impl KeeperCore {
                 Ok(verdict_json(v))
             }
             Request::Destroy { qpn } => {
+                let qpn = qpn_arg(qpn)?;
+                // An orphan may be destroyed by any session (registry rule), but only of its
+                // owner's uid.
+                self.check_qp(s, qpn, "destroy", false)?;
                 let v = self
                     .reg
-                    .destroy(now, qpn_arg(qpn)?, me)
+                    .destroy(now, qpn, me)
                     .map_err(|e| registry_err(&e))?;
                 Ok(verdict_json(v))
             }
