@@ -94,7 +94,7 @@ mod types;
 pub mod verbs;
 
 pub use ibcm_mad::xrc::{
-    GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
+    GoneCause, RejectKind, ReqMode, ServiceFault, TargetGone, XrcDataError, XrcRepData, XrcReqData,
 };
 pub use policy::{
     decide, rule, ConnOnQp, Decision, MatrixEvent, OwnershipPolicy, PolicyAction, PolicyConfig,

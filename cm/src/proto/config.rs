@@ -173,7 +173,27 @@ pub struct ConnectParams {
     /// stale-connection key, so it will reject the second one with REJ 10 unless it is this
     /// CM (docs/interop.md §7.4).
     pub allow_shared_qpn: bool,
+    /// How long to wait for the peer's first answer (REP, MRA or REJ) before giving up with
+    /// `ConnectionError::TimedOut` (and a REJ 4 "timeout" to the peer, as when the retries
+    /// run out). `None`: only the retries bound the wait. Default
+    /// [`DEFAULT_CONNECT_TIMEOUT`] (10 s).
+    ///
+    /// Without it the REQ schedule alone decides: the REQ timeout is 2 × packet life time +
+    /// the remote CM response timeout, and it is sent `max_cm_retries` + 1 times (the
+    /// kernel's `ib_cm` schedule, `drivers/infiniband/core/cm.c`). With rdma_cm's values
+    /// (`drivers/infiniband/core/cma.c`: `CMA_CM_RESPONSE_TIMEOUT` 20, `CMA_MAX_CM_RETRIES`
+    /// 15; on RoCE `CMA_IBOE_PACKET_LIFETIME` 16, 18 before Linux 5.10), which these
+    /// parameters copy, a peer that never answers is given up after 16 × (4.3 s + 2 × 1.07 s)
+    /// ≈ 103 s with packet life time 18, ≈ 77 s with 16. That is what `rdma_connect` does
+    /// (its users add their own timer); ibcm bounds it by default instead, because a node
+    /// that is down should not hold a caller for minutes. A peer that answers with an MRA
+    /// has asked for its time: from then on the MRA's service timeout governs, not this.
+    pub connect_timeout: Option<Duration>,
 }
+
+/// The default [`ConnectParams::connect_timeout`]: 10 s, two REQ retransmissions at the
+/// default timeout of 4.3 s + 2 × 1.07 s (enough for a lost REQ and a lost REP).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl ConnectParams {
     /// Parameters for an IB CM connection to `service_id` at `peer`, with defaults close to
@@ -204,6 +224,7 @@ impl ConnectParams {
             packet_life_time: TimeoutExp::masked(18),
             auto_rtu: true,
             allow_shared_qpn: false,
+            connect_timeout: Some(DEFAULT_CONNECT_TIMEOUT),
         }
     }
 

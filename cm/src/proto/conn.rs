@@ -17,6 +17,9 @@ pub(super) struct Pending {
     pub(super) mad: Bytes,
     pub(super) retries_left: u8,
     pub(super) timeout: Duration,
+    /// A REQ's [`ConnectParams::connect_timeout`](super::ConnectParams::connect_timeout):
+    /// given up at this instant if still unanswered (REQ_SENT).
+    pub(super) deadline: Option<Instant>,
 }
 
 /// Rarely needed per-connection data, boxed to keep [`Conn`] small.

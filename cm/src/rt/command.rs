@@ -30,10 +30,13 @@ pub(crate) enum Command {
         service_id: ServiceId,
         options: ListenOptions,
         tx: mpsc::UnboundedSender<(ConnId, IncomingKind)>,
-        reply: Reply<()>,
+        /// The listener's token (its [`Command::Unlisten`] names it).
+        reply: Reply<Result<u64, CmError>>,
     },
+    /// A [`Listener`](super::Listener) dropped: removes its own registration only.
     Unlisten {
         service_id: ServiceId,
+        token: u64,
     },
     Accept {
         conn: ConnId,
@@ -95,7 +98,11 @@ pub(crate) enum Command {
     },
     /// Runs a closure on the app and the endpoint ([`Cm::with_app`](super::Cm::with_app)).
     WithApp(AppCall),
-    Shutdown,
+    /// Ends the driver: every connection is disconnected first, waiting up to `linger` for
+    /// the DREPs ([`Cm::shutdown`](super::Cm::shutdown)).
+    Shutdown {
+        linger: std::time::Duration,
+    },
 }
 
 /// What [`AppCall`] runs: the app (`None`: the endpoint runs none), the endpoint, now.

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
 
 use super::command::{Command, Reply};
+use super::handle::SHUTDOWN_LINGER;
 use super::slot::Registry;
 use super::slot::Slot;
 use super::stats::CmStats;
@@ -38,7 +39,9 @@ pub(crate) struct Driver<T> {
     transport: T,
     rx: mpsc::UnboundedReceiver<Command>,
     registry: Registry,
-    listeners: BTreeMap<ServiceId, mpsc::UnboundedSender<(ConnId, IncomingKind)>>,
+    /// Each listener with the token its `Listener` handle holds.
+    listeners: BTreeMap<ServiceId, (u64, mpsc::UnboundedSender<(ConnId, IncomingKind)>)>,
+    next_listener: u64,
     sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
     app: Option<BoxApp>,
     /// Connections closed (for [`CmStats::closed`]).
@@ -70,6 +73,7 @@ impl<T: DatagramTransport> Driver<T> {
             rx,
             registry,
             listeners: BTreeMap::new(),
+            next_listener: 1,
             sidr: BTreeMap::new(),
             app,
             closed: 0,
@@ -97,7 +101,8 @@ impl<T: DatagramTransport> Driver<T> {
             tokio::select! {
                 biased;
                 cmd = self.rx.recv() => match cmd {
-                    None | Some(Command::Shutdown) => return Ok(()),
+                    None => return self.close_all(SHUTDOWN_LINGER).await,
+                    Some(Command::Shutdown { linger }) => return self.close_all(linger).await,
                     Some(cmd) => self.on_command(cmd),
                 },
                 () = &mut sleep, if armed.is_some() => {
@@ -110,6 +115,44 @@ impl<T: DatagramTransport> Driver<T> {
                         warn!(error = %e, "transport receive failed; stopping");
                         return Err(e);
                     }
+                },
+            }
+        }
+    }
+
+    /// The endpoint stops (shutdown, or the last handle dropped): every connection is ended
+    /// as [`Endpoint::disconnect`] does it — DREQ when established, REJ during setup — and
+    /// the driver keeps answering and retransmitting until every DREQ is answered (the
+    /// connection is in TimeWait or gone), or for `linger` at most.
+    async fn close_all(&mut self, linger: std::time::Duration) -> io::Result<()> {
+        let t = now();
+        for id in self.ep.conn_ids() {
+            let _ = self.ep.disconnect(t, id, &[]);
+        }
+        let deadline = tokio::time::Instant::now() + linger;
+        loop {
+            self.flush().await?;
+            let waiting = self
+                .ep
+                .conn_ids()
+                .into_iter()
+                .filter(|&id| self.ep.state(id) == Some(State::DreqSent))
+                .count();
+            if waiting == 0 {
+                return Ok(());
+            }
+            let timer = self.ep.poll_timeout().map(tokio::time::Instant::from_std);
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {
+                    warn!(waiting, "shutdown: DREQs still unanswered after {linger:?}; stopping");
+                    return Ok(());
+                }
+                () = tokio::time::sleep_until(timer.unwrap_or(deadline)), if timer.is_some() => {
+                    self.ep.handle_timeout(now());
+                }
+                r = self.transport.recv() => match r {
+                    Ok((from, mad)) => self.ep.handle_datagram(now(), from, &mad),
+                    Err(e) => return Err(e),
                 },
             }
         }
@@ -178,7 +221,7 @@ impl<T: DatagramTransport> Driver<T> {
                 let delivered = self
                     .listeners
                     .get(&req.service_id())
-                    .is_some_and(|tx| tx.send((ev.conn, IncomingKind::Connect(req))).is_ok());
+                    .is_some_and(|(_, tx)| tx.send((ev.conn, IncomingKind::Connect(req))).is_ok());
                 if !delivered {
                     let _ = self
                         .ep
@@ -190,7 +233,7 @@ impl<T: DatagramTransport> Driver<T> {
                 let delivered = self
                     .listeners
                     .get(&sid)
-                    .is_some_and(|tx| tx.send((ev.conn, IncomingKind::Sidr(s))).is_ok());
+                    .is_some_and(|(_, tx)| tx.send((ev.conn, IncomingKind::Sidr(s))).is_ok());
                 if !delivered {
                     let p = sidr_status(ibcm_mad::SidrStatus::UnsupportedServiceId);
                     let _ = self.ep.sidr_reply(now(), ev.conn, p);
@@ -280,13 +323,27 @@ impl<T: DatagramTransport> Driver<T> {
                 tx,
                 reply,
             } => {
+                // One listener per service ID: a second one would silently take the first
+                // one's REQs, and the first one's drop would then end the second.
+                if self.ep.is_listening(service_id) {
+                    let _ = reply.send(Err(CmError::AlreadyListening(service_id)));
+                    return;
+                }
                 self.ep.listen(service_id, options);
-                self.listeners.insert(service_id, tx);
-                let _ = reply.send(());
+                let token = self.next_listener;
+                self.next_listener = self.next_listener.wrapping_add(1);
+                self.listeners.insert(service_id, (token, tx));
+                let _ = reply.send(Ok(token));
             }
-            Command::Unlisten { service_id } => {
-                self.ep.unlisten(service_id);
-                self.listeners.remove(&service_id);
+            Command::Unlisten { service_id, token } => {
+                if self
+                    .listeners
+                    .get(&service_id)
+                    .is_some_and(|(t, _)| *t == token)
+                {
+                    self.ep.unlisten(service_id);
+                    self.listeners.remove(&service_id);
+                }
             }
             Command::Accept {
                 conn,
@@ -388,7 +445,7 @@ impl<T: DatagramTransport> Driver<T> {
                 let app = self.app.as_mut().map(|a| a.as_any_mut());
                 (call.0)(app, &mut self.ep, t);
             }
-            Command::Shutdown => {}
+            Command::Shutdown { .. } => {}
         }
     }
 }

@@ -194,27 +194,33 @@ impl Cm {
     }
 
     /// Starts listening on `service_id`. Incoming requests arrive on the returned
-    /// [`Listener`]; dropping it stops listening.
+    /// [`Listener`]; dropping it stops listening (that listener's registration only).
+    ///
+    /// One listener per service ID and endpoint: a second `listen` on a service ID that is
+    /// listened on (by a live [`Listener`] or by the endpoint's app) fails with
+    /// [`CmError::AlreadyListening`] and leaves the first one as it was.
     ///
     /// # Errors
-    /// [`CmError::DriverGone`].
+    /// [`CmError::AlreadyListening`], [`CmError::DriverGone`].
     pub async fn listen(
         &self,
         service_id: ServiceId,
         options: ListenOptions,
     ) -> Result<Listener, CmError> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.call(|reply| Command::Listen {
-            service_id,
-            options,
-            tx,
-            reply,
-        })
-        .await?;
+        let token = self
+            .call(|reply| Command::Listen {
+                service_id,
+                options,
+                tx,
+                reply,
+            })
+            .await??;
         Ok(Listener {
             rx,
             cm: self.clone(),
             service_id,
+            token,
         })
     }
 
@@ -258,9 +264,23 @@ impl Cm {
         self.call(|reply| Command::Len { reply }).await
     }
 
-    /// Stops the driver task (connections are abandoned without DREQ).
+    /// Stops the endpoint, after ending every connection the way
+    /// [`Connection::disconnect`] does: a DREQ for each established one, a REJ for each one
+    /// still being set up. The driver keeps answering and retransmitting until every DREQ
+    /// has its DREP, or for [`SHUTDOWN_LINGER`] (2 s) at most; then its task ends (await the
+    /// [`JoinHandle`] [`Cm::bind`] returned to know when). Dropping the last handle of a
+    /// `Cm` (every `Cm`, [`Connection`] and [`Listener`]) does the same. Calls made after
+    /// this wait until the task has ended and get [`CmError::DriverGone`]. The DREQs need
+    /// the tokio runtime: a runtime shut down first (say, `main` returning right after)
+    /// cancels the task before they go out, so await the `JoinHandle` before leaving.
     pub fn shutdown(&self) {
-        let _ = self.shared.tx.send(Command::Shutdown);
+        self.shutdown_with_linger(SHUTDOWN_LINGER);
+    }
+
+    /// [`Cm::shutdown`], waiting up to `linger` for the DREPs (`Duration::ZERO`: send the
+    /// DREQs and REJs once and stop).
+    pub fn shutdown_with_linger(&self, linger: Duration) {
+        let _ = self.shared.tx.send(Command::Shutdown { linger });
     }
 
     pub(crate) fn send(&self, cmd: Command) {
@@ -493,12 +513,15 @@ impl Drop for Incoming {
     }
 }
 
-/// The stream of requests for one service ID. Dropping it stops listening.
+/// The stream of requests for one service ID. Dropping it stops listening (if it is still
+/// the service ID's listener).
 #[derive(Debug)]
 pub struct Listener {
     rx: mpsc::UnboundedReceiver<(ConnId, IncomingKind)>,
     cm: Cm,
     service_id: ServiceId,
+    /// Names this listener's registration in the driver.
+    token: u64,
 }
 
 impl Listener {
@@ -531,9 +554,14 @@ impl Drop for Listener {
     fn drop(&mut self) {
         self.cm.send(Command::Unlisten {
             service_id: self.service_id,
+            token: self.token,
         });
     }
 }
+
+/// How long a stopping endpoint waits for the DREPs of the DREQs it sends ([`Cm::shutdown`],
+/// or the last handle dropped).
+pub const SHUTDOWN_LINGER: Duration = Duration::from_secs(2);
 
 /// A default for waiting on paused-clock tests and tools.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);

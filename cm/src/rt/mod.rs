@@ -24,7 +24,7 @@ mod types;
 pub mod udp;
 pub mod umad;
 
-pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT};
+pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT, SHUTDOWN_LINGER};
 pub use pending::PendingConnection;
 pub use stats::{CmStats, TransportStats};
 pub use transport::{DatagramTransport, MemNetwork, MemTransport};

@@ -50,6 +50,11 @@ pub enum CmError {
     /// SIDR_REQ unanswered.
     #[error("SIDR request timed out")]
     SidrTimedOut,
+    /// [`Cm::listen`](super::Cm::listen): the service ID is listened on already (by another
+    /// [`Listener`](super::Listener) of this endpoint, or by its app). Drop the other
+    /// listener first.
+    #[error("service ID {0} is already listened on by this endpoint")]
+    AlreadyListening(ibcm_mad::ServiceId),
     /// [`Cm::with_app`](super::Cm::with_app): the endpoint runs no application of that type.
     #[error("the CM endpoint runs no application of the requested type")]
     NoApp,

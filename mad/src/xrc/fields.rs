@@ -154,6 +154,7 @@ impl XrcBlock {
             Self::Gone(g) => {
                 let cause = match g.kind {
                     super::RejectKind::Gone(c) => format!("{:02x} {c}", c.code()),
+                    super::RejectKind::Misconfigured(c) => format!("{:02x} {c}", c.code()),
                     _ => "00".to_owned(),
                 };
                 vec![

@@ -16,6 +16,55 @@ pub enum RejectKind {
     AttachRefused,
     /// `03`: no TGT QP could be created (REJ reason 3).
     NoResources,
+    /// `04`: the target's service is set up wrong; no initiator can connect to it until its
+    /// owner fixes it (REJ reason 28). The cause byte says what is wrong.
+    Misconfigured(ServiceFault),
+}
+
+/// The cause byte of a [`RejectKind::Misconfigured`] block: what is wrong with the target's
+/// service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServiceFault {
+    /// `01`: the service names an XRC domain the target never opened.
+    UnknownDomain,
+    /// `02`: the service announces no XRC SRQ number (the REP needs 1..=47).
+    NoSrqns,
+    /// `03`: the service announces more than 47 XRC SRQ numbers (the REP's 196 bytes hold 47).
+    TooManySrqns,
+}
+
+impl ServiceFault {
+    /// Every fault, in code order.
+    pub const ALL: [Self; 3] = [Self::UnknownDomain, Self::NoSrqns, Self::TooManySrqns];
+
+    /// The cause byte.
+    pub const fn code(self) -> u8 {
+        match self {
+            Self::UnknownDomain => 1,
+            Self::NoSrqns => 2,
+            Self::TooManySrqns => 3,
+        }
+    }
+
+    /// From the cause byte; `None` for an unknown code.
+    pub const fn from_code(c: u8) -> Option<Self> {
+        match c {
+            1 => Some(Self::UnknownDomain),
+            2 => Some(Self::NoSrqns),
+            3 => Some(Self::TooManySrqns),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ServiceFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::UnknownDomain => "unknown XRC domain",
+            Self::NoSrqns => "no XRC SRQ number",
+            Self::TooManySrqns => "too many XRC SRQ numbers (more than 47)",
+        })
+    }
 }
 
 impl RejectKind {
@@ -25,13 +74,16 @@ impl RejectKind {
             Self::Gone(_) => 1,
             Self::AttachRefused => 2,
             Self::NoResources => 3,
+            Self::Misconfigured(_) => 4,
         }
     }
 
-    /// The cause byte (offset 5): the [`GoneCause`] code for kind `01`, else zero.
+    /// The cause byte (offset 5): the [`GoneCause`] code for kind `01`, the [`ServiceFault`]
+    /// code for kind `04`, else zero.
     pub const fn cause_code(self) -> u8 {
         match self {
             Self::Gone(c) => c.code(),
+            Self::Misconfigured(f) => f.code(),
             Self::AttachRefused | Self::NoResources => 0,
         }
     }
@@ -43,6 +95,7 @@ impl fmt::Display for RejectKind {
             Self::Gone(c) => write!(f, "target gone ({c})"),
             Self::AttachRefused => f.write_str("attach refused"),
             Self::NoResources => f.write_str("no TGT QP available"),
+            Self::Misconfigured(c) => write!(f, "target service misconfigured ({c})"),
         }
     }
 }
@@ -76,6 +129,7 @@ impl TargetGone {
             RejectKind::Gone(_) => RejReason::NoQp,
             RejectKind::AttachRefused => RejReason::ConsumerReject,
             RejectKind::NoResources => RejReason::NoResources,
+            RejectKind::Misconfigured(_) => RejReason::ConsumerReject,
         }
     }
 
@@ -126,6 +180,7 @@ impl TargetGone {
             1 => RejectKind::Gone(GoneCause::from_code(cause)?),
             2 => RejectKind::AttachRefused,
             3 => RejectKind::NoResources,
+            4 => RejectKind::Misconfigured(ServiceFault::from_code(cause)?),
             _ => return None,
         };
         let q = u32::from_be_bytes([0, q0, q1, q2]);

@@ -47,8 +47,8 @@
 //! |---:|---:|---|
 //! | 0 | 3 | marker `"XRC"` = `58 52 43` |
 //! | 3 | 1 | version = `01` |
-//! | 4 | 1 | kind: `01` target gone, `02` attach refused (the TGT QP serves another initiator), `03` no TGT QP could be created |
-//! | 5 | 1 | cause, for kind `01` ([`GoneCause`]): `01` owner destroyed it, `02` domain closed, `03` creator exited, `04` last registration dropped, `05` keeper lost, `06` last connection-scoped registration left (peer DREQ/timeout), `07` never existed or forgotten; `00` otherwise |
+//! | 4 | 1 | kind: `01` target gone, `02` attach refused (the TGT QP serves another initiator), `03` no TGT QP could be created, `04` the target's service is misconfigured |
+//! | 5 | 1 | cause, for kind `01` ([`GoneCause`]): `01` owner destroyed it, `02` domain closed, `03` creator exited, `04` last registration dropped, `05` keeper lost, `06` last connection-scoped registration left (peer DREQ/timeout), `07` never existed or forgotten; for kind `04` ([`ServiceFault`]): `01` unknown XRC domain, `02` no SRQ number, `03` more than 47 SRQ numbers; `00` otherwise |
 //! | 6 | 2 | zero |
 //! | 8 | 3 | the TGT QPN the REQ named, 24-bit big-endian (zero if none) |
 //! | 11 | 1 | zero |
@@ -63,7 +63,7 @@
 //! know; "No QP available" already means "no QP here to accept you". An ibcm initiator checks
 //! the marker and treats kind `01` as "the TGT QP is gone, drop the cached TGT QPN and connect
 //! anew (mode `00`/`01`)", anything else as a refusal. Kind `02` uses reason 28, kind `03`
-//! reason 3 ("No resources").
+//! reason 3 ("No resources"), kind `04` reason 28.
 //!
 //! # Decoding for display
 //!
@@ -93,7 +93,7 @@ mod tests;
 mod values;
 
 pub use fields::{XrcBlock, XrcField};
-pub use gone::{RejectKind, TargetGone};
+pub use gone::{RejectKind, ServiceFault, TargetGone};
 pub use rep::XrcRepData;
 pub use req::{ReqMode, XrcReqData};
 pub use values::{GoneCause, OwnershipPolicy, SrqNum};

@@ -354,6 +354,7 @@ fn any_gone() -> impl Strategy<Value = TargetGone> {
         prop::sample::select(GoneCause::ALL.to_vec()).prop_map(RejectKind::Gone),
         Just(RejectKind::AttachRefused),
         Just(RejectKind::NoResources),
+        prop::sample::select(ServiceFault::ALL.to_vec()).prop_map(RejectKind::Misconfigured),
     ];
     (kind, prop::option::of(any_qpn())).prop_map(|(kind, qpn)| TargetGone { kind, qpn })
 }

@@ -6,6 +6,19 @@
 //! xrcd-keeper status --socket PATH [--json]     domains, TGT QPs, policy, holders by PID
 //! xrcd-keeper leaks  --socket PATH [--json]     TGT QPs with no connection, owner or registration
 //! xrcd-keeper hold   --socket PATH --domain NAME [--path FILE] --shared-qp [--key KEY]
+//! xrcd-keeper request --socket PATH JSON...   requests in one session, one reply per line
+//! ```
+//!
+//! `serve` refuses a `--socket` path that exists and is not a socket (it never deletes such a
+//! file). Clients (`status`, `leaks`, `hold`, `request`) talk only to a keeper run by root or
+//! by their own user. Every domain and TGT QP belongs to the uid of the client that made it;
+//! another uid gets `permission-denied` (`ibcm_xrc::keeper` docs, "Who may do what").
+//!
+//! ```text
+//! $ xrcd-keeper request --socket /run/xrcd.sock '{"op":"open-domain","domain":"d"}' \
+//!       '{"op":"create","domain":"d","policy":"explicit"}'
+//! {"domain":"d"}
+//! {"policy":"explicit","qpn":72}
 //! ```
 //!
 //! `serve` prints `ready epoch=… socket=… backend=… device=…` once it accepts connections and
@@ -99,6 +112,17 @@ enum Cmd {
         #[arg(long, default_value = "default")]
         key: String,
     },
+    /// Send requests (JSON objects of the keeper protocol, one per argument) in one session;
+    /// print each result as one JSON line. Stops at the first refusal (exit status 1, the
+    /// error on stderr as `request N: <kind>: <message>`).
+    Request {
+        /// Unix socket of the keeper.
+        #[arg(long)]
+        socket: PathBuf,
+        /// The requests, e.g. `{"op":"status"}`.
+        #[arg(required = true)]
+        json: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -177,6 +201,24 @@ fn run(args: Args) -> Result<ExitCode> {
                 bail!("hold needs --shared-qp");
             }
             hold(&socket, &domain, path, &key)
+        }
+        Cmd::Request { socket, json } => {
+            let reqs = json
+                .iter()
+                .map(|j| serde_json::from_str::<Request>(j).with_context(|| format!("request {j}")))
+                .collect::<Result<Vec<_>>>()?;
+            let mut c = connect(&socket, "request")?;
+            for (i, r) in reqs.into_iter().enumerate() {
+                match c.call(r) {
+                    Ok(v) => println!("{v}"),
+                    Err(ClientError::Keeper { kind, message }) => {
+                        eprintln!("request {}: {kind}: {message}", i + 1);
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -57,7 +57,7 @@ use std::time::Instant;
 
 use ibcm::proto::{Endpoint, EndpointConfig};
 use ibcm::rt::{Cm, CmError, DatagramTransport};
-use ibcm_mad::ServiceId;
+use ibcm_mad::{Qpn, ServiceId};
 use tokio::task::JoinHandle;
 
 use super::{TargetEvent, TargetObserver, XrcService, XrcTarget};
@@ -116,10 +116,35 @@ impl XrcServer {
     /// Answers the XRC REQs for `service_id` as `service` ([`XrcTarget::listen`]).
     ///
     /// # Errors
+    /// [`CmError::AlreadyListening`] if the endpoint listens on `service_id` already (an
+    /// XRC service listened on, or a [`Cm::listen`] listener): the first one stays as it was
+    /// (a service only [`XrcTarget::serve`]d, not listened on, is replaced);
     /// [`CmError::DriverGone`].
     pub async fn listen(&self, service_id: ServiceId, service: XrcService) -> Result<(), CmError> {
-        self.with(move |t, ep, _| t.listen(ep, service_id, service))
-            .await
+        self.with(move |t, ep, _| {
+            if ep.is_listening(service_id) {
+                return Err(CmError::AlreadyListening(service_id));
+            }
+            t.listen(ep, service_id, service);
+            Ok(())
+        })
+        .await?
+    }
+
+    /// Leaked TGT QPs, phantom bindings included ([`XrcTarget::leaks`]).
+    ///
+    /// # Errors
+    /// [`CmError::DriverGone`].
+    pub async fn leaks(&self) -> Result<Vec<crate::registry::Leak>, CmError> {
+        self.with(|t, ep, _| t.leaks(ep)).await
+    }
+
+    /// Registry bindings the endpoint no longer knows ([`XrcTarget::stale_conns`]).
+    ///
+    /// # Errors
+    /// [`CmError::DriverGone`].
+    pub async fn stale_conns(&self) -> Result<Vec<(ibcm::proto::ConnId, Qpn)>, CmError> {
+        self.with(|t, ep, _| t.stale_conns(ep)).await
     }
 
     /// The next [`TargetEvent`] ([`XrcTarget::poll_event`]).

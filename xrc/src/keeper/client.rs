@@ -4,6 +4,12 @@
 //! epoch again; after the keeper went away, [`KeeperClient::reconnect`] reports a different
 //! epoch as [`ClientError::KeeperRestarted`] — "all keeper-held QPs are gone", because the
 //! kernel dropped the dead keeper's handles — and never reconnects silently.
+//!
+//! Before it says anything the client checks who serves the socket: the daemon's uid
+//! (`SO_PEERCRED`) and the socket file's owner must be root or the client's own effective
+//! uid, else [`ClientError::UntrustedDaemon`] — an impostor socket planted in a shared
+//! directory by another user is not talked to. Replies may be long (a `status` of thousands of
+//! sessions): up to [`MAX_REPLY_LINE`] bytes.
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -14,8 +20,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use std::os::unix::fs::MetadataExt;
+
 use super::proto::{Envelope, ErrorKind, EventLine, Reply, Request};
-use super::server::MAX_LINE;
+
+/// Longest reply or event line a client accepts (a `status` reply grows with the sessions,
+/// domains and QPs: 3,000 sessions are ≈ 150 kB).
+pub const MAX_REPLY_LINE: usize = 64 * 1024 * 1024;
 
 /// Client errors.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +57,19 @@ pub enum ClientError {
     /// The keeper sent something this client does not understand.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The socket is served (or owned) by a user that is neither root nor this client's
+    /// user: not a keeper this client trusts.
+    #[error(
+        "{path}: served by uid {uid}, which is neither root nor this user (uid {me}): not trusted"
+    )]
+    UntrustedDaemon {
+        /// The socket.
+        path: PathBuf,
+        /// The daemon's uid (or the socket file's owner).
+        uid: u32,
+        /// This client's effective uid.
+        me: u32,
+    },
 }
 
 impl ClientError {
@@ -78,6 +102,7 @@ impl KeeperClient {
     /// [`ClientError`].
     pub fn connect(path: &Path, name: &str) -> Result<Self, ClientError> {
         let writer = UnixStream::connect(path)?;
+        verify_daemon(path, &writer)?;
         let reader = BufReader::new(writer.try_clone()?);
         let mut c = Self {
             path: path.to_owned(),
@@ -112,13 +137,15 @@ impl KeeperClient {
         let n = self
             .reader
             .by_ref()
-            .take((MAX_LINE + 1) as u64)
+            .take((MAX_REPLY_LINE + 1) as u64)
             .read_line(&mut buf)?;
         if n == 0 {
             return Err(ClientError::KeeperGone);
         }
-        if buf.len() > MAX_LINE {
-            return Err(ClientError::Protocol("line too long".into()));
+        if buf.len() > MAX_REPLY_LINE {
+            return Err(ClientError::Protocol(format!(
+                "reply line longer than {MAX_REPLY_LINE} bytes"
+            )));
         }
         Ok(buf)
     }
@@ -238,4 +265,26 @@ impl KeeperClient {
             }
         }
     }
+}
+
+/// Checks that root or this user serves `path` and owns the socket file.
+fn verify_daemon(path: &Path, stream: &UnixStream) -> Result<(), ClientError> {
+    let me = rustix::process::geteuid().as_raw();
+    let untrusted = |uid: u32| ClientError::UntrustedDaemon {
+        path: path.to_owned(),
+        uid,
+        me,
+    };
+    let peer = rustix::net::sockopt::socket_peercred(stream)
+        .map_err(|e| ClientError::Io(io::Error::from(e)))?
+        .uid
+        .as_raw();
+    if peer != 0 && peer != me {
+        return Err(untrusted(peer));
+    }
+    let owner = std::fs::symlink_metadata(path)?.uid();
+    if owner != 0 && owner != me {
+        return Err(untrusted(owner));
+    }
+    Ok(())
 }

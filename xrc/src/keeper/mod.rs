@@ -14,6 +14,16 @@
 //! * [`server::serve`]: the daemon (threads, `SO_PEERCRED`, client-death cleanup).
 //! * [`client::KeeperClient`]: a blocking client with restart detection.
 //!
+//! # Who may do what
+//!
+//! Every domain and TGT QP belongs to the uid of the client that made it (`SO_PEERCRED`); a
+//! client acts only on its own objects unless the object's sharing rule admits it: a
+//! file-named domain opened by another uid under the same path (and a file that uid could
+//! open itself), a `Shared` QP in a domain the client was admitted to. A domain name held by
+//! another uid is refused with `permission-denied`, never handed out. Clients talk only to a
+//! keeper run by root or by their own user ([`client::ClientError::UntrustedDaemon`]). The
+//! table of rules is in docs/xrc.md §8.4.
+//!
 //! A keeper restart is never silent: every reply and event carries the instance's random
 //! epoch, and a client that meets a different epoch is told that all keeper-held QPs are
 //! gone ([`client::ClientError::KeeperRestarted`]).

@@ -327,6 +327,10 @@ error_kinds! {
     BadRequest => "bad-request",
     /// `error`: the keeper failed to build its answer.
     Internal => "error",
+    /// `permission-denied`: the object belongs to another uid and its sharing rule does not
+    /// admit this client (a domain name held by another uid, another uid's private domain or
+    /// non-Shared QP, a domain file the client could not open itself).
+    PermissionDenied => "permission-denied",
 }
 
 impl From<ErrorKind> for String {
@@ -506,6 +510,7 @@ mod tests {
             "verbs",
             "bad-request",
             "error",
+            "permission-denied",
         ];
         assert_eq!(ErrorKind::KNOWN.len(), old.len());
         for (k, s) in ErrorKind::KNOWN.iter().zip(old) {

@@ -1,19 +1,28 @@
-//! The keeper daemon: a Unix-socket server around `KeeperCore`, one thread per client.
+//! The keeper daemon: a Unix-socket server around `KeeperCore`, one reader thread and one
+//! writer thread per client.
 //!
-//! A client's identity is its connection: the keeper reads the peer PID with `SO_PEERCRED`
-//! when it accepts (the `hello` PID is used only if that fails), and when the socket closes —
-//! clean exit, crash, SIGKILL — `KeeperCore::close_session` releases exactly the references
-//! that connection took.
+//! A client's identity is its connection: the keeper reads the peer PID, uid and gid with
+//! `SO_PEERCRED` when it accepts (the `hello` PID is used only if that fails; a client whose
+//! credentials cannot be read is refused), and when the socket closes — clean exit, crash,
+//! SIGKILL — `KeeperCore::close_session` releases exactly the references that connection
+//! took. The uid owns what the session creates (`core::access`).
+//!
+//! Replies and events are never written under the keeper's lock: each client has a bounded
+//! queue ([`OUT_QUEUE`] lines) drained by its own writer thread. A client that does not read
+//! fills only its own queue; the keeper then cuts it off (its session closes as on a crash)
+//! instead of waiting for it, so it never holds up the other clients.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::core::{KeeperCore, SessionId, Target};
+use super::core::{Cred, KeeperCore, SessionId, Target};
 use super::proto::{Envelope, EventLine, KeeperEvent, Reply};
 use crate::registry::RegistryConfig;
 use crate::verbs::model::{KernelModel, ModelConfig};
@@ -21,6 +30,12 @@ use crate::verbs::{Verbs, VerbsError};
 
 /// Longest request line accepted.
 pub(crate) const MAX_LINE: usize = 64 * 1024;
+
+/// Stack of the per-client threads (thousands of clients are two threads each).
+const THREAD_STACK: usize = 256 * 1024;
+
+/// Lines (replies and events) queued for one client before the keeper gives up on it.
+pub const OUT_QUEUE: usize = 1024;
 
 /// Which verbs backend the keeper uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +67,10 @@ pub enum ServeError {
     /// Another keeper answers on the socket.
     #[error("a keeper is already serving {0}")]
     AlreadyRunning(PathBuf),
+    /// The socket path names something that is not a socket (a regular file, a directory…):
+    /// the keeper never deletes it.
+    #[error("{0} exists and is not a socket: refusing to replace it")]
+    NotASocket(PathBuf),
     /// The backend could not be opened (e.g. "device has no XRC").
     #[error("backend: {0}")]
     Backend(VerbsError),
@@ -106,9 +125,15 @@ pub(crate) fn open_backend(b: &Backend) -> Result<Box<dyn Verbs>, VerbsError> {
     }
 }
 
+/// One client's outbound side: its queue and its socket (to cut it off).
+struct Writer {
+    tx: SyncSender<String>,
+    stream: UnixStream,
+}
+
 struct Shared {
     core: KeeperCore,
-    writers: BTreeMap<SessionId, UnixStream>,
+    writers: BTreeMap<SessionId, Writer>,
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
@@ -120,6 +145,29 @@ fn lock(s: &SharedRef) -> MutexGuard<'_, Shared> {
 fn write_line(w: &mut UnixStream, line: &str) -> io::Result<()> {
     w.write_all(line.as_bytes())?;
     w.write_all(b"\n")
+}
+
+/// A client's writer thread: writes its queued lines, without the keeper's lock.
+fn writer_loop(mut stream: UnixStream, rx: Receiver<String>) {
+    for line in rx {
+        if write_line(&mut stream, &line).is_err() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    }
+}
+
+impl Writer {
+    /// Queues a line; a full queue (the client does not read) or a gone writer cuts the
+    /// client off: its reader sees EOF and closes the session.
+    fn push(&self, line: String) {
+        match self.tx.try_send(line) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                let _ = self.stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -137,27 +185,36 @@ impl Shared {
                 Target::Session(s) => vec![s],
             };
             for s in ids {
-                if let Some(w) = self.writers.get_mut(&s) {
-                    if write_line(w, &line).is_err() {
-                        // A client that does not read: cut it off; its reader sees EOF.
-                        let _ = w.shutdown(std::net::Shutdown::Both);
-                    }
+                if let Some(w) = self.writers.get(&s) {
+                    w.push(line.clone());
                 }
             }
         }
     }
 
-    fn flush_log(&mut self) {
-        for l in self.core.take_log() {
-            eprintln!("xrcd-keeper: {l}");
-        }
+    /// Takes the log lines, to print once the lock is released.
+    fn take_log(&mut self) -> Vec<String> {
+        self.core.take_log()
     }
 }
 
-fn peer_pid(s: &UnixStream) -> Option<u32> {
-    rustix::net::sockopt::socket_peercred(s)
-        .ok()
-        .and_then(|c| u32::try_from(c.pid.as_raw_nonzero().get()).ok())
+fn print_log(lines: Vec<String>) {
+    for l in lines {
+        eprintln!("xrcd-keeper: {l}");
+    }
+}
+
+/// The peer's PID, uid and gid (`SO_PEERCRED`).
+fn peer_cred(s: &UnixStream) -> Option<(Option<u32>, Cred)> {
+    let c = rustix::net::sockopt::socket_peercred(s).ok()?;
+    let pid = u32::try_from(c.pid.as_raw_nonzero().get()).ok();
+    Some((
+        pid,
+        Cred {
+            uid: c.uid.as_raw(),
+            gid: c.gid.as_raw(),
+        },
+    ))
 }
 
 fn client_loop(shared: &SharedRef, session: SessionId, stream: UnixStream) {
@@ -185,7 +242,7 @@ fn client_loop(shared: &SharedRef, session: SessionId, stream: UnixStream) {
             let r = sh
                 .core
                 .bad_line(format!("line longer than {MAX_LINE} bytes"));
-            send_reply(&mut sh, session, &r);
+            send_reply(&sh, session, &r);
             break;
         } else {
             match serde_json::from_str::<Envelope>(line) {
@@ -197,52 +254,70 @@ fn client_loop(shared: &SharedRef, session: SessionId, stream: UnixStream) {
                 Err(e) => sh.core.bad_line(format!("bad request: {e}")),
             }
         };
-        send_reply(&mut sh, session, &reply);
-        sh.flush_log();
+        send_reply(&sh, session, &reply);
+        let log = sh.take_log();
+        drop(sh);
+        print_log(log);
     }
     let mut sh = lock(shared);
     sh.writers.remove(&session);
     let events = sh.core.close_session(Instant::now(), session);
     sh.deliver(events);
-    sh.flush_log();
+    let log = sh.take_log();
+    drop(sh);
+    print_log(log);
 }
 
-fn send_reply(sh: &mut Shared, session: SessionId, reply: &Reply) {
-    if let (Some(w), Ok(line)) = (sh.writers.get_mut(&session), serde_json::to_string(reply)) {
-        let _ = write_line(w, &line);
+fn send_reply(sh: &Shared, session: SessionId, reply: &Reply) {
+    if let (Some(w), Ok(line)) = (sh.writers.get(&session), serde_json::to_string(reply)) {
+        w.push(line);
     }
 }
 
 fn timer_loop(shared: &SharedRef) {
     loop {
-        let wait = {
+        let (wait, log) = {
             let mut sh = lock(shared);
             let now = Instant::now();
             let events = sh.core.tick(now);
             sh.deliver(events);
-            sh.flush_log();
-            sh.core
+            let wait = sh
+                .core
                 .next_deadline()
                 .map_or(Duration::from_millis(500), |d| {
                     d.saturating_duration_since(now)
-                })
+                });
+            (wait, sh.take_log())
         };
+        print_log(log);
         thread::sleep(wait.clamp(Duration::from_millis(10), Duration::from_millis(500)));
     }
 }
 
+/// Makes room for the socket: a live keeper's socket is left alone (error), a stale socket
+/// is removed, anything else that is not a socket is refused and left in place.
 fn prepare_socket(path: &Path) -> Result<(), ServeError> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(ServeError::AlreadyRunning(path.to_owned()));
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(ServeError::Io {
+                path: path.to_owned(),
+                source,
+            })
         }
-        // A stale socket from a dead keeper.
-        std::fs::remove_file(path).map_err(|source| ServeError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ServeError::NotASocket(path.to_owned()));
     }
-    Ok(())
+    if UnixStream::connect(path).is_ok() {
+        return Err(ServeError::AlreadyRunning(path.to_owned()));
+    }
+    // A stale socket from a dead keeper.
+    std::fs::remove_file(path).map_err(|source| ServeError::Io {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Runs the keeper until the process is killed. Prints one `ready` line on standard output
@@ -284,19 +359,40 @@ pub fn serve(cfg: &ServerConfig) -> Result<(), ServeError> {
     );
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        let Ok(writer) = stream.try_clone() else {
+        let (Ok(out), Ok(cut)) = (stream.try_clone(), stream.try_clone()) else {
             continue;
         };
-        let _ = writer.set_write_timeout(Some(Duration::from_secs(2)));
-        let pid = peer_pid(&stream);
+        let Some((pid, cred)) = peer_cred(&stream) else {
+            eprintln!("xrcd-keeper: refusing a client whose credentials cannot be read");
+            continue;
+        };
+        let (tx, rx) = sync_channel(OUT_QUEUE);
         let session = {
             let mut sh = lock(&shared);
-            let s = sh.core.open_session(pid);
-            sh.writers.insert(s, writer);
+            let s = sh.core.open_session_as(pid, cred);
+            sh.writers.insert(s, Writer { tx, stream: cut });
             s
         };
+        let spawned = thread::Builder::new()
+            .name(format!("keeper-w{session}"))
+            .stack_size(THREAD_STACK)
+            .spawn(move || writer_loop(out, rx));
         let s = Arc::clone(&shared);
-        thread::spawn(move || client_loop(&s, session, stream));
+        let reader = spawned.and_then(|_| {
+            thread::Builder::new()
+                .name(format!("keeper-r{session}"))
+                .stack_size(THREAD_STACK)
+                .spawn(move || client_loop(&s, session, stream))
+        });
+        if let Err(e) = reader {
+            eprintln!("xrcd-keeper: cannot start threads for session {session}: {e}");
+            let mut sh = lock(&shared);
+            if let Some(w) = sh.writers.remove(&session) {
+                let _ = w.stream.shutdown(std::net::Shutdown::Both);
+            }
+            let events = sh.core.close_session(Instant::now(), session);
+            sh.deliver(events);
+        }
     }
     Ok(())
 }

@@ -10,7 +10,8 @@ use super::{DomainId, IniPeer, QpLife, Registrant, TgtRegistry};
 use crate::policy::{decide, OwnershipPolicy, PolicyAction, PolicyEvent, Verdict};
 use crate::types::{ProcessId, Qpn, SrqNum};
 use ibcm_mad::xrc::{
-    GoneCause, RejectKind, ReqMode, TargetGone, XrcDataError, XrcRepData, XrcReqData,
+    GoneCause, RejectKind, ReqMode, ServiceFault, TargetGone, XrcDataError, XrcRepData, XrcReqData,
+    MAX_REP_SRQNS,
 };
 
 /// A REQ for an XRC TGT, as the CM hands it to [`TgtRegistry::handle_req`].
@@ -71,6 +72,11 @@ pub enum ConnEvent {
 impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
     /// Decides on an XRC REQ (type docs, step 1).
     ///
+    /// The request's service is checked first ([`RejectKind::Misconfigured`]: a domain this
+    /// registry never opened, no SRQ number or more than 47): nothing is created or bound
+    /// for it. On every `Err` the connection is left unbound — a REJ never leaves a binding
+    /// behind that a later REQ with a reused key could land on.
+    ///
     /// # Errors
     /// A [`TargetGone`] block to send in a REJ.
     pub fn handle_req(
@@ -79,13 +85,26 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         req: &TgtRequest<K>,
     ) -> Result<XrcAccept, TargetGone> {
         let refuse = |kind, qpn| TargetGone { kind, qpn };
-        // A duplicate of a REQ already accepted: answer the same way.
+        if let Some(fault) = self.service_fault(req) {
+            let named = match req.data.mode {
+                ReqMode::Attach(q) => Some(q),
+                ReqMode::Any | ReqMode::Create => None,
+            };
+            self.unbind(now, &req.conn);
+            return Err(refuse(RejectKind::Misconfigured(fault), named));
+        }
+        // A duplicate of a REQ already accepted (same key, same initiator): answer the same
+        // way. The same key from another initiator is a new connection (the CM reused the
+        // key): the stale binding goes first.
         if let Some(&qpn) = self.conns.get(&req.conn) {
-            if let Some(q) = self.qps.get(&qpn) {
-                if q.life == QpLife::Live {
-                    return self.accept(qpn, false, &req.srqns);
-                }
+            let dup = self
+                .qps
+                .get(&qpn)
+                .is_some_and(|q| q.life == QpLife::Live && q.peer == Some(req.peer));
+            if dup {
+                return self.accept(qpn, false, &req.srqns);
             }
+            self.unbind(now, &req.conn);
         }
         let domain_open = self.domains.get(&req.domain).is_some_and(|d| !d.closing);
         let closed = refuse(RejectKind::Gone(GoneCause::DomainClosed), None);
@@ -173,7 +192,39 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
             None,
             vec![],
         );
-        self.accept(qpn, created, &req.srqns)
+        let answer = self.accept(qpn, created, &req.srqns);
+        if answer.is_err() {
+            self.unbind(now, &req.conn);
+        }
+        answer
+    }
+
+    /// What is wrong with the service `req` was made for, if anything.
+    fn service_fault(&self, req: &TgtRequest<K>) -> Option<ServiceFault> {
+        let n = req.srqns.len();
+        if n == 0 {
+            Some(ServiceFault::NoSrqns)
+        } else if n > MAX_REP_SRQNS {
+            Some(ServiceFault::TooManySrqns)
+        } else if !self.domain_ever_opened(req.domain) {
+            Some(ServiceFault::UnknownDomain)
+        } else {
+            None
+        }
+    }
+
+    /// Removes the binding of `conn`, if any, as a connection that never came up (its
+    /// connection-scoped registration goes, and the QP's policy decides on the rest).
+    fn unbind(&mut self, now: Instant, conn: &K) {
+        if self.conns.contains_key(conn) {
+            self.handle_conn_event(now, conn, ConnEvent::PeerTimeout);
+        }
+    }
+
+    /// The connections bound to a TGT QP (every key [`TgtRegistry::handle_req`] accepted and
+    /// no connection event has ended yet), with their QP.
+    pub fn bound_conns(&self) -> Vec<(K, Qpn)> {
+        self.conns.iter().map(|(k, &q)| (k.clone(), q)).collect()
     }
 
     fn create_for_req(&mut self, now: Instant, req: &TgtRequest<K>) -> Result<Qpn, TargetGone> {

@@ -74,6 +74,12 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         Ok(id)
     }
 
+    /// Whether `id` was ever handed out by [`TgtRegistry::open_domain`] (it may be closed
+    /// since). An id never handed out is a configuration error, not a closed domain.
+    pub fn domain_ever_opened(&self, id: DomainId) -> bool {
+        self.domains.contains_key(&id) || (id.0 >= 1 && id.0 < self.next_domain)
+    }
+
     /// The domain opened under `name`.
     pub fn domain_by_name(&self, name: &str) -> Option<DomainId> {
         self.domains

@@ -184,6 +184,7 @@ impl Io {
             mad,
             retries_left: retries,
             timeout,
+            deadline: None,
         }));
         self.arm(id, conn, now + timeout, TimerKind::Resend);
     }

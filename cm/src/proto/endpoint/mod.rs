@@ -310,6 +310,11 @@ impl Endpoint {
         self.listeners.insert(service_id, opts).is_none()
     }
 
+    /// Whether `service_id` is listened on.
+    pub fn is_listening(&self, service_id: ServiceId) -> bool {
+        self.listeners.contains_key(&service_id)
+    }
+
     /// Stops listening. Returns whether there was a listener.
     pub fn unlisten(&mut self, service_id: ServiceId) -> bool {
         self.listeners.remove(&service_id).is_some()
@@ -531,8 +536,18 @@ impl Endpoint {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        // A half-open entry never outlives its deadline (`max_half_open_lifetime`).
-        let deadline = self.io.guard.half(id).map(|h| h.deadline);
+        // A half-open entry never outlives its deadline (`max_half_open_lifetime`), an
+        // unanswered REQ its `connect_timeout`.
+        let half = self.io.guard.half(id).map(|h| h.deadline);
+        let unanswered = c
+            .pending
+            .as_ref()
+            .and_then(|p| p.deadline)
+            .filter(|_| c.state == State::ReqSent);
+        let deadline = match (half, unanswered) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if let Some(p) = c.pending.as_mut() {
             if p.retries_left > 0 && deadline.is_none_or(|d| now < d) {
                 p.retries_left -= 1;
@@ -548,7 +563,7 @@ impl Endpoint {
                 return;
             }
         }
-        if deadline.is_some_and(|d| now >= d) {
+        if half.is_some_and(|d| now >= d) {
             self.io.stats.half_open_expired += 1;
         }
         c.pending = None;

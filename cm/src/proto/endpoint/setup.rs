@@ -116,6 +116,15 @@ impl Endpoint {
         let budget = (request_timeout, p.max_cm_retries.get());
         self.io
             .send_request(now, id, &mut conn, CmMessage::Req(req), budget);
+        if let Some(limit) = p.connect_timeout {
+            let at = now + limit;
+            if let Some(pending) = conn.pending.as_mut() {
+                pending.deadline = Some(at);
+            }
+            if conn.timer.is_some_and(|(t, _)| at < t) {
+                self.io.arm(id, &mut conn, at, TimerKind::Resend);
+            }
+        }
         self.use_qpn(p.local_qpn);
         self.conns.insert(id, conn);
         Ok(id)

@@ -53,6 +53,7 @@ impl Endpoint {
                     mad,
                     retries_left: p.max_retries,
                     timeout: p.timeout,
+                    deadline: None,
                 },
                 timer: Some(at),
             },

@@ -287,6 +287,23 @@ impl XrcTarget {
         self.serve(service_id, service);
     }
 
+    /// [`TgtRegistry::leaks_with`] against `ep`: live TGT QPs with no owner, no
+    /// registration and no connection that `ep` and this target still know. A QP held only
+    /// by a binding the endpoint has forgotten (a phantom connection) is reported.
+    pub fn leaks(&self, ep: &Endpoint) -> Vec<crate::registry::Leak> {
+        self.reg.leaks_with(|c| self.conn_known(ep, *c))
+    }
+
+    /// Registry bindings that `ep` and this target no longer know (always empty unless a
+    /// close was lost): [`TgtRegistry::stale_conns`].
+    pub fn stale_conns(&self, ep: &Endpoint) -> Vec<(ConnId, Qpn)> {
+        self.reg.stale_conns(|c| self.conn_known(ep, *c))
+    }
+
+    fn conn_known(&self, ep: &Endpoint, c: ConnId) -> bool {
+        self.tgt_qpns.contains_key(&c) && ep.state(c).is_some()
+    }
+
     /// The TGT QP of a connection this target accepted (until it closes).
     pub fn conn_qpn(&self, conn: ConnId) -> Option<Qpn> {
         self.tgt_qpns.get(&conn).copied()

@@ -72,7 +72,9 @@ impl Teardown {
 
 impl XrcTarget {
     /// Tears `conn` down on `ep` (its TGT QP went away): a DREQ when established, else a
-    /// REJ; counted, and reported as a [`TargetEvent::Teardown`]. Returns what went out.
+    /// REJ; counted by what actually went out (a connection already closing — the peer's
+    /// DREQ that released the QP, say — counts as neither), and reported as a
+    /// [`TargetEvent::Teardown`]. Returns what went out.
     fn teardown(
         &mut self,
         ep: &mut Endpoint,
@@ -81,21 +83,21 @@ impl XrcTarget {
         qpn: Qpn,
         cause: GoneCause,
     ) -> TeardownKind {
-        let established = ep.state(conn) == Some(State::Established);
-        if established {
-            self.stats.dreqs = self.stats.dreqs.saturating_add(1);
-        } else {
-            self.stats.rejs = self.stats.rejs.saturating_add(1);
+        let kind = Teardown { conn, qpn, cause }
+            .execute(ep, now, self.cfg.dreq_reason)
+            .unwrap_or(TeardownKind::Nothing);
+        match kind {
+            TeardownKind::Dreq => self.stats.dreqs = self.stats.dreqs.saturating_add(1),
+            TeardownKind::Rej => self.stats.rejs = self.stats.rejs.saturating_add(1),
+            TeardownKind::Nothing => return kind,
         }
         self.events.push_back(TargetEvent::Teardown {
             conn,
             qpn,
             cause,
-            established,
+            established: kind == TeardownKind::Dreq,
         });
-        Teardown { conn, qpn, cause }
-            .execute(ep, now, self.cfg.dreq_reason)
-            .unwrap_or(TeardownKind::Nothing)
+        kind
     }
 
     /// Executes what the registry asked for since the last call, in order, on `ep`: a

@@ -10,8 +10,14 @@ use super::{ConnKey, KeeperCore, SessionId};
 use crate::keeper::proto::{ErrorBody, ErrorKind, LeakView, Request};
 use crate::policy::{OwnershipPolicy, Verdict};
 use crate::registry::{ConnEvent, DomainState, IniPeer, QpLife, Registrant, TgtRequest};
-use crate::types::{DomainSpec, ProcessId, SrqNum};
+use crate::types::{ProcessId, SrqNum};
 use ibcm_mad::xrc::{ReqMode, XrcReqData};
+
+/// The longest CM TimeWait an `accept-req` may ask for (`timewait_ms`): a TGT QP number is
+/// quarantined that long after its connection ends, so an unbounded value would park QPs for
+/// ever. 60 s, the ibcm endpoint's own ceiling for peer-derived TimeWaits
+/// (`EndpointConfig::max_timewait`).
+pub(in crate::keeper) const MAX_TIMEWAIT_MS: u64 = 60_000;
 
 impl KeeperCore {
     pub(super) fn dispatch(
@@ -32,6 +38,7 @@ impl KeeperCore {
                 let dev = self.reg.verbs().device();
                 Ok(json!({
                     "session": s,
+                    "uid": self.cred(s).map(|c| c.uid),
                     "keeper_pid": self.keeper_pid,
                     "backend": self.backend,
                     "device": dev.name,
@@ -45,22 +52,13 @@ impl KeeperCore {
                 create,
                 exclusive,
             } => {
-                let spec = match path {
-                    None => DomainSpec::Private,
-                    Some(p) => DomainSpec::File {
-                        path: p.into(),
-                        create,
-                        exclusive,
-                    },
-                };
-                self.reg
-                    .open_domain(&domain, spec)
-                    .map_err(|e| registry_err(&e))?;
+                self.open_domain_for(s, &domain, path.as_deref(), create, exclusive)?;
                 self.log.push(format!("domain {domain} open"));
                 Ok(json!({ "domain": domain }))
             }
             Request::CloseDomain { domain } => {
-                let id = self.domain_arg(&domain)?;
+                let id = self.owned_domain(s, &domain)?;
+                self.dirty = true;
                 let st = self
                     .reg
                     .close_domain(now, id)
@@ -75,16 +73,17 @@ impl KeeperCore {
                 })
             }
             Request::Create { domain, policy } => {
-                let id = self.domain_arg(&domain)?;
+                let id = self.usable_domain(s, &domain)?;
                 let policy = policy_arg(&policy)?;
                 let qpn = self
                     .reg
                     .create_tgt_qp(now, id, policy, me)
                     .map_err(|e| registry_err(&e))?;
+                self.own_qp(s, qpn);
                 Ok(json!({ "qpn": qpn.get(), "policy": policy.name() }))
             }
             Request::CreateOrRegister { domain, key } => {
-                let id = self.domain_arg(&domain)?;
+                let id = self.usable_domain(s, &domain)?;
                 let existing = self
                     .slots
                     .get(&(id, key.clone()))
@@ -102,15 +101,18 @@ impl KeeperCore {
                             .reg
                             .create_tgt_qp(now, id, OwnershipPolicy::Shared, me)
                             .map_err(|e| registry_err(&e))?;
+                        self.own_qp(s, qpn);
                         self.slots.insert((id, key), qpn);
                         Ok(json!({ "qpn": qpn.get(), "created": true }))
                     }
                 }
             }
             Request::Register { qpn } => {
+                let qpn = qpn_arg(qpn)?;
+                self.check_qp(s, qpn, "register on", true)?;
                 let n = self
                     .reg
-                    .register(now, qpn_arg(qpn)?, Registrant::Process(me))
+                    .register(now, qpn, Registrant::Process(me))
                     .map_err(|e| registry_err(&e))?;
                 Ok(json!({ "count": n }))
             }
@@ -122,24 +124,27 @@ impl KeeperCore {
                 Ok(verdict_json(v))
             }
             Request::Destroy { qpn } => {
+                let qpn = qpn_arg(qpn)?;
+                // An orphan may be destroyed by any session (registry rule), but only of its
+                // owner's uid.
+                self.check_qp(s, qpn, "destroy", false)?;
                 let v = self
                     .reg
-                    .destroy(now, qpn_arg(qpn)?, me)
+                    .destroy(now, qpn, me)
                     .map_err(|e| registry_err(&e))?;
                 Ok(verdict_json(v))
             }
             Request::Adopt { qpn } => {
-                self.reg
-                    .adopt(now, qpn_arg(qpn)?, me)
-                    .map_err(|e| registry_err(&e))?;
+                let qpn = qpn_arg(qpn)?;
+                self.check_qp(s, qpn, "adopt", false)?;
+                self.reg.adopt(now, qpn, me).map_err(|e| registry_err(&e))?;
                 Ok(json!({}))
             }
             Request::Modify { qpn, attr } => {
                 let a = modify_attr(&attr)?;
-                let st = self
-                    .reg
-                    .modify(qpn_arg(qpn)?, &a)
-                    .map_err(|e| registry_err(&e))?;
+                let qpn = qpn_arg(qpn)?;
+                self.check_qp(s, qpn, "modify", true)?;
+                let st = self.reg.modify(qpn, &a).map_err(|e| registry_err(&e))?;
                 Ok(json!({ "state": st.name() }))
             }
             Request::Query { qpn } => {
@@ -161,7 +166,17 @@ impl KeeperCore {
                 srqns,
                 timewait_ms,
             } => {
-                let id = self.domain_arg(&domain)?;
+                let id = self.usable_domain(s, &domain)?;
+                let timewait = match timewait_ms {
+                    None => self.reg.config().policy.default_timewait,
+                    Some(ms) if ms <= MAX_TIMEWAIT_MS => Duration::from_millis(ms),
+                    Some(ms) => {
+                        return Err(err(
+                            ErrorKind::BadRequest,
+                            format!("timewait_ms {ms} is over the limit of {MAX_TIMEWAIT_MS} ms"),
+                        ))
+                    }
+                };
                 let mode = match (mode.as_deref().unwrap_or("any"), tgt_qpn) {
                     ("any", _) => ReqMode::Any,
                     ("create", _) => ReqMode::Create,
@@ -193,14 +208,14 @@ impl KeeperCore {
                         ini_qpn: qpn_arg(ini_qpn)?,
                     },
                     data: XrcReqData { mode, policy },
-                    timewait: timewait_ms.map_or(
-                        self.reg.config().policy.default_timewait,
-                        Duration::from_millis,
-                    ),
+                    timewait,
                     srqns,
                 };
                 match self.reg.handle_req(now, &req) {
                     Ok(acc) => {
+                        if acc.created {
+                            self.own_qp(s, acc.tgt_qpn);
+                        }
                         let pd = acc.rep_private_data(&[]).unwrap_or_default();
                         Ok(json!({
                             "accept": true,
@@ -241,9 +256,10 @@ impl KeeperCore {
             Request::Status => serde_json::to_value(self.status())
                 .map_err(|e| err(ErrorKind::Internal, e.to_string())),
             Request::Leaks => {
+                // A connection of a session that is gone holds nothing (its CM went with it).
                 let leaks: Vec<LeakView> = self
                     .reg
-                    .leaks()
+                    .leaks_with(|c| self.sessions.contains_key(&c.session))
                     .into_iter()
                     .map(|l| LeakView {
                         qpn: l.qpn.get(),

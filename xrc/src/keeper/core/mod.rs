@@ -16,12 +16,17 @@ use crate::registry::{ConnEvent, DomainId, RegistryConfig, TgtRegistry};
 use crate::types::{ProcessId, Qpn};
 use crate::verbs::Verbs;
 
+mod access;
+#[cfg(test)]
+mod access_tests;
 mod args;
 mod dispatch;
 mod report;
 #[cfg(test)]
 mod tests;
 
+pub(in crate::keeper) use access::Cred;
+use access::Owners;
 use args::err;
 use report::verdict_text;
 
@@ -43,6 +48,7 @@ pub(super) type SessionId = u32;
 #[derive(Clone, Debug)]
 struct Session {
     pid: Option<u32>,
+    cred: Cred,
     name: String,
 }
 
@@ -66,7 +72,13 @@ pub(super) struct KeeperCore {
     /// PIDs of recently closed sessions, for logs and status after they are gone.
     closed: BTreeMap<SessionId, Option<u32>>,
     next_session: SessionId,
+    /// `create-or-register` keys: kept while their Shared QP lives, pruned after every
+    /// request, tick and session close ([`KeeperCore::prune`]).
     slots: BTreeMap<(DomainId, String), Qpn>,
+    /// Owner uids of domains and TGT QPs (module `access`).
+    owners: Owners,
+    /// Something was released or closed since the last [`KeeperCore::prune`].
+    dirty: bool,
     log: Vec<String>,
     started: Instant,
 }
@@ -90,6 +102,8 @@ impl KeeperCore {
             closed: BTreeMap::new(),
             next_session: 1,
             slots: BTreeMap::new(),
+            owners: Owners::default(),
+            dirty: false,
             log: Vec::new(),
             started: now,
         }
@@ -105,18 +119,53 @@ impl KeeperCore {
         std::mem::take(&mut self.log)
     }
 
-    /// A client connected; `pid` from `SO_PEERCRED` when available.
+    /// A client connected with the keeper's own credentials (in-process use and tests);
+    /// `pid` from `SO_PEERCRED` when available. A socket server uses
+    /// [`KeeperCore::open_session_as`].
+    #[allow(dead_code)] // the unit tests' and an in-process embedder's entry
     pub(super) fn open_session(&mut self, pid: Option<u32>) -> SessionId {
-        let id = self.next_session;
-        self.next_session = self.next_session.wrapping_add(1).max(1);
+        self.open_session_as(pid, Cred::own())
+    }
+
+    /// A client connected with credentials `cred` (its `SO_PEERCRED` uid and gid): it owns
+    /// what it creates and acts only on what that uid owns or may share (module `access`).
+    pub(super) fn open_session_as(&mut self, pid: Option<u32>, cred: Cred) -> SessionId {
+        let mut id = self.next_session;
+        // Skip numbers still in use (after a wrap): a session number is a registry identity.
+        while self.sessions.contains_key(&id) {
+            id = id.wrapping_add(1).max(1);
+        }
+        self.next_session = id.wrapping_add(1).max(1);
         self.sessions.insert(
             id,
             Session {
                 pid,
+                cred,
                 name: String::new(),
             },
         );
         id
+    }
+
+    /// The credentials of session `s` (unknown sessions: none, which owns nothing).
+    fn cred(&self, s: SessionId) -> Option<Cred> {
+        self.sessions.get(&s).map(|x| x.cred)
+    }
+
+    /// Forgets slots and owners of objects that are gone (when something went since the last
+    /// time).
+    fn prune(&mut self) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
+        let reg = &self.reg;
+        let live = |q: &Qpn| {
+            reg.query(*q)
+                .is_ok_and(|t| t.life == crate::registry::QpLife::Live)
+        };
+        self.slots.retain(|_, q| live(q));
+        self.owners.qps.retain(|q, _| reg.query(*q).is_ok());
+        self.owners.domains.retain(|d, _| reg.domain(*d).is_some());
     }
 
     /// A client's socket closed (exit, SIGKILL, or a clean close): exactly its references go.
@@ -136,6 +185,7 @@ impl KeeperCore {
             })
             .unwrap_or_default();
         self.log.push(format!("{name} closed"));
+        self.dirty = true;
         self.reg.process_exit(now, ProcessId(s));
         // Its connections died with its CM: nobody can DREQ them any more.
         let conns: Vec<ConnKey> = self
@@ -154,15 +204,20 @@ impl KeeperCore {
                 self.closed.pop_first();
             }
         }
-        self.drain()
+        let out = self.drain();
+        self.prune();
+        out
     }
 
     /// Runs due quarantines.
     pub(super) fn tick(&mut self, now: Instant) -> Vec<(Target, KeeperEvent)> {
         if self.reg.poll_timeout().is_some_and(|t| t <= now) {
             self.reg.handle_timeout(now);
+            self.dirty = true;
         }
-        self.drain()
+        let out = self.drain();
+        self.prune();
+        out
     }
 
     /// When [`KeeperCore::tick`] has work.
@@ -180,6 +235,7 @@ impl KeeperCore {
     ) -> (Reply, Vec<(Target, KeeperEvent)>) {
         let res = self.dispatch(now, s, req);
         let events = self.drain();
+        self.prune();
         let reply = match res {
             Ok(v) => Reply {
                 id,
@@ -225,6 +281,7 @@ impl KeeperCore {
             }
             self.log.push(line);
             if let Some(Verdict::Released(cause)) = t.verdict {
+                self.dirty = true;
                 out.push((
                     Target::All,
                     KeeperEvent::QpGone {
