@@ -24,7 +24,7 @@ pub(crate) type Reply<T> = oneshot::Sender<T>;
 pub(crate) enum Command {
     Connect {
         params: ConnectParams,
-        reply: Reply<Result<(ConnId, Arc<Slot>), ConnectError>>,
+        reply: Reply<Result<(ConnId, Arc<Slot>, Box<ibcm_mad::Req>), ConnectError>>,
     },
     Listen {
         service_id: ServiceId,

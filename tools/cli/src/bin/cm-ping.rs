@@ -22,7 +22,8 @@
 //! and none of their disconnects timed out, 2 otherwise.
 //!
 //! QPNs are unique and random within the 24-bit space, start PSNs random (the endpoint's
-//! RNG): cm-ping has no real QPs, so it chooses them like an application should.
+//! RNG: the default of a connect, drawn with `Cm::random_psn` for an accept): cm-ping has no
+//! real QPs, so it chooses them like an application should.
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
@@ -621,13 +622,6 @@ async fn one_connection(
         pd = DISCONNECT_MARKER.to_vec();
     }
     p.private_data = pd;
-    match cm.random_psn().await {
-        Ok(psn) => p.starting_psn = psn,
-        Err(e) => {
-            out(args, format_args!("connection {i}: {e}"));
-            return None;
-        }
-    }
     p.remote_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.max_cm_retries = U4::masked(args.retries);
