@@ -155,14 +155,16 @@ else
   if [ ! -x /lab/bin/cm-ping ]; then say "SKIP no /lab/bin/cm-ping (pass it with LAB_PEER_BIN)"; exit 1; fi
   say "ibcm side of the kp cells: $CM_ARGS; IPv6: $CM_ARGS6"
   # ---- ibcm active -> kernel passive
-  # REQ timeout 2*ms(18) + ms(17) = 2.7 s; the kernel's REP timeout = ms(17) = 0.5 s
-  ilose_active kp-act-rep-lost 30 0x0013 1 --connect $KIP:7501 --timeout-exp 17
-  iactive kp-act-rtu-lost 40 --connect $KIP:7502 --timeout-exp 17 --disconnect-from passive
+  # --timeout-exp 18: ibcm's REQ timeout 2*ms(18) + ms(18) = 3.2 s; the kernel's REP (and
+  # passive DREQ) timeout = ms(18) = 1 s, so the kernel's retransmission comes first
+  ilose_active kp-act-rep-lost 30 0x0013 1 --connect $KIP:7501 --timeout-exp 18
+  iactive kp-act-rtu-lost 40 --connect $KIP:7502 --timeout-exp 18 --disconnect-from passive
+  # --timeout-exp 17: ibcm's DREQ timeout (its REQ's) 2*ms(18) + ms(17) = 2.7 s
   ilose_active kp-act-drep-lost 40 0x0016 1 --connect $KIP:7503 --timeout-exp 17
-  ilose_active kp-act-dreq-lost 40 0x0015 1 --connect $KIP:7504 --timeout-exp 17 --disconnect-from passive
+  ilose_active kp-act-dreq-lost 40 0x0015 1 --connect $KIP:7504 --timeout-exp 18 --disconnect-from passive
   iactive kp-act-req-retries-out 40 --connect $KIP:7505 --timeout-exp 16 --retries 2
   iactive kp-act-rej-rep 30 --connect $KIP:7506 --reject-rep 28 --reject-data $PD_REJ_REP_I
-  iactive kp-act-mra-rep 40 --connect $KIP:7507 --timeout-exp 17 --rtu-delay 2500
+  iactive kp-act-mra-rep 40 --connect $KIP:7507 --timeout-exp 18 --rtu-delay 3000
   waitfor kp-act-ipv6.ready 120 && run kp-act-ipv6 30 $CMPING $CM_ARGS6 --connect "[$KIP6]:7508" --private-data $PD_REQ_I
   mark kp-act-ipv6.done
   iactive kp-act-sidr 30 --sidr --connect $KIP:7174
