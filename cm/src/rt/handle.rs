@@ -242,8 +242,9 @@ impl Cm {
     /// from the OS unless [`EndpointConfig::rng_seed`] is set), for
     /// [`AcceptParams::starting_psn`] (its constructor leaves it at 0) when the application
     /// has no PSN of its own to program into its QP. [`ConnectParams::starting_psn`] needs
-    /// none: left `None`, the endpoint draws one itself ([`PendingConnection::req`] tells which).
-    /// The runtime never changes a PSN the application passes.
+    /// none: left `None`, the endpoint draws one itself
+    /// ([`PendingConnection::req`](super::PendingConnection::req) tells which). The runtime
+    /// never changes a PSN the application passes.
     ///
     /// # Errors
     /// [`CmError::DriverGone`].
