@@ -1,7 +1,7 @@
 //! The kernel's QP ordering through the async API, on tokio's paused clock: with
 //! `Cm::connect_manual` no RTU goes out before the application calls `establish` (the passive
 //! side stays in REP_SENT, not established), `reject` and a dropped `PendingConnection` send a
-//! REJ of the REP, and the pending REP gives `qp_attr` the peer's QPN and PSN.
+//! REJ of the REP, and the pending REQ and REP give `qp_attr` both QPNs and PSNs.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -37,7 +37,7 @@ fn params(to: PeerAddr) -> ConnectParams {
     p.local_cm_response_timeout = TimeoutExp::new(16).unwrap();
     p.packet_life_time = TimeoutExp::new(10).unwrap();
     p.max_cm_retries = U4::new(3).unwrap();
-    p.starting_psn = Psn::masked(A_PSN);
+    p.starting_psn = Some(Psn::masked(A_PSN));
     p
 }
 
@@ -207,12 +207,14 @@ async fn connect_manual_reports_a_rejected_req() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn qp_attr_from_the_pending_rep() {
+async fn qp_attr_from_the_pending_req_and_rep() {
     let (_a, _b, p, req, s) = pending().await;
-    // The active side's REQ is the one the passive side received.
+    // The REQ this side sent is the one the passive side received.
+    assert_eq!(*p.req(), req.req);
+    assert_eq!(p.req().starting_psn, Psn::masked(A_PSN));
     let rep = &p.rep().rep;
     let conn = QpConn::new(
-        &req.req,
+        p.req(),
         rep,
         Side::Active,
         LinkLayer::Ethernet,
@@ -238,4 +240,36 @@ async fn qp_attr_from_the_pending_rep() {
     assert_eq!(peer_rtr.rq_psn, rts.sq_psn);
     within(p.establish(&[])).await.unwrap();
     within(s.established()).await.unwrap();
+}
+
+/// Two endpoints with the same seeds connect (default start PSN) and return the REQ each sent.
+async fn default_psn_req() -> (ibcm_mad::Req, ReqInfo) {
+    let net = MemNetwork::new();
+    let (a, b, b_addr) = pair(&net);
+    let server = serve_one(&b).await;
+    let mut params = params(b_addr);
+    params.starting_psn = None;
+    let p = within(a.connect_manual(params)).await.unwrap();
+    let (req, s) = within(server).await.unwrap();
+    let sent = *p.req();
+    within(p.establish(&[])).await.unwrap();
+    within(s.established()).await.unwrap();
+    (sent, req)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_start_psn_is_drawn_from_the_seeded_rng() {
+    let (sent, received) = default_psn_req().await;
+    // The endpoint picked the PSN, and the REQ says so: the active side learns it from
+    // `PendingConnection::req` to program its QP.
+    assert_eq!(sent, received.req);
+    // Drawn from the endpoint's RNG, not 0 (PSN 0 on every connection would be guessable).
+    assert_ne!(sent.starting_psn, Psn::default());
+    // The same seed draws the same PSN (simulations replay); the next draw is another one.
+    let (again, _) = default_psn_req().await;
+    assert_eq!(again.starting_psn, sent.starting_psn);
+    let net = MemNetwork::new();
+    let (a, _b, _) = pair(&net);
+    let first = a.random_psn().await.unwrap();
+    assert_eq!(first, sent.starting_psn, "connect drew the RNG's first PSN");
 }

@@ -11,7 +11,7 @@ Prints one line per cell, "cell <name>: PASS|FAIL <detail>", then
                     fixtures/KERNEL-CAPTURES.md) and a listing to OUT/fixtures-listing.txt
 
 The ibcm cells (umad-*, udp-*, ibcm-*: check_ibcm.py) read the ibcm-umad, ibcm-udp and ibcm-pair
-runs; labcells.py holds what both use (cell results, captures, the protocol audit).
+runs, the kp-* cells (check_paths.py) the kernel-paths run; labcells.py holds what both use (cell results, captures, the protocol audit).
 """
 import json
 import os
@@ -34,9 +34,10 @@ A, B = "10.77.0.1", "10.77.0.2"
 from labcells import (Check, cell, cm_list, handshake_audit, read, resent, results,  # noqa: E402
                       seq)
 from check_ibcm import ibcm_cells, ibcm_pair_cells, udp_wire_cell  # noqa: E402
+from check_paths import kernel_paths_cells  # noqa: E402
 
 # the lab.sh runs of tests/conformance/run (steps.txt names, <name>.log)
-LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "ibcm-pair", "xrc-rxe")
+LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "kernel-paths", "ibcm-pair", "xrc-rxe")
 
 
 # ------------------------------------------------------------------------------------------
@@ -400,6 +401,7 @@ def main(argv):
     ibcm_cells(out, "ibcm-umad", "umad", A, B, "b")
     ibcm_cells(out, "ibcm-udp", "udp", "10.78.0.2", "10.78.0.1", "host")
     udp_wire_cell(out)
+    kernel_paths_cells(out)
     kern, ibcm = ibcm_pair_cells(out)
     xrc_rxe_cells(out)
     cleanup_cell(out)

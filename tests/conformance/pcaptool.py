@@ -107,6 +107,20 @@ def hex_trim(b):
     return b.hex() if b else "-"
 
 
+def cma(d, pd):
+    """the rdma_cm IP header at the start of REQ / SIDR_REQ private data: version, port,
+    source and destination (IPv4 in the last 4 bytes of each 16-byte field)"""
+    import ipaddress
+    d["cma_ipver"] = pd[1] >> 4
+    d["cma_sport"] = struct.unpack("!H", pd[2:4])[0]
+    if pd[1] >> 4 == 4:
+        d["cma_src"] = ".".join(str(x) for x in pd[16:20])
+        d["cma_dst"] = ".".join(str(x) for x in pd[32:36])
+    elif pd[1] >> 4 == 6:
+        d["cma_src"] = str(ipaddress.IPv6Address(bytes(pd[4:20])))
+        d["cma_dst"] = str(ipaddress.IPv6Address(bytes(pd[20:36])))
+
+
 def decode_cm(mad):
     d = {}
     attr = struct.unpack("!H", mad[16:18])[0]
@@ -131,11 +145,7 @@ def decode_cm(mad):
         pd = m[140:232]
         d["pd"] = hex_trim(pd)
         if m[8:13] == b"\x00\x00\x00\x00\x01" and pd[0] == 0:      # IP CM service id + cma_hdr
-            d["cma_ipver"] = pd[1] >> 4
-            d["cma_sport"] = struct.unpack("!H", pd[2:4])[0]
-            if pd[1] >> 4 == 4:
-                d["cma_src"] = ".".join(str(x) for x in pd[16:20])
-                d["cma_dst"] = ".".join(str(x) for x in pd[32:36])
+            cma(d, pd)
             d["upd"] = hex_trim(pd[36:])
     elif attr == 0x13:
         d["lcid"] = "0x" + m[0:4].hex()
@@ -151,6 +161,7 @@ def decode_cm(mad):
         d["rejected"] = m[8] >> 6
         d["ari_len"] = m[9] >> 1
         d["reason"] = struct.unpack("!H", m[10:12])[0]
+        d["ari"] = bytes(m[12:12 + min(d["ari_len"], 72)]).hex()
         d["pd"] = hex_trim(m[84:232])
     elif attr == 0x11:
         d["lcid"] = "0x" + m[0:4].hex()
@@ -162,6 +173,22 @@ def decode_cm(mad):
         d["rcid"] = "0x" + m[4:8].hex()
         d["rqpn"] = "0x%06x" % int.from_bytes(m[8:11], "big")
         d["pd"] = hex_trim(m[12:232])
+    elif attr == 0x17:
+        d["request_id"] = "0x" + m[0:4].hex()
+        d["pkey"] = "0x" + m[4:6].hex()
+        d["sid"] = "0x" + m[8:16].hex()
+        pd = m[16:232]
+        d["pd"] = hex_trim(pd)
+        if m[8:13] == b"\x00\x00\x00\x00\x01" and pd[0] == 0:      # IP CM service id + cma_hdr
+            cma(d, pd)
+            d["upd"] = hex_trim(pd[36:])
+    elif attr == 0x18:
+        d["request_id"] = "0x" + m[0:4].hex()
+        d["status"] = m[4]
+        d["qpn"] = "0x%06x" % int.from_bytes(m[8:11], "big")
+        d["sid"] = "0x" + m[12:20].hex()
+        d["qkey"] = "0x" + m[20:24].hex()
+        d["pd"] = hex_trim(m[96:232])
     elif attr in (0x14, 0x16):
         d["lcid"] = "0x" + m[0:4].hex()
         d["rcid"] = "0x" + m[4:8].hex()

@@ -128,8 +128,12 @@ pub struct ConnectParams {
     pub transport: ReqTransport,
     /// The local QP (for XRC: the INI QP).
     pub local_qpn: Qpn,
-    /// The PSN the local QP expects to receive first.
-    pub starting_psn: Psn,
+    /// The PSN the local QP expects to receive first. `None` (the default): the endpoint
+    /// draws a random one from its RNG, as rdma_cm does (`get_random_u32`), so that an
+    /// off-path peer cannot guess where the sequence starts; the REQ as sent
+    /// ([`Endpoint::connect_sent`](super::Endpoint::connect_sent),
+    /// `PendingConnection::req` in the runtime) tells the application which, for its QP.
+    pub starting_psn: Option<Psn>,
     /// rdma_cm IP header to put in front of the private data (see [`ConnectParams::rdma_cm`]).
     pub cma_header: Option<CmaHeader>,
     /// Private data: at most 92 bytes, or 56 after a CMA header.
@@ -205,7 +209,7 @@ impl ConnectParams {
             service_id,
             transport: ReqTransport::Rc,
             local_qpn,
-            starting_psn: Psn::default(),
+            starting_psn: None,
             cma_header: None,
             private_data: Vec::new(),
             primary_path: None,

@@ -17,6 +17,9 @@ use crate::proto::{
     SidrRepParams, SidrReqParams,
 };
 
+/// A new active connection: its ID, its slot, and the REQ as sent.
+pub(super) type Connected = (ConnId, Arc<Slot>, Box<ibcm_mad::Req>);
+
 pub(crate) type Reply<T> = oneshot::Sender<T>;
 
 /// Commands from the handles.
@@ -24,7 +27,7 @@ pub(crate) type Reply<T> = oneshot::Sender<T>;
 pub(crate) enum Command {
     Connect {
         params: ConnectParams,
-        reply: Reply<Result<(ConnId, Arc<Slot>), ConnectError>>,
+        reply: Reply<Result<Connected, ConnectError>>,
     },
     Listen {
         service_id: ServiceId,

@@ -310,10 +310,10 @@ impl<T: DatagramTransport> Driver<T> {
         let t = now();
         match cmd {
             Command::Connect { params, reply } => {
-                let r = self.ep.connect(t, params).map(|id| {
+                let r = self.ep.connect_sent(t, params).map(|(id, req)| {
                     let slot = Slot::new();
                     self.registry.insert(id, slot.clone());
-                    (id, slot)
+                    (id, slot, req)
                 });
                 let _ = reply.send(r);
             }

@@ -183,7 +183,7 @@ impl Cm {
     pub async fn start_connect(&self, mut params: ConnectParams) -> Result<Connection, CmError> {
         // The async API always sends the RTU itself.
         params.auto_rtu = true;
-        let (id, slot) = self
+        let (id, slot, _req) = self
             .call(|reply| Command::Connect { params, reply })
             .await??;
         Ok(Connection {
@@ -246,9 +246,11 @@ impl Cm {
 
     /// A random 24-bit start PSN from the endpoint's RNG ([`Endpoint::random_psn`]: seeded
     /// from the OS unless [`EndpointConfig::rng_seed`] is set), for
-    /// [`ConnectParams::starting_psn`] and [`AcceptParams::starting_psn`] when the application
-    /// has no PSN of its own to program into its QP. The parameter constructors leave the PSN
-    /// at 0; the runtime never changes a PSN the application passes.
+    /// [`AcceptParams::starting_psn`] (its constructor leaves it at 0) when the application
+    /// has no PSN of its own to program into its QP. [`ConnectParams::starting_psn`] needs
+    /// none: left `None`, the endpoint draws one itself
+    /// ([`PendingConnection::req`](super::PendingConnection::req) tells which). The runtime
+    /// never changes a PSN the application passes.
     ///
     /// # Errors
     /// [`CmError::DriverGone`].

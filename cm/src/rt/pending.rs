@@ -1,7 +1,7 @@
 //! The active side between the REP and the RTU: [`PendingConnection`]
 //! ([`Cm::connect_manual`](super::Cm::connect_manual)).
 
-use ibcm_mad::RejReason;
+use ibcm_mad::{RejReason, Req};
 
 use super::command::Command;
 use super::handle::{Cm, Connection};
@@ -52,13 +52,28 @@ impl Drop for AbandonGuard {
 #[derive(Debug)]
 pub struct PendingConnection {
     conn: Connection,
+    req: Box<Req>,
     rep: RepInfo,
     guard: AbandonGuard,
 }
 
 impl PendingConnection {
-    pub(super) fn new(conn: Connection, rep: RepInfo, guard: AbandonGuard) -> Self {
-        PendingConnection { conn, rep, guard }
+    pub(super) fn new(conn: Connection, req: Box<Req>, rep: RepInfo, guard: AbandonGuard) -> Self {
+        PendingConnection {
+            conn,
+            req,
+            rep,
+            guard,
+        }
+    }
+
+    /// The REQ this side sent: its start PSN (drawn by the endpoint unless
+    /// [`ConnectParams::starting_psn`] was given: the first PSN the local QP receives), QPN,
+    /// paths, timeouts, retry counts… With [`rep`](Self::rep) it is what
+    /// [`qp_attr::Connection::new`](crate::qp_attr::Connection::new) takes to compute the
+    /// RTR and RTS attributes of the local QP.
+    pub fn req(&self) -> &Req {
+        &self.req
     }
 
     /// The local communication ID.
@@ -68,7 +83,7 @@ impl PendingConnection {
 
     /// The REP: the peer's QPN ([`RepInfo::remote_qpn`], for XRC the TGT QPN), its starting
     /// PSN (our send queue's first PSN), the responder resources and initiator depth it
-    /// granted, its private data… With the REQ this side sent it is what
+    /// granted, its private data… With the REQ this side sent ([`req`](Self::req)) it is what
     /// [`qp_attr::Connection::new`](crate::qp_attr::Connection::new) takes to compute the
     /// RTR and RTS attributes of the local QP.
     pub fn rep(&self) -> &RepInfo {
@@ -147,7 +162,7 @@ impl Cm {
     /// Connects in the kernel's order: sends the REQ and resolves when the REP arrives,
     /// without answering it. The application reads the REP ([`PendingConnection::rep`]: the
     /// peer's QPN, starting PSN, responder resources, initiator depth, …), moves its QP to RTR
-    /// and RTS (the attributes: [`crate::qp_attr::qp_attr`], from the REQ it sent and this
+    /// and RTS (the attributes: [`crate::qp_attr::qp_attr`], from the REQ it sent, [`PendingConnection::req`], and this
     /// REP), and only then calls [`PendingConnection::establish`], which sends the RTU: the
     /// peer moves its QP to RTS when the RTU arrives, so no RTU may precede a QP that is ready
     /// to receive. [`PendingConnection::reject`] rejects the REP instead (say, the QP could
@@ -167,7 +182,7 @@ impl Cm {
         mut params: ConnectParams,
     ) -> Result<PendingConnection, CmError> {
         params.auto_rtu = false;
-        let (id, slot) = self
+        let (id, slot, req) = self
             .call(|reply| Command::Connect { params, reply })
             .await??;
         let conn = Connection {
@@ -179,6 +194,6 @@ impl Cm {
         // REJ 28 after it), as dropping the `PendingConnection` does.
         let guard = AbandonGuard::new(self.clone(), id);
         let rep = conn.slot.wait_rep().await?;
-        Ok(PendingConnection::new(conn, rep, guard))
+        Ok(PendingConnection::new(conn, req, rep, guard))
     }
 }

@@ -162,7 +162,7 @@ impl Pair {
     /// The client connects once; returns its connection.
     pub(crate) fn connect(&mut self, qpn: u32) -> ConnId {
         let mut p = ConnectParams::new(l_addr(), SID, Qpn::masked(qpn));
-        p.starting_psn = Psn::masked(1);
+        p.starting_psn = Some(Psn::masked(1));
         let c = self.a.connect(self.now, p).unwrap();
         self.pump();
         c

@@ -3,9 +3,12 @@
  *   cmpeer server --port P [--bind ADDR] [--accept | --reject-pd HEX] [--accept-delay MS]
  *                 [--no-qp] [--accept-pd HEX] [--disconnect-after MS] [--disconnect-on FILE]
  *                 [--ps tcp|ib] [--qp rc|xrc] [--count N] [--timeout MS]
+ *                 [--expect established|rejected|unreachable]
  *   cmpeer client --addr A --port P [--src ADDR] [--pd HEX] [--count N] [--no-qp]
  *                 [--disconnect-after MS] [--disconnect-on FILE] [--ps tcp|ib] [--qp rc|xrc]
- *                 [--ack-timeout N] [--expect established|rejected|unreachable] [--timeout MS]
+ *                 [--ack-timeout N] [--expect established|rejected|unreachable|gaveup]
+ *                 [--timeout MS] [--establish-delay MS] [--reject-rep HEX] [--same-qpn]
+ *                 [--stale]
  *   cmpeer mark ADDR TEXT      one UDP datagram TEXT to ADDR:9 (in-band pcap cell marker)
  *
  * server: listens on the rdma_cm port P (Service ID 0x0000000001060000+P for --ps tcp,
@@ -19,10 +22,21 @@
  *   --disconnect-after MS / --disconnect-on FILE   this side sends the DREQ MS after
  *                        ESTABLISHED / once FILE exists; otherwise it waits for the peer's
  *                        DREQ and answers with DREP (rdma_disconnect on DISCONNECTED)
+ *   --expect rejected|unreachable   the accepted connection must end with REJECTED (the
+ *                        peer rejects the REP) / UNREACHABLE (the REP retries ran out)
  * client: resolves A, connects --count times in sequence with private data --pd, waits for
  *   the outcome; --ack-timeout N sets RDMA_OPTION_ID_ACK_TIMEOUT=N before route resolution,
  *   which makes the RoCE packet life time N-1 and so the REQ retry timeout
  *   2*ms(N-1) + ms(20) (N=1: 4.1 s instead of the default 6.1 s).
+ *   --no-qp: on CONNECT_RESPONSE the client sends the RTU itself with rdma_establish, after
+ *   --establish-delay MS (the kernel answers a duplicate REP meanwhile with an MRA), or
+ *   rejects the REP with --reject-rep HEX (REJ 28, MsgRejected = REP, private data HEX).
+ *   --same-qpn: every connection announces the same made-up QPN (--no-qp).
+ *   --expect gaveup: no outcome within --timeout; the id is destroyed while connecting, and
+ *   the kernel then sends REJ 4 (timeout) with its node GUID as ARI.
+ *   --stale: connection 0 is established and held, then connection 1 announces the same QPN
+ *   (--no-qp); expects REJECTED status=10 (stale connection) for 1 and the peer's DREQ for 0.
+ *   --addr / --src / --bind take IPv4 or IPv6 addresses.
  *
  * Output, one line per fact, for the tests to grep:
  *   LISTEN port=P ps=tcp qp=rc                  CONNECT port=P ps=tcp qp=rc
@@ -55,15 +69,16 @@
 
 static struct {
     int server, port, accept_delay, no_qp, reject, count, timeout_ms, disc_after, ack_timeout;
+    int establish_delay, reject_rep, same_qpn, stale;
     const char *addr, *src, *bind, *disc_file, *expect;
     enum rdma_port_space ps;
     int xrc;
-    uint8_t pd[256], apd[256];
-    int pdlen, apdlen;
+    uint8_t pd[256], apd[256], rpd[256];
+    int pdlen, apdlen, rpdlen;
 } o = { .count = 1, .timeout_ms = 30000, .disc_after = -1, .ack_timeout = -1,
         .ps = RDMA_PS_TCP, .expect = "established" };
 
-static struct { int established, rejected, unreachable, disconnected, errors, requests; } n;
+static struct { int established, rejected, unreachable, disconnected, errors, requests, gaveup; } n;
 
 static void out(const char *fmt, ...) {
     va_list ap;
@@ -157,7 +172,7 @@ static void fill_param(struct rdma_conn_param *cp, const uint8_t *pd, int pdlen,
     cp->initiator_depth = 1;
     cp->retry_count = 7;
     cp->rnr_retry_count = 7;
-    if (o.no_qp) cp->qp_num = (FAKE_QPN + idx) & 0xffffff;
+    if (o.no_qp) cp->qp_num = (FAKE_QPN + (o.same_qpn ? 0 : idx)) & 0xffffff;
 }
 
 static void destroy(struct rdma_cm_id *id) {
@@ -173,8 +188,8 @@ static int should_disconnect(long long est_at) {
 static int wants_disconnect(void) { return o.disc_after >= 0 || o.disc_file; }
 
 static int result(int ok) {
-    out("RESULT %s established=%d rejected=%d unreachable=%d disconnected=%d errors=%d",
-        ok ? "ok" : "fail", n.established, n.rejected, n.unreachable, n.disconnected, n.errors);
+    out("RESULT %s established=%d rejected=%d unreachable=%d disconnected=%d gaveup=%d errors=%d",
+        ok ? "ok" : "fail", n.established, n.rejected, n.unreachable, n.disconnected, n.gaveup, n.errors);
     return ok ? 0 : 1;
 }
 
@@ -206,6 +221,21 @@ static struct rdma_cm_id *xrc_ep(struct rdma_event_channel *ch, int passive) {
     return id;
 }
 
+/* PEER addr=A port=P: the active side's address as the CMA header gave it */
+static void print_peer(struct rdma_cm_id *id) {
+    char buf[INET6_ADDRSTRLEN] = "?";
+    struct sockaddr *sa = rdma_get_peer_addr(id);
+    int port = 0;
+    if (sa->sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, buf, sizeof buf);
+        port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
+    } else if (sa->sa_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, buf, sizeof buf);
+        port = ntohs(((struct sockaddr_in *)sa)->sin_port);
+    }
+    out("PEER addr=%s port=%d", buf, port);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 struct conn { struct rdma_cm_id *id; long long est_at; int state; /* 0 free 1 pending 2 est 3 disc-sent */ };
 
@@ -216,10 +246,21 @@ static int server(void) {
     if (o.xrc) {
         if (!(lid = xrc_ep(ch, 1))) return result(0);
     } else {
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(o.port) };
-        if (o.bind) inet_pton(AF_INET, o.bind, &sa.sin_addr);
+        struct sockaddr_storage ss;
+        struct sockaddr_in *sa = (struct sockaddr_in *)&ss;
+        struct sockaddr_in6 *sa6 = (struct sockaddr_in6 *)&ss;
+        memset(&ss, 0, sizeof ss);
+        if (o.bind && strchr(o.bind, ':')) {
+            sa6->sin6_family = AF_INET6;
+            sa6->sin6_port = htons(o.port);
+            if (inet_pton(AF_INET6, o.bind, &sa6->sin6_addr) != 1) { out("ERROR bad --bind %s", o.bind); return result(0); }
+        } else {
+            sa->sin_family = AF_INET;
+            sa->sin_port = htons(o.port);
+            if (o.bind && inet_pton(AF_INET, o.bind, &sa->sin_addr) != 1) { out("ERROR bad --bind %s", o.bind); return result(0); }
+        }
         if (rdma_create_id(ch, &lid, NULL, o.ps)) { out("ERROR rdma_create_id: %s", strerror(errno)); return result(0); }
-        if (rdma_bind_addr(lid, (struct sockaddr *)&sa)) { out("ERROR rdma_bind_addr: %s", strerror(errno)); return result(0); }
+        if (rdma_bind_addr(lid, (struct sockaddr *)&ss)) { out("ERROR rdma_bind_addr: %s", strerror(errno)); return result(0); }
     }
     if (rdma_listen(lid, 64)) { out("ERROR rdma_listen: %s", strerror(errno)); return result(0); }
     out("LISTEN port=%d ps=%s qp=%s", o.port, ps_name(), o.xrc ? "xrc" : "rc");
@@ -244,6 +285,7 @@ static int server(void) {
         switch (ev->event) {
         case RDMA_CM_EVENT_CONNECT_REQUEST: {
             n.requests++;
+            print_peer(id);
             rdma_ack_cm_event(ev);
             int idx = handled++;
             for (k = 0; k < MAXC && c[k].state; k++) ;
@@ -291,7 +333,9 @@ static int server(void) {
         rdma_ack_cm_event(ev);
     }
     int ok = handled >= o.count && open == 0 && !n.errors;
-    if (!o.reject) ok = ok && n.established == o.count && n.disconnected == o.count;
+    if (!strcmp(o.expect, "rejected") && !o.reject) ok = ok && n.rejected == o.count;
+    else if (!strcmp(o.expect, "unreachable")) ok = ok && n.unreachable == o.count;
+    else if (!o.reject) ok = ok && n.established == o.count && n.disconnected == o.count;
     if (handled < o.count) out("ERROR timeout: %d of %d requests seen", handled, o.count);
     rdma_destroy_id(lid);
     rdma_destroy_event_channel(ch);
@@ -306,48 +350,79 @@ static struct rdma_cm_event *expect_ev(struct rdma_event_channel *ch, enum rdma_
     return ev;
 }
 
-static int client_one(struct rdma_event_channel *ch, int idx) {
+/* a resolved id (addr + route), ready for rdma_connect */
+static struct rdma_cm_id *client_id(struct rdma_event_channel *ch) {
     struct rdma_cm_id *id;
     struct rdma_cm_event *ev;
-    if (o.xrc) {
-        if (!(id = xrc_ep(ch, 0))) return -1;
-    } else {
-        struct addrinfo *dst, *src = NULL, h = { .ai_family = AF_INET };
-        char port[16];
-        snprintf(port, sizeof port, "%d", o.port);
-        if (getaddrinfo(o.addr, port, &h, &dst)) { out("ERROR bad --addr %s", o.addr); return -1; }
-        if (o.src && getaddrinfo(o.src, NULL, &h, &src)) { out("ERROR bad --src %s", o.src); return -1; }
-        if (rdma_create_id(ch, &id, NULL, o.ps)) { out("ERROR rdma_create_id: %s", strerror(errno)); return -1; }
-        if (rdma_resolve_addr(id, src ? src->ai_addr : NULL, dst->ai_addr, 2000)) { out("ERROR rdma_resolve_addr: %s", strerror(errno)); return -1; }
-        freeaddrinfo(dst);
-        if (src) freeaddrinfo(src);
-        if (!(ev = expect_ev(ch, RDMA_CM_EVENT_ADDR_RESOLVED))) return -1;
-        rdma_ack_cm_event(ev);
-        if (o.ack_timeout >= 0) {
-            uint8_t t = o.ack_timeout;
-            if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof t))
-                out("ERROR rdma_set_option(ACK_TIMEOUT): %s", strerror(errno));
-        }
-        if (rdma_resolve_route(id, 2000)) { out("ERROR rdma_resolve_route: %s", strerror(errno)); return -1; }
-        if (!(ev = expect_ev(ch, RDMA_CM_EVENT_ROUTE_RESOLVED))) return -1;
-        rdma_ack_cm_event(ev);
+    if (o.xrc) return xrc_ep(ch, 0);
+    struct addrinfo *dst, *src = NULL, h = { .ai_family = AF_UNSPEC };
+    char port[16];
+    snprintf(port, sizeof port, "%d", o.port);
+    if (getaddrinfo(o.addr, port, &h, &dst)) { out("ERROR bad --addr %s", o.addr); return NULL; }
+    if (o.src && getaddrinfo(o.src, NULL, &h, &src)) { out("ERROR bad --src %s", o.src); return NULL; }
+    if (rdma_create_id(ch, &id, NULL, o.ps)) { out("ERROR rdma_create_id: %s", strerror(errno)); return NULL; }
+    if (rdma_resolve_addr(id, src ? src->ai_addr : NULL, dst->ai_addr, 2000)) { out("ERROR rdma_resolve_addr: %s", strerror(errno)); return NULL; }
+    freeaddrinfo(dst);
+    if (src) freeaddrinfo(src);
+    if (!(ev = expect_ev(ch, RDMA_CM_EVENT_ADDR_RESOLVED))) return NULL;
+    rdma_ack_cm_event(ev);
+    if (o.ack_timeout >= 0) {
+        uint8_t t = o.ack_timeout;
+        if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof t))
+            out("ERROR rdma_set_option(ACK_TIMEOUT): %s", strerror(errno));
     }
+    if (rdma_resolve_route(id, 2000)) { out("ERROR rdma_resolve_route: %s", strerror(errno)); return NULL; }
+    if (!(ev = expect_ev(ch, RDMA_CM_EVENT_ROUTE_RESOLVED))) return NULL;
+    rdma_ack_cm_event(ev);
+    return id;
+}
+
+static int client_connect(struct rdma_cm_id *id, int idx) {
     if (!o.no_qp && make_qp(id)) return -1;
     struct rdma_conn_param cp;
     fill_param(&cp, o.pd, o.pdlen, idx);
     out("ACTION CONNECT conn=%d qpn=0x%x pd=%s", idx, id->qp ? id->qp->qp_num : cp.qp_num, hex_trim(o.pd, o.pdlen));
-    if (rdma_connect(id, &cp)) { out("ERROR rdma_connect: %s", strerror(errno)); destroy(id); return -1; }
+    if (rdma_connect(id, &cp)) { out("ERROR rdma_connect: %s", strerror(errno)); return -1; }
+    return 0;
+}
+
+/* CONNECT_RESPONSE (no QP): reject the REP, or send the RTU (after --establish-delay);
+ * -> the event the connection is now at (ESTABLISHED, REJECTED) or -1 */
+static int client_response(struct rdma_cm_id *id) {
+    if (o.reject_rep) {
+        out("ACTION REJECT-REP pd=%s", hex_trim(o.rpd, o.rpdlen));
+        if (rdma_reject(id, o.rpdlen ? o.rpd : NULL, o.rpdlen)) { out("ERROR rdma_reject: %s", strerror(errno)); return -1; }
+        return RDMA_CM_EVENT_REJECTED;
+    }
+    if (o.establish_delay > 0) { out("ACTION DELAY-RTU ms=%d", o.establish_delay); usleep(o.establish_delay * 1000); }
+    out("ACTION ESTABLISH (rdma_establish sends the RTU)");
+    if (rdma_establish(id)) { out("ERROR rdma_establish: %s", strerror(errno)); return -1; }
+    return RDMA_CM_EVENT_ESTABLISHED;
+}
+
+static int client_one(struct rdma_event_channel *ch, int idx) {
+    struct rdma_cm_id *id;
+    struct rdma_cm_event *ev;
+    if (!(id = client_id(ch))) return -1;
+    if (client_connect(id, idx)) { destroy(id); return -1; }
     /* outcome: ESTABLISHED, REJECTED, UNREACHABLE, CONNECT_ERROR (the kernel retries the REQ
      * up to 15 times, ~100 s, before UNREACHABLE: keep --timeout generous for that) */
     ev = next_event(ch, -1);
-    if (!ev) { out("ERROR timeout waiting for the connect outcome"); destroy(id); return -1; }
-    enum rdma_cm_event_type e = ev->event;
-    rdma_ack_cm_event(ev);
-    if (e == RDMA_CM_EVENT_CONNECT_RESPONSE) {      /* no QP here: we send the RTU ourselves */
-        out("ACTION ESTABLISH (rdma_establish sends the RTU)");
-        if (rdma_establish(id)) { out("ERROR rdma_establish: %s", strerror(errno)); destroy(id); return -1; }
-        e = RDMA_CM_EVENT_ESTABLISHED;
+    if (!ev) {
+        if (!strcmp(o.expect, "gaveup")) {
+            /* destroying an id in REQ_SENT / MRA_REQ_RCVD: the kernel sends REJ 4 + ARI */
+            out("ACTION GIVE-UP conn=%d (rdma_destroy_id while connecting)", idx);
+            n.gaveup++;
+            destroy(id);
+            return 0;
+        }
+        out("ERROR timeout waiting for the connect outcome");
+        destroy(id);
+        return -1;
     }
+    int e = ev->event;
+    rdma_ack_cm_event(ev);
+    if (e == RDMA_CM_EVENT_CONNECT_RESPONSE && (e = client_response(id)) < 0) { destroy(id); return -1; }
     if (e == RDMA_CM_EVENT_REJECTED) { n.rejected++; destroy(id); return 0; }
     if (e != RDMA_CM_EVENT_ESTABLISHED) { n.unreachable++; destroy(id); return 0; }
     n.established++;
@@ -375,16 +450,63 @@ static int client_one(struct rdma_event_channel *ch, int idx) {
     return -1;
 }
 
+/* --stale: hold connection 0, then connect 1 with the same QPN */
+static int client_stale(struct rdma_event_channel *ch) {
+    struct rdma_cm_id *id0, *id1;
+    struct rdma_cm_event *ev;
+    if (!(id0 = client_id(ch)) || client_connect(id0, 0)) return -1;
+    if (!(ev = next_event(ch, -1))) { out("ERROR timeout waiting for connection 0"); return -1; }
+    int e = ev->event;
+    rdma_ack_cm_event(ev);
+    if (e == RDMA_CM_EVENT_CONNECT_RESPONSE) e = client_response(id0);
+    if (e != RDMA_CM_EVENT_ESTABLISHED) { out("ERROR connection 0 not established"); return -1; }
+    n.established++;
+    out("HOLD conn=0; connecting conn=1 with the same QPN");
+    if (!(id1 = client_id(ch)) || client_connect(id1, 1)) return -1;
+    int rej1 = 0, disc0 = 0;
+    long long deadline = now_ms() + o.timeout_ms;
+    while ((!rej1 || !disc0) && now_ms() < deadline) {
+        if (!(ev = next_event(ch, 50))) continue;
+        struct rdma_cm_id *id = ev->id;
+        e = ev->event;
+        int st = ev->status;
+        rdma_ack_cm_event(ev);
+        if (id == id1 && e == RDMA_CM_EVENT_REJECTED) {
+            out("CONN 1 REJECTED status=%d", st);
+            n.rejected++;
+            rej1 = 1;
+        } else if (id == id1) {
+            out("ERROR connection 1: %s", rdma_event_str(e));
+            return -1;
+        } else if (id == id0 && e == RDMA_CM_EVENT_DISCONNECTED) {
+            out("CONN 0 DISCONNECTED");
+            n.disconnected++;
+            rdma_disconnect(id0);
+            disc0 = 1;
+        }
+    }
+    destroy(id1);
+    destroy(id0);
+    if (!rej1 || !disc0) { out("ERROR timeout: conn 1 rejected=%d, conn 0 disconnected=%d", rej1, disc0); return -1; }
+    return 0;
+}
+
 static int client(void) {
     struct rdma_event_channel *ch = rdma_create_event_channel();
     if (!ch) { out("ERROR rdma_create_event_channel: %s", strerror(errno)); return result(0); }
     out("CONNECT addr=%s port=%d ps=%s qp=%s count=%d", o.addr, o.port, ps_name(), o.xrc ? "xrc" : "rc", o.count);
+    if (o.stale) {
+        if (client_stale(ch)) n.errors++;
+        rdma_destroy_event_channel(ch);
+        return result(!n.errors && n.established == 1 && n.rejected == 1 && n.disconnected == 1);
+    }
     for (int i = 0; i < o.count; i++)
         if (client_one(ch, i)) n.errors++;
     int ok = !n.errors;
     if (!strcmp(o.expect, "established")) ok = ok && n.established == o.count && n.disconnected == o.count;
     else if (!strcmp(o.expect, "rejected")) ok = ok && n.rejected == o.count;
     else if (!strcmp(o.expect, "unreachable")) ok = ok && n.unreachable == o.count;
+    else if (!strcmp(o.expect, "gaveup")) ok = ok && n.gaveup == o.count;
     rdma_destroy_event_channel(ch);
     return result(ok);
 }
@@ -400,10 +522,11 @@ static void usage(void) {
     fprintf(stderr,
         "usage: cmpeer server --port P [--bind A] [--accept|--reject-pd HEX] [--accept-delay MS] [--no-qp]\n"
         "                     [--accept-pd HEX] [--disconnect-after MS] [--disconnect-on FILE]\n"
-        "                     [--ps tcp|ib] [--qp rc|xrc] [--count N] [--timeout MS]\n"
+        "                     [--ps tcp|ib] [--qp rc|xrc] [--count N] [--timeout MS] [--expect established|rejected|unreachable]\n"
         "       cmpeer client --addr A --port P [--src A] [--pd HEX] [--count N] [--no-qp]\n"
         "                     [--disconnect-after MS] [--disconnect-on FILE] [--ps tcp|ib] [--qp rc|xrc]\n"
-        "                     [--ack-timeout N] [--expect established|rejected|unreachable] [--timeout MS]\n"
+        "                     [--ack-timeout N] [--expect established|rejected|unreachable|gaveup] [--timeout MS]\n"
+        "                     [--establish-delay MS] [--reject-rep HEX] [--same-qpn] [--stale]\n"
         "       cmpeer mark ADDR TEXT\n");
     exit(2);
 }
@@ -419,7 +542,8 @@ int main(int argc, char **argv) {
         {"disconnect-after", 1, 0, 'd'}, {"disconnect-on", 1, 0, 'f'}, {"ps", 1, 0, 's'},
         {"qp", 1, 0, 'q'}, {"count", 1, 0, 'c'}, {"timeout", 1, 0, 't'}, {"addr", 1, 0, 'a'},
         {"src", 1, 0, 'S'}, {"pd", 1, 0, 'x'}, {"ack-timeout", 1, 0, 'T'}, {"expect", 1, 0, 'e'},
-        {0, 0, 0, 0}};
+        {"establish-delay", 1, 0, 'E'}, {"reject-rep", 1, 0, 'J'}, {"same-qpn", 0, 0, 'Q'},
+        {"stale", 0, 0, 'Z'}, {0, 0, 0, 0}};
     int ch;
     optind = 2;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -442,6 +566,10 @@ int main(int argc, char **argv) {
         case 'x': o.pdlen = parse_hex(optarg, o.pd, 56); break;
         case 'T': o.ack_timeout = atoi(optarg); break;
         case 'e': o.expect = optarg; break;
+        case 'E': o.establish_delay = atoi(optarg); break;
+        case 'J': o.reject_rep = 1; o.rpdlen = parse_hex(optarg, o.rpd, 148); break;
+        case 'Q': o.same_qpn = 1; break;
+        case 'Z': o.stale = 1; o.no_qp = 1; o.same_qpn = 1; break;
         default: usage();
         }
     }

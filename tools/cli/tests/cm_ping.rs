@@ -287,3 +287,41 @@ fn listener_prints_its_counters_as_json_on_sigint() {
     // No warning for the SIDR_REQs (nor anything else).
     assert!(!err.contains("WARN"), "stderr: {err}");
 }
+
+/// Runs `cm-ping --connect 127.0.0.2:7174 --bind 127.0.0.1 ARGS`: (exit code, stdout).
+fn connect(args: &[&str]) -> (Option<i32>, String) {
+    let out = cm_ping()
+        .args(["--connect", "127.0.0.2:7174", "--bind", "127.0.0.1"])
+        .args(args)
+        .output()
+        .expect("run cm-ping --connect");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+    )
+}
+
+#[test]
+fn sidr_reply_rejected_rep_and_delayed_rtu() {
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    // rdma_cm's RDMA_PS_UDP on port 7174 is served too once --sidr-qpn is given.
+    let l = listener(&["--port", "7174", "--sidr-qpn", "0x5a1d40"]);
+    let (code, text) = connect(&["--sidr"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("sidr reply status=Success qpn=0x5a1d40 qkey=0x01234567"),
+        "{text}"
+    );
+    // A consumer reject of the REP: the listener's accepted connection fails with reason 28.
+    let (code, text) = connect(&["--reject-rep", "28", "--reject-data", "6e6f"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("rejected the REP"), "{text}");
+    assert_eq!(summary(&text), (0, 1, 0, 0), "{text}");
+    // The RTU held back (the application's QP work): established all the same.
+    let (code, text) = connect(&["--rtu-delay", "200"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("rtu in 200 ms"), "{text}");
+    assert_eq!(summary(&text), (1, 0, 0, 1), "{text}");
+    let ltext = stop(l);
+    assert_eq!(summary(&ltext), (1, 1, 0, 1), "listener: {ltext}");
+}

@@ -262,12 +262,12 @@ impl Endpoint {
         v
     }
 
-    /// A random 24-bit PSN from the endpoint's RNG, for [`ConnectParams::starting_psn`] and
-    /// [`AcceptParams::starting_psn`](super::AcceptParams::starting_psn). The application
-    /// chooses the PSNs (its QP must be programmed with them), so the core cannot pick them
-    /// itself; the parameter constructors default to 0 as Linux's `ib_cm` users must set
-    /// them. Use this (rdma_cm draws them from `get_random_u32`) so that an off-path peer
-    /// cannot guess where a QP's sequence starts.
+    /// A random 24-bit PSN from the endpoint's RNG (rdma_cm draws them from
+    /// `get_random_u32`), so that an off-path peer cannot guess where a QP's sequence starts.
+    /// [`connect`](Self::connect) uses it when [`ConnectParams::starting_psn`] is `None` (the
+    /// default). For [`AcceptParams::starting_psn`](super::AcceptParams::starting_psn) the
+    /// application chooses (its QP is programmed with it before the REP goes out): the
+    /// constructor defaults to 0, as Linux's `ib_cm` users must set it; draw one here.
     ///
     /// [`ConnectParams::starting_psn`]: super::ConnectParams::starting_psn
     pub fn random_psn(&mut self) -> ibcm_mad::Psn {

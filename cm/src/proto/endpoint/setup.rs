@@ -29,12 +29,28 @@ impl Endpoint {
     // Active side: commands
 
     /// Sends a REQ. The connection reports [`EventKind::Established`] (or
-    /// [`EventKind::RepReceived`] without `auto_rtu`) or [`EventKind::Closed`].
+    /// [`EventKind::RepReceived`] without `auto_rtu`) or [`EventKind::Closed`]. Without a
+    /// [`ConnectParams::starting_psn`] the start PSN is drawn from the endpoint's RNG
+    /// ([`Endpoint::random_psn`]; seeded by [`EndpointConfig::rng_seed`](super::EndpointConfig::rng_seed)).
     ///
     /// # Errors
     /// [`ConnectError`] for private data that does not fit, a QPN in TimeWait quarantine or in
     /// use, or a missing path.
     pub fn connect(&mut self, now: Instant, p: ConnectParams) -> Result<ConnId, ConnectError> {
+        self.connect_sent(now, p).map(|(id, _)| id)
+    }
+
+    /// [`connect`](Self::connect), returning the REQ as sent too: its start PSN, QPN, paths,
+    /// timeouts… which, with the REP, is what
+    /// [`qp_attr::Connection::new`](crate::qp_attr::Connection::new) takes on the active side.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub fn connect_sent(
+        &mut self,
+        now: Instant,
+        p: ConnectParams,
+    ) -> Result<(ConnId, Box<Req>), ConnectError> {
         let max = p.max_private_data();
         if p.private_data.len() > max {
             return Err(ConnectError::PrivateDataTooLong {
@@ -74,7 +90,10 @@ impl Endpoint {
             initiator_depth: p.initiator_depth,
             remote_cm_response_timeout: p.remote_cm_response_timeout,
             end_to_end_flow_control: p.flow_control,
-            starting_psn: p.starting_psn,
+            starting_psn: match p.starting_psn {
+                Some(psn) => psn,
+                None => self.random_psn(),
+            },
             local_cm_response_timeout: p.local_cm_response_timeout,
             retry_count: p.retry_count,
             partition_key: p.pkey,
@@ -114,6 +133,7 @@ impl Endpoint {
         };
         debug!(conn = %id, peer = %p.peer, sid = %p.service_id, "connect");
         let budget = (request_timeout, p.max_cm_retries.get());
+        let sent = Box::new(req);
         self.io
             .send_request(now, id, &mut conn, CmMessage::Req(req), budget);
         if let Some(limit) = p.connect_timeout {
@@ -127,7 +147,7 @@ impl Endpoint {
         }
         self.use_qpn(p.local_qpn);
         self.conns.insert(id, conn);
-        Ok(id)
+        Ok((id, sent))
     }
 
     /// Sends the RTU for a connection in REP_RCVD / MRA_REP_SENT (when `auto_rtu` was off).

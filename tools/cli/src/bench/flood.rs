@@ -186,7 +186,6 @@ async fn run(o: FloodOpts) -> Result<FloodReport> {
         let (client, q) = (client.clone(), qpns.next());
         attempts.push(tokio::spawn(async move {
             let mut p = ConnectParams::new(PeerAddr::Udp(srv), SID, q);
-            p.starting_psn = client.random_psn().await.ok()?;
             // ~268 ms per try, 15 retries: a client that keeps trying through loss.
             p.remote_cm_response_timeout = TimeoutExp::masked(16);
             p.local_cm_response_timeout = TimeoutExp::masked(16);
@@ -331,8 +330,7 @@ async fn listener(addr: SocketAddr) -> Result<(Cm, Established)> {
 }
 
 async fn connect(cm: &Cm, srv: SocketAddr, q: Qpn) -> Result<Connection> {
-    let mut p = ConnectParams::new(PeerAddr::Udp(srv), SID, q);
-    p.starting_psn = cm.random_psn().await?;
+    let p = ConnectParams::new(PeerAddr::Udp(srv), SID, q);
     cm.connect(p).await.map_err(|e| anyhow!("connect: {e}"))
 }
 

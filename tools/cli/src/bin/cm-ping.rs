@@ -2,9 +2,11 @@
 //!
 //! ```text
 //! cm-ping --listen ADDR [--service-id ID | --port P] [--reject REASON] [--accept-delay MS]
-//!         [--accept-data HEX]
+//!         [--mra-on-duplicate] [--accept-data HEX] [--sidr-qpn QPN [--sidr-qkey QKEY]]
+//!         [--timewait-slack MS]
 //! cm-ping --connect ADDR[:PORT] [--bind IP] [--service-id ID | --port P] [--count N]
 //!         [--parallel K] [--hold] [--xrc] [--private-data HEX] [--disconnect-from active|passive]
+//!         [--rtu-delay MS | --reject-rep REASON [--reject-data HEX]] [--sidr]
 //! ```
 //!
 //! Transport: RoCEv2 over UDP on port 4791 of the bound IP (default), or Linux umad with
@@ -22,7 +24,8 @@
 //! and none of their disconnects timed out, 2 otherwise.
 //!
 //! QPNs are unique and random within the 24-bit space, start PSNs random (the endpoint's
-//! RNG): cm-ping has no real QPs, so it chooses them like an application should.
+//! RNG: the default of a connect, drawn with `Cm::random_psn` for an accept): cm-ping has no
+//! real QPs, so it chooses them like an application should.
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
@@ -32,12 +35,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use ibcm::proto::SidrRepParams;
 use ibcm::proto::{
     AcceptParams, ConnectParams, ConnectionError, EndpointConfig, IbAddr, ListenOptions, PeerAddr,
 };
+use ibcm::proto::{SidrRepParams, SidrReqParams};
 use ibcm::rt::{Cm, CmError, Connection, IcrcPolicy, IncomingKind, UdpTransport, UmadTransport};
-use ibcm_mad::cma::PortSpace;
+use ibcm_mad::cma::{CmaHeader, PortSpace};
 use ibcm_mad::{
     Gid, Guid, Qkey, Qpn, RejReason, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U4,
 };
@@ -100,12 +103,35 @@ struct Args {
     /// Listener: reject every REQ with this reason (e.g. 28).
     #[arg(long)]
     reject: Option<u16>,
-    /// Listener: private data for rejects (hex).
+    /// Listener (and --reject-rep): private data for rejects (hex).
     #[arg(long, value_parser = parse_hex)]
     reject_data: Option<Hex>,
     /// Listener: answer each REQ with an MRA, then accept after this many milliseconds.
     #[arg(long)]
     accept_delay: Option<u64>,
+    /// Listener, with --accept-delay: send no MRA at once; the endpoint answers a duplicate
+    /// REQ that arrives before the accept with an MRA (as Linux does).
+    #[arg(long, requires = "accept_delay")]
+    mra_on_duplicate: bool,
+    /// Listener: answer SIDR_REQs (rdma_cm's RDMA_PS_UDP port space too) with success and
+    /// this UD QPN (default: refuse them).
+    #[arg(long, value_parser = parse_u64)]
+    sidr_qpn: Option<u64>,
+    /// Listener: the Q_Key of --sidr-qpn (default rdma_cm's RDMA_UDP_QKEY).
+    #[arg(long, value_parser = parse_u64, default_value = "0x01234567")]
+    sidr_qkey: u64,
+    /// Connect: wait this many milliseconds between the REP and the RTU (the application's
+    /// QP work); the peer's REP retransmissions meanwhile are answered with an MRA.
+    #[arg(long, conflicts_with = "reject_rep")]
+    rtu_delay: Option<u64>,
+    /// Connect: reject the REP with this reason (a consumer reject after the REP), with
+    /// --reject-data as private data.
+    #[arg(long)]
+    reject_rep: Option<u16>,
+    /// Connect: resolve the service with SIDR (rdma_cm's RDMA_PS_UDP for IP:PORT) instead
+    /// of connecting; prints `sidr reply status=S qpn=Q qkey=K pd=HEX`.
+    #[arg(long, conflicts_with_all = ["xrc", "hold", "rtu_delay", "reject_rep"])]
+    sidr: bool,
     /// Listener: private data for the REP (hex).
     #[arg(long, value_parser = parse_hex)]
     accept_data: Option<Hex>,
@@ -115,6 +141,10 @@ struct Args {
     /// Max CM retries (default 15).
     #[arg(long, default_value_t = 15)]
     retries: u8,
+    /// Keep every connection this much longer in TimeWait (milliseconds; default 0): a late
+    /// duplicate DREQ is then answered from TimeWait rather than as an unknown one.
+    #[arg(long, default_value_t = 0)]
+    timewait_slack: u64,
     /// Use Linux umad on this device instead of UDP.
     #[arg(long, value_name = "DEV")]
     umad: Option<String>,
@@ -274,6 +304,7 @@ async fn bind(args: &Args, local: IpAddr) -> Result<(Cm, PeerAddrMaker)> {
     let cfg = EndpointConfig {
         local_ca_guid: guid,
         local_gid: Gid::from_ip(local),
+        timewait_slack: Duration::from_millis(args.timewait_slack),
         ..Default::default()
     };
     if let Some(dev) = &args.umad {
@@ -365,18 +396,28 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     let args = Arc::new(args);
     let (cm, _) = bind(&args, ip).await?;
     let sid = service_id(&args, 7471);
-    let mut listener = cm.listen(sid, ListenOptions::default()).await?;
-    // rdma_cm listeners take both port spaces for a port (TCP for RC, IB for XRC).
-    let mut second = match sid.rdma_cm_port() {
-        Some((PortSpace::Tcp, p)) => Some(
-            cm.listen(
-                ServiceId::rdma_cm(PortSpace::Ib, p),
-                ListenOptions::default(),
-            )
-            .await?,
-        ),
-        _ => None,
-    };
+    let mut sids = vec![sid];
+    // rdma_cm listeners take every port space of a port: TCP for RC, IB for XRC, and UDP for
+    // SIDR when this listener answers SIDR.
+    if let Some((PortSpace::Tcp, p)) = sid.rdma_cm_port() {
+        sids.push(ServiceId::rdma_cm(PortSpace::Ib, p));
+        if args.sidr_qpn.is_some() {
+            sids.push(ServiceId::rdma_cm(PortSpace::Udp, p));
+        }
+    }
+    let (tx, mut incoming) = tokio::sync::mpsc::unbounded_channel();
+    for s in sids {
+        let mut l = cm.listen(s, ListenOptions::default()).await?;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(i) = l.next().await {
+                if tx.send(i).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
     // Printed even with --quiet: scripts wait for it before they connect.
     println!("listening on {ip} service_id={sid}");
     let counts = Arc::new(Counts::default());
@@ -385,8 +426,7 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let inc = tokio::select! {
-            i = listener.next() => i,
-            i = async { match second.as_mut() { Some(l) => l.next().await, None => std::future::pending().await } } => i,
+            i = incoming.recv() => i,
             _ = sigint.recv() => None,
             _ = sigterm.recv() => None,
         };
@@ -413,14 +453,35 @@ async fn serve_one(
     qpn: &QpnAlloc,
     inc: ibcm::rt::Incoming,
 ) -> Result<()> {
-    let IncomingKind::Connect(req) = inc.kind() else {
-        // cm-ping serves no UD QP: a SIDR_REQ is refused (explicitly, so nothing is logged).
-        let p = SidrRepParams {
-            status: SidrStatus::Rejected,
-            ..SidrRepParams::success(Qpn::default(), Qkey(0))
-        };
-        inc.sidr_reply(p).await?;
-        return Ok(());
+    let req = match inc.kind() {
+        IncomingKind::Connect(req) => req,
+        IncomingKind::Sidr(s) => {
+            out_limited(
+                args,
+                format_args!(
+                    "sidr request from {} request_id={} sid={} pd={}",
+                    s.peer,
+                    s.request_id.0,
+                    s.service_id,
+                    hex_trim(&s.private_data)
+                ),
+            );
+            // Without --sidr-qpn cm-ping serves no UD QP: a SIDR_REQ is refused (explicitly,
+            // so nothing is logged).
+            let p = match args.sidr_qpn {
+                Some(q) => {
+                    SidrRepParams::success(Qpn::masked(q as u32), Qkey(args.sidr_qkey as u32))
+                }
+                None => SidrRepParams {
+                    status: SidrStatus::Rejected,
+                    ..SidrRepParams::success(Qpn::default(), Qkey(0))
+                },
+            };
+            let status = p.status;
+            inc.sidr_reply(p).await?;
+            out_limited(args, format_args!("sidr answered status={status:?}"));
+            return Ok(());
+        }
     };
     let id_hint = req.req.local_comm_id;
     let peer = req.peer;
@@ -449,7 +510,15 @@ async fn serve_one(
         );
         return Ok(());
     }
-    if let Some(ms) = args.accept_delay {
+    if let (Some(ms), true) = (args.accept_delay, args.mra_on_duplicate) {
+        // No MRA now: a duplicate REQ before the accept gets one from the endpoint
+        // (EndpointConfig::mra_on_duplicate_req).
+        out_limited(
+            args,
+            format_args!("accepting remote_comm_id={id_hint} in {ms} ms (MRA on a duplicate REQ)"),
+        );
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    } else if let Some(ms) = args.accept_delay {
         let t = TimeoutExp::from_duration_ceil(Duration::from_millis(ms * 2));
         inc.mra(t).await?;
         out_limited(
@@ -521,6 +590,9 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     let args = Arc::new(args);
     let (cm, mk) = bind(&args, local).await?;
     let peer = mk.peer(ip);
+    if args.sidr {
+        return sidr(&cm, &args, peer, local, port).await;
+    }
     let counts = Arc::new(Counts::default());
     let next = Arc::new(AtomicU64::new(0));
     let qpns = Arc::new(QpnAlloc::new());
@@ -621,18 +693,18 @@ async fn one_connection(
         pd = DISCONNECT_MARKER.to_vec();
     }
     p.private_data = pd;
-    match cm.random_psn().await {
-        Ok(psn) => p.starting_psn = psn,
-        Err(e) => {
-            out(args, format_args!("connection {i}: {e}"));
-            return None;
-        }
-    }
     p.remote_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.max_cm_retries = U4::masked(args.retries);
-    let conn = match cm.connect(p).await {
-        Ok(c) => c,
+    let manual = args.rtu_delay.is_some() || args.reject_rep.is_some();
+    let conn = if manual {
+        manual_connect(cm, args, counts, p, i).await
+    } else {
+        cm.connect(p).await.map(Some)
+    };
+    let conn = match conn {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
         Err(CmError::Connection(e)) => {
             counts.count_error(&e);
             match &e {
@@ -667,6 +739,90 @@ async fn one_connection(
     }
     finish(args, counts, conn).await;
     None
+}
+
+/// Connects in the kernel's order ([`Cm::connect_manual`]): the REP arrives, then
+/// `--rtu-delay` stands for the application's QP work before the RTU, or `--reject-rep`
+/// rejects the REP. `Ok(None)` when the REP was rejected.
+async fn manual_connect(
+    cm: &Cm,
+    args: &Args,
+    counts: &Counts,
+    p: ConnectParams,
+    i: u64,
+) -> Result<Option<Connection>, CmError> {
+    let pending = cm.connect_manual(p).await?;
+    let rep = pending.rep();
+    out(
+        args,
+        format_args!(
+            "rep received conn={} remote_qpn={} pd={}",
+            pending.id(),
+            rep.remote_qpn,
+            hex_trim(rep.rep.private_data.as_bytes())
+        ),
+    );
+    if let Some(reason) = args.reject_rep {
+        let pd = args.reject_data.clone().map(|h| h.0).unwrap_or_default();
+        let id = pending.id();
+        pending
+            .reject(RejReason::from_raw(reason), &[], &pd)
+            .await?;
+        counts.rejected.fetch_add(1, Ordering::Relaxed);
+        out(
+            args,
+            format_args!("connection {i}: rejected the REP conn={id} reason={reason}"),
+        );
+        return Ok(None);
+    }
+    if let Some(ms) = args.rtu_delay {
+        out(args, format_args!("rtu in {ms} ms conn={}", pending.id()));
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    pending.establish(&[]).await.map(Some)
+}
+
+/// `--sidr`: one SIDR round trip; exits 0 when the answer is a success.
+async fn sidr(
+    cm: &Cm,
+    args: &Args,
+    peer: PeerAddr,
+    local: IpAddr,
+    port: Option<u16>,
+) -> Result<ExitCode> {
+    let (sid, cma) = match (args.service_id, port.or(args.port)) {
+        (Some(sid), _) => (ServiceId(sid), None),
+        (None, p) => {
+            let dport = p.unwrap_or(7471);
+            let dst = peer.ip().unwrap_or(local);
+            (
+                ServiceId::rdma_cm(PortSpace::Udp, dport),
+                Some(CmaHeader::new(SocketAddr::new(local, 0xc000), dst)),
+            )
+        }
+    };
+    let mut pd = Vec::new();
+    if let Some(h) = cma {
+        pd.resize(CmaHeader::LEN, 0);
+        h.emit(&mut pd)?;
+    }
+    pd.extend(args.private_data.clone().map(|h| h.0).unwrap_or_default());
+    let mut p = SidrReqParams::new(peer, sid);
+    p.private_data = pd;
+    p.max_retries = args.retries;
+    let a = cm.sidr(p).await?;
+    println!(
+        "sidr reply status={:?} qpn={} qkey={:#010x} pd={}",
+        a.status,
+        a.qpn,
+        a.qkey.0,
+        hex_trim(&a.private_data)
+    );
+    Ok(if a.status == SidrStatus::Success {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
 }
 
 /// Disconnects (or waits for the passive side's DREQ) and counts the outcome.
