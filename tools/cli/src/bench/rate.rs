@@ -36,7 +36,7 @@ use ibcm::proto::{
 use ibcm::rt::{Cm, Connection, UdpTransport};
 use ibcm_mad::{Guid, Qpn, ServiceId};
 
-use super::mmsg;
+use super::sys as mmsg;
 
 /// The options of `cm-bench rate`.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +56,8 @@ const BASELINE_LEN: usize = 300;
 /// How far the baseline's sender may run ahead of its receiver (well within 4 MiB of
 /// receive buffer, so nothing is dropped).
 const WINDOW: u64 = 2_048;
+/// A baseline's receiver stops after this long without a datagram.
+const IDLE: Duration = Duration::from_millis(300);
 /// The socket buffers ibcm's UDP transport asks for.
 const SOCK_BUF: i32 = 4 << 20;
 
@@ -63,18 +65,38 @@ pub(crate) fn rate(o: RateOpts) -> Result<()> {
     let a = Ipv4Addr::new(127, 0, 0, 1);
     let b = Ipv4Addr::new(127, 0, 0, 2);
     let (sa, sb) = (SocketAddrV4::new(a, o.port), SocketAddrV4::new(b, o.port));
-    let before = udp_batched(sa, sb, o.datagrams)?;
-    before.print("before ibcm");
+    let mut baselines = Vec::new();
+    for wait in [true, false] {
+        let b = udp_batched(sa, sb, o.datagrams, wait)?;
+        b.print("before ibcm");
+        baselines.push(b);
+    }
     let cm = cm_rate(sa, sb, o.conns, o.parallel)?;
     cm.print(o.conns);
-    let after = udp_batched(sa, sb, o.datagrams)?;
-    after.print("after ibcm");
+    for wait in [false, true] {
+        let b = udp_batched(sa, sb, o.datagrams, wait)?;
+        b.print("after ibcm");
+        baselines.push(b);
+    }
     let single = udp_single(sa, sb, o.datagrams)?;
     println!(
         "udp, one datagram per syscall (send_to / recv, {BASELINE_LEN} B): {single:.0} datagrams/s"
     );
-    let limit = before.rate.max(after.rate);
+    let best = |wait: Option<bool>| {
+        baselines
+            .iter()
+            .filter(|b| wait.is_none_or(|w| b.wait == w))
+            .map(|b| b.rate)
+            .fold(0.0, f64::max)
+    };
+    let (limit, sleeping) = (best(None), best(Some(true)));
     let mads = cm.mad_rate(o.conns);
+    println!(
+        "ratio against the receiver-sleeps baseline alone: {:.2} ({sleeping:.0} datagrams/s); \
+         against one datagram per syscall: {:.2}",
+        mads / sleeping,
+        mads / single
+    );
     println!(
         "rate: {:.0} conn/s; mads: {mads:.0} MAD/s; limit: {limit:.0} datagrams/s (batched); ratio: {:.2}",
         cm.conn_rate(o.conns),
@@ -94,6 +116,35 @@ struct CmRun {
     /// Datagrams the two transports sent during setup, and during teardown.
     setup_tx: u64,
     teardown_tx: u64,
+    /// CPU time of the process (both endpoints' threads) over setup and teardown.
+    cpu: Cpu,
+}
+
+/// User and system CPU time.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    user: Duration,
+    sys: Duration,
+}
+
+impl Cpu {
+    fn now(thread: bool) -> Result<Cpu> {
+        let (user, sys) = mmsg::cpu_time(thread).context("getrusage")?;
+        Ok(Cpu { user, sys })
+    }
+
+    fn since(self, start: Cpu) -> Cpu {
+        Cpu {
+            user: self.user.saturating_sub(start.user),
+            sys: self.sys.saturating_sub(start.sys),
+        }
+    }
+
+    /// Microseconds per item: (total, user, system).
+    fn per(self, n: u64) -> (f64, f64, f64) {
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / n.max(1) as f64;
+        (us(self.user + self.sys), us(self.user), us(self.sys))
+    }
 }
 
 impl CmRun {
@@ -129,6 +180,8 @@ impl CmRun {
             self.setup + self.teardown,
             self.mad_rate(n)
         );
+        let (t, u, s) = self.cpu.per(5 * n);
+        println!("cm cpu: {t:.2} µs per MAD (user {u:.2}, system {s:.2}; both threads)");
     }
 }
 
@@ -219,6 +272,7 @@ async fn cm_active(
     let (a, task) = Cm::bind(ta, EndpointConfig::default());
     let b_addr = PeerAddr::Udp(SocketAddr::V4(sb));
     let tx0 = sent(&a, b).await?;
+    let cpu0 = Cpu::now(false)?;
 
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -271,6 +325,7 @@ async fn cm_active(
         w.await??;
     }
     let teardown = start.elapsed().as_secs_f64();
+    let cpu = Cpu::now(false)?.since(cpu0);
     let tx2 = sent(&a, b).await?;
     a.shutdown();
     let _ = task.await;
@@ -279,6 +334,7 @@ async fn cm_active(
         teardown,
         setup_tx: tx1 - tx0,
         teardown_tx: tx2 - tx1,
+        cpu,
     };
     anyhow::ensure!(
         run.setup_tx >= 3 * conns && run.teardown_tx >= 2 * conns,
@@ -293,17 +349,40 @@ async fn cm_active(
 /// One batched baseline measurement.
 #[derive(Debug)]
 struct Baseline {
+    /// The receiver slept in `recvmmsg` (else it polled).
+    wait: bool,
     rate: f64,
     sent: u64,
     received: u64,
+    sender: Cpu,
+    receiver: Cpu,
 }
 
 impl Baseline {
+    fn mode(&self) -> &'static str {
+        if self.wait {
+            "receiver sleeps"
+        } else {
+            "receiver polls"
+        }
+    }
+
     fn print(&self, when: &str) {
         println!(
-            "udp, batched ({when}; sendmmsg / recvmmsg, 64 per call, {BASELINE_LEN} B): {:.0} \
-             datagrams/s ({} sent, {} received)",
-            self.rate, self.sent, self.received
+            "udp, batched, {} ({when}; sendmmsg / recvmmsg, 64 per call, {BASELINE_LEN} B): \
+             {:.0} datagrams/s ({} sent, {} received)",
+            self.mode(),
+            self.rate,
+            self.sent,
+            self.received
+        );
+        let (s, ..) = self.sender.per(self.sent);
+        let (r, ..) = self.receiver.per(self.received);
+        println!(
+            "udp cpu, {} ({when}): {:.2} µs per datagram (sender {s:.2}, receiver {r:.2}; \
+             waiting included)",
+            self.mode(),
+            s + r
         );
     }
 }
@@ -316,37 +395,52 @@ fn bind_like_ibcm(addr: SocketAddrV4) -> Result<UdpSocket> {
     Ok(s)
 }
 
-/// Datagrams per second from `from` to `to`, 64 per system call on each side.
-fn udp_batched(from: SocketAddrV4, to: SocketAddrV4, n: u64) -> Result<Baseline> {
+/// Datagrams per second from `from` to `to`, 64 per system call on each side; the receiver
+/// sleeps in `recvmmsg` until a datagram arrives (`wait`) or polls without sleeping.
+fn udp_batched(from: SocketAddrV4, to: SocketAddrV4, n: u64, wait: bool) -> Result<Baseline> {
     let rx = bind_like_ibcm(to)?;
     let tx = bind_like_ibcm(from)?;
-    rx.set_read_timeout(Some(Duration::from_millis(300)))?;
+    rx.set_read_timeout(Some(IDLE))?;
     let received = Arc::new(AtomicU64::new(0));
     let r2 = received.clone();
-    let receiver = std::thread::spawn(move || -> Result<(u64, f64)> {
+    let receiver = std::thread::spawn(move || -> Result<(u64, f64, Cpu)> {
+        let cpu0 = Cpu::now(true)?;
         let mut bufs = vec![[0u8; mmsg::RECV_LEN]; mmsg::BATCH];
         let mut got = 0u64;
         let mut first: Option<(Instant, u64)> = None;
         let mut last = None;
+        let mut polling_since: Option<Instant> = None;
         while got < n {
-            match mmsg::recv_batch(&rx, &mut bufs) {
+            match mmsg::recv_batch(&rx, &mut bufs, wait) {
                 Ok(k) => {
+                    polling_since = None;
                     let now = Instant::now();
                     got += k as u64;
                     first.get_or_insert((now, k as u64));
                     last = Some(now);
                     r2.store(got, Ordering::Relaxed);
                 }
+                // Polling: nothing yet (the sender has not finished, or is about to).
+                Err(e) if !wait && e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if polling_since.get_or_insert_with(Instant::now).elapsed() > IDLE {
+                        break;
+                    }
+                    continue;
+                }
                 Err(_) => break,
             }
         }
+        let cpu = Cpu::now(true)?.since(cpu0);
         // The first call's datagrams arrived before the clock started.
         match (first, last) {
-            (Some((f, k)), Some(l)) if l > f => Ok((got, (got - k) as f64 / (l - f).as_secs_f64())),
+            (Some((f, k)), Some(l)) if l > f => {
+                Ok((got, (got - k) as f64 / (l - f).as_secs_f64(), cpu))
+            }
             _ => anyhow::bail!("too few datagrams received ({got})"),
         }
     });
     let payload = [0u8; BASELINE_LEN];
+    let cpu0 = Cpu::now(true)?;
     let mut sent = 0u64;
     while sent < n {
         while sent.saturating_sub(received.load(Ordering::Relaxed)) > WINDOW {
@@ -355,13 +449,17 @@ fn udp_batched(from: SocketAddrV4, to: SocketAddrV4, n: u64) -> Result<Baseline>
         let k = (n - sent).min(mmsg::BATCH as u64) as usize;
         sent += mmsg::send_batch(&tx, to, &payload, k).context("sendmmsg")? as u64;
     }
-    let (got, rate) = receiver
+    let sender = Cpu::now(true)?.since(cpu0);
+    let (got, rate, receiver) = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
     Ok(Baseline {
+        wait,
         rate,
         sent,
         received: got,
+        sender,
+        receiver,
     })
 }
 
@@ -369,7 +467,7 @@ fn udp_batched(from: SocketAddrV4, to: SocketAddrV4, n: u64) -> Result<Baseline>
 fn udp_single(from: SocketAddrV4, to: SocketAddrV4, n: u64) -> Result<f64> {
     let rx = bind_like_ibcm(to)?;
     let tx = bind_like_ibcm(from)?;
-    rx.set_read_timeout(Some(Duration::from_millis(300)))?;
+    rx.set_read_timeout(Some(IDLE))?;
     let dst = SocketAddr::new(IpAddr::V4(*to.ip()), to.port());
     let received = Arc::new(AtomicU64::new(0));
     let r2 = received.clone();

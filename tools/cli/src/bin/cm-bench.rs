@@ -38,14 +38,14 @@ use ibcm_mad::{Guid, Qpn, ServiceId};
 
 #[path = "../bench/flood.rs"]
 mod flood;
-#[path = "../bench/mmsg.rs"]
-mod mmsg;
 #[path = "../common/qpn.rs"]
 mod qpn;
 #[path = "../bench/rate.rs"]
 mod rate;
 #[path = "../bench/scale_rt.rs"]
 mod scale_rt;
+#[path = "../bench/sys.rs"]
+mod sys;
 
 #[derive(Debug, Parser)]
 #[command(name = "cm-bench", version, about = "ibcm benchmarks")]

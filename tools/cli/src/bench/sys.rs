@@ -1,11 +1,13 @@
-//! `sendmmsg`/`recvmmsg` for the raw UDP baseline of `cm-bench rate` (IPv4 only). This and
-//! nothing else in the tools has `unsafe` code: it is the sys module of the benchmark, as
-//! `cm/src/rt/sys.rs` is ibcm's (the transport's own batched calls live there).
+//! The system calls of `cm-bench rate`: `sendmmsg`/`recvmmsg` for its raw UDP baseline (IPv4
+//! only) and `getrusage` for CPU time. This and nothing else in the tools has `unsafe` code:
+//! it is the benchmark's sys module, as `cm/src/rt/sys.rs` is ibcm's (where the transport's
+//! own batched calls live).
 #![allow(unsafe_code)]
 
 use std::io;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::time::Duration;
 
 /// Datagrams per call: the same batch as ibcm's UDP transport.
 pub(crate) const BATCH: usize = 64;
@@ -68,9 +70,20 @@ pub(crate) fn send_batch(
     Ok(rc as usize)
 }
 
-/// Receives up to [`BATCH`] datagrams with one `recvmmsg` that blocks for the first one only
-/// (`MSG_WAITFORONE`; the socket's receive timeout applies). Returns how many arrived.
-pub(crate) fn recv_batch(sock: &UdpSocket, bufs: &mut [[u8; RECV_LEN]]) -> io::Result<usize> {
+/// Receives up to [`BATCH`] datagrams with one `recvmmsg`: with `wait`, it blocks for the
+/// first one only (`MSG_WAITFORONE`; the socket's receive timeout applies); without, it
+/// never blocks (`MSG_DONTWAIT`: `WouldBlock` when nothing is there). Returns how many
+/// arrived.
+pub(crate) fn recv_batch(
+    sock: &UdpSocket,
+    bufs: &mut [[u8; RECV_LEN]],
+    wait: bool,
+) -> io::Result<usize> {
+    let flags = if wait {
+        libc::MSG_WAITFORONE
+    } else {
+        libc::MSG_DONTWAIT
+    };
     let n = bufs.len().min(BATCH);
     // SAFETY: all-zero bytes are valid for these C structs (null pointers, zero lengths).
     let mut iovs: [libc::iovec; BATCH] = unsafe { core::mem::zeroed() };
@@ -102,7 +115,7 @@ pub(crate) fn recv_batch(sock: &UdpSocket, bufs: &mut [[u8; RECV_LEN]]) -> io::R
             sock.as_raw_fd(),
             hdrs.as_mut_ptr(),
             n as libc::c_uint,
-            libc::MSG_WAITFORONE,
+            flags,
             core::ptr::null_mut(),
         )
     };
@@ -135,4 +148,25 @@ pub(crate) fn set_int_opt(
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// CPU time used so far (user, system), by the calling thread (`thread`) or the whole
+/// process.
+pub(crate) fn cpu_time(thread: bool) -> io::Result<(Duration, Duration)> {
+    let who = if thread {
+        libc::RUSAGE_THREAD
+    } else {
+        libc::RUSAGE_SELF
+    };
+    // SAFETY: all-zero bytes are a valid `rusage` (plain integers).
+    let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: `ru` is a live, writable `rusage` for the kernel to fill.
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let d = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    Ok((d(ru.ru_utime), d(ru.ru_stime)))
 }
