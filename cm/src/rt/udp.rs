@@ -366,6 +366,8 @@ impl DatagramTransport for UdpTransport {
                 }
             }
         }
+        // Encoding failures were noted before the send failures of the same batch.
+        failed.sort_by_key(|&(i, _)| i);
         failed
     }
 
@@ -426,5 +428,51 @@ mod tests {
         let (from, _) = b.recv().await.unwrap();
         assert_eq!(from, a.local_addr());
         assert_eq!(b.stats().icrc_bad.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn batches_keep_order_and_report_failures_by_index() {
+        let mut a = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut b = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // 150 MADs: three sendmmsg batches. Three cannot go: an IB address (not for this
+        // transport), the broadcast address (no SO_BROADCAST: sendmmsg stops there, in the
+        // middle of a batch) and an IPv6 destination from an IPv4 socket.
+        let v6: SocketAddr = "[::1]:4791".parse().unwrap();
+        let bcast: SocketAddr = "255.255.255.255:4791".parse().unwrap();
+        let ib = PeerAddr::Ib(crate::proto::IbAddr::roce(ibcm_mad::Gid::from_ip(
+            "10.0.0.1".parse().unwrap(),
+        )));
+        let mads: Vec<Transmit> = (0..150u8)
+            .map(|i| Transmit {
+                to: match i {
+                    7 => ib,
+                    70 => PeerAddr::Udp(bcast),
+                    100 => PeerAddr::Udp(v6),
+                    _ => b.local_addr(),
+                },
+                mad: Bytes::from(vec![i; MAD_LEN]),
+            })
+            .collect();
+        let failed = a.send_batch(&mads).await;
+        let idx: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
+        assert_eq!(idx, [7, 70, 100]);
+        assert_eq!(a.stats().tx.load(Ordering::Relaxed), 147);
+        let mut got = Vec::new();
+        while got.len() < 147 {
+            b.recv_batch(&mut got).await.unwrap();
+            b.try_recv_batch(&mut got).unwrap();
+        }
+        assert_eq!(got.len(), 147);
+        let firsts: Vec<u8> = got.iter().map(|(_, m)| m[0]).collect();
+        let want: Vec<u8> = (0..150u8).filter(|i| ![7, 70, 100].contains(i)).collect();
+        assert_eq!(firsts, want);
+        assert!(got.iter().all(|(from, m)| *from == a.local_addr() && m.len() == MAD_LEN));
+        // Nothing left: a non-blocking receive adds nothing.
+        b.try_recv_batch(&mut got).unwrap();
+        assert_eq!(got.len(), 147);
     }
 }
