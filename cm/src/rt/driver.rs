@@ -159,11 +159,16 @@ impl<T: DatagramTransport> Driver<T> {
         Ok(true)
     }
 
-    /// Each received datagram, followed by its events.
+    /// Each received datagram, followed by its events. One receive's datagrams arrived
+    /// together: they are handled at one instant.
     fn handle_inbox(&mut self) {
+        if self.inbox.is_empty() {
+            return;
+        }
         let mut inbox = std::mem::take(&mut self.inbox);
+        let t = now();
         for (from, mad) in inbox.drain(..) {
-            self.ep.handle_datagram(now(), from, &mad);
+            self.ep.handle_datagram(t, from, &mad);
             self.dispatch();
         }
         // Keep the allocation for the next turn.

@@ -61,7 +61,8 @@ pub(crate) fn recv_mmsg<const N: usize>(
     out: &mut [Received; MMSG_BATCH],
 ) -> io::Result<usize> {
     let n = bufs.len().min(MMSG_BATCH);
-    let mut addrs: [SockAddrStorage; MMSG_BATCH] = core::array::from_fn(|_| SockAddrStorage::zeroed());
+    let mut addrs: [SockAddrStorage; MMSG_BATCH] =
+        core::array::from_fn(|_| SockAddrStorage::zeroed());
     // SAFETY: all-zero bytes are valid for these C structs (null pointers, zero lengths).
     let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { core::mem::zeroed() };
     // SAFETY: as above.
@@ -114,7 +115,8 @@ pub(crate) fn recv_mmsg<const N: usize>(
 /// error when the first one failed (`WouldBlock` when the send buffer is full).
 pub(crate) fn send_mmsg(sock: &impl AsRawFd, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
     let n = msgs.len().min(MMSG_BATCH);
-    let mut addrs: [SockAddrStorage; MMSG_BATCH] = core::array::from_fn(|_| SockAddrStorage::zeroed());
+    let mut addrs: [SockAddrStorage; MMSG_BATCH] =
+        core::array::from_fn(|_| SockAddrStorage::zeroed());
     // SAFETY: all-zero bytes are valid for these C structs (null pointers, zero lengths).
     let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { core::mem::zeroed() };
     // SAFETY: as above.

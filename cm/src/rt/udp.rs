@@ -470,7 +470,9 @@ mod tests {
         let firsts: Vec<u8> = got.iter().map(|(_, m)| m[0]).collect();
         let want: Vec<u8> = (0..150u8).filter(|i| ![7, 70, 100].contains(i)).collect();
         assert_eq!(firsts, want);
-        assert!(got.iter().all(|(from, m)| *from == a.local_addr() && m.len() == MAD_LEN));
+        assert!(got
+            .iter()
+            .all(|(from, m)| *from == a.local_addr() && m.len() == MAD_LEN));
         // Nothing left: a non-blocking receive adds nothing.
         b.try_recv_batch(&mut got).unwrap();
         assert_eq!(got.len(), 147);

@@ -17,10 +17,16 @@
 //!   unconnected UDP sockets on the same two addresses, with the same socket options as
 //!   ibcm's transport (`IP_PMTUDISC_DO`, 4 MiB buffers): one sender thread calling
 //!   `sendmmsg` with 64 datagrams, each with its destination address, one receiver thread
-//!   calling `recvmmsg` for up to 64 (the sender stays at most 2,048 datagrams ahead). It
-//!   runs once before and once after ibcm; the limit is the higher of the two (the ratio
-//!   is the lower bound the pair gives). The old baseline, one `send_to`/`recv` per
-//!   datagram, is printed too, labelled.
+//!   calling `recvmmsg` for up to 64; the sender stays at most 2,048 datagrams ahead. Two
+//!   receivers: one that sleeps in `recvmmsg` until a datagram arrives (`MSG_WAITFORONE`,
+//!   as an event loop does) and one that polls without sleeping (`MSG_DONTWAIT`), which
+//!   spares the sender the wake-ups and is the faster by far. Each runs before and after
+//!   ibcm; the limit is the best of the four, so load from other processes during one of
+//!   them cannot lower it. The ratio against the sleeping receiver alone and the old
+//!   baseline, one `send_to`/`recv` per datagram, are printed too, labelled.
+//! * **CPU time**: `getrusage` of the process over ibcm's two phases (both threads) per MAD,
+//!   and of each baseline thread per datagram, waiting included: figures that depend less on
+//!   what else the machine runs than the rates do.
 //! * Last line: `rate: <conn/s> conn/s; mads: <MAD/s> MAD/s; limit: <datagrams/s>
 //!   datagrams/s (batched); ratio: <x.xx>` (ratio = MAD rate ÷ limit).
 
@@ -181,7 +187,11 @@ impl CmRun {
             self.mad_rate(n)
         );
         let (t, u, s) = self.cpu.per(5 * n);
-        println!("cm cpu: {t:.2} µs per MAD (user {u:.2}, system {s:.2}; both threads)");
+        let cores = (self.cpu.user + self.cpu.sys).as_secs_f64() / (self.setup + self.teardown);
+        println!(
+            "cm cpu: {t:.2} µs per MAD (user {u:.2}, system {s:.2}; both threads, {cores:.2} \
+             cores busy on average)"
+        );
     }
 }
 

@@ -62,8 +62,9 @@ enum Cmd {
         /// Connections to set up.
         #[arg(long, default_value_t = 20_000)]
         conns: u64,
-        /// Connections in flight.
-        #[arg(long, default_value_t = 64)]
+        /// Connections in flight (256: enough that neither endpoint's thread waits for the
+        /// other's batch).
+        #[arg(long, default_value_t = 256)]
         parallel: u64,
         /// UDP port for both endpoints (4791 by default).
         #[arg(long, default_value_t = 4791)]
