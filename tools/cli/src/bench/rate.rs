@@ -31,7 +31,7 @@
 //!   datagrams/s (batched); ratio: <x.xx>` (ratio = MAD rate ÷ limit).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,8 +62,9 @@ const BASELINE_LEN: usize = 300;
 /// How far the baseline's sender may run ahead of its receiver (well within 4 MiB of
 /// receive buffer, so nothing is dropped).
 const WINDOW: u64 = 2_048;
-/// A baseline's receiver stops after this long without a datagram.
-const IDLE: Duration = Duration::from_millis(300);
+/// A baseline's receiver stops after this long without a datagram (the sender then stops
+/// too; what was received counts). Long enough for a loaded machine's scheduling gaps.
+const IDLE: Duration = Duration::from_secs(2);
 /// The socket buffers ibcm's UDP transport asks for.
 const SOCK_BUF: i32 = 4 << 20;
 
@@ -397,6 +398,16 @@ impl Baseline {
     }
 }
 
+/// Sets its flag when dropped: a baseline's receiver thread has ended (normally or not), so
+/// its sender must not wait for it.
+struct DoneOnDrop(Arc<AtomicBool>);
+
+impl Drop for DoneOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn bind_like_ibcm(addr: SocketAddrV4) -> Result<UdpSocket> {
     let s = UdpSocket::bind(addr).with_context(|| format!("bind {addr}"))?;
     mmsg::set_pmtudisc_do(&s)?;
@@ -413,7 +424,10 @@ fn udp_batched(from: SocketAddrV4, to: SocketAddrV4, n: u64, wait: bool) -> Resu
     rx.set_read_timeout(Some(IDLE))?;
     let received = Arc::new(AtomicU64::new(0));
     let r2 = received.clone();
+    let done = Arc::new(AtomicBool::new(false));
+    let done_on_exit = DoneOnDrop(done.clone());
     let receiver = std::thread::spawn(move || -> Result<(u64, f64, Cpu)> {
+        let _done = done_on_exit;
         let cpu0 = Cpu::now(true)?;
         let mut bufs = vec![[0u8; mmsg::RECV_LEN]; mmsg::BATCH];
         let mut got = 0u64;
@@ -452,8 +466,10 @@ fn udp_batched(from: SocketAddrV4, to: SocketAddrV4, n: u64, wait: bool) -> Resu
     let payload = [0u8; BASELINE_LEN];
     let cpu0 = Cpu::now(true)?;
     let mut sent = 0u64;
-    while sent < n {
-        while sent.saturating_sub(received.load(Ordering::Relaxed)) > WINDOW {
+    while sent < n && !done.load(Ordering::Relaxed) {
+        while sent.saturating_sub(received.load(Ordering::Relaxed)) > WINDOW
+            && !done.load(Ordering::Relaxed)
+        {
             std::thread::yield_now();
         }
         let k = (n - sent).min(mmsg::BATCH as u64) as usize;
@@ -481,7 +497,10 @@ fn udp_single(from: SocketAddrV4, to: SocketAddrV4, n: u64) -> Result<f64> {
     let dst = SocketAddr::new(IpAddr::V4(*to.ip()), to.port());
     let received = Arc::new(AtomicU64::new(0));
     let r2 = received.clone();
+    let done = Arc::new(AtomicBool::new(false));
+    let done_on_exit = DoneOnDrop(done.clone());
     let receiver = std::thread::spawn(move || -> (u64, Option<Instant>, Option<Instant>) {
+        let _done = done_on_exit;
         let mut buf = [0u8; 2048];
         let (mut first, mut last) = (None, None);
         let mut got = 0;
@@ -501,7 +520,12 @@ fn udp_single(from: SocketAddrV4, to: SocketAddrV4, n: u64) -> Result<f64> {
     });
     let payload = [0u8; BASELINE_LEN];
     for i in 0..n {
-        while i.saturating_sub(received.load(Ordering::Relaxed)) > WINDOW {
+        if done.load(Ordering::Relaxed) {
+            break;
+        }
+        while i.saturating_sub(received.load(Ordering::Relaxed)) > WINDOW
+            && !done.load(Ordering::Relaxed)
+        {
             std::thread::yield_now();
         }
         let _ = tx.send_to(&payload, dst);
