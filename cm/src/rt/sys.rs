@@ -109,25 +109,28 @@ pub(crate) fn recv_mmsg<const N: usize>(
     Ok(got)
 }
 
-/// Sends `msgs` (at most [`MMSG_BATCH`] are looked at), each datagram to its address, with
+/// Sends `msgs` (at most [`MMSG_BATCH`] are taken), each datagram to its address, with
 /// one `sendmmsg` without blocking (`MSG_DONTWAIT`). Returns how many were sent, from the
 /// first on: fewer than offered when the next one failed (sending it alone reports why), an
 /// error when the first one failed (`WouldBlock` when the send buffer is full).
-pub(crate) fn send_mmsg(sock: &impl AsRawFd, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
-    let n = msgs.len().min(MMSG_BATCH);
+pub(crate) fn send_mmsg<'a>(
+    sock: &impl AsRawFd,
+    msgs: impl IntoIterator<Item = (SocketAddr, &'a [u8])>,
+) -> io::Result<usize> {
+    let mut n = 0;
     let mut addrs: [SockAddrStorage; MMSG_BATCH] =
         core::array::from_fn(|_| SockAddrStorage::zeroed());
     // SAFETY: all-zero bytes are valid for these C structs (null pointers, zero lengths).
     let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { core::mem::zeroed() };
     // SAFETY: as above.
     let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { core::mem::zeroed() };
-    for (((&(to, data), iov), hdr), addr) in msgs
-        .iter()
+    for ((((to, data), iov), hdr), addr) in msgs
+        .into_iter()
         .zip(iovs.iter_mut())
         .zip(hdrs.iter_mut())
         .zip(addrs.iter_mut())
-        .take(n)
     {
+        n += 1;
         let sa = SockAddr::from(to);
         let len = sa.len();
         *addr = sa.as_storage();
@@ -140,9 +143,10 @@ pub(crate) fn send_mmsg(sock: &impl AsRawFd, msgs: &[(SocketAddr, &[u8])]) -> io
         hdr.msg_hdr.msg_namelen = len;
     }
     // SAFETY: `sock` is an open socket for the duration of the call. The first `n` headers
-    // each point to one live iovec over a datagram borrowed from `msgs` for the call (read
+    // each point to one live iovec over a datagram borrowed for `'a` (beyond the call; read
     // only) and to a live socket address of the given length; no control buffer. The kernel
-    // writes only the headers' `msg_len`. `n <= MMSG_BATCH` is the length of `hdrs`.
+    // writes only the headers' `msg_len`. `n <= MMSG_BATCH` (the zip stops at the length of
+    // the arrays), the length of `hdrs`.
     let rc = unsafe {
         libc::sendmmsg(
             sock.as_raw_fd(),

@@ -76,6 +76,8 @@ pub struct UdpTransport {
     rx_meta: Box<[sys::Received; MMSG_BATCH]>,
     /// Encoded datagrams, one per datagram of a `sendmmsg`.
     tx_bufs: Box<[[u8; SEND_LEN]]>,
+    /// For each of `tx_bufs`: the index of its MAD in the batch, destination and length.
+    tx_meta: Vec<(usize, SocketAddr, usize)>,
 }
 
 /// Room for one received datagram (a RoCEv2 GSI datagram is 280 bytes; longer ones are
@@ -130,6 +132,7 @@ impl UdpTransport {
                 }; MMSG_BATCH],
             ),
             tx_bufs: vec![[0; SEND_LEN]; MMSG_BATCH].into_boxed_slice(),
+            tx_meta: Vec::with_capacity(MMSG_BATCH),
         })
     }
 
@@ -321,7 +324,8 @@ impl DatagramTransport for UdpTransport {
     /// full.
     async fn send_batch(&mut self, mads: &[Transmit]) -> Vec<(usize, io::Error)> {
         let mut failed = Vec::new();
-        let mut chunk: Vec<(usize, SocketAddr, usize)> = Vec::with_capacity(MMSG_BATCH);
+        // Taken out of `self` while `self.encode` needs `&mut self`; put back at the end.
+        let mut chunk = std::mem::take(&mut self.tx_meta);
         let mut next = mads.iter().enumerate().peekable();
         while next.peek().is_some() {
             // Encode up to one batch (a MAD that cannot be encoded fails alone).
@@ -333,14 +337,14 @@ impl DatagramTransport for UdpTransport {
                     Err(e) => failed.push((i, e)),
                 }
             }
-            let msgs: Vec<(SocketAddr, &[u8])> = chunk
-                .iter()
-                .zip(self.tx_bufs.iter())
-                .map(|(&(_, to, n), buf)| (to, buf.get(..n).unwrap_or(&[])))
-                .collect();
             let mut sent = 0;
-            while let Some(rest) = msgs.get(sent..).filter(|r| !r.is_empty()) {
-                let sock = &self.sock;
+            while sent < chunk.len() {
+                let (sock, bufs) = (&self.sock, &self.tx_bufs);
+                let rest = chunk
+                    .iter()
+                    .zip(bufs.iter())
+                    .skip(sent)
+                    .map(|(&(_, to, n), buf)| (to, buf.get(..n).unwrap_or(&[])));
                 match sock.try_io(Interest::WRITABLE, || sys::send_mmsg(sock, rest)) {
                     Ok(m) => {
                         self.stats.tx.fetch_add(m as u64, Ordering::Relaxed);
@@ -366,6 +370,8 @@ impl DatagramTransport for UdpTransport {
                 }
             }
         }
+        chunk.clear();
+        self.tx_meta = chunk;
         // Encoding failures were noted before the send failures of the same batch.
         failed.sort_by_key(|&(i, _)| i);
         failed
