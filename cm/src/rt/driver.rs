@@ -131,6 +131,9 @@ impl<T: DatagramTransport> Driver<T> {
             self.dispatch();
             self.handle_inbox();
             if !self.take_ready()? {
+                // What the turn's earlier inputs queued still goes out (a DREQ before a
+                // shutdown, say), as it did when every input was its own turn.
+                self.transmit().await;
                 return Ok(());
             }
         }
