@@ -346,10 +346,17 @@ impl DatagramTransport for UdpTransport {
                     .skip(sent)
                     .map(|(&(_, to, n), buf)| (to, buf.get(..n).unwrap_or(&[])));
                 match sock.try_io(Interest::WRITABLE, || sys::send_mmsg(sock, rest)) {
+                    Ok(0) => {
+                        // `sendmmsg` sends at least one or fails; should it not, skip that one
+                        // rather than spin.
+                        if let Some(&(i, ..)) = chunk.get(sent) {
+                            failed.push((i, io::Error::other("sendmmsg sent nothing")));
+                        }
+                        sent += 1;
+                    }
                     Ok(m) => {
                         self.stats.tx.fetch_add(m as u64, Ordering::Relaxed);
-                        // `sendmmsg` sends at least one or fails; never spin on zero.
-                        sent += m.max(1);
+                        sent += m;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         if let Err(e) = self.sock.writable().await {
