@@ -25,6 +25,11 @@
 //! 6. **timers**: the host's one timer is re-armed at the earlier of `Endpoint::poll_timeout`
 //!    and [`App::poll_timeout`].
 //!
+//! The tokio driver runs steps 1–4 for every input, but steps 5–6 once per *turn*: the inputs
+//! that are ready together (the commands waiting, the datagrams one receive returned) each get
+//! steps 1–4, then what they all queued goes out at once, in order (over UDP, 64 MADs per
+//! `sendmmsg`).
+//!
 //! So an application never needs a timer task, a lock or a channel of its own.
 //!
 //! A closure `FnMut(&mut Endpoint, Instant, &Event)` is an `App` (it consumes nothing, has no

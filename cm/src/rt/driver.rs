@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use ibcm_mad::{RejReason, ServiceId};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
@@ -19,7 +21,8 @@ use super::DatagramTransport;
 use crate::app::{due, earliest, DynApp};
 use crate::log_limit::LogLimit;
 use crate::proto::{
-    CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, SidrRepParams, State,
+    CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, PeerAddr, SidrRepParams, State,
+    Transmit,
 };
 
 /// The application a driver runs (sent to its task: `Send`).
@@ -48,7 +51,14 @@ pub(crate) struct Driver<T> {
     closed: u64,
     /// Rate limit of the lines logged about what peers make the driver do.
     log: LogLimit,
+    /// Datagrams received in this turn, not yet handled.
+    inbox: Vec<(PeerAddr, Bytes)>,
+    /// MADs to send at the end of this turn.
+    outbox: Vec<Transmit>,
 }
+
+/// Most commands taken without waiting in one turn (after the one that woke the driver).
+const TURN_COMMANDS: usize = 256;
 
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
@@ -78,15 +88,22 @@ impl<T: DatagramTransport> Driver<T> {
             app,
             closed: 0,
             log: LogLimit::default(),
+            inbox: Vec::new(),
+            outbox: Vec::new(),
         }
     }
 
+    /// The loop, one *turn* at a time: wait for an input (a command, the timer, datagrams),
+    /// take what else is ready without waiting (commands, then one receive's datagrams), each
+    /// input followed by its events ([`crate::app`]: call order, steps 1–4), then send
+    /// everything the turn queued together ([`DatagramTransport::send_batch`]: one system
+    /// call per 64 MADs over UDP) and re-arm the timer.
     pub(crate) async fn run(mut self) -> io::Result<()> {
         let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
         tokio::pin!(sleep);
         let mut armed: Option<Instant> = None;
         loop {
-            self.flush().await?;
+            self.transmit().await;
             let app_deadline = self.app.as_ref().and_then(|a| a.poll_timeout());
             let deadline = earliest(self.ep.poll_timeout(), app_deadline);
             if deadline != armed {
@@ -109,13 +126,20 @@ impl<T: DatagramTransport> Driver<T> {
                     armed = None;
                     self.on_timeout(now());
                 }
-                r = self.transport.recv() => match r {
-                    Ok((from, mad)) => self.ep.handle_datagram(now(), from, &mad),
-                    Err(e) => {
+                r = self.transport.recv_batch(&mut self.inbox) => {
+                    if let Err(e) = r {
                         warn!(error = %e, "transport receive failed; stopping");
                         return Err(e);
                     }
-                },
+                }
+            }
+            self.dispatch();
+            self.handle_inbox();
+            if let Some(linger) = self.take_ready()? {
+                // What the turn's earlier inputs queued still goes out (a DREQ before a
+                // shutdown, say) first; then every connection is ended as on any shutdown.
+                self.transmit().await;
+                return self.close_all(linger).await;
             }
         }
     }
@@ -131,7 +155,7 @@ impl<T: DatagramTransport> Driver<T> {
         }
         let deadline = tokio::time::Instant::now() + linger;
         loop {
-            self.flush().await?;
+            self.transmit().await;
             let waiting = self
                 .ep
                 .conn_ids()
@@ -158,6 +182,45 @@ impl<T: DatagramTransport> Driver<T> {
         }
     }
 
+    /// The rest of a turn: the commands and datagrams ready now, without waiting (bounded,
+    /// commands first as in [`Driver::run`]). `Some(linger)` when the driver must stop
+    /// (a shutdown, or the last handle dropped).
+    fn take_ready(&mut self) -> io::Result<Option<std::time::Duration>> {
+        for _ in 0..TURN_COMMANDS {
+            match self.rx.try_recv() {
+                Ok(Command::Shutdown { linger }) => return Ok(Some(linger)),
+                Err(mpsc::error::TryRecvError::Disconnected) => return Ok(Some(SHUTDOWN_LINGER)),
+                Ok(cmd) => {
+                    self.on_command(cmd);
+                    self.dispatch();
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break,
+            }
+        }
+        if let Err(e) = self.transport.try_recv_batch(&mut self.inbox) {
+            warn!(error = %e, "transport receive failed; stopping");
+            return Err(e);
+        }
+        self.handle_inbox();
+        Ok(None)
+    }
+
+    /// Each received datagram, followed by its events. One receive's datagrams arrived
+    /// together: they are handled at one instant.
+    fn handle_inbox(&mut self) {
+        if self.inbox.is_empty() {
+            return;
+        }
+        let mut inbox = std::mem::take(&mut self.inbox);
+        let t = now();
+        for (from, mad) in inbox.drain(..) {
+            self.ep.handle_datagram(t, from, &mad);
+            self.dispatch();
+        }
+        // Keep the allocation for the next turn.
+        self.inbox = inbox;
+    }
+
     /// The timer fired: the endpoint's timers, then the app's, each if due.
     fn on_timeout(&mut self, now: Instant) {
         if due(self.ep.poll_timeout(), now) {
@@ -170,9 +233,9 @@ impl<T: DatagramTransport> Driver<T> {
         }
     }
 
-    /// After an input: events (to the app, then the handles), the app's deferred work, and
-    /// what the endpoint queued onto the wire (the order of [`crate::app`]).
-    async fn flush(&mut self) -> io::Result<()> {
+    /// After an input: events (to the app, then the handles) and the app's deferred work,
+    /// until neither produces more (the order of [`crate::app`], steps 2–4).
+    fn dispatch(&mut self) {
         loop {
             let mut progressed = false;
             while let Some(ev) = self.ep.poll_event() {
@@ -182,23 +245,34 @@ impl<T: DatagramTransport> Driver<T> {
             if let Some(app) = self.app.as_mut() {
                 app.poll(&mut self.ep, now());
             }
-            while let Some(t) = self.ep.poll_transmit() {
-                progressed = true;
-                if let Err(e) = self.transport.send(t.to, &t.mad).await {
-                    // Like a lost packet: the core retransmits requests.
-                    if self.log.ok(now()) {
-                        debug!(to = %t.to, error = %e, "send failed");
-                    }
-                }
-            }
             if !progressed {
-                // The app's deferred work may have produced events (and nothing to send).
+                // The app's deferred work may have produced events.
                 match self.ep.poll_event() {
                     Some(ev) => self.on_event(ev),
-                    None => return Ok(()),
+                    None => return,
                 }
             }
         }
+    }
+
+    /// What the endpoint queued onto the wire in this turn, in order, in as few system calls
+    /// as the transport can.
+    async fn transmit(&mut self) {
+        while let Some(t) = self.ep.poll_transmit() {
+            self.outbox.push(t);
+        }
+        if self.outbox.is_empty() {
+            return;
+        }
+        let failed = self.transport.send_batch(&self.outbox).await;
+        for (i, e) in failed {
+            // Like a lost packet: the core retransmits requests.
+            if self.log.ok(now()) {
+                let to = self.outbox.get(i).map(|t| t.to);
+                debug!(to = ?to, error = %e, "send failed");
+            }
+        }
+        self.outbox.clear();
     }
 
     fn set_status(&self, id: ConnId, st: ConnStatus) {

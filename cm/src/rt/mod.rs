@@ -11,6 +11,14 @@
 //!
 //! Transports: [`MemNetwork`]/[`MemTransport`] (in-process), [`UdpTransport`] (RoCEv2 over a
 //! UDP socket) and [`UmadTransport`] (Linux `/dev/infiniband/umadN`).
+//!
+//! The task works in turns: it waits for one input, takes whatever else is ready without
+//! waiting (the commands queued, the datagrams one receive returns:
+//! [`DatagramTransport::recv_batch`] / [`DatagramTransport::try_recv_batch`]), handles each,
+//! and then sends everything the turn produced with one [`DatagramTransport::send_batch`].
+//! [`UdpTransport`] moves up to 64 datagrams per `recvmmsg`/`sendmmsg`; [`UmadTransport`]
+//! one MAD per `read`/`write` (the umad device has no batched calls; the
+//! [`umad`] module docs say why).
 
 mod command;
 mod driver;

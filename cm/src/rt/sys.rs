@@ -3,7 +3,10 @@
 #![allow(unsafe_code)]
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+
+use socket2::{SockAddr, SockAddrStorage};
 
 /// Sets `IP_MTU_DISCOVER = IP_PMTUDISC_DO` on an IPv4 socket: the kernel sets DF and, for an
 /// unconnected socket, IP ID 0 (see the `udp` module docs).
@@ -25,6 +28,137 @@ pub(crate) fn set_pmtudisc_do(sock: &impl AsRawFd) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Datagrams moved per `recvmmsg`/`sendmmsg` call.
+pub(crate) const MMSG_BATCH: usize = 64;
+
+/// What `recv_mmsg` reports about one received datagram.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Received {
+    /// Bytes stored in the datagram's buffer.
+    pub(crate) len: usize,
+    /// The source address (`None` for a family other than IPv4/IPv6).
+    pub(crate) from: Option<SocketAddr>,
+    /// The datagram was longer than its buffer (`MSG_TRUNC`).
+    pub(crate) truncated: bool,
+}
+
+/// The socket address the kernel wrote into `storage` (`len` bytes), if IPv4 or IPv6.
+fn socket_addr_of(storage: SockAddrStorage, len: libc::socklen_t) -> Option<SocketAddr> {
+    // SAFETY: `storage` is a socket address storage (size and alignment fit every family)
+    // of which the kernel initialised the first `len` bytes, the rest being zeroed.
+    let sa = unsafe { SockAddr::new(storage, len) };
+    sa.as_socket()
+}
+
+/// Receives up to `bufs.len()` (at most [`MMSG_BATCH`]) datagrams with one `recvmmsg`
+/// without blocking (`MSG_DONTWAIT`). Returns how many arrived, described in `out` (in
+/// order); `WouldBlock` if none was waiting.
+pub(crate) fn recv_mmsg<const N: usize>(
+    sock: &impl AsRawFd,
+    bufs: &mut [[u8; N]],
+    out: &mut [Received; MMSG_BATCH],
+) -> io::Result<usize> {
+    let n = bufs.len().min(MMSG_BATCH);
+    let mut addrs: [SockAddrStorage; MMSG_BATCH] =
+        core::array::from_fn(|_| SockAddrStorage::zeroed());
+    // SAFETY: all-zero bytes are valid for these C structs (null pointers, zero lengths).
+    let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { core::mem::zeroed() };
+    for (((buf, iov), hdr), addr) in bufs
+        .iter_mut()
+        .zip(iovs.iter_mut())
+        .zip(hdrs.iter_mut())
+        .zip(addrs.iter_mut())
+        .take(n)
+    {
+        iov.iov_base = buf.as_mut_ptr().cast();
+        iov.iov_len = N;
+        hdr.msg_hdr.msg_iov = iov;
+        hdr.msg_hdr.msg_iovlen = 1;
+        hdr.msg_hdr.msg_namelen = addr.size_of();
+        hdr.msg_hdr.msg_name = (addr as *mut SockAddrStorage).cast();
+    }
+    // SAFETY: `sock` is an open socket for the duration of the call. The first `n` headers
+    // each point to one live iovec (over a distinct `N`-byte buffer of `bufs`, borrowed
+    // mutably for the call) and to a distinct live `sockaddr_storage` whose size is given;
+    // no control buffer. The kernel writes at most those bytes and the headers' lengths and
+    // flags. `n <= MMSG_BATCH` is the length of `hdrs`. A null timeout is allowed.
+    let rc = unsafe {
+        libc::recvmmsg(
+            sock.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            core::ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let got = (rc as usize).min(n);
+    for ((hdr, addr), o) in hdrs.iter().zip(addrs).zip(out.iter_mut()).take(got) {
+        *o = Received {
+            len: (hdr.msg_len as usize).min(N),
+            from: socket_addr_of(addr, hdr.msg_hdr.msg_namelen),
+            truncated: hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        };
+    }
+    Ok(got)
+}
+
+/// Sends `msgs` (at most [`MMSG_BATCH`] are taken), each datagram to its address, with
+/// one `sendmmsg` without blocking (`MSG_DONTWAIT`). Returns how many were sent, from the
+/// first on: fewer than offered when the next one failed (sending it alone reports why), an
+/// error when the first one failed (`WouldBlock` when the send buffer is full).
+pub(crate) fn send_mmsg<'a>(
+    sock: &impl AsRawFd,
+    msgs: impl IntoIterator<Item = (SocketAddr, &'a [u8])>,
+) -> io::Result<usize> {
+    let mut n = 0;
+    let mut addrs: [SockAddrStorage; MMSG_BATCH] =
+        core::array::from_fn(|_| SockAddrStorage::zeroed());
+    // SAFETY: all-zero bytes are valid for these C structs (null pointers, zero lengths).
+    let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { core::mem::zeroed() };
+    for ((((to, data), iov), hdr), addr) in msgs
+        .into_iter()
+        .zip(iovs.iter_mut())
+        .zip(hdrs.iter_mut())
+        .zip(addrs.iter_mut())
+    {
+        n += 1;
+        let sa = SockAddr::from(to);
+        let len = sa.len();
+        *addr = sa.as_storage();
+        // The kernel only reads through this pointer (`sendmmsg`).
+        iov.iov_base = data.as_ptr().cast_mut().cast();
+        iov.iov_len = data.len();
+        hdr.msg_hdr.msg_iov = iov;
+        hdr.msg_hdr.msg_iovlen = 1;
+        hdr.msg_hdr.msg_name = (addr as *mut SockAddrStorage).cast();
+        hdr.msg_hdr.msg_namelen = len;
+    }
+    // SAFETY: `sock` is an open socket for the duration of the call. The first `n` headers
+    // each point to one live iovec over a datagram borrowed for `'a` (beyond the call; read
+    // only) and to a live socket address of the given length; no control buffer. The kernel
+    // writes only the headers' `msg_len`. `n <= MMSG_BATCH` (the zip stops at the length of
+    // the arrays), the length of `hdrs`.
+    let rc = unsafe {
+        libc::sendmmsg(
+            sock.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((rc as usize).min(n))
 }
 
 /// `struct ib_user_mad_reg_req` (include/uapi/rdma/ib_user_mad.h), 28 bytes with padding.

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc;
 
 use super::TransportStats;
-use crate::proto::PeerAddr;
+use crate::proto::{PeerAddr, Transmit};
 
 /// Moves whole MADs (256 bytes) between this CM and its peers' CMs. The transport does the
 /// framing (BTH/DETH/ICRC for RoCEv2, the umad header, …); the driver sees MADs only.
@@ -24,6 +24,51 @@ pub trait DatagramTransport: Send + 'static {
 
     /// Receives the next MAD and its source.
     fn recv(&mut self) -> impl Future<Output = io::Result<(PeerAddr, Bytes)>> + Send;
+
+    /// Waits for at least one MAD, then appends it to `out` together with the MADs that are
+    /// ready at the same time (as many as one system call returns, for transports that can
+    /// receive several at once). Cancel-safe like [`recv`](Self::recv): nothing is taken
+    /// from the transport unless the future completes. The default: one [`recv`](Self::recv).
+    fn recv_batch(
+        &mut self,
+        out: &mut Vec<(PeerAddr, Bytes)>,
+    ) -> impl Future<Output = io::Result<()>> + Send {
+        async move {
+            let m = self.recv().await?;
+            out.push(m);
+            Ok(())
+        }
+    }
+
+    /// Appends to `out` the MADs that are ready now, without waiting (a bounded number: one
+    /// batch); none is an `Ok`. The default: none (the driver then waits in
+    /// [`recv_batch`](Self::recv_batch)).
+    ///
+    /// # Errors
+    /// What [`recv`](Self::recv) would fail with.
+    fn try_recv_batch(&mut self, out: &mut Vec<(PeerAddr, Bytes)>) -> io::Result<()> {
+        let _ = out;
+        Ok(())
+    }
+
+    /// Sends `mads` in order, as many per system call as the transport can. A MAD that cannot
+    /// be sent is skipped like a lost packet (the core retransmits requests); the returned
+    /// list says which (index into `mads`) and why. The default: one [`send`](Self::send)
+    /// per MAD.
+    fn send_batch(
+        &mut self,
+        mads: &[Transmit],
+    ) -> impl Future<Output = Vec<(usize, io::Error)>> + Send {
+        async move {
+            let mut failed = Vec::new();
+            for (i, t) in mads.iter().enumerate() {
+                if let Err(e) = self.send(t.to, &t.mad).await {
+                    failed.push((i, e));
+                }
+            }
+            failed
+        }
+    }
 
     /// This transport's own address (what peers use to reach it).
     fn local_addr(&self) -> PeerAddr;
@@ -125,7 +170,28 @@ impl DatagramTransport for MemTransport {
             .ok_or_else(|| io::Error::new(io::ErrorKind::BrokenPipe, "memory network closed"))
     }
 
+    async fn recv_batch(&mut self, out: &mut Vec<(PeerAddr, Bytes)>) -> io::Result<()> {
+        let m = self.recv().await?;
+        out.push(m);
+        self.try_recv_batch(out)
+    }
+
+    fn try_recv_batch(&mut self, out: &mut Vec<(PeerAddr, Bytes)>) -> io::Result<()> {
+        for _ in 0..MEM_BATCH {
+            match self.rx.try_recv() {
+                Ok(m) => out.push(m),
+                // Closed with nothing left: the next `recv` reports it.
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
     fn local_addr(&self) -> PeerAddr {
         self.addr
     }
 }
+
+/// MADs a [`MemTransport`] hands over per batch (as many as the UDP transport per system
+/// call).
+const MEM_BATCH: usize = 64;

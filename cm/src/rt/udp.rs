@@ -28,11 +28,12 @@ use ibcm_mad::frame::{
     bth, deth, icrc, udp, BthRepr, IpRepr, Opcode, RoceV2UdRepr, ROCEV2_UDP_PORT,
 };
 use ibcm_mad::{Psn, MAD_LEN};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
-use super::sys;
+use super::sys::{self, MMSG_BATCH};
 use super::{DatagramTransport, TransportStats};
-use crate::proto::PeerAddr;
+use crate::proto::{PeerAddr, Transmit};
 
 /// What to do with a received datagram whose ICRC does not match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,9 +70,21 @@ pub struct UdpTransport {
     psn: u32,
     policy: IcrcPolicy,
     stats: Arc<UdpStats>,
-    buf: Box<[u8; 2048]>,
-    out: Box<[u8; 512]>,
+    /// Receive buffers, one per datagram of a `recvmmsg`.
+    rx_bufs: Box<[[u8; RECV_LEN]]>,
+    /// What `recvmmsg` said about each.
+    rx_meta: Box<[sys::Received; MMSG_BATCH]>,
+    /// Encoded datagrams, one per datagram of a `sendmmsg`.
+    tx_bufs: Box<[[u8; SEND_LEN]]>,
+    /// For each of `tx_bufs`: the index of its MAD in the batch, destination and length.
+    tx_meta: Vec<(usize, SocketAddr, usize)>,
 }
+
+/// Room for one received datagram (a RoCEv2 GSI datagram is 280 bytes; longer ones are
+/// read up to here, shorter ones whole).
+const RECV_LEN: usize = 2048;
+/// Room for one encoded datagram.
+const SEND_LEN: usize = 512;
 
 impl UdpTransport {
     /// Binds to `ip`:4791.
@@ -110,8 +123,16 @@ impl UdpTransport {
             psn: 0,
             policy: IcrcPolicy::Strict,
             stats: Arc::new(UdpStats::default()),
-            buf: Box::new([0; 2048]),
-            out: Box::new([0; 512]),
+            rx_bufs: vec![[0; RECV_LEN]; MMSG_BATCH].into_boxed_slice(),
+            rx_meta: Box::new(
+                [sys::Received {
+                    len: 0,
+                    from: None,
+                    truncated: false,
+                }; MMSG_BATCH],
+            ),
+            tx_bufs: vec![[0; SEND_LEN]; MMSG_BATCH].into_boxed_slice(),
+            tx_meta: Vec::with_capacity(MMSG_BATCH),
         })
     }
 
@@ -131,17 +152,83 @@ impl UdpTransport {
         self.local
     }
 
-    /// Builds the UDP payload for `mad` to `to` into `out`; returns its length.
-    fn encode(&mut self, to: SocketAddr, mad: &[u8]) -> io::Result<usize> {
+    /// Builds the UDP payload for `mad` to `to` into send buffer `slot`; returns its length.
+    fn encode(&mut self, to: PeerAddr, mad: &[u8], slot: usize) -> io::Result<(SocketAddr, usize)> {
+        let PeerAddr::Udp(to) = to else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the UDP transport needs a UDP peer address",
+            ));
+        };
         let psn = Psn::masked(self.psn);
         self.psn = self.psn.wrapping_add(1);
         let repr = RoceV2UdRepr::gsi(self.local.ip(), to.ip(), 0, self.local.port(), psn)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mut repr = repr;
         repr.udp.dst_port = to.port();
-        repr.emit_udp_payload(mad, &mut self.out[..])
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+        let out = self
+            .tx_bufs
+            .get_mut(slot)
+            .ok_or_else(|| io::Error::other("send slot out of range"))?;
+        let n = repr
+            .emit_udp_payload(mad, &mut out[..])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Ok((to, n))
     }
+
+    /// Decodes the first `n` datagrams of the receive buffers into `out`, counting them and
+    /// what is dropped.
+    fn take_received(&mut self, n: usize, out: &mut Vec<(PeerAddr, Bytes)>) {
+        for (meta, buf) in self.rx_meta.iter().zip(self.rx_bufs.iter()).take(n) {
+            self.stats.rx.fetch_add(1, Ordering::Relaxed);
+            let payload = buf.get(..meta.len).unwrap_or(&[]);
+            let decoded = match meta.from {
+                Some(from) if !meta.truncated => {
+                    decode(payload, from, self.local).map(|(mad, ok)| (from, mad, ok))
+                }
+                _ => None,
+            };
+            if let Some(m) = accept(decoded, self.policy, &self.stats, self.local) {
+                out.push(m);
+            }
+        }
+    }
+
+    /// One `recvmmsg` without waiting, decoded into `out`. `WouldBlock` if nothing was there.
+    fn recv_ready(&mut self, out: &mut Vec<(PeerAddr, Bytes)>) -> io::Result<()> {
+        let (sock, bufs, meta) = (&self.sock, &mut self.rx_bufs, &mut self.rx_meta);
+        let n = sock.try_io(Interest::READABLE, || sys::recv_mmsg(sock, bufs, meta))?;
+        self.take_received(n, out);
+        Ok(())
+    }
+}
+
+/// A decoded datagram (source, MAD, whether the ICRC matched) → what the endpoint gets, per
+/// the ICRC policy; counts the drops.
+fn accept(
+    decoded: Option<(SocketAddr, Bytes, bool)>,
+    policy: IcrcPolicy,
+    stats: &UdpStats,
+    local: SocketAddr,
+) -> Option<(PeerAddr, Bytes)> {
+    let Some((from, mad, icrc_ok)) = decoded else {
+        stats.not_mad.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
+    if !icrc_ok {
+        match policy {
+            IcrcPolicy::Strict => {
+                stats.icrc_bad.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            IcrcPolicy::Lenient => {
+                stats.icrc_unverified.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    // Replies always go to the RoCEv2 port, whatever the source port was.
+    let peer = SocketAddr::new(from.ip(), reply_port(from, local));
+    Some((PeerAddr::Udp(peer), mad))
 }
 
 /// Length of BTH + DETH.
@@ -187,14 +274,8 @@ fn decode(payload: &[u8], from: SocketAddr, local: SocketAddr) -> Option<(Bytes,
 
 impl DatagramTransport for UdpTransport {
     async fn send(&mut self, to: PeerAddr, mad: &[u8]) -> io::Result<()> {
-        let PeerAddr::Udp(to) = to else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the UDP transport needs a UDP peer address",
-            ));
-        };
-        let n = self.encode(to, mad)?;
-        let out = self.out.get(..n).unwrap_or(&[]);
+        let (to, n) = self.encode(to, mad, 0)?;
+        let out = self.tx_bufs.first().and_then(|b| b.get(..n)).unwrap_or(&[]);
         self.sock.send_to(out, to).await?;
         self.stats.tx.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -202,28 +283,105 @@ impl DatagramTransport for UdpTransport {
 
     async fn recv(&mut self) -> io::Result<(PeerAddr, Bytes)> {
         loop {
-            let (len, from) = self.sock.recv_from(&mut self.buf[..]).await?;
-            self.stats.rx.fetch_add(1, Ordering::Relaxed);
-            let payload = self.buf.get(..len).unwrap_or(&[]);
-            let Some((mad, icrc_ok)) = decode(payload, from, self.local) else {
-                self.stats.not_mad.fetch_add(1, Ordering::Relaxed);
-                continue;
+            let Some(buf) = self.rx_bufs.first_mut() else {
+                return Err(io::Error::other("no receive buffer"));
             };
-            if !icrc_ok {
-                match self.policy {
-                    IcrcPolicy::Strict => {
-                        self.stats.icrc_bad.fetch_add(1, Ordering::Relaxed);
-                        continue;
+            let (len, from) = self.sock.recv_from(&mut buf[..]).await?;
+            self.stats.rx.fetch_add(1, Ordering::Relaxed);
+            let payload = buf.get(..len).unwrap_or(&[]);
+            let decoded = decode(payload, from, self.local).map(|(mad, ok)| (from, mad, ok));
+            if let Some(m) = accept(decoded, self.policy, &self.stats, self.local) {
+                return Ok(m);
+            }
+        }
+    }
+
+    /// Up to 64 datagrams per `recvmmsg`.
+    async fn recv_batch(&mut self, out: &mut Vec<(PeerAddr, Bytes)>) -> io::Result<()> {
+        let before = out.len();
+        loop {
+            // Readiness first, then one non-blocking call: cancelling between the two takes
+            // nothing from the socket.
+            self.sock.readable().await?;
+            match self.recv_ready(out) {
+                Ok(()) if out.len() > before => return Ok(()),
+                // Only datagrams that were dropped: wait for more.
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn try_recv_batch(&mut self, out: &mut Vec<(PeerAddr, Bytes)>) -> io::Result<()> {
+        match self.recv_ready(out) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Up to 64 datagrams per `sendmmsg`; waits for room when the socket's send buffer is
+    /// full.
+    async fn send_batch(&mut self, mads: &[Transmit]) -> Vec<(usize, io::Error)> {
+        let mut failed = Vec::new();
+        // Taken out of `self` while `self.encode` needs `&mut self`; put back at the end.
+        let mut chunk = std::mem::take(&mut self.tx_meta);
+        let mut next = mads.iter().enumerate().peekable();
+        while next.peek().is_some() {
+            // Encode up to one batch (a MAD that cannot be encoded fails alone).
+            chunk.clear();
+            while chunk.len() < MMSG_BATCH {
+                let Some((i, t)) = next.next() else { break };
+                match self.encode(t.to, &t.mad, chunk.len()) {
+                    Ok((to, n)) => chunk.push((i, to, n)),
+                    Err(e) => failed.push((i, e)),
+                }
+            }
+            let mut sent = 0;
+            while sent < chunk.len() {
+                let (sock, bufs) = (&self.sock, &self.tx_bufs);
+                let rest = chunk
+                    .iter()
+                    .zip(bufs.iter())
+                    .skip(sent)
+                    .map(|(&(_, to, n), buf)| (to, buf.get(..n).unwrap_or(&[])));
+                match sock.try_io(Interest::WRITABLE, || sys::send_mmsg(sock, rest)) {
+                    Ok(0) => {
+                        // `sendmmsg` sends at least one or fails; should it not, skip that one
+                        // rather than spin.
+                        if let Some(&(i, ..)) = chunk.get(sent) {
+                            failed.push((i, io::Error::other("sendmmsg sent nothing")));
+                        }
+                        sent += 1;
                     }
-                    IcrcPolicy::Lenient => {
-                        self.stats.icrc_unverified.fetch_add(1, Ordering::Relaxed);
+                    Ok(m) => {
+                        self.stats.tx.fetch_add(m as u64, Ordering::Relaxed);
+                        sent += m;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if let Err(e) = self.sock.writable().await {
+                            let kind = e.kind();
+                            for &(i, ..) in chunk.get(sent..).unwrap_or(&[]) {
+                                failed.push((i, io::Error::new(kind, e.to_string())));
+                            }
+                            break;
+                        }
+                    }
+                    // The first datagram of `rest` failed (sent alone, it says why).
+                    Err(e) => {
+                        if let Some(&(i, ..)) = chunk.get(sent) {
+                            failed.push((i, e));
+                        }
+                        sent += 1;
                     }
                 }
             }
-            // Replies always go to the RoCEv2 port, whatever the source port was.
-            let peer = SocketAddr::new(from.ip(), reply_port(from, self.local));
-            return Ok((PeerAddr::Udp(peer), mad));
         }
+        chunk.clear();
+        self.tx_meta = chunk;
+        // Encoding failures were noted before the send failures of the same batch.
+        failed.sort_by_key(|&(i, _)| i);
+        failed
     }
 
     fn local_addr(&self) -> PeerAddr {
@@ -274,8 +432,8 @@ mod tests {
         assert_eq!(b.stats().icrc_bad.load(Ordering::Relaxed), 0);
         // A wrong-ICRC datagram is dropped under the strict policy.
         let raw = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let n = a.encode(b.socket_addr(), &mad).unwrap();
-        let mut bad = a.out[..n].to_vec();
+        let (_, n) = a.encode(b.local_addr(), &mad, 0).unwrap();
+        let mut bad = a.tx_bufs[0][..n].to_vec();
         let last = bad.len() - 1;
         bad[last] ^= 1;
         raw.send_to(&bad, b.socket_addr()).unwrap();
@@ -283,5 +441,53 @@ mod tests {
         let (from, _) = b.recv().await.unwrap();
         assert_eq!(from, a.local_addr());
         assert_eq!(b.stats().icrc_bad.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn batches_keep_order_and_report_failures_by_index() {
+        let mut a = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut b = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // 150 MADs: three sendmmsg batches. Three cannot go: an IB address (not for this
+        // transport), the broadcast address (no SO_BROADCAST: sendmmsg stops there, in the
+        // middle of a batch) and an IPv6 destination from an IPv4 socket.
+        let v6: SocketAddr = "[::1]:4791".parse().unwrap();
+        let bcast: SocketAddr = "255.255.255.255:4791".parse().unwrap();
+        let ib = PeerAddr::Ib(crate::proto::IbAddr::roce(ibcm_mad::Gid::from_ip(
+            "10.0.0.1".parse().unwrap(),
+        )));
+        let mads: Vec<Transmit> = (0..150u8)
+            .map(|i| Transmit {
+                to: match i {
+                    7 => ib,
+                    70 => PeerAddr::Udp(bcast),
+                    100 => PeerAddr::Udp(v6),
+                    _ => b.local_addr(),
+                },
+                mad: Bytes::from(vec![i; MAD_LEN]),
+            })
+            .collect();
+        let failed = a.send_batch(&mads).await;
+        let idx: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
+        assert_eq!(idx, [7, 70, 100]);
+        assert_eq!(a.stats().tx.load(Ordering::Relaxed), 147);
+        let mut got = Vec::new();
+        while got.len() < 147 {
+            b.recv_batch(&mut got).await.unwrap();
+            b.try_recv_batch(&mut got).unwrap();
+        }
+        assert_eq!(got.len(), 147);
+        let firsts: Vec<u8> = got.iter().map(|(_, m)| m[0]).collect();
+        let want: Vec<u8> = (0..150u8).filter(|i| ![7, 70, 100].contains(i)).collect();
+        assert_eq!(firsts, want);
+        assert!(got
+            .iter()
+            .all(|(from, m)| *from == a.local_addr() && m.len() == MAD_LEN));
+        // Nothing left: a non-blocking receive adds nothing.
+        b.try_recv_batch(&mut got).unwrap();
+        assert_eq!(got.len(), 147);
     }
 }

@@ -10,6 +10,19 @@
 //! [`UmadTransport::open`] returns [`UmadError::CmClassTaken`] naming that cause. Load only
 //! `rdma_rxe` (or the HCA driver), `ib_uverbs` and `ib_umad`.
 //!
+//! # One MAD per system call
+//! The umad device has no batched calls: each `read` dequeues exactly one MAD record from the
+//! file's receive list (`ib_umad_read` in `drivers/infiniband/core/user_mad.c`) and each
+//! `write` posts exactly one send (`ib_umad_write`); there is no `recvmmsg`-like call and no
+//! ioctl for several MADs. `readv`/`writev` are no interface either: where the device's file
+//! operations have only `read`/`write`, the VFS runs them once per iovec
+//! (`do_loop_readv_writev` in `fs/read_write.c`), so iovecs of exactly one record would move
+//! several MADs per call, but that is a fallback whose behaviour changes with the file
+//! operations of the running kernel (converting umad to `read_iter`/`write_iter` has been
+//! proposed), and it stops at the first short record. This transport therefore stays at one
+//! MAD per call ([`DatagramTransport`]'s default `recv_batch`/`send_batch`); the driver still
+//! takes every ready command per turn and sends a turn's MADs together.
+//!
 //! umad rewrites the high 32 bits of the TID of every request MAD it sends with the agent's
 //! `hi_tid` (docs/interop.md §8.10); the core never compares TIDs, so this is harmless.
 

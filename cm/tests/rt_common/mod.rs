@@ -1,5 +1,5 @@
-//! Helpers shared by the tokio-driver tests (`driver.rs`, `rtu_order.rs`): two `Cm`s on an
-//! in-memory network, seeded, with a short TimeWait.
+//! Helpers shared by the tokio-driver tests (`driver.rs`, `driver_turns.rs`, `rtu_order.rs`):
+//! two `Cm`s on an in-memory network, seeded, with a short TimeWait.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;

@@ -7,11 +7,13 @@
 //! cm-bench flood [--legit N] [--attacks N]     an off-path attacker on loopback (see below)
 //! ```
 //!
-//! * `rate`: two endpoints in this process, on 127.0.0.1:P and 127.0.0.2:P (UDP), set up N
-//!   connections with K in flight (REQ, REP, RTU = 3 MADs each). Then the raw UDP packet rate
-//!   between two sockets on the same addresses is measured (288-byte datagrams, one sender
-//!   thread, one receiver thread); the limit is that rate ÷ 3. Last line:
-//!   `rate: <conn/s> conn/s; limit: <conn/s> conn/s; ratio: <x.xx>`.
+//! * `rate`: ibcm's MAD rate between two endpoints on 127.0.0.1:P and 127.0.0.2:P (UDP),
+//!   each on its own thread: N connections set up with K in flight and torn down, 5 MADs
+//!   each (REQ, REP, RTU, DREQ, DREP), against the path's limit measured in the same run:
+//!   300-byte datagrams between two sockets on the same addresses, `sendmmsg`/`recvmmsg` with
+//!   64 per call, one sender and one receiver thread ([`rate`] module docs: what is counted).
+//!   Last line: `rate: <conn/s> conn/s; mads: <MAD/s> MAD/s; limit: <datagrams/s>
+//!   datagrams/s (batched); ratio: <x.xx>`.
 //! * `scale`: two sans-IO endpoints exchange MADs in memory (the core without any transport);
 //!   N connections are established and held. Memory is the RSS growth divided by N and by 2
 //!   (both endpoints hold N connections); the setup rate is the median of batches of 1,000
@@ -25,25 +27,25 @@
 //!   blind-rtu <s>/<n>; teardown <s>/<n>; reqs <count> at <rate>/s`.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use ibcm::proto::{
     AcceptParams, ConnectParams, Endpoint, EndpointConfig, EventKind, ListenOptions, PeerAddr,
 };
-use ibcm::rt::{Cm, UdpTransport};
 use ibcm_mad::{Guid, Qpn, ServiceId};
 
 #[path = "../bench/flood.rs"]
 mod flood;
 #[path = "../common/qpn.rs"]
 mod qpn;
+#[path = "../bench/rate.rs"]
+mod rate;
 #[path = "../bench/scale_rt.rs"]
 mod scale_rt;
+#[path = "../bench/sys.rs"]
+mod sys;
 
 #[derive(Debug, Parser)]
 #[command(name = "cm-bench", version, about = "ibcm benchmarks")]
@@ -54,17 +56,22 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Connection setup rate over RoCEv2/UDP loopback vs the raw UDP packet rate.
+    /// ibcm's MAD rate over RoCEv2/UDP loopback (connection setup and teardown) vs the
+    /// batched raw UDP datagram rate between the same addresses.
     Rate {
         /// Connections to set up.
         #[arg(long, default_value_t = 20_000)]
         conns: u64,
-        /// Connections in flight.
-        #[arg(long, default_value_t = 64)]
+        /// Connections in flight (256: enough that neither endpoint's thread waits for the
+        /// other's batch).
+        #[arg(long, default_value_t = 256)]
         parallel: u64,
         /// UDP port for both endpoints (4791 by default).
         #[arg(long, default_value_t = 4791)]
         port: u16,
+        /// Datagrams per raw UDP baseline measurement.
+        #[arg(long, default_value_t = 300_000)]
+        datagrams: u64,
     },
     /// Memory per connection and setup rate with many live connections (in memory).
     Scale {
@@ -117,7 +124,13 @@ fn main() -> Result<()> {
             conns,
             parallel,
             port,
-        } => rate(conns, parallel, port),
+            datagrams,
+        } => rate::rate(rate::RateOpts {
+            conns,
+            parallel,
+            port,
+            datagrams,
+        }),
         Cmd::Flood {
             legit,
             attacks,
@@ -148,140 +161,6 @@ fn main() -> Result<()> {
             scale(conns)
         }
     }
-}
-
-// ------------------------------------------------------------------------------------------
-// rate
-
-fn rate(conns: u64, parallel: u64, port: u16) -> Result<()> {
-    let a_ip: IpAddr = "127.0.0.1".parse()?;
-    let b_ip: IpAddr = "127.0.0.2".parse()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let secs = rt.block_on(cm_rate(a_ip, b_ip, port, conns, parallel))?;
-    drop(rt);
-    let conn_rate = conns as f64 / secs;
-    println!("cm: {conns} connections in {secs:.3} s = {conn_rate:.0} conn/s");
-    let pkt_rate = udp_rate(a_ip, b_ip, port, 300_000)?;
-    let limit = pkt_rate / 3.0;
-    println!("udp: {pkt_rate:.0} datagrams/s (288 B, one sender thread, one receiver thread)");
-    println!(
-        "rate: {conn_rate:.0} conn/s; limit: {limit:.0} conn/s; ratio: {:.2}",
-        conn_rate / limit
-    );
-    Ok(())
-}
-
-async fn cm_rate(a_ip: IpAddr, b_ip: IpAddr, port: u16, conns: u64, parallel: u64) -> Result<f64> {
-    let ta = UdpTransport::bind_port(SocketAddr::new(a_ip, port))
-        .await
-        .with_context(|| format!("bind {a_ip}:{port}"))?;
-    let tb = UdpTransport::bind_port(SocketAddr::new(b_ip, port))
-        .await
-        .with_context(|| format!("bind {b_ip}:{port}"))?;
-    let b_addr = PeerAddr::Udp(SocketAddr::new(b_ip, port));
-    let (a, _) = Cm::bind(ta, EndpointConfig::default());
-    let (b, _) = Cm::bind(
-        tb,
-        EndpointConfig {
-            local_ca_guid: Guid(2),
-            max_half_open: 1 << 20,
-            max_established_per_peer: usize::MAX,
-            ..Default::default()
-        },
-    );
-    let sid = ServiceId(0x1234);
-    let mut listener = b.listen(sid, ListenOptions::default()).await?;
-    let qpn = Arc::new(AtomicU64::new(0x10_0000));
-    tokio::spawn(async move {
-        while let Some(inc) = listener.next().await {
-            let q = Qpn::masked(qpn.fetch_add(1, Ordering::Relaxed) as u32);
-            let _ = inc.accept(AcceptParams::new(q)).await;
-        }
-    });
-    let next = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..parallel.max(1) {
-        let (a, next) = (a.clone(), next.clone());
-        workers.push(tokio::spawn(async move {
-            let mut held = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= conns {
-                    break;
-                }
-                let p = ConnectParams::new(b_addr, sid, Qpn::masked(0x1000 + i as u32));
-                match a.connect(p).await {
-                    Ok(c) => held.push(c),
-                    Err(e) => return Err(anyhow::anyhow!("connection {i}: {e}")),
-                }
-            }
-            Ok(held)
-        }));
-    }
-    let mut all = Vec::new();
-    for w in workers {
-        all.extend(w.await??);
-    }
-    let secs = start.elapsed().as_secs_f64();
-    // Tear down (not timed).
-    for c in &all {
-        let (c, _) = (c.clone(), ());
-        tokio::spawn(async move { c.disconnect(&[]).await });
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    a.shutdown();
-    b.shutdown();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    Ok(secs)
-}
-
-/// Datagrams per second from one socket to another on the same addresses (288-byte
-/// payloads, the size of a RoCEv2 CM MAD's UDP payload).
-fn udp_rate(a_ip: IpAddr, b_ip: IpAddr, port: u16, n: u64) -> Result<f64> {
-    let rx = UdpSocket::bind(SocketAddr::new(b_ip, port)).context("bind receiver")?;
-    let tx = UdpSocket::bind(SocketAddr::new(a_ip, port)).context("bind sender")?;
-    rx.set_read_timeout(Some(Duration::from_millis(300)))?;
-    let dst = SocketAddr::new(b_ip, port);
-    let received = Arc::new(AtomicU64::new(0));
-    let r2 = received.clone();
-    let receiver = std::thread::spawn(move || -> (u64, Option<Instant>, Option<Instant>) {
-        let mut buf = [0u8; 2048];
-        let (mut first, mut last) = (None, None);
-        let mut got = 0;
-        while got < n {
-            match rx.recv(&mut buf) {
-                Ok(_) => {
-                    let now = Instant::now();
-                    first.get_or_insert(now);
-                    last = Some(now);
-                    got += 1;
-                    r2.store(got, Ordering::Relaxed);
-                }
-                Err(_) => break,
-            }
-        }
-        (got, first, last)
-    });
-    let payload = [0u8; 288];
-    for i in 0..n {
-        // Keep the receiver's queue from overflowing: stay at most 2,000 datagrams ahead.
-        while i.saturating_sub(received.load(Ordering::Relaxed)) > 2_000 {
-            std::hint::spin_loop();
-        }
-        let _ = tx.send_to(&payload, dst);
-    }
-    let (got, first, last) = receiver
-        .join()
-        .map_err(|_| anyhow::anyhow!("receiver thread panicked"))?;
-    let secs = match (first, last) {
-        (Some(f), Some(l)) if l > f => (l - f).as_secs_f64(),
-        _ => anyhow::bail!("no datagrams received"),
-    };
-    Ok(got as f64 / secs)
 }
 
 // ------------------------------------------------------------------------------------------

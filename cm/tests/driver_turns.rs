@@ -1,0 +1,71 @@
+//! The driver's turns: the inputs ready together are handled together and what they queued
+//! goes out together, in order, also when the turn ends with a shutdown.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+#![cfg(feature = "rt")]
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Waker};
+
+use ibcm::proto::*;
+use ibcm::rt::{Cm, DatagramTransport, MemNetwork};
+use ibcm_mad::*;
+
+mod rt_common;
+use rt_common::addr;
+
+/// Queues a Connect command (the first poll of `start_connect` sends it; its reply has not
+/// come, since the driver has not run yet).
+fn queue_connect(a: &Cm, to: PeerAddr, qpn: u32) {
+    let p = ConnectParams::new(to, ServiceId(0x42), Qpn::new(qpn).unwrap());
+    let fut = pin!(a.start_connect(p));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(fut.poll(&mut cx).is_pending());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turns_requests_go_out_in_order_even_when_it_ends_in_shutdown() {
+    let net = MemNetwork::new();
+    let b_addr = addr("127.0.0.2:4791");
+    let mut b = net.transport(b_addr);
+    let (a, task) = Cm::bind(
+        net.transport(addr("127.0.0.1:4791")),
+        EndpointConfig {
+            rng_seed: Some(1),
+            ..Default::default()
+        },
+    );
+    // Three connects and a shutdown, all queued before the driver task first runs: one turn.
+    for qpn in [0x11, 0x12, 0x13] {
+        queue_connect(&a, b_addr, qpn);
+    }
+    a.shutdown();
+    task.await.unwrap().unwrap();
+    let mut got = Vec::new();
+    b.try_recv_batch(&mut got).unwrap();
+    let mut reqs = Vec::new();
+    let mut rejs = 0;
+    for (from, mad) in &got {
+        assert_eq!(*from, addr("127.0.0.1:4791"));
+        match ibcm_mad::cm::Mad::parse(mad).unwrap().msg {
+            ibcm_mad::cm::CmMessage::Req(r) => {
+                assert_eq!(rejs, 0, "a REQ after the shutdown's REJs");
+                reqs.push(r.local_qpn);
+            }
+            // The shutdown ends each connection still in setup with a REJ, after its REQ.
+            ibcm_mad::cm::CmMessage::Rej(_) => rejs += 1,
+            other => panic!("expected a REQ or REJ, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        reqs,
+        [0x11, 0x12, 0x13].map(|q| Qpn::new(q).unwrap()),
+        "every REQ of the turn went out, in order, before the driver stopped"
+    );
+    assert_eq!(rejs, 3, "the shutdown rejected the three connections in setup");
+}
