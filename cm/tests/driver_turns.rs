@@ -67,5 +67,8 @@ async fn a_turns_requests_go_out_in_order_even_when_it_ends_in_shutdown() {
         [0x11, 0x12, 0x13].map(|q| Qpn::new(q).unwrap()),
         "every REQ of the turn went out, in order, before the driver stopped"
     );
-    assert_eq!(rejs, 3, "the shutdown rejected the three connections in setup");
+    assert_eq!(
+        rejs, 3,
+        "the shutdown rejected the three connections in setup"
+    );
 }

@@ -155,6 +155,7 @@ impl<T: DatagramTransport> Driver<T> {
         }
         let deadline = tokio::time::Instant::now() + linger;
         loop {
+            self.dispatch();
             self.transmit().await;
             let waiting = self
                 .ep
