@@ -42,6 +42,8 @@ use ibcm_mad::{
     Gid, Guid, Qkey, Qpn, RejReason, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U4,
 };
 
+#[path = "../ping/mod.rs"]
+mod ping;
 #[path = "../common/qpn.rs"]
 mod qpn;
 use qpn::QpnAlloc;
@@ -131,6 +133,8 @@ struct Args {
     /// script the listener is ready).
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    verbs: ping::VerbsArgs,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -183,12 +187,13 @@ struct Counts {
 impl Counts {
     fn line(&self) -> String {
         format!(
-            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {} disconnect timed out",
+            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {} disconnect timed out{}",
             self.established.load(Ordering::Relaxed),
             self.rejected.load(Ordering::Relaxed),
             self.timed_out.load(Ordering::Relaxed),
             self.disconnected.load(Ordering::Relaxed),
-            self.disconnect_timed_out.load(Ordering::Relaxed)
+            self.disconnect_timed_out.load(Ordering::Relaxed),
+            ping::summary_suffix()
         )
     }
 
@@ -314,6 +319,7 @@ impl PeerAddrMaker {
 }
 
 async fn run(args: Args) -> Result<ExitCode> {
+    ping::init(&args)?;
     if let Some(ip) = args.listen {
         return listen(args, ip).await;
     }
@@ -461,6 +467,9 @@ async fn serve_one(
         );
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
+    if args.verbs.verbs.is_some() {
+        return ping::serve(cm, args, counts, inc).await;
+    }
     let q = qpn.next();
     let mut p = if xrc {
         // One TGT QP per listener: every XRC connection lands on it. It lives as long as the
@@ -574,7 +583,8 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     }
     println!("{}", counts.line());
     let ok = counts.established.load(Ordering::Relaxed) == args.count
-        && counts.disconnect_timed_out.load(Ordering::Relaxed) == 0;
+        && counts.disconnect_timed_out.load(Ordering::Relaxed) == 0
+        && ping::data_ok(counts.established.load(Ordering::Relaxed));
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -631,6 +641,10 @@ async fn one_connection(
     p.remote_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.max_cm_retries = U4::masked(args.retries);
+    if args.verbs.verbs.is_some() {
+        ping::connect(cm, args, counts, p, i).await;
+        return None;
+    }
     let conn = match cm.connect(p).await {
         Ok(c) => c,
         Err(CmError::Connection(e)) => {

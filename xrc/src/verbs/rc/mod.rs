@@ -4,7 +4,8 @@
 //! * [`Device`]: an opened RDMA device and one protection domain ([`Device::open`] by name,
 //!   [`Device::port`], [`Device::gid`], [`Device::limits`]);
 //! * [`CompletionQueue`]: a CQ with its own completion channel, whose non-blocking fd
-//!   ([`CompletionQueue::fd`]) an event loop waits on; [`CompletionQueue::poll`] drains it;
+//!   ([`CompletionQueue::fd`]) an event loop waits on ([`CqEvents`] on tokio);
+//!   [`CompletionQueue::poll`] drains it;
 //! * [`MemoryRegion`]: a registered, zeroed, page-aligned buffer; its contents are copied in
 //!   and out ([`MemoryRegion::write`], [`MemoryRegion::read`]) so no Rust reference aliases
 //!   memory the device writes;
@@ -242,6 +243,43 @@ impl CompletionQueue {
             byte_len: w.byte_len,
             vendor_err: w.vendor_err,
         }));
+        Ok(n)
+    }
+}
+
+/// Completion events of a [`CompletionQueue`] awaited on the tokio runtime: its channel fd
+/// registered with the reactor.
+#[derive(Debug)]
+pub struct CqEvents {
+    waiter: sys::ChannelWaiter,
+    cq: CompletionQueue,
+}
+
+impl CqEvents {
+    /// Registers `cq`'s completion channel with the current tokio runtime.
+    ///
+    /// # Errors
+    /// The reactor's error (no runtime, say).
+    pub fn new(cq: &CompletionQueue) -> std::io::Result<Self> {
+        Ok(CqEvents {
+            waiter: sys::ChannelWaiter::new(cq.raw.clone())?,
+            cq: cq.clone(),
+        })
+    }
+
+    /// Waits for the next completion event: then takes every pending event and re-arms the
+    /// CQ, so a completion that arrives from here on raises a new one. Poll the CQ after
+    /// this (and before waiting again) to drain it.
+    ///
+    /// # Errors
+    /// [`VerbsError::Os`].
+    pub async fn wait(&self) -> Result<usize, VerbsError> {
+        self.waiter
+            .readable()
+            .await
+            .map_err(|e| sys::os("epoll", e.raw_os_error().unwrap_or(5)))?;
+        let n = self.cq.take_events()?;
+        self.cq.arm()?;
         Ok(n)
     }
 }

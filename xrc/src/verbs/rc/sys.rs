@@ -447,6 +447,49 @@ impl Drop for QpRaw {
     }
 }
 
+/// The completion channel's fd as tokio's reactor sees it (never closed by it).
+struct ChannelFd(c_int);
+
+impl std::os::fd::AsRawFd for ChannelFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
+    }
+}
+
+/// A CQ's completion channel registered with the tokio reactor.
+pub(super) struct ChannelWaiter {
+    // Dropped (deregistered) before `_cq`, whose drop closes the fd.
+    fd: tokio::io::unix::AsyncFd<ChannelFd>,
+    _cq: std::sync::Arc<CqRaw>,
+}
+
+impl std::fmt::Debug for ChannelWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ChannelWaiter(fd {})", self._cq.fd)
+    }
+}
+
+impl ChannelWaiter {
+    /// Registers `cq`'s channel fd (non-blocking) with the current tokio runtime's reactor.
+    pub(super) fn new(cq: std::sync::Arc<CqRaw>) -> io::Result<Self> {
+        // SAFETY: the fd is the CQ's completion channel, opened by ibv_create_comp_channel and
+        // closed only by `CqRaw`'s Drop; this value holds an `Arc` of that `CqRaw` and drops
+        // the registration first (field order), so the fd stays open and is not replaced
+        // while it is registered.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register(ChannelFd(cq.fd)) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(ChannelWaiter { fd, _cq: cq })
+    }
+
+    /// Waits until the channel is readable and clears the readiness; the caller then takes
+    /// every pending event (an event that arrives after the clear makes it readable again).
+    pub(super) async fn readable(&self) -> io::Result<()> {
+        let mut g = self.fd.readable().await?;
+        g.clear_ready();
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
