@@ -34,9 +34,10 @@ A, B = "10.77.0.1", "10.77.0.2"
 from labcells import (Check, cell, cm_list, handshake_audit, read, resent, results,  # noqa: E402
                       seq)
 from check_ibcm import ibcm_cells, ibcm_pair_cells, udp_wire_cell  # noqa: E402
+from check_data import data_cells  # noqa: E402
 
 # the lab.sh runs of tests/conformance/run (steps.txt names, <name>.log)
-LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "ibcm-pair", "xrc-rxe")
+LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "ibcm-pair", "xrc-rxe", "ibcm-data")
 
 
 # ------------------------------------------------------------------------------------------
@@ -391,7 +392,7 @@ def main(argv):
     rc, secs = steps.get("build", (1, "?"))
     cell("lab-build", rc == 0, "pinned debs cached, guest built (%s s)" % secs)
     rc, secs = steps.get("ibcm-build", (1, "?"))
-    cell("ibcm-build", rc == 0, "cargo build --release -p ibcm-tools --bin cm-ping; xrc-probe, xrcd-keeper (rdma) (%s s)" % secs)
+    cell("ibcm-build", rc == 0, "cargo build --release -p ibcm-tools --features verbs --bin cm-ping; xrc-probe, xrcd-keeper (rdma) (%s s)" % secs)
     for s in LAB_RUNS:
         run_cell(out, s, steps.get(s, (1, "?")))
     rate = kernel_cells(out)
@@ -402,12 +403,14 @@ def main(argv):
     udp_wire_cell(out)
     kern, ibcm = ibcm_pair_cells(out)
     xrc_rxe_cells(out)
+    data_line = data_cells(out)
     cleanup_cell(out)
     if "--save-fixtures" in argv:
         save_fixtures(out, argv[argv.index("--save-fixtures") + 1])
     if fixtures:
         tshark_cell(fixtures, out)
     passed = sum(1 for _, ok in results if ok)
+    print(data_line)
     # cells kernel-rate and ibcm-rate: the connect steps of cmtime -c 1000 and cm-ping --count 1000
     # on one rxe VM pair (k-cmtime, in the kernel pair, is printed in its cell); ratio = ibcm/kernel
     print("kernel-vs-ibcm: kernel %s conn/s, ibcm %s conn/s, ratio %s"
