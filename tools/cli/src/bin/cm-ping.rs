@@ -572,6 +572,7 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
         for c in closing {
             let _ = c.await;
         }
+        ping::release_held();
     }
     let secs = start.elapsed().as_secs_f64();
     if !args.quiet {
@@ -642,8 +643,7 @@ async fn one_connection(
     p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.max_cm_retries = U4::masked(args.retries);
     if args.verbs.verbs.is_some() {
-        ping::connect(cm, args, counts, p, i).await;
-        return None;
+        return ping::connect(cm, args, counts, p, i).await;
     }
     let conn = match cm.connect(p).await {
         Ok(c) => c,

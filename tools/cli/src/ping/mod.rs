@@ -12,6 +12,8 @@
 //!   `--pings` messages of `--size` bytes and receives as many, the client receives first,
 //!   then answers; the server disconnects. ucmatose sends an uninitialised buffer, so only the
 //!   lengths of what arrives are checked.
+//! * `none`: the QP is created, brought up and destroyed with the connection, nothing is
+//!   sent (cmtime's work per connection; one CQ for all QPs).
 //!
 //! The summary line gets `, N data verified, F data failed, B bytes verified`.
 
@@ -33,6 +35,8 @@ pub(crate) enum DataProto {
     Rping,
     /// ucmatose's SEND exchange (a kernel `ucmatose` is the peer).
     Ucmatose,
+    /// No data: each QP is created, brought up and destroyed, as cmtime does.
+    None,
 }
 
 /// The `--verbs` options.
@@ -73,6 +77,8 @@ pub(crate) static DATA: DataCounts = DataCounts {
 
 /// Set once `--verbs` opened its device: the summary line reports the data.
 pub(crate) static ENABLED: AtomicBool = AtomicBool::new(false);
+/// `--data none`: no data is exchanged, so none is expected.
+pub(crate) static NO_DATA: AtomicBool = AtomicBool::new(false);
 
 /// What the summary line gets appended with `--verbs` (empty without).
 pub(crate) fn summary_suffix() -> String {
@@ -90,12 +96,17 @@ pub(crate) fn summary_suffix() -> String {
 /// Whether every connection that was established exchanged its data.
 pub(crate) fn data_ok(established: u64) -> bool {
     !ENABLED.load(Ordering::Relaxed)
+        || NO_DATA.load(Ordering::Relaxed)
         || (DATA.failed.load(Ordering::Relaxed) == 0
             && DATA.verified.load(Ordering::Relaxed) == established)
 }
 
 #[cfg(feature = "verbs")]
-pub(crate) use verbs::{connect, init, serve};
+pub(crate) use verbs::{connect, init, release_held, serve};
+
+/// Without the `verbs` feature there is nothing to release.
+#[cfg(not(feature = "verbs"))]
+pub(crate) fn release_held() {}
 
 /// Without the `verbs` feature: `--verbs` is refused.
 #[cfg(not(feature = "verbs"))]
@@ -125,9 +136,10 @@ pub(crate) async fn connect(
     _counts: &crate::Counts,
     _p: ibcm::proto::ConnectParams,
     i: u64,
-) {
+) -> Option<ibcm::rt::Connection> {
     crate::out(
         _args,
         format_args!("connection {i}: built without the `verbs` feature"),
     );
+    None
 }

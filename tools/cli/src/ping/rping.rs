@@ -116,7 +116,7 @@ impl Rping {
         let mut ping = 0u32;
         loop {
             // The client's source buffer, or the end of the connection.
-            let recv = match or_closed(conn, q.cq.wait(&[CompletionOp::Recv])).await? {
+            let recv = match or_closed(conn, q.cq()?.wait(&[CompletionOp::Recv])).await? {
                 Ok(c) => c,
                 Err(why) if ping > 0 => {
                     let _ = why;
@@ -140,7 +140,7 @@ impl Rping {
                 0,
                 size,
             )?;
-            closed_is_error(or_closed(conn, q.cq.wait(&[CompletionOp::RdmaRead])).await?)?;
+            closed_is_error(or_closed(conn, q.cq()?.wait(&[CompletionOp::RdmaRead])).await?)?;
             let mut got = vec![0u8; len];
             self.rdma.read(0, &mut got)?;
             if got != pattern(ping, len) {
@@ -152,7 +152,7 @@ impl Rping {
             let recv = closed_is_error(
                 or_closed(
                     conn,
-                    q.cq.wait(&[CompletionOp::Send, CompletionOp::Recv]),
+                    q.cq()?.wait(&[CompletionOp::Send, CompletionOp::Recv]),
                 )
                 .await?,
             )?;
@@ -170,9 +170,9 @@ impl Rping {
                 0,
                 wlen as u32,
             )?;
-            closed_is_error(or_closed(conn, q.cq.wait(&[CompletionOp::RdmaWrite])).await?)?;
+            closed_is_error(or_closed(conn, q.cq()?.wait(&[CompletionOp::RdmaWrite])).await?)?;
             q.qp.post_send(WR_SEND, SendOp::Send, &self.send, 0, INFO_LEN as u32)?;
-            closed_is_error(or_closed(conn, q.cq.wait(&[CompletionOp::Send])).await?)?;
+            closed_is_error(or_closed(conn, q.cq()?.wait(&[CompletionOp::Send])).await?)?;
             ping = ping.wrapping_add(1);
         }
     }
@@ -190,12 +190,12 @@ impl Rping {
             self.rdma.write(0, &vec![0u8; self.size])?;
             self.send.write(0, &info(start.addr(), start.rkey(), size))?;
             q.qp.post_send(WR_SEND, SendOp::Send, &self.send, 0, INFO_LEN as u32)?;
-            let c = q.cq.wait(&[CompletionOp::Send, CompletionOp::Recv]).await?;
+            let c = q.cq()?.wait(&[CompletionOp::Send, CompletionOp::Recv]).await?;
             self.take_info(q, c.get(1).map_or(0, |c| c.byte_len))?;
             self.send
                 .write(0, &info(self.rdma.addr(), self.rdma.rkey(), size))?;
             q.qp.post_send(WR_SEND, SendOp::Send, &self.send, 0, INFO_LEN as u32)?;
-            let c = q.cq.wait(&[CompletionOp::Send, CompletionOp::Recv]).await?;
+            let c = q.cq()?.wait(&[CompletionOp::Send, CompletionOp::Recv]).await?;
             self.take_info(q, c.get(1).map_or(0, |c| c.byte_len))?;
             let mut back = vec![0u8; self.size];
             self.rdma.read(0, &mut back)?;

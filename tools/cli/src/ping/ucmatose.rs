@@ -60,7 +60,7 @@ impl Ucmatose {
         let mut got = 0u32;
         let mut bytes = 0u64;
         while got < self.count || (op == CompletionOp::Recv && sends > 0) {
-            let c = q.cq.next().await?;
+            let c = q.cq()?.next().await?;
             let Some(kind) = c.op else {
                 bail!("work request {} failed: status {}", c.wr_id, c.status);
             };

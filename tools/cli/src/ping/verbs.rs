@@ -34,6 +34,9 @@ struct Ctx {
     dev: Device,
     port: LocalPort,
     link: LinkLayer,
+    /// `--data none`: one CQ without a channel for every QP (nothing is ever posted), as
+    /// cmtime does.
+    shared_cq: Option<CompletionQueue>,
 }
 
 static CTX: OnceLock<Ctx> = OnceLock::new();
@@ -46,9 +49,6 @@ pub(crate) fn init(args: &Args) -> Result<()> {
     };
     if args.xrc {
         bail!("--verbs makes RC QPs; --xrc is not supported with it");
-    }
-    if args.hold {
-        bail!("--verbs exchanges data per connection; --hold is not supported with it");
     }
     if args.verbs.size == 0 || args.verbs.size > 1 << 20 {
         bail!("--size must be 1..=1048576");
@@ -76,7 +76,12 @@ pub(crate) fn init(args: &Args) -> Result<()> {
             );
         }
     }
+    let shared_cq = match args.verbs.data {
+        DataProto::None => Some(CompletionQueue::new(&dev, 4)?),
+        _ => None,
+    };
     let ctx = Ctx {
+        shared_cq,
         dev,
         port: LocalPort {
             port_num,
@@ -89,6 +94,7 @@ pub(crate) fn init(args: &Args) -> Result<()> {
     CTX.set(ctx)
         .map_err(|_| anyhow!("--verbs: the device is already open"))?;
     super::ENABLED.store(true, Ordering::Relaxed);
+    super::NO_DATA.store(args.verbs.data == DataProto::None, Ordering::Relaxed);
     Ok(())
 }
 
@@ -162,25 +168,37 @@ impl Cq {
 /// A connection's QP and CQ.
 pub(super) struct ConnQp {
     pub(super) qp: RcQp,
-    pub(super) cq: Cq,
+    cq: Option<Cq>,
     pub(super) dev: Device,
 }
 
 impl ConnQp {
     fn new(sends: u32, recvs: u32) -> Result<Self> {
         let c = ctx()?;
-        let cq = Cq::new(&c.dev, sends + recvs + 4)?;
         let caps = QpCaps {
             max_send_wr: sends,
             max_recv_wr: recvs,
             max_inline_data: 0,
         };
-        let qp = RcQp::new(&c.dev, &cq.cq, caps)?;
+        let (qp, cq) = match &c.shared_cq {
+            Some(shared) => (RcQp::new(&c.dev, shared, caps)?, None),
+            None => {
+                let cq = Cq::new(&c.dev, sends + recvs + 4)?;
+                (RcQp::new(&c.dev, &cq.cq, caps)?, Some(cq))
+            }
+        };
         Ok(ConnQp {
             qp,
             cq,
             dev: c.dev.clone(),
         })
+    }
+
+    /// The connection's own CQ (every data protocol has one).
+    pub(super) fn cq(&mut self) -> Result<&mut Cq> {
+        self.cq
+            .as_mut()
+            .ok_or_else(|| anyhow!("this QP has no completion channel (--data none)"))
     }
 
     /// Moves the QP to `state` with the attributes the CM computes for this connection.
@@ -200,6 +218,7 @@ fn depths(args: &Args) -> (u32, u32) {
             let n = args.verbs.pings.max(1);
             (n + 4, n + 4)
         }
+        DataProto::None => (1, 1),
     }
 }
 
@@ -208,6 +227,8 @@ fn depths(args: &Args) -> (u32, u32) {
 enum Proto {
     Rping(super::rping::Rping),
     Ucmatose(super::ucmatose::Ucmatose),
+    /// `--data none`: the QP is brought up and torn down, nothing is sent.
+    None,
 }
 
 impl Proto {
@@ -219,6 +240,7 @@ impl Proto {
                 args.verbs.size,
                 args.verbs.pings.max(1),
             )?),
+            DataProto::None => Proto::None,
         })
     }
 
@@ -227,6 +249,7 @@ impl Proto {
         match self {
             Proto::Rping(p) => p.post_recvs(q),
             Proto::Ucmatose(p) => p.post_recvs(q),
+            Proto::None => Ok(()),
         }
     }
 
@@ -236,6 +259,7 @@ impl Proto {
             Proto::Rping(p) if server => p.serve(q, conn).await,
             Proto::Rping(p) => p.ping(q, args.verbs.pings.max(1)).await,
             Proto::Ucmatose(p) => p.exchange(q, server).await,
+            Proto::None => Ok(0),
         }
     }
 }
@@ -309,8 +333,10 @@ pub(crate) async fn serve(cm: &Cm, args: &Args, counts: &Counts, inc: Incoming) 
         ),
     );
     let r = proto.run(&mut q, &conn, args, true).await;
-    report(args, &conn, &r);
-    count_data(&r);
+    if !matches!(proto, Proto::None) {
+        report(args, &conn, &r);
+        count_data(&r);
+    }
     // rping: the client disconnects when it is done; ucmatose: the server does.
     let why = if matches!(proto, Proto::Ucmatose(_)) || r.is_err() {
         conn.disconnect(&[]).await
@@ -340,9 +366,31 @@ fn report(args: &Args, conn: &Connection, r: &Result<u64>) {
 
 /// The active side of one connection: REQ naming the QP, on the REP INIT/RTR/RTS, RTU, the
 /// exchange, then the disconnect as `--disconnect-from` says.
-pub(crate) async fn connect(cm: &Cm, args: &Args, counts: &Counts, p: ConnectParams, i: u64) {
-    if let Err(e) = connect_inner(cm, args, counts, p, i).await {
-        out(args, format_args!("connection {i}: {e:#}"));
+/// With `--hold`, returns the established connection; its QP is kept until
+/// [`release_held`].
+pub(crate) async fn connect(
+    cm: &Cm,
+    args: &Args,
+    counts: &Counts,
+    p: ConnectParams,
+    i: u64,
+) -> Option<Connection> {
+    match connect_inner(cm, args, counts, p, i).await {
+        Ok(c) => c,
+        Err(e) => {
+            out(args, format_args!("connection {i}: {e:#}"));
+            None
+        }
+    }
+}
+
+/// The QPs of `--hold` connections.
+static HELD: std::sync::Mutex<Vec<ConnQp>> = std::sync::Mutex::new(Vec::new());
+
+/// Destroys the QPs kept for `--hold` connections (after their disconnects).
+pub(crate) fn release_held() {
+    if let Ok(mut h) = HELD.lock() {
+        h.clear();
     }
 }
 
@@ -352,7 +400,7 @@ async fn connect_inner(
     counts: &Counts,
     mut p: ConnectParams,
     i: u64,
-) -> Result<()> {
+) -> Result<Option<Connection>> {
     let c = ctx()?;
     let (sends, recvs) = depths(args);
     let mut q = ConnQp::new(sends, recvs)?;
@@ -391,7 +439,7 @@ async fn connect_inner(
         Err(CmError::Connection(e)) => {
             counts.count_error(&e);
             out(args, format_args!("connection {i}: {e}"));
-            return Ok(());
+            return Ok(None);
         }
         Err(e) => return Err(e.into()),
     };
@@ -408,7 +456,7 @@ async fn connect_inner(
         Err(CmError::Connection(e)) => {
             counts.count_error(&e);
             out(args, format_args!("connection {i}: {e}"));
-            return Ok(());
+            return Ok(None);
         }
         Err(e) => return Err(e.into()),
     };
@@ -423,10 +471,19 @@ async fn connect_inner(
         ),
     );
     let r = proto.run(&mut q, &conn, args, false).await;
-    report_active(args, &conn, &r);
-    count_data(&r);
+    if !matches!(proto, Proto::None) {
+        report_active(args, &conn, &r);
+        count_data(&r);
+    }
+    if args.hold {
+        // The QP lives as long as the held connection: released after the disconnects.
+        if let Ok(mut h) = HELD.lock() {
+            h.push(q);
+        }
+        return Ok(Some(conn));
+    }
     crate::finish(args, counts, conn).await;
-    Ok(())
+    Ok(None)
 }
 
 fn report_active(args: &Args, conn: &Connection, r: &Result<u64>) {
