@@ -7,14 +7,16 @@ import os
 import re
 
 from check_ibcm import cut_cells
-from labcells import Check, cell, cm_list, read, seq, summary_of
+from labcells import Check, cell, cm_list, handshake_audit, read, resent, seq, summary_of
 import pcaptool
 
 RUN = "ibcm-data"
 K, I = "10.77.0.1", "10.77.0.2"
 RPING_PINGS, RPING_SIZE = 20, 64
 UCMA_MSGS, UCMA_SIZE = 10, 100
-CELLS = ("data-rping-pas", "data-rping-act", "data-ucmatose-pas", "data-ucmatose-act")
+NCMT = 100
+CELLS = ("data-rping-pas", "data-rping-act", "data-ucmatose-pas", "data-ucmatose-act", "data-cmtime-pas",
+         "data-cmtime-act")
 
 # BTH opcodes of RC (IBTA 9.2): what the data of each cell must show on the wire
 OP_NAMES = {0x04: "SEND", 0x0a: "WRITE", 0x0c: "READ-REQ", 0x10: "READ-RESP", 0x11: "ACK"}
@@ -128,4 +130,31 @@ def data_cells(out):
                "%d B long (ucmatose's contents are uninitialised); wire %s"
                % (kind, UCMA_MSGS, UCMA_SIZE, UCMA_MSGS, ib, UCMA_SIZE, ops))
         summary.append("%s %d B (ibcm, lengths)" % (name, ib))
+
+    # cmtime both ways: real QPs on both sides, no data; every REQ/REP names a QP that ibcm
+    # created on rxe0 (its "established ... qpn=" lines) and the protocol is complete
+    for name, kind in (("data-cmtime-pas", "client"), ("data-cmtime-act", "server")):
+        c = Check()
+        k, txt = outp("a", name), outp("b", name)
+        if kind == "client":
+            c(rc("a", name) == "0", "kernel cmtime client exit %r: %s" % (rc("a", name), k.strip()[-300:]))
+        else:
+            c(rc("b", name) == "0", "cm-ping exit %r: %s" % (rc("b", name), txt.strip()[-300:]))
+        s = summary_of(txt)
+        c(s == (NCMT, 0, 0, NCMT, 0), "cm-ping summary %s, want %d established and disconnected" % (s, NCMT))
+        qpns = set(re.findall(r"^established conn=\S+ qpn=(0x[0-9a-f]+) .*RTS$", txt, re.M))
+        c(len(qpns) == NCMT, "%d distinct QPs brought to RTS by cm-ping, want %d" % (len(qpns), NCMT))
+        m = cm_list(os.path.join(run, "cells", name + ".pcap"))
+        bad, totals = handshake_audit(m, NCMT)
+        for b in bad:
+            c(False, "wire: " + b)
+        ibcm_msgs = [d for d in m if d["src"] == I and d["msg"] in ("REQ", "REP")]
+        wire_qpns = {"0x%x" % int(d["qpn"], 16) for d in ibcm_msgs if "qpn" in d}
+        c(wire_qpns == {"0x%x" % int(q, 16) for q in qpns},
+          "QPNs in ibcm's %ss (%d) are not the QPs it created (%d)" % ("REP" if kind == "client" else "REQ",
+                                                                       len(wire_qpns), len(qpns)))
+        c.done(name, "kernel cmtime %s -c %d: %d connections, each on a real rxe QP of ibcm's (INIT/RTR/RTS from "
+               "ibcm::qp_attr) named in its %s; %s" % (kind, NCMT, NCMT, "REP" if kind == "client" else "REQ",
+                                                      resent(totals, NCMT)))
+        summary.append("%s %d QPs, 0 B" % (name, len(qpns)))
     return "data: " + ", ".join(summary)

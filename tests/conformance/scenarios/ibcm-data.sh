@@ -9,13 +9,17 @@
 #   data-rping-act      cm-ping --connect --verbs --pings 20 -> kernel `rping -s -v -V`
 #   data-ucmatose-pas   kernel `ucmatose -C 10 -S 100` client -> cm-ping --listen --data ucmatose
 #   data-ucmatose-act   cm-ping --connect --data ucmatose -> kernel `ucmatose` server
+#   data-cmtime-pas     kernel `cmtime -s -c 100` (a QP per connection) -> cm-ping --listen
+#                       --data none (a QP per connection, brought up and destroyed)
+#   data-cmtime-act     cm-ping --connect --data none --count 100 --parallel 100 --hold ->
+#                       kernel `cmtime -c 100`
 # check_data.py asserts the outputs and prints the `data:` line.
 # lab-mods-a: cm
 # lab-mods-b: nocm
 # lab-timeout: 240
 . /lab/lib.sh
 pair_up
-K=10.77.0.1 I=10.77.0.2
+K=10.77.0.1 I=10.77.0.2 NCMT=100
 VERBS="--verbs rxe0"
 CM_ARGS="--umad /dev/infiniband/umad0 --gid-index $(gid_index) --local-ip $MYIP"
 
@@ -56,6 +60,12 @@ if [ "$ROLE" = a ]; then
   kserver data-rping-act 60 rping -s -a $K -p 7502 -v -V
   kclient data-ucmatose-pas 60 ucmatose -s $I -p 7503 -C 10 -S 100
   kserver data-ucmatose-act 60 ucmatose -p 7504 -C 10 -S 100
+  kclient data-cmtime-pas 90 cmtime -s $I -c $NCMT
+  # the cmtime server does not exit by itself: stopped once the client is done
+  cell_begin data-cmtime-act
+  bg data-cmtime-act 90 cmtime -c $NCMT; wait_cm_listen 100; mark data-cmtime-act.ready
+  waitfor data-cmtime-act.done 90; sleep 1; bgkill data-cmtime-act; bgwait data-cmtime-act 20
+  cell_end data-cmtime-act
   run counters 10 sh -c '. /lab/lib.sh; counters'
   mark a.done
 else
@@ -65,6 +75,8 @@ else
   iconnect data-rping-act 60 --connect $K:7502 --pings 20
   ilisten data-ucmatose-pas 60 --port 7503 --data ucmatose --size 100 --pings 10
   iconnect data-ucmatose-act 60 --connect $K:7504 --data ucmatose --size 100 --pings 10 --disconnect-from passive
+  ilisten data-cmtime-pas 90 --port 7471 --data none
+  iconnect data-cmtime-act 90 --connect $K:7471 --data none --count $NCMT --parallel $NCMT --hold
   run counters 10 sh -c '. /lab/lib.sh; counters'
   waitfor a.done 60
 fi
