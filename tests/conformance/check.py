@@ -33,7 +33,7 @@ A, B = "10.77.0.1", "10.77.0.2"
 
 from labcells import (Check, cell, cm_list, handshake_audit, read, resent, results,  # noqa: E402
                       seq)
-from check_ibcm import ibcm_cells, ibcm_pair_cells, udp_wire_cell  # noqa: E402
+from check_ibcm import ibcm_cells, ibcm_pair_cells, qps_both, udp_wire_cell  # noqa: E402
 from check_data import data_cells  # noqa: E402
 
 # the lab.sh runs of tests/conformance/run (steps.txt names, <name>.log)
@@ -413,9 +413,9 @@ def main(argv):
     print(data_line)
     # cells kernel-rate and ibcm-rate: the connect steps of cmtime -c 1000 and cm-ping --count 1000
     # on one rxe VM pair (k-cmtime, in the kernel pair, is printed in its cell); ratio = ibcm/kernel
-    print("kernel-vs-ibcm: kernel %s conn/s, ibcm %s conn/s, ratio %s"
+    print("kernel-vs-ibcm: kernel %s conn/s, ibcm %s conn/s, ratio %s (qps: %s)"
           % ("%.0f" % kern if kern else "?", "%.0f" % ibcm if ibcm else "?",
-             "%.2f" % (ibcm / kern) if kern and ibcm else "n/a"))
+             "%.2f" % (ibcm / kern) if kern and ibcm else "n/a", qps_both()))
     # the lab's packages: how many were pinned, and every substitution lab.sh made for a pinned
     # version the archive no longer has (never silent: it is named here, in the summary)
     pk = read(os.path.join(out, "lab-packages.txt")).splitlines()
