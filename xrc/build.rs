@@ -52,7 +52,8 @@ mod rdma {
         let mut cc = cc::Build::new();
         cc.file("csrc/shim.c")
             .file("csrc/rc.c")
-            .warnings(true).extra_warnings(true);
+            .warnings(true)
+            .extra_warnings(true);
         if let Some(cflags) = pkg_config(&["--cflags", "libibverbs"]) {
             for f in cflags {
                 if let Some(dir) = f.strip_prefix("-I") {

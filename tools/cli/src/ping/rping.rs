@@ -128,7 +128,10 @@ impl Rping {
             let (addr, rkey, size) = self.take_info(q, byte_len)?;
             let len = size as usize;
             if len == 0 || len > self.rdma.len() {
-                bail!("ping {ping}: the client advertises {size} bytes (buffer {})", self.rdma.len());
+                bail!(
+                    "ping {ping}: the client advertises {size} bytes (buffer {})",
+                    self.rdma.len()
+                );
             }
             q.qp.post_send(
                 WR_RDMA,
@@ -188,19 +191,30 @@ impl Rping {
             let data = pattern(ping, self.size);
             start.write(0, &data)?;
             self.rdma.write(0, &vec![0u8; self.size])?;
-            self.send.write(0, &info(start.addr(), start.rkey(), size))?;
+            self.send
+                .write(0, &info(start.addr(), start.rkey(), size))?;
             q.qp.post_send(WR_SEND, SendOp::Send, &self.send, 0, INFO_LEN as u32)?;
-            let c = q.cq()?.wait(&[CompletionOp::Send, CompletionOp::Recv]).await?;
+            let c = q
+                .cq()?
+                .wait(&[CompletionOp::Send, CompletionOp::Recv])
+                .await?;
             self.take_info(q, c.get(1).map_or(0, |c| c.byte_len))?;
             self.send
                 .write(0, &info(self.rdma.addr(), self.rdma.rkey(), size))?;
             q.qp.post_send(WR_SEND, SendOp::Send, &self.send, 0, INFO_LEN as u32)?;
-            let c = q.cq()?.wait(&[CompletionOp::Send, CompletionOp::Recv]).await?;
+            let c = q
+                .cq()?
+                .wait(&[CompletionOp::Send, CompletionOp::Recv])
+                .await?;
             self.take_info(q, c.get(1).map_or(0, |c| c.byte_len))?;
             let mut back = vec![0u8; self.size];
             self.rdma.read(0, &mut back)?;
             if back != data {
-                let at = back.iter().zip(&data).position(|(a, b)| a != b).unwrap_or(0);
+                let at = back
+                    .iter()
+                    .zip(&data)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
                 bail!("ping {ping}: data mismatch at byte {at}");
             }
             verified += u64::from(size);

@@ -254,7 +254,13 @@ impl Proto {
     }
 
     /// Runs the exchange; `Ok(bytes checked)`.
-    async fn run(&mut self, q: &mut ConnQp, conn: &Connection, args: &Args, server: bool) -> Result<u64> {
+    async fn run(
+        &mut self,
+        q: &mut ConnQp,
+        conn: &Connection,
+        args: &Args,
+        server: bool,
+    ) -> Result<u64> {
         match self {
             Proto::Rping(p) if server => p.serve(q, conn).await,
             Proto::Rping(p) => p.ping(q, args.verbs.pings.max(1)).await,
@@ -284,9 +290,13 @@ pub(crate) async fn serve(cm: &Cm, args: &Args, counts: &Counts, inc: Incoming) 
     };
     let req: Req = req.req;
     if req.transport() != ReqTransport::Rc {
-        inc.reject(ibcm_mad::RejReason::ConsumerReject, &[], &[]).await?;
+        inc.reject(ibcm_mad::RejReason::ConsumerReject, &[], &[])
+            .await?;
         counts.rejected.fetch_add(1, Ordering::Relaxed);
-        bail!("--verbs serves RC only: rejected a {:?} REQ", req.transport());
+        bail!(
+            "--verbs serves RC only: rejected a {:?} REQ",
+            req.transport()
+        );
     }
     let c = ctx()?;
     let (sends, recvs) = depths(args);
@@ -357,10 +367,7 @@ fn report(args: &Args, conn: &Connection, r: &Result<u64>) {
             args,
             format_args!("data verified conn={} bytes={b}", conn.id()),
         ),
-        Err(e) => out_limited(
-            args,
-            format_args!("data failed conn={}: {e:#}", conn.id()),
-        ),
+        Err(e) => out_limited(args, format_args!("data failed conn={}: {e:#}", conn.id())),
     }
 }
 

@@ -73,8 +73,7 @@ extern "C" {
     fn ibcm_rc_close(d: *mut RcDev);
     fn ibcm_rc_query_port(d: *mut RcDev, port: u8, out: *mut PortAttr) -> c_int;
     fn ibcm_rc_query_gid(d: *mut RcDev, port: u8, index: c_int, gid: *mut u8) -> c_int;
-    fn ibcm_rc_cq_create(d: *mut RcDev, cqe: c_int, out: *mut *mut RcCq, fd: *mut c_int)
-        -> c_int;
+    fn ibcm_rc_cq_create(d: *mut RcDev, cqe: c_int, out: *mut *mut RcCq, fd: *mut c_int) -> c_int;
     fn ibcm_rc_cq_destroy(c: *mut RcCq) -> c_int;
     fn ibcm_rc_cq_arm(c: *mut RcCq) -> c_int;
     fn ibcm_rc_cq_take_event(c: *mut RcCq) -> c_int;
@@ -116,8 +115,7 @@ extern "C" {
         rkey: u32,
         signaled: c_int,
     ) -> c_int;
-    fn ibcm_rc_post_recv(qp: *mut IbvQp, wr_id: u64, m: *mut RcMr, off: usize, len: u32)
-        -> c_int;
+    fn ibcm_rc_post_recv(qp: *mut IbvQp, wr_id: u64, m: *mut RcMr, off: usize, len: u32) -> c_int;
     #[cfg(test)]
     fn ibcm_rc_dev_attr_size() -> usize;
     #[cfg(test)]
