@@ -142,19 +142,24 @@ def data_cells(out):
             c(rc("b", name) == "0", "cm-ping exit %r: %s" % (rc("b", name), txt.strip()[-300:]))
         s = summary_of(txt)
         c(s == (NCMT, 0, 0, NCMT, 0), "cm-ping summary %s, want %d established and disconnected" % (s, NCMT))
-        qpns = set(re.findall(r"^established conn=\S+ qpn=(0x[0-9a-f]+) .*RTS$", txt, re.M))
-        c(len(qpns) == NCMT, "%d distinct QPs brought to RTS by cm-ping, want %d" % (len(qpns), NCMT))
+        # the listener's event lines are rate-limited (200/s), so some "established" lines may
+        # be missing there: every printed QP must be on the wire, and the wire must name NCMT
+        # distinct QPs
+        qpns = {"0x%x" % int(q, 16) for q in re.findall(r"^established conn=\S+ qpn=(0x[0-9a-f]+) .*RTS$", txt, re.M)}
         m = cm_list(os.path.join(run, "cells", name + ".pcap"))
         bad, totals = handshake_audit(m, NCMT)
         for b in bad:
             c(False, "wire: " + b)
-        ibcm_msgs = [d for d in m if d["src"] == I and d["msg"] in ("REQ", "REP")]
+        ibcm_msgs = [d for d in m if d["src"] == I and d["msg"] == ("REP" if kind == "client" else "REQ")]
         wire_qpns = {"0x%x" % int(d["qpn"], 16) for d in ibcm_msgs if "qpn" in d}
-        c(wire_qpns == {"0x%x" % int(q, 16) for q in qpns},
-          "QPNs in ibcm's %ss (%d) are not the QPs it created (%d)" % ("REP" if kind == "client" else "REQ",
-                                                                       len(wire_qpns), len(qpns)))
+        c(len(wire_qpns) == NCMT, "%d distinct QPNs in ibcm's messages, want %d" % (len(wire_qpns), NCMT))
+        c(qpns and qpns <= wire_qpns, "the QPs cm-ping brought to RTS (%d printed) are not those on the wire"
+          % len(qpns))
+        if kind == "server":
+            c(len(qpns) == NCMT, "%d QPs brought to RTS by cm-ping, want %d" % (len(qpns), NCMT))
         c.done(name, "kernel cmtime %s -c %d: %d connections, each on a real rxe QP of ibcm's (INIT/RTR/RTS from "
-               "ibcm::qp_attr) named in its %s; %s" % (kind, NCMT, NCMT, "REP" if kind == "client" else "REQ",
-                                                      resent(totals, NCMT)))
-        summary.append("%s %d QPs, 0 B" % (name, len(qpns)))
+               "ibcm::qp_attr) named in its %s (%d distinct; %d of them printed at RTS); %s"
+               % (kind, NCMT, NCMT, "REP" if kind == "client" else "REQ", len(wire_qpns), len(qpns),
+                  resent(totals, NCMT)))
+        summary.append("%s %d QPs, 0 B" % (name, len(wire_qpns)))
     return "data: " + ", ".join(summary)
