@@ -95,8 +95,29 @@ pub(crate) fn init(args: &Args) -> Result<()> {
         .map_err(|_| anyhow!("--verbs: the device is already open"))?;
     super::ENABLED.store(true, Ordering::Relaxed);
     super::NO_DATA.store(args.verbs.data == DataProto::None, Ordering::Relaxed);
+    if args.hold && args.connect.is_some() {
+        // As cmtime does (its "create qp" step), every QP exists before the first REQ, so the
+        // timed connect step holds the CM exchange and the INIT/RTR/RTS transitions.
+        let start = std::time::Instant::now();
+        let (sends, recvs) = depths(args);
+        let mut pool = Vec::new();
+        for _ in 0..args.count {
+            pool.push(ConnQp::create(sends, recvs)?);
+        }
+        let n = pool.len();
+        if let Ok(mut p) = POOL.lock() {
+            *p = pool;
+        }
+        eprintln!(
+            "cm-ping: created {n} QPs before the connect step in {:.3} s",
+            start.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
 }
+
+/// `--hold --connect`: the QPs created before the connect step, taken one per connection.
+static POOL: std::sync::Mutex<Vec<ConnQp>> = std::sync::Mutex::new(Vec::new());
 
 fn ctx() -> Result<&'static Ctx> {
     CTX.get().ok_or_else(|| anyhow!("--verbs: device not open"))
@@ -173,7 +194,15 @@ pub(super) struct ConnQp {
 }
 
 impl ConnQp {
+    /// A QP from the pool made before the connect step, else a new one.
     fn new(sends: u32, recvs: u32) -> Result<Self> {
+        if let Some(q) = POOL.lock().ok().and_then(|mut p| p.pop()) {
+            return Ok(q);
+        }
+        Self::create(sends, recvs)
+    }
+
+    fn create(sends: u32, recvs: u32) -> Result<Self> {
         let c = ctx()?;
         let caps = QpCaps {
             max_send_wr: sends,
