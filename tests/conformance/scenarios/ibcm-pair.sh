@@ -4,7 +4,8 @@
 #   ibcm-xrc, ibcm-xrc-dreq-passive   cm-ping --xrc (INI, VM b) -> cm-ping --listen (TGT, VM a)
 #   ibcm-rate-R    cm-ping --count 1000 --parallel 1000 --hold --verbs rxe0 --data none on
 #                  both sides (a real RC QP per connection, created, taken through INIT/RTR/RTS
-#                  in the kernel's order and destroyed, as cmtime does): the connect step of 1000
+#                  in the kernel's order and destroyed, as cmtime does; the active side creates
+#                  its QPs before the connect step, as cmtime does): the connect step of 1000
 #                  connections, all in flight at once as cmtime does
 #   kernel-rate-R  then rdma_ucm (ib_cm, rdma_cm) is loaded in both VMs and `cmtime -c 1000`
 #                  runs over the same link: its "connect" step is the kernel's figure; then the
