@@ -406,6 +406,7 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
             }
         });
     }
+    ping::report_timing();
     println!("{}", counts.line());
     // The endpoint's counters, every drop by reason: the last line, one JSON object.
     println!("{}", cm.stats().await?.to_json());
@@ -582,6 +583,7 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
             args.count as f64 / secs.max(1e-9)
         );
     }
+    ping::report_timing();
     println!("{}", counts.line());
     let ok = counts.established.load(Ordering::Relaxed) == args.count
         && counts.disconnect_timed_out.load(Ordering::Relaxed) == 0

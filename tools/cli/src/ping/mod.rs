@@ -104,6 +104,14 @@ pub(crate) fn data_ok(established: u64) -> bool {
 #[cfg(feature = "verbs")]
 pub(crate) use verbs::{connect, init, release_held, serve};
 
+/// With `--verbs`: where the QP work went (stderr), else nothing.
+pub(crate) fn report_timing() {
+    #[cfg(feature = "verbs")]
+    if ENABLED.load(Ordering::Relaxed) {
+        eprintln!("{}", verbs::timing_line());
+    }
+}
+
 /// Without the `verbs` feature there is nothing to release.
 #[cfg(not(feature = "verbs"))]
 pub(crate) fn release_held() {}

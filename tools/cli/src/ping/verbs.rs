@@ -203,6 +203,13 @@ impl ConnQp {
     }
 
     fn create(sends: u32, recvs: u32) -> Result<Self> {
+        let t = std::time::Instant::now();
+        let r = Self::create_inner(sends, recvs);
+        TIMES.create.add(t);
+        r
+    }
+
+    fn create_inner(sends: u32, recvs: u32) -> Result<Self> {
         let c = ctx()?;
         let caps = QpCaps {
             max_send_wr: sends,
@@ -233,9 +240,18 @@ impl ConnQp {
     /// Moves the QP to `state` with the attributes the CM computes for this connection.
     fn to(&self, conn: &QpConn<'_>, state: QpState) -> Result<()> {
         let (attr, mask) = qp_attr(conn, state)?;
-        self.qp
+        let t = std::time::Instant::now();
+        let r = self
+            .qp
             .modify(&attr, mask)
-            .with_context(|| format!("QP {:#x} to {state:?}", self.qp.qpn().get()))
+            .with_context(|| format!("QP {:#x} to {state:?}", self.qp.qpn().get()));
+        let slot = match state {
+            QpState::Init => &TIMES.init,
+            QpState::Rtr => &TIMES.rtr,
+            _ => &TIMES.rts,
+        };
+        slot.add(t);
+        r
     }
 }
 
@@ -425,9 +441,71 @@ static HELD: std::sync::Mutex<Vec<ConnQp>> = std::sync::Mutex::new(Vec::new());
 
 /// Destroys the QPs kept for `--hold` connections (after their disconnects).
 pub(crate) fn release_held() {
+    let t = std::time::Instant::now();
     if let Ok(mut h) = HELD.lock() {
         h.clear();
     }
+    TIMES.destroy.add(t);
+}
+
+/// Time spent in the verbs calls of one kind, summed over the connections, and the calls.
+#[derive(Debug)]
+struct CallTime {
+    nanos: std::sync::atomic::AtomicU64,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl CallTime {
+    const fn new() -> Self {
+        CallTime {
+            nanos: std::sync::atomic::AtomicU64::new(0),
+            calls: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn add(&self, since: std::time::Instant) {
+        let n = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(n, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn show(&self, what: &str) -> String {
+        let (n, c) = (
+            self.nanos.load(Ordering::Relaxed),
+            self.calls.load(Ordering::Relaxed),
+        );
+        format!("{what} {:.3} s/{c}", n as f64 / 1e9)
+    }
+}
+
+/// Where the QP work of this process went: wall time in the verbs calls.
+struct Times {
+    create: CallTime,
+    init: CallTime,
+    rtr: CallTime,
+    rts: CallTime,
+    destroy: CallTime,
+}
+
+static TIMES: Times = Times {
+    create: CallTime::new(),
+    init: CallTime::new(),
+    rtr: CallTime::new(),
+    rts: CallTime::new(),
+    destroy: CallTime::new(),
+};
+
+/// `cm-ping: verbs time: create X s/N, INIT …, destroy …` (wall time inside the verbs
+/// calls, summed; `destroy` counts the release of held QPs as one call).
+pub(crate) fn timing_line() -> String {
+    format!(
+        "cm-ping: verbs time: {}, {}, {}, {}, {}",
+        TIMES.create.show("create"),
+        TIMES.init.show("INIT"),
+        TIMES.rtr.show("RTR"),
+        TIMES.rts.show("RTS"),
+        TIMES.destroy.show("destroy held")
+    )
 }
 
 async fn connect_inner(
