@@ -1,6 +1,7 @@
 //! Build script: with feature `rdma`, compile `csrc/shim.c` (the C shim around libibverbs'
-//! static inline XRC verbs, called from `src/verbs/ffi.rs`) and link libibverbs. Without the
-//! feature it does nothing.
+//! static inline XRC verbs, called from `src/verbs/ffi.rs`) and `csrc/rc.c` (its RC part:
+//! CQs, memory regions, RC QPs, posting and polling; `src/verbs/rc/sys.rs`), and link
+//! libibverbs. Without the feature it does nothing.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -36,6 +37,7 @@ mod rdma {
 
     pub(super) fn build() {
         println!("cargo:rerun-if-changed=csrc/shim.c");
+        println!("cargo:rerun-if-changed=csrc/rc.c");
         let cflags_probe = pkg_config(&["--cflags", "libibverbs"]);
         if !have_verbs_header(cflags_probe.as_deref()) {
             // A clear stop instead of the C compiler's "infiniband/verbs.h: No such file".
@@ -48,7 +50,10 @@ mod rdma {
             std::process::exit(1);
         }
         let mut cc = cc::Build::new();
-        cc.file("csrc/shim.c").warnings(true).extra_warnings(true);
+        cc.file("csrc/shim.c")
+            .file("csrc/rc.c")
+            .warnings(true)
+            .extra_warnings(true);
         if let Some(cflags) = pkg_config(&["--cflags", "libibverbs"]) {
             for f in cflags {
                 if let Some(dir) = f.strip_prefix("-I") {

@@ -33,11 +33,13 @@ A, B = "10.77.0.1", "10.77.0.2"
 
 from labcells import (Check, cell, cm_list, handshake_audit, read, resent, results,  # noqa: E402
                       seq)
-from check_ibcm import ibcm_cells, ibcm_pair_cells, udp_wire_cell  # noqa: E402
+from check_ibcm import ibcm_cells, ibcm_pair_cells, qps_both, udp_wire_cell  # noqa: E402
 from check_paths import kernel_paths_cells  # noqa: E402
+from check_data import data_cells  # noqa: E402
 
 # the lab.sh runs of tests/conformance/run (steps.txt names, <name>.log)
-LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "kernel-paths", "ibcm-pair", "xrc-rxe")
+LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "kernel-paths", "ibcm-pair", "xrc-rxe",
+            "ibcm-data")
 
 
 # ------------------------------------------------------------------------------------------
@@ -392,7 +394,7 @@ def main(argv):
     rc, secs = steps.get("build", (1, "?"))
     cell("lab-build", rc == 0, "pinned debs cached, guest built (%s s)" % secs)
     rc, secs = steps.get("ibcm-build", (1, "?"))
-    cell("ibcm-build", rc == 0, "cargo build --release -p ibcm-tools --bin cm-ping; xrc-probe, xrcd-keeper (rdma) (%s s)" % secs)
+    cell("ibcm-build", rc == 0, "cargo build --release -p ibcm-tools --features verbs --bin cm-ping; xrc-probe, xrcd-keeper (rdma) (%s s)" % secs)
     for s in LAB_RUNS:
         run_cell(out, s, steps.get(s, (1, "?")))
     rate = kernel_cells(out)
@@ -404,17 +406,19 @@ def main(argv):
     kernel_paths_cells(out)
     kern, ibcm = ibcm_pair_cells(out)
     xrc_rxe_cells(out)
+    data_line = data_cells(out)
     cleanup_cell(out)
     if "--save-fixtures" in argv:
         save_fixtures(out, argv[argv.index("--save-fixtures") + 1])
     if fixtures:
         tshark_cell(fixtures, out)
     passed = sum(1 for _, ok in results if ok)
+    print(data_line)
     # cells kernel-rate and ibcm-rate: the connect steps of cmtime -c 1000 and cm-ping --count 1000
     # on one rxe VM pair (k-cmtime, in the kernel pair, is printed in its cell); ratio = ibcm/kernel
-    print("kernel-vs-ibcm: kernel %s conn/s, ibcm %s conn/s, ratio %s"
+    print("kernel-vs-ibcm: kernel %s conn/s, ibcm %s conn/s, ratio %s (qps: %s)"
           % ("%.0f" % kern if kern else "?", "%.0f" % ibcm if ibcm else "?",
-             "%.2f" % (ibcm / kern) if kern and ibcm else "n/a"))
+             "%.2f" % (ibcm / kern) if kern and ibcm else "n/a", qps_both()))
     # the lab's packages: how many were pinned, and every substitution lab.sh made for a pinned
     # version the archive no longer has (never silent: it is named here, in the summary)
     pk = read(os.path.join(out, "lab-packages.txt")).splitlines()

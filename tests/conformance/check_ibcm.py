@@ -64,6 +64,14 @@ def udp_wire_cell(out):
            "%d from rxe (IP IDs %s..., so cm-ping needs --icrc-lenient)" % (len(host), len(vm), ",".join(str(d.get("ip_id")) for d in vm[:3])))
 
 
+QPS_BOTH = []   # per ibcm-rate round: both cm-pings ran with --verbs (a QP per connection)
+
+
+def qps_both():
+    """'both' when every ibcm-rate round had real QPs on both sides (as cmtime has)"""
+    return "both" if QPS_BOTH and all(QPS_BOTH) else "kernel only"
+
+
 def ibcm_pair_cells(out):
     """ibcm <-> ibcm XRC over umad, and the rate comparison on the same VM pair; -> (kernel, ibcm) conn/s"""
     run = os.path.join(out, "ibcm-pair")
@@ -124,10 +132,15 @@ def ibcm_pair_cells(out):
         c(summary_of(o("b", n)) == want, "round %d active: %s" % (r, summary_of(o("b", n))))
         c(summary_of(o("a", n)) == want, "round %d passive: %s" % (r, summary_of(o("a", n))))
         c(rc("b", n) == "0" and rc("a", n) == "0", "round %d: cm-ping exit status active %r passive %r" % (r, rc("b", n), rc("a", n)))
+        # --verbs on both sides: the summary carries the data counters (none failed)
+        qps = all(re.search(r", 0 data failed, ", o(x, n)) for x in "ab")
+        c(qps, "round %d: cm-ping did not run with real QPs (--verbs) on both sides" % r)
+        QPS_BOTH.append(qps)
         notes.append("%s s = %s conn/s (%s)" % (mm.group(2) if mm else "?", "%.0f" % ibcm_r[-1] if mm else "?",
                                                resent(counts, 1000)))
     ibcm = max(ibcm_r) if len(ibcm_r) == 2 else None
-    c.done("ibcm-rate", "cm-ping --count 1000 --parallel 1000 --hold over umad between two nocm VMs, connect step, "
+    c.done("ibcm-rate", "cm-ping --count 1000 --parallel 1000 --hold --verbs rxe0 --data none (a real QP per "
+           "connection, both sides) over umad between two nocm VMs, connect step, "
            "2 rounds, every connection REQ/REP/RTU/DREQ/DREP on the wire: %s; best %s conn/s"
            % ("; ".join(notes), "%.0f" % ibcm if ibcm else "?"))
 

@@ -49,8 +49,8 @@
 //!   is an argument (`now: Instant`), QPNs come from seeded counters.
 //! * No input makes it panic: wire parsers return errors; lookups of unknown handles, QPNs or
 //!   connections return errors or are ignored.
-//! * `unsafe` only in the verbs layer's `ffi` module (feature `rdma`), each block with a
-//!   `SAFETY` comment.
+//! * `unsafe` only in the verbs layer's `ffi` and `rc::sys` modules (feature `rdma`), each
+//!   block with a `SAFETY` comment.
 //!
 //! # The policy × event matrix
 //!

@@ -7,7 +7,8 @@
 //! and never lets Rust look inside a libibverbs structure; the only shared layout is the
 //! shim's own attribute struct, checked against the C `sizeof` in the tests.
 //!
-//! This module is the only place in the crate with `unsafe`. Every block states why it is
+//! This module and `rc/sys.rs` (the RC data path) are the only places in the crate with
+//! `unsafe`. Every block states why it is
 //! sound. The pointers it holds are owned by one [`RdmaVerbs`] value and released exactly once
 //! (by the matching destroy verb, or in `Drop`).
 //!
@@ -32,9 +33,9 @@ use crate::verbs::qp::{check_modify, AddressVector, QpAttr, QpState, QpType};
 use crate::verbs::{DeviceInfo, IniQpCaps, QpInfo, SrqAttr, Verbs, VerbsError};
 
 macro_rules! opaque {
-    ($name:ident) => {
+    ($vis:vis $name:ident) => {
         #[repr(C)]
-        struct $name {
+        $vis struct $name {
             _data: [u8; 0],
             _marker: PhantomData<(*mut u8, PhantomPinned)>,
         }
@@ -43,53 +44,53 @@ macro_rules! opaque {
 
 opaque!(ShimDev);
 opaque!(IbvXrcd);
-opaque!(IbvQp);
+opaque!(pub(super) IbvQp);
 opaque!(IbvSrq);
 
 /// Mirror of `struct ibcm_xrc_av` in `csrc/shim.c` (same fields, same order).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct ShimAv {
-    dgid: [u8; 16],
-    flow_label: u32,
-    dlid: u16,
-    sgid_index: u8,
-    hop_limit: u8,
-    traffic_class: u8,
-    sl: u8,
-    src_path_bits: u8,
-    static_rate: u8,
-    is_global: u8,
-    port_num: u8,
+pub(super) struct ShimAv {
+    pub(super) dgid: [u8; 16],
+    pub(super) flow_label: u32,
+    pub(super) dlid: u16,
+    pub(super) sgid_index: u8,
+    pub(super) hop_limit: u8,
+    pub(super) traffic_class: u8,
+    pub(super) sl: u8,
+    pub(super) src_path_bits: u8,
+    pub(super) static_rate: u8,
+    pub(super) is_global: u8,
+    pub(super) port_num: u8,
 }
 
 /// Mirror of `struct ibcm_xrc_qp_attr` in `csrc/shim.c`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct ShimQpAttr {
-    qp_state: u32,
-    cur_qp_state: u32,
-    path_mtu: u32,
-    path_mig_state: u32,
-    qkey: u32,
-    rq_psn: u32,
-    sq_psn: u32,
-    dest_qp_num: u32,
-    qp_access_flags: u32,
-    pkey_index: u16,
-    alt_pkey_index: u16,
-    en_sqd_async_notify: u8,
-    max_rd_atomic: u8,
-    max_dest_rd_atomic: u8,
-    min_rnr_timer: u8,
-    port_num: u8,
-    timeout: u8,
-    retry_cnt: u8,
-    rnr_retry: u8,
-    alt_port_num: u8,
-    alt_timeout: u8,
-    av: ShimAv,
-    alt_av: ShimAv,
+pub(super) struct ShimQpAttr {
+    pub(super) qp_state: u32,
+    pub(super) cur_qp_state: u32,
+    pub(super) path_mtu: u32,
+    pub(super) path_mig_state: u32,
+    pub(super) qkey: u32,
+    pub(super) rq_psn: u32,
+    pub(super) sq_psn: u32,
+    pub(super) dest_qp_num: u32,
+    pub(super) qp_access_flags: u32,
+    pub(super) pkey_index: u16,
+    pub(super) alt_pkey_index: u16,
+    pub(super) en_sqd_async_notify: u8,
+    pub(super) max_rd_atomic: u8,
+    pub(super) max_dest_rd_atomic: u8,
+    pub(super) min_rnr_timer: u8,
+    pub(super) port_num: u8,
+    pub(super) timeout: u8,
+    pub(super) retry_cnt: u8,
+    pub(super) rnr_retry: u8,
+    pub(super) alt_port_num: u8,
+    pub(super) alt_timeout: u8,
+    pub(super) av: ShimAv,
+    pub(super) alt_av: ShimAv,
 }
 
 extern "C" {
@@ -139,7 +140,7 @@ extern "C" {
         srqn: *mut u32,
     ) -> c_int;
     fn ibcm_xrc_destroy_srq(s: *mut IbvSrq) -> c_int;
-    fn ibcm_xrc_modify_qp(qp: *mut IbvQp, a: *const ShimQpAttr, mask: c_int) -> c_int;
+    pub(super) fn ibcm_xrc_modify_qp(qp: *mut IbvQp, a: *const ShimQpAttr, mask: c_int) -> c_int;
     fn ibcm_xrc_query_qp(
         qp: *mut IbvQp,
         state: *mut u32,

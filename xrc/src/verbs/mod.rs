@@ -7,6 +7,9 @@
 //!   modern kernel (docs/xrc.md §1.2–1.3) with any number of simulated processes;
 //! * `RdmaVerbs` (feature `rdma`): libibverbs through a small C shim (`csrc/shim.c`).
 //!
+//! `rc` (features `rdma` and `cm`) is the data path next to it: RC QPs brought up from
+//! `ibcm::qp_attr`'s attributes, memory regions, posting and polling (`csrc/rc.c`).
+//!
 //! The trait is object safe (`Box<dyn Verbs>`), so the registry and the keeper do not care
 //! which one they drive. On top of a backend: [`qp`] (QP states, attributes and the per-type
 //! modify rules, docs/xrc.md §1.6) and the [`XrcSrq`] / [`IniQp`] helpers.
@@ -17,6 +20,8 @@ mod ffi;
 pub mod model;
 mod objects;
 pub mod qp;
+#[cfg(all(feature = "rdma", feature = "cm"))]
+pub mod rc;
 
 #[cfg(feature = "rdma")]
 pub use ffi::RdmaVerbs;

@@ -45,6 +45,8 @@ use ibcm_mad::{
     Gid, Guid, Qkey, Qpn, RejReason, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U4,
 };
 
+#[path = "../ping/mod.rs"]
+mod ping;
 #[path = "../common/qpn.rs"]
 mod qpn;
 use qpn::QpnAlloc;
@@ -161,6 +163,8 @@ struct Args {
     /// script the listener is ready).
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    verbs: ping::VerbsArgs,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -213,12 +217,13 @@ struct Counts {
 impl Counts {
     fn line(&self) -> String {
         format!(
-            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {} disconnect timed out",
+            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {} disconnect timed out{}",
             self.established.load(Ordering::Relaxed),
             self.rejected.load(Ordering::Relaxed),
             self.timed_out.load(Ordering::Relaxed),
             self.disconnected.load(Ordering::Relaxed),
-            self.disconnect_timed_out.load(Ordering::Relaxed)
+            self.disconnect_timed_out.load(Ordering::Relaxed),
+            ping::summary_suffix()
         )
     }
 
@@ -345,6 +350,7 @@ impl PeerAddrMaker {
 }
 
 async fn run(args: Args) -> Result<ExitCode> {
+    ping::init(&args)?;
     if let Some(ip) = args.listen {
         return listen(args, ip).await;
     }
@@ -440,6 +446,7 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
             }
         });
     }
+    ping::report_timing();
     println!("{}", counts.line());
     // The endpoint's counters, every drop by reason: the last line, one JSON object.
     println!("{}", cm.stats().await?.to_json());
@@ -529,6 +536,9 @@ async fn serve_one(
             ),
         );
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if args.verbs.verbs.is_some() {
+        return ping::serve(cm, args, counts, inc).await;
     }
     let q = qpn.next();
     let mut p = if xrc {
@@ -635,6 +645,7 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
         for c in closing {
             let _ = c.await;
         }
+        ping::release_held();
     }
     let secs = start.elapsed().as_secs_f64();
     if !args.quiet {
@@ -644,9 +655,11 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
             args.count as f64 / secs.max(1e-9)
         );
     }
+    ping::report_timing();
     println!("{}", counts.line());
     let ok = counts.established.load(Ordering::Relaxed) == args.count
-        && counts.disconnect_timed_out.load(Ordering::Relaxed) == 0;
+        && counts.disconnect_timed_out.load(Ordering::Relaxed) == 0
+        && ping::data_ok(counts.established.load(Ordering::Relaxed));
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -696,6 +709,9 @@ async fn one_connection(
     p.remote_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.max_cm_retries = U4::masked(args.retries);
+    if args.verbs.verbs.is_some() {
+        return ping::connect(cm, args, counts, p, i).await;
+    }
     let manual = args.rtu_delay.is_some() || args.reject_rep.is_some();
     let conn = if manual {
         manual_connect(cm, args, counts, p, i).await
