@@ -17,6 +17,7 @@
 //! | `file` | string | several input files | the input file |
 //! | `frame` | int | always | 1-based frame number in its file |
 //! | `time` | float | always | capture time, seconds since the Unix epoch |
+//! | `time_rel`, `time_utc`, `time_delta`, `time_delta_displayed` | float, string, float, float | `-t r`, `-t a`/`ad`, `-t d`, `-t dd` | the time as `-t` asks (`time_utc`: `"2026-12-01 17:54:51.123456"`, or the time of day alone for `-t a`) |
 //! | `msg` | string | always | `REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP LAP APR CPI` or `UNKNOWN` |
 //! | `attr_id` | int | always | MAD Attribute ID |
 //! | `tid` | string | always | MAD Transaction ID, `"0x…"` (16 hex digits) |
@@ -54,7 +55,8 @@
 //! integers, adds `dup` (duplicate captures) here and `duplicates` in the ladder and stats
 //! objects, and gives a SIDR exchange with a non-zero SIDR_REP status the ladder outcome
 //! `failed` (was `resolved`). Later in version 3: `captured` and the `icrc` value
-//! `not-captured` for MADs cut by the snaplen. Keys are only ever added within a version.
+//! `not-captured` for MADs cut by the snaplen; the `-t` keys `time_rel`, `time_utc`,
+//! `time_delta`, `time_delta_displayed`. Keys are only ever added within a version.
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
@@ -66,6 +68,7 @@ use ibcm_mad::{CmMessage, ReqTransport, ServiceId};
 
 use crate::conn::{Note, Side};
 use crate::style::{msg_role, Palette, Role};
+use crate::timefmt::{json_time, put_time, TimeFormat, TimeRef};
 use crate::trace::{CmEvent, Icrc, WireAddr};
 
 /// Version of the JSON schemas (per-MAD lines, `--ladder --json` and `--stats --json`).
@@ -448,7 +451,13 @@ fn sid(out: &mut Vec<u8>, sid: ServiceId) {
 ///
 /// Written with literal keys straight into `out` (this is cm-trace's hottest path): the same
 /// bytes as building the object member by member.
-pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Option<&str>) {
+pub(crate) fn json_line(
+    out: &mut Vec<u8>,
+    ev: &CmEvent,
+    note: &Note,
+    file: Option<&str>,
+    (time, when): (Option<TimeFormat>, TimeRef),
+) {
     const _: () = assert!(JSON_SCHEMA_VERSION == 3);
     let msg = &ev.mad.msg;
     // MAD bytes captured: a field ending after them (a packet cut by the snaplen) is left out.
@@ -462,6 +471,9 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
     num(out, key!("frame"), ev.frame);
     out.extend_from_slice(key!("time"));
     put_f64(out, ev.time.as_secs_f64());
+    if let Some(f) = time {
+        json_time(out, f, ev.time, &when);
+    }
     out.extend_from_slice(match msg {
         CmMessage::ClassPortInfo(_) => b",\"msg\":\"CPI\",\"attr_id\":1",
         CmMessage::Req(_) => b",\"msg\":\"REQ\",\"attr_id\":16",
@@ -797,11 +809,16 @@ pub(crate) fn summary(out: &mut Vec<u8>, msg: &CmMessage, pal: &Palette, have: u
 /// ```text
 ///      5     0.000000  2.2.2.1 → 2.2.2.3  REQ lcid=0x3eb0bde5 sid=0x0000000001061144 (TCP:4420) qpn=0x0000dc psn=0x017c2d RC  icrc=ok  conn=1
 /// ```
-pub(crate) fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration, pal: &Palette) {
-    let rel = ev.time.checked_sub(t0).unwrap_or_default();
+pub(crate) fn text_line(
+    out: &mut Vec<u8>,
+    ev: &CmEvent,
+    note: &Note,
+    (time, when): (TimeFormat, TimeRef),
+    pal: &Palette,
+) {
     pal.start(out, Role::Dim);
     let _ = write!(out, "{:>6} ", ev.frame);
-    put_secs(out, rel, 5);
+    put_time(out, time, ev.time, &when, 5);
     pal.end(out, Role::Dim);
     out.extend_from_slice(b"  ");
     put_wire_addr(out, &ev.src);

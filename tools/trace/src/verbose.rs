@@ -3,15 +3,15 @@
 //! Service ID and private-data IP header spelled out.
 
 use std::io::Write;
-use std::time::Duration;
 
 use ibcm_mad::cma::CmaHeader;
 use ibcm_mad::xrc::XrcBlock;
 use ibcm_mad::{CmMessage, Gid, PathInfo, TimeoutExp};
 
 use crate::conn::Note;
-use crate::render::{human, put_secs, put_wire_addr, summary};
+use crate::render::{human, put_wire_addr, summary};
 use crate::style::{Palette, Role};
+use crate::timefmt::{put_time, TimeFormat, TimeRef};
 use crate::trace::{CmEvent, Icrc};
 
 const NAME_WIDTH: usize = 34;
@@ -612,14 +612,23 @@ fn message(out: &mut Vec<u8>, msg: &CmMessage) {
 }
 
 /// Appends the `-V` view of one CM MAD.
-pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration, pal: &Palette) {
-    let rel = ev.time.checked_sub(t0).unwrap_or_default();
+pub(crate) fn verbose(
+    out: &mut Vec<u8>,
+    ev: &CmEvent,
+    note: &Note,
+    (time, when): (TimeFormat, TimeRef),
+    pal: &Palette,
+) {
     pal.start(out, Role::Head);
     let _ = write!(out, "Frame {}", ev.frame);
     pal.end(out, Role::Head);
     out.extend_from_slice(b"  ");
-    put_secs(out, rel, 1);
-    let _ = write!(out, " s  {}  ", ev.encap);
+    put_time(out, time, ev.time, &when, 1);
+    out.extend_from_slice(match time {
+        TimeFormat::Absolute | TimeFormat::AbsoluteDate => b" UTC  ",
+        _ => b" s  ",
+    });
+    let _ = write!(out, "{}  ", ev.encap);
     put_wire_addr(out, &ev.src);
     out.extend_from_slice(" → ".as_bytes());
     put_wire_addr(out, &ev.dst);

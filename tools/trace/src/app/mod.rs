@@ -14,6 +14,7 @@ use crate::input::{OpenError, Opened, Source};
 use crate::report::{stats_json, stats_text};
 use crate::stats::TraceStats;
 use crate::style::Palette;
+use crate::timefmt::TimeFormat;
 use crate::timeline::Timeline;
 
 use file::{run_file, FileCtx};
@@ -82,6 +83,9 @@ pub struct Options {
     pub live: bool,
     /// Connection tracking settings (`record_events` is set from the view).
     pub tracker: TrackerConfig,
+    /// `-t`: the time column of the text views (`None`: relative), and the extra time key of
+    /// the JSON lines (`None`: only `time`).
+    pub time: Option<TimeFormat>,
 }
 
 /// Files larger than this get a progress bar (when enabled).

@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use ibcm_mad::{CommId, ServiceId};
-use ibcm_trace::ColorChoice;
 use ibcm_trace::TrackerConfig;
 use ibcm_trace::{parse_msg, parse_u64, AddrMatch, Filter};
 use ibcm_trace::{run, Options, View};
+use ibcm_trace::{ColorChoice, TimeFormat};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Color {
@@ -98,6 +98,9 @@ struct Args {
     /// Seconds of capture time an ended connection waits for late retransmissions.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     grace: f64,
+    /// Time format of the per-MAD views, as tshark's -t: r (relative to the first frame, the default), a / ad (UTC time of day / date and time), e (epoch), d (since the previous frame), dd (since the previous frame shown). With --json an extra key (time_rel, time_utc, time_delta, time_delta_displayed) next to `time`.
+    #[arg(short = 't', value_name = "FORMAT", value_parser = parse_time)]
+    time: Option<TimeFormat>,
     /// Capture files (pcap, pcapng, ERF; `-` for standard input).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<String>,
@@ -149,6 +152,7 @@ fn build(args: &Args) -> Result<Options, String> {
         timeline: args.timeline.clone(),
         timeline_max: args.timeline_max,
         live: args.line_buffered,
+        time: args.time,
         tracker: TrackerConfig {
             max_live: args.max_conns,
             grace: Duration::from_secs_f64(args.grace.min(1e9)),
@@ -190,4 +194,9 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// `-t`: tshark's time format letters.
+fn parse_time(s: &str) -> Result<TimeFormat, String> {
+    s.parse()
 }
