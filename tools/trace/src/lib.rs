@@ -49,6 +49,7 @@ mod filter;
 mod gen;
 mod hash;
 mod input;
+mod json_full;
 mod ladder;
 mod render;
 mod report;

@@ -38,6 +38,19 @@
 //! | `mraed`, `service_timeout` | string, int | MRA | message acknowledged; Service Timeout exponent |
 //! | `sidr_status` | int | SIDR_REP | status |
 //! | `cma_src`, `cma_dst`, `cma_src_port` | string, string, int | REQ/SIDR_REQ with an rdma_cm Service ID and a valid CMA header | addresses and port from the rdma_cm private-data header |
+//! | `qkey`, `responder_resources`, `initiator_depth`, `remote_cm_response_timeout`, `local_cm_response_timeout`, `flow_control`, `retry_count`, `rnr_retry_count`, `max_cm_retries`, `pkey`, `mtu`, `srq` | int / bool | REQ (from MAD byte 76) | the REQ's connection parameters: Q_Key, responder resources, initiator depth, CM response timeout exponents, end-to-end flow control, retry and RNR retry counts, max CM retries, P_Key, path MTU in bytes (`mtu_code` for a reserved code), SRQ |
+//! | `remote_eecn`, `ece_vendor_id` | int | REQ, REP, SIDR_REP when non-zero | Remote EECN; the ECE vendor ID |
+//! | `primary_path`, `alternate_path` | object | REQ (from byte 120 / 164; the alternate only when present), LAP (`alternate_path`) | `local_lid`, `remote_lid`, `local_gid`, `remote_gid` (IPv6 notation, `::ffff:a.b.c.d` for IPv4-mapped), `flow_label`, `packet_rate` and `packet_rate_name`, `traffic_class`, `hop_limit`, `sl`, `subnet_local`, `local_ack_timeout` |
+//! | `qkey`, `responder_resources`, `initiator_depth`, `target_ack_delay`, `failover`, `flow_control`, `rnr_retry_count`, `srq` | int / string / bool | REP (from MAD byte 52) | the REP's parameters |
+//! | `ari_len`, `ari` | int, string | REJ | Reject Info Length and the ARI bytes in hex |
+//! | `remote_cm_response_timeout` | int | LAP | |
+//! | `ap_status`, `ap_status_name`, `additional_info` | int, string, string | APR | AP status and the additional information in hex |
+//! | `pkey` | int | SIDR_REQ | P_Key |
+//! | `sidr_status_name`, `qkey`, `additional_info` | string, int, string | SIDR_REP | |
+//! | `base_version` … `trap_qp` | | CPI | ClassPortInfo fields |
+//! | `private_data` | string | every message but CPI, whole MADs | the private data in lower-case hex, trailing zero bytes left out (`""`: all zero); its length is fixed by the message type (REQ 92, REP 196, REJ 148, …) |
+//! | `attr_data` | string | unknown attributes, whole MADs | the attribute data in hex, trailing zeros left out |
+//! | `xrc_block` | object | REQ, REP, REJ, DREQ carrying ibcm-xrc's block (docs/xrc.md) | `kind`, `len`, `fields` (name → value as `-V` shows them); `xrc_block_error` for a block with the marker that does not parse |
 //! | `conn` | int | connection messages | connection number in the file (1, 2, … by first appearance) |
 //! | `from` | string | connection messages | `active` (the REQ side) or `passive` |
 //! | `retrans` | bool | always | a retransmission: a repeat (same attribute, TID and comm IDs) of an earlier message in a new packet (new BTH PSN) |
@@ -56,7 +69,9 @@
 //! objects, and gives a SIDR exchange with a non-zero SIDR_REP status the ladder outcome
 //! `failed` (was `resolved`). Later in version 3: `captured` and the `icrc` value
 //! `not-captured` for MADs cut by the snaplen; the `-t` keys `time_rel`, `time_utc`,
-//! `time_delta`, `time_delta_displayed`. Keys are only ever added within a version.
+//! `time_delta`, `time_delta_displayed`; every remaining CM field (the connection parameters,
+//! paths, ARI / additional information, `private_data`, `xrc_block`: `src/json_full.rs`).
+//! Keys are only ever added within a version.
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
@@ -67,6 +82,7 @@ use ibcm_mad::frame::Encap;
 use ibcm_mad::{CmMessage, ReqTransport, ServiceId};
 
 use crate::conn::{Note, Side};
+use crate::json_full::full_fields;
 use crate::style::{msg_role, Palette, Role};
 use crate::timefmt::{json_time, put_time, TimeFormat, TimeRef};
 use crate::trace::{CmEvent, Icrc, WireAddr};
@@ -593,6 +609,7 @@ pub(crate) fn json_line(
         wire_addr(out, key!("cma_dst"), &WireAddr::Ip(h.dst));
         num(out, key!("cma_src_port"), u64::from(h.src_port));
     }
+    full_fields(out, msg, have);
     if let Some(c) = note.conn {
         num(out, key!("conn"), c);
     }
