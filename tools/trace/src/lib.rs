@@ -45,6 +45,7 @@
 mod app;
 mod capture;
 mod conn;
+mod expr;
 mod filter;
 mod gen;
 mod hash;
@@ -58,6 +59,7 @@ mod style;
 mod timefmt;
 mod timeline;
 mod trace;
+mod upper;
 mod verbose;
 
 pub use app::{run, Options, Outcomes, View};
@@ -66,7 +68,8 @@ pub use capture::{
     MAX_RECORD_LEN,
 };
 pub use conn::TrackerConfig;
-pub use filter::{parse_msg, parse_u64, AddrMatch, Filter};
+pub use expr::{field_table, ExprError, FilterExpr};
+pub use filter::{parse_msg, parse_u64, AddrMatch, Filter, TimeBound};
 pub use gen::{default_template_paths, generate, load_template, GenConfig, GenSummary, Template};
 pub use style::ColorChoice;
 pub use timefmt::TimeFormat;

@@ -81,6 +81,47 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// (year, month, day) → days since 1970-01-01 (proleptic Gregorian).
+pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses `YYYY-MM-DD HH:MM:SS[.fraction]` (or with `T`) as UTC, to the time since the epoch.
+pub(crate) fn parse_utc(s: &str) -> Option<Duration> {
+    let (date, time) = s.split_once([' ', 'T'])?;
+    let mut d = date.split('-');
+    let y: i64 = d.next()?.parse().ok()?;
+    let mo: u32 = d.next()?.parse().ok()?;
+    let da: u32 = d.next()?.parse().ok()?;
+    if d.next().is_some() || !(1..=12).contains(&mo) || !(1..=31).contains(&da) {
+        return None;
+    }
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.split(':');
+    let h: u64 = t.next()?.parse().ok()?;
+    let mi: u64 = t.next()?.parse().ok()?;
+    let se: u64 = t.next().map_or(Some(0), |x| x.parse().ok())?;
+    if t.next().is_some() || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let nanos: u32 = if frac.is_empty() {
+        0
+    } else if frac.len() <= 9 && frac.bytes().all(|b| b.is_ascii_digit()) {
+        format!("{frac:0<9}").parse().ok()?
+    } else {
+        return None;
+    };
+    let days = u64::try_from(days_from_civil(y, mo, da)).ok()?;
+    Some(Duration::new(days * 86_400 + h * 3600 + mi * 60 + se, nanos))
+}
+
 /// Appends `ts` (since the Unix epoch) as UTC: `HH:MM:SS.ffffff`, preceded by `YYYY-MM-DD `
 /// when `date`.
 pub(crate) fn put_utc(out: &mut Vec<u8>, ts: Duration, date: bool) {
@@ -169,6 +210,16 @@ mod tests {
         assert_eq!(utc(1_764_611_691, 0, false), "17:54:51.000000");
         // 2100 is not a leap year: 2100-02-28 + 1 day = 2100-03-01 (`date -u -d @4107542400`).
         assert_eq!(utc(4_107_542_400, 0, true), "2100-03-01 00:00:00.000000");
+    }
+
+    #[test]
+    fn utc_text_parses_back() {
+        let t = Duration::new(1_764_611_691, 123_456_000);
+        assert_eq!(parse_utc("2025-12-01 17:54:51.123456"), Some(t));
+        assert_eq!(parse_utc("2025-12-01T17:54:51.123456"), Some(t));
+        assert_eq!(parse_utc("2000-02-29 00:00"), Some(Duration::from_secs(951_782_400)));
+        assert_eq!(parse_utc("2025-13-01 00:00:00"), None);
+        assert_eq!(parse_utc("yesterday"), None);
     }
 
     #[test]

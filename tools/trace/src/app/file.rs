@@ -2,6 +2,7 @@
 //! the summary lines, the per-record tracking shared by both loops, the loop of the views
 //! written on the calling thread, and [`run_file`], which picks the loop.
 
+use std::collections::HashSet;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,6 +42,10 @@ pub(super) struct FileCtx<'a> {
     pub(super) stats: TraceStats,
     pub(super) timeline: Option<&'a mut Timeline>,
     pub(super) timeline_file: usize,
+    /// Connections with a message that matched `-Y` (connection views), until they finish.
+    pub(super) expr_conns: HashSet<u64>,
+    /// The file's first frame time (for `--from +S` / `--to +S`).
+    pub(super) t0: Duration,
 }
 
 impl FileCtx<'_> {
@@ -79,7 +84,13 @@ impl FileCtx<'_> {
     }
 
     fn finished(&mut self, c: &Conn) -> io::Result<()> {
-        if !self.opts.filter.is_empty() && !self.opts.filter.matches_conn(c, |a| has_msg(c, a)) {
+        let f = &self.opts.filter;
+        if f.expr.is_some() && !self.expr_conns.remove(&c.id) {
+            return Ok(());
+        }
+        if !f.is_empty()
+            && !(f.matches_conn(c, |a| has_msg(c, a)) && f.in_window(c.first, c.last, self.t0))
+        {
             return Ok(());
         }
         self.stats.add_conn(c);
@@ -211,6 +222,7 @@ pub(super) fn track(
     let opts = ctx.opts;
     ctx.stats.frames += 1;
     let t0 = *st.t0.get_or_insert(ts);
+    ctx.t0 = t0;
     st.last = st.last.max(ts);
     let prev = st.prev.replace(ts).unwrap_or(ts);
     match item {
@@ -229,11 +241,18 @@ pub(super) fn track(
                 None => ctx.stats.count_message(attr),
             }
             let note = st.tracker.observe(ev);
+            if let (Some(e), Some(c), false) = (&opts.filter.expr, note.conn, opts.view.per_mad()) {
+                if e.matches(ev, &note) {
+                    ctx.expr_conns.insert(c);
+                }
+            }
             if st.tracker.has_finished() {
                 st.tracker.drain_finished(|c| ctx.finished(c))?;
             }
-            let shown =
-                opts.view.per_mad() && (st.filter_empty || opts.filter.matches_event(ev, &note));
+            let shown = opts.view.per_mad()
+                && (st.filter_empty
+                    || (opts.filter.matches_event(ev, &note)
+                        && opts.filter.in_window(ev.time, ev.time, t0)));
             if shown {
                 st.when = TimeRef {
                     t0,

@@ -190,6 +190,8 @@ pub fn run<W: Write + Send>(
             stats: TraceStats::default(),
             timeline: timeline.as_mut(),
             timeline_file,
+            expr_conns: std::collections::HashSet::new(),
+            t0: std::time::Duration::ZERO,
         };
         run_file(&mut ctx, out, &mut src, &counter, size)?;
         if ctx.damaged {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use ibcm_mad::{CommId, ServiceId};
 use ibcm_trace::TrackerConfig;
-use ibcm_trace::{parse_msg, parse_u64, AddrMatch, Filter};
+use ibcm_trace::{field_table, parse_msg, parse_u64, AddrMatch, ExprError, Filter, TimeBound};
 use ibcm_trace::{run, Options, View};
 use ibcm_trace::{ColorChoice, TimeFormat};
 
@@ -77,6 +77,21 @@ struct Args {
     /// Only this IP address, GID (IPv6 notation) or lid:N at either end (repeatable).
     #[arg(short = 'a', long = "addr", value_name = "ADDR")]
     addrs: Vec<String>,
+    /// Only messages matching this field expression, e.g. 'rej.reason == 28 && sid.port == 4420' (grammar and fields: --help-fields; connection views: connections with a matching message).
+    #[arg(short = 'Y', long = "display-filter", value_name = "EXPR")]
+    expr: Option<String>,
+    /// Print the fields of -Y expressions and exit.
+    #[arg(long, exclusive = true)]
+    help_fields: bool,
+    /// Only this rdma_cm port (of the Service ID; repeatable).
+    #[arg(long = "port", value_name = "PORT")]
+    ports: Vec<u16>,
+    /// Only from this time: epoch seconds, UTC "YYYY-MM-DD HH:MM:SS[.frac]", or +SECONDS since the file's first frame.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = false)]
+    from: Option<String>,
+    /// Only up to this time (same forms as --from).
+    #[arg(long, value_name = "TIME")]
+    to: Option<String>,
     /// Only XRC connections.
     #[arg(long)]
     xrc: bool,
@@ -102,7 +117,7 @@ struct Args {
     #[arg(short = 't', value_name = "FORMAT", value_parser = parse_time)]
     time: Option<TimeFormat>,
     /// Capture files (pcap, pcapng, ERF; `-` for standard input).
-    #[arg(required = true, value_name = "FILE")]
+    #[arg(required_unless_present = "help_fields", value_name = "FILE")]
     files: Vec<String>,
 }
 
@@ -124,6 +139,12 @@ fn build(args: &Args) -> Result<Options, String> {
     for a in &args.addrs {
         filter.addrs.push(a.parse::<AddrMatch>()?);
     }
+    if let Some(e) = &args.expr {
+        filter.expr = Some(e.parse().map_err(|e: ExprError| format!("-Y: {e}"))?);
+    }
+    filter.ports.clone_from(&args.ports);
+    filter.from = args.from.as_deref().map(str::parse::<TimeBound>).transpose()?;
+    filter.to = args.to.as_deref().map(str::parse::<TimeBound>).transpose()?;
     filter.xrc = args.xrc;
     filter.problems = args.problems;
     let view = match (args.verbose, args.json, args.ladder, args.stats) {
@@ -163,6 +184,13 @@ fn build(args: &Args) -> Result<Options, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.help_fields {
+        println!("-Y fields (FIELD OP VALUE; OP: == != < > <= >=; && || ! and or not; parentheses):");
+        for (name, kind, doc) in field_table() {
+            println!("  {name:<20} {kind:<11} {doc}");
+        }
+        return ExitCode::SUCCESS;
+    }
     let opts = match build(&args) {
         Ok(o) => o,
         Err(e) => {
