@@ -51,6 +51,8 @@
 //! | `private_data` | string | every message but CPI, whole MADs | the private data in lower-case hex, trailing zero bytes left out (`""`: all zero); its length is fixed by the message type (REQ 92, REP 196, REJ 148, …) |
 //! | `attr_data` | string | unknown attributes, whole MADs | the attribute data in hex, trailing zeros left out |
 //! | `xrc_block` | object | REQ, REP, REJ, DREQ carrying ibcm-xrc's block (docs/xrc.md) | `kind`, `len`, `fields` (name → value as `-V` shows them); `xrc_block_error` for a block with the marker that does not parse |
+//! | `ulp` | string | a Service ID (the message's or its connection's) of a known upper layer | `NVMe-oF` (rdma_cm TCP 4420 / 8009), `iSER` (3260), `IPoIB-CM` (`0x1000000000000000 \| QPN`) |
+//! | `upper` | object | private data of a recognised upper layer | `protocol` and its fields: NVMe-oF REQ `recfmt qid hrqsize hsqsize cntlid`, REP `recfmt crqsize`, REJ `recfmt status status_name`; iSER `flags`; IPoIB-CM `qpn mtu`; SRP `msg` (`SRP_LOGIN_REQ` / `_RSP` / `_REJ`) and its fields (`src/upper.rs`) |
 //! | `conn` | int | connection messages | connection number in the file (1, 2, … by first appearance) |
 //! | `from` | string | connection messages | `active` (the REQ side) or `passive` |
 //! | `retrans` | bool | always | a retransmission: a repeat (same attribute, TID and comm IDs) of an earlier message in a new packet (new BTH PSN) |
@@ -86,6 +88,7 @@ use crate::json_full::full_fields;
 use crate::style::{msg_role, Palette, Role};
 use crate::timefmt::{json_time, put_time, TimeFormat, TimeRef};
 use crate::trace::{CmEvent, Icrc, WireAddr};
+use crate::upper::{self, Ulp};
 
 /// Version of the JSON schemas (per-MAD lines, `--ladder --json` and `--stats --json`).
 /// Bumped on any incompatible change.
@@ -384,6 +387,16 @@ fn transport_name(t: ReqTransport) -> &'static str {
     }
 }
 
+/// The Service ID of a message's connection (a REQ's or SIDR's own).
+pub(crate) fn event_sid(ev: &CmEvent, note: &Note) -> Option<ServiceId> {
+    match &ev.mad.msg {
+        CmMessage::Req(r) => Some(r.service_id),
+        CmMessage::SidrReq(s) => Some(s.service_id),
+        CmMessage::SidrRep(s) => Some(s.service_id),
+        _ => note.service_id,
+    }
+}
+
 /// The rdma_cm IP header of a REQ / SIDR_REQ, when its Service ID is an rdma_cm one.
 pub(crate) fn cma_header(msg: &CmMessage) -> Option<CmaHeader> {
     let (sid, pd): (ServiceId, &[u8]) = match msg {
@@ -610,6 +623,19 @@ pub(crate) fn json_line(
         num(out, key!("cma_src_port"), u64::from(h.src_port));
     }
     full_fields(out, msg, have);
+    let conn_sid = match msg {
+        CmMessage::Req(r) => Some(r.service_id),
+        CmMessage::SidrReq(s) => Some(s.service_id),
+        CmMessage::SidrRep(s) => Some(s.service_id),
+        _ => note.service_id,
+    };
+    if let Some(u) = conn_sid.and_then(Ulp::of) {
+        name(out, key!("ulp"), u.name());
+    }
+    if let Some(u) = upper::decode(msg, conn_sid, have) {
+        out.extend_from_slice(key!("upper"));
+        u.json(out);
+    }
     if let Some(c) = note.conn {
         num(out, key!("conn"), c);
     }
@@ -842,7 +868,13 @@ pub(crate) fn text_line(
     out.extend_from_slice(" → ".as_bytes());
     put_wire_addr(out, &ev.dst);
     out.extend_from_slice(b"  ");
-    summary(out, &ev.mad.msg, pal, ev.captured.map_or(256, usize::from));
+    let have = ev.captured.map_or(256, usize::from);
+    summary(out, &ev.mad.msg, pal, have);
+    if let Some(u) = upper::decode(&ev.mad.msg, event_sid(ev, note), have) {
+        out.extend_from_slice(b" [");
+        out.extend_from_slice(u.text().as_bytes());
+        out.push(b']');
+    }
     // A REQ's summary already names its transport (`XRC`).
     if (ev.mad.msg.is_xrc() || note.xrc) && !matches!(ev.mad.msg, CmMessage::Req(_)) {
         out.extend_from_slice(b" XRC");

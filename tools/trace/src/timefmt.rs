@@ -119,7 +119,10 @@ pub(crate) fn parse_utc(s: &str) -> Option<Duration> {
         return None;
     };
     let days = u64::try_from(days_from_civil(y, mo, da)).ok()?;
-    Some(Duration::new(days * 86_400 + h * 3600 + mi * 60 + se, nanos))
+    Some(Duration::new(
+        days * 86_400 + h * 3600 + mi * 60 + se,
+        nanos,
+    ))
 }
 
 /// Appends `ts` (since the Unix epoch) as UTC: `HH:MM:SS.ffffff`, preceded by `YYYY-MM-DD `
@@ -217,7 +220,10 @@ mod tests {
         let t = Duration::new(1_764_611_691, 123_456_000);
         assert_eq!(parse_utc("2025-12-01 17:54:51.123456"), Some(t));
         assert_eq!(parse_utc("2025-12-01T17:54:51.123456"), Some(t));
-        assert_eq!(parse_utc("2000-02-29 00:00"), Some(Duration::from_secs(951_782_400)));
+        assert_eq!(
+            parse_utc("2000-02-29 00:00"),
+            Some(Duration::from_secs(951_782_400))
+        );
         assert_eq!(parse_utc("2025-13-01 00:00:00"), None);
         assert_eq!(parse_utc("yesterday"), None);
     }

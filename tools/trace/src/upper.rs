@@ -27,7 +27,63 @@
 //! and a DREQ that timed out (status -110), `RDMA_CM_EVENT_DISCONNECTED`.
 
 use ibcm_mad::cma::PortSpace;
-use ibcm_mad::{CmMessage, ServiceId};
+use ibcm_mad::{CmMessage, ServiceId, Side};
+
+use crate::conn::{Conn, ConnKind, Outcome, Phase};
+
+/// What a librdmacm application gets when a connection fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RdmaCmEvent {
+    /// Whose application.
+    pub(crate) side: Side,
+    /// `RDMA_CM_EVENT_…`.
+    pub(crate) event: &'static str,
+    /// The event's `status`.
+    pub(crate) status: i32,
+}
+
+/// `-ETIMEDOUT`.
+const ETIMEDOUT: i32 = -110;
+
+fn other(s: Side) -> Side {
+    match s {
+        Side::Active => Side::Passive,
+        Side::Passive => Side::Active,
+    }
+}
+
+/// The rdma_cm event of a failed connection of an rdma_cm Service ID (module docs), `None`
+/// for other Service IDs and for connections that did not fail.
+pub(crate) fn rdma_cm_event(c: &Conn) -> Option<RdmaCmEvent> {
+    c.service_id?.rdma_cm_port()?;
+    let ev = |side, event, status| {
+        Some(RdmaCmEvent {
+            side,
+            event,
+            status,
+        })
+    };
+    match c.outcome {
+        Outcome::Rejected { reason, by } => {
+            ev(other(by), "RDMA_CM_EVENT_REJECTED", i32::from(reason.raw()))
+        }
+        Outcome::TimedOut { phase, .. } => match phase {
+            Phase::Req | Phase::SidrReq => ev(Side::Active, "RDMA_CM_EVENT_UNREACHABLE", ETIMEDOUT),
+            Phase::Rep => ev(Side::Passive, "RDMA_CM_EVENT_UNREACHABLE", ETIMEDOUT),
+            Phase::Dreq => ev(
+                c.dreq.map_or(Side::Active, |d| d.1),
+                "RDMA_CM_EVENT_DISCONNECTED",
+                ETIMEDOUT,
+            ),
+        },
+        Outcome::Resolved { status } if status.raw() != 0 && c.kind == ConnKind::Sidr => ev(
+            Side::Active,
+            "RDMA_CM_EVENT_UNREACHABLE",
+            i32::from(status.raw()),
+        ),
+        _ => None,
+    }
+}
 
 /// The kernel's `IPOIB_CM_IETF_ID`.
 const IPOIB_CM_IETF_ID: u64 = 0x1000_0000_0000_0000;
@@ -98,13 +154,26 @@ pub(crate) enum Upper {
     /// iSER CM header flags.
     Iser(u8),
     /// IPoIB-CM private data: QPN and MTU.
-    Ipoib { qpn: u32, mtu: u32 },
+    Ipoib {
+        qpn: u32,
+        mtu: u32,
+    },
     /// SRP_LOGIN_REQ: initiator-to-target IU length, buffer formats, flags.
-    SrpLoginReq { it_iu_len: u32, buf_fmt: u16, flags: u8 },
+    SrpLoginReq {
+        it_iu_len: u32,
+        buf_fmt: u16,
+        flags: u8,
+    },
     /// SRP_LOGIN_RSP: request limit delta, largest IU lengths.
-    SrpLoginRsp { req_lim_delta: u32, max_it_iu_len: u32, max_ti_iu_len: u32 },
+    SrpLoginRsp {
+        req_lim_delta: u32,
+        max_it_iu_len: u32,
+        max_ti_iu_len: u32,
+    },
     /// SRP_LOGIN_REJ: reason.
-    SrpLoginRej { reason: u32 },
+    SrpLoginRej {
+        reason: u32,
+    },
 }
 
 fn le16(b: &[u8], at: usize) -> Option<u16> {
@@ -139,11 +208,6 @@ fn srp_login_req(pd: &[u8]) -> Option<Upper> {
         buf_fmt,
         flags: pd.get(26).copied().unwrap_or(0),
     })
-}
-
-/// Whether a REQ is an SRP login (the connection's other messages are SRP's then).
-pub(crate) fn is_srp_login(msg: &CmMessage) -> bool {
-    matches!(msg, CmMessage::Req(r) if srp_login_req(r.private_data.as_bytes()).is_some())
 }
 
 /// The upper-layer header of `msg`, with its connection's Service ID `sid` (a REQ's own);
@@ -205,10 +269,11 @@ pub(crate) fn decode(msg: &CmMessage, sid: Option<ServiceId>, have: usize) -> Op
         }
         (CmMessage::Rej(r), None) if have >= 256 && r.reason.raw() == 28 => {
             let pd = r.private_data.as_bytes();
-            (pd.first() == Some(&0xc2) && zero(pd, 1, 4) && zero(pd, 32, pd.len()))
-                .then(|| Upper::SrpLoginRej {
+            (pd.first() == Some(&0xc2) && zero(pd, 1, 4) && zero(pd, 32, pd.len())).then(|| {
+                Upper::SrpLoginRej {
                     reason: be32(pd, 4).unwrap_or(0),
-                })
+                }
+            })
         }
         _ => None,
     }
@@ -272,7 +337,9 @@ impl Upper {
                 req_lim_delta,
                 max_ti_iu_len,
                 ..
-            } => format!("SRP_LOGIN_RSP req_lim_delta={req_lim_delta} max_ti_iu_len={max_ti_iu_len}"),
+            } => {
+                format!("SRP_LOGIN_RSP req_lim_delta={req_lim_delta} max_ti_iu_len={max_ti_iu_len}")
+            }
             Upper::SrpLoginRej { reason } => format!("SRP_LOGIN_REJ reason={reason:#010x}"),
         }
     }
@@ -368,8 +435,21 @@ mod tests {
             private_data: PrivateData::from_slice(&pd).unwrap(),
             ..Req::default()
         };
-        let u = decode(&CmMessage::Req(req.clone()), Some(ServiceId(0x0002_c903_0000_1234)), 256);
-        assert!(matches!(u, Some(Upper::SrpLoginReq { it_iu_len: 2116, .. })), "{u:?}");
+        let u = decode(
+            &CmMessage::Req(req),
+            Some(ServiceId(0x0002_c903_0000_1234)),
+            256,
+        );
+        assert!(
+            matches!(
+                u,
+                Some(Upper::SrpLoginReq {
+                    it_iu_len: 2116,
+                    ..
+                })
+            ),
+            "{u:?}"
+        );
         let mut other = req;
         other.private_data = PrivateData::from_slice(b"hello").unwrap();
         assert_eq!(decode(&CmMessage::Req(other), None, 256), None);

@@ -9,10 +9,11 @@ use ibcm_mad::xrc::XrcBlock;
 use ibcm_mad::{CmMessage, Gid, PathInfo, TimeoutExp};
 
 use crate::conn::Note;
-use crate::render::{human, put_wire_addr, summary};
+use crate::render::{event_sid, human, put_wire_addr, summary};
 use crate::style::{Palette, Role};
 use crate::timefmt::{put_time, TimeFormat, TimeRef};
 use crate::trace::{CmEvent, Icrc};
+use crate::upper::{self, Ulp};
 
 const NAME_WIDTH: usize = 34;
 
@@ -716,6 +717,13 @@ pub(crate) fn verbose(
     }
     message(out, &ev.mad.msg);
     xrc_block(out, &ev.mad.msg);
+    let sid = event_sid(ev, note);
+    if let Some(u) = sid.and_then(Ulp::of) {
+        let _ = writeln!(out, "  Upper layer (Service ID): {}", u.name());
+    }
+    if let Some(u) = upper::decode(&ev.mad.msg, sid, ev.captured.map_or(256, usize::from)) {
+        let _ = writeln!(out, "  Upper layer (private data): {}", u.text());
+    }
     out.push(b'\n');
 }
 

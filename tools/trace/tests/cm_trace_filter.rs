@@ -81,10 +81,13 @@ fn expressions_select_what_the_predicate_selects() {
         ("msg == rep && !(psn < 0x800000)", |v| {
             v["msg"] == "REP" && v["psn"].as_u64().is_some_and(|p| p >= 0x80_0000)
         }),
-        ("msg == REQ && (sid.port == 4420 || sid.port == 7471)", |v| {
-            v["msg"] == "REQ" && (v["port"] == 4420 || v["port"] == 7471)
+        (
+            "msg == REQ && (sid.port == 4420 || sid.port == 7471)",
+            |v| v["msg"] == "REQ" && (v["port"] == 4420 || v["port"] == 7471),
+        ),
+        ("retrans or dup", |v| {
+            v["retrans"] == true || v["dup"] == true
         }),
-        ("retrans or dup", |v| v["retrans"] == true || v["dup"] == true),
         ("mtu >= 2048 && msg == REQ", |v| {
             v["mtu"].as_u64().is_some_and(|m| m >= 2048)
         }),
@@ -139,16 +142,29 @@ fn expressions_select_what_the_predicate_selects() {
 #[test]
 fn the_example_of_the_docs_selects_the_nvme_reject() {
     let f = cap("kernel/rej28_consumer_private_data.pcap");
-    let v = json(&["-Y", "rej.reason == 28 && sid.port == 7003", f.to_str().unwrap()]);
+    let v = json(&[
+        "-Y",
+        "rej.reason == 28 && sid.port == 7003",
+        f.to_str().unwrap(),
+    ]);
     assert_eq!(v.len(), 1);
     assert_eq!(v[0]["msg"], "REJ");
-    assert!(json(&["-Y", "rej.reason == 28 && sid.port == 4420", f.to_str().unwrap()]).is_empty());
+    assert!(json(&[
+        "-Y",
+        "rej.reason == 28 && sid.port == 4420",
+        f.to_str().unwrap()
+    ])
+    .is_empty());
 }
 
 #[test]
 fn errors_give_the_column_and_exit_2() {
     let f = cap("kernel/rej28_consumer_private_data.pcap");
-    let o = cm_trace(&["-Y", "rej.reason == 26 && sid.prot == 4420", f.to_str().unwrap()]);
+    let o = cm_trace(&[
+        "-Y",
+        "rej.reason == 26 && sid.prot == 4420",
+        f.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(o.stdout.is_empty());
     let err = String::from_utf8(o.stderr).unwrap();
@@ -157,10 +173,19 @@ fn errors_give_the_column_and_exit_2() {
         "cm-trace: -Y: column 21: unknown field `sid.prot` (the fields: cm-trace --help-fields)\
          \n  rej.reason == 26 && sid.prot == 4420\n                      ^\n"
     );
-    for bad in ["(msg == REQ", "msg == REQ ||", "msg = REQ", "mtu > big", "src == 1.2.3"] {
+    for bad in [
+        "(msg == REQ",
+        "msg == REQ ||",
+        "msg = REQ",
+        "mtu > big",
+        "src == 1.2.3",
+    ] {
         let o = cm_trace(&["-Y", bad, f.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(2), "{bad}");
-        assert!(String::from_utf8_lossy(&o.stderr).contains("column "), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("column "),
+            "{bad}"
+        );
     }
 }
 
@@ -168,7 +193,12 @@ fn errors_give_the_column_and_exit_2() {
 fn connection_views_keep_connections_with_a_matching_message() {
     let f = cap("kernel/cmtime_first_20_connections.pcap");
     let f = f.to_str().unwrap();
-    let conns = json(&["--ladder", "-Y", "msg == DREQ && (conn == 3 || conn == 7)", f]);
+    let conns = json(&[
+        "--ladder",
+        "-Y",
+        "msg == DREQ && (conn == 3 || conn == 7)",
+        f,
+    ]);
     let ids: Vec<u64> = conns.iter().map(|c| c["conn"].as_u64().unwrap()).collect();
     assert_eq!(ids, [3, 7]);
     let o = cm_trace(&["--stats", "-Y", "conn <= 5", f]);
@@ -187,7 +217,9 @@ fn port_filter_uses_the_connections_service_id() {
     // REQ, REP, RTU, DREQ, DREP of the NVMe connection: the REP … DREP through it.
     let msgs: Vec<&str> = v.iter().map(|v| v["msg"].as_str().unwrap()).collect();
     assert_eq!(msgs, ["REQ", "REP", "RTU", "DREQ", "DREP"]);
-    assert!(v.iter().all(|v| v["file"].as_str().unwrap().contains("nvme")));
+    assert!(v
+        .iter()
+        .all(|v| v["file"].as_str().unwrap().contains("nvme")));
     let v = json(&["--port", "7003", "--port", "4420", f[0], f[1]]);
     assert_eq!(v.len(), 7);
 }
@@ -215,7 +247,10 @@ fn time_window_in_three_notations() {
         assert_eq!(m, ["REP", "RTU"]);
     }
     // The ladder keeps the connection that overlaps the window.
-    assert_eq!(json(&["--ladder", "--from", "+187.70", "--to", "+187.7017", f]).len(), 1);
+    assert_eq!(
+        json(&["--ladder", "--from", "+187.70", "--to", "+187.7017", f]).len(),
+        1
+    );
     assert!(json(&["--ladder", "--from", "+900", f]).is_empty());
     let o = cm_trace(&["--from", "tomorrow", f]);
     assert_eq!(o.status.code(), Some(2));
@@ -227,7 +262,14 @@ fn help_fields_lists_every_field() {
     let o = cm_trace(&["--help-fields"]);
     assert!(o.status.success());
     let s = String::from_utf8(o.stdout).unwrap();
-    for f in ["rej.reason", "sid.port", "nvme.qid", "cma.src", "mtu", "addr"] {
+    for f in [
+        "rej.reason",
+        "sid.port",
+        "nvme.qid",
+        "cma.src",
+        "mtu",
+        "addr",
+    ] {
         assert!(s.contains(&format!("  {f} ")), "{f}: {s}");
     }
 }

@@ -88,9 +88,9 @@ impl FileCtx<'_> {
         if f.expr.is_some() && !self.expr_conns.remove(&c.id) {
             return Ok(());
         }
-        if !f.is_empty()
-            && !(f.matches_conn(c, |a| has_msg(c, a)) && f.in_window(c.first, c.last, self.t0))
-        {
+        let shown = f.is_empty()
+            || (f.matches_conn(c, |a| has_msg(c, a)) && f.in_window(c.first, c.last, self.t0));
+        if !shown {
             return Ok(());
         }
         self.stats.add_conn(c);

@@ -143,8 +143,16 @@ fn build(args: &Args) -> Result<Options, String> {
         filter.expr = Some(e.parse().map_err(|e: ExprError| format!("-Y: {e}"))?);
     }
     filter.ports.clone_from(&args.ports);
-    filter.from = args.from.as_deref().map(str::parse::<TimeBound>).transpose()?;
-    filter.to = args.to.as_deref().map(str::parse::<TimeBound>).transpose()?;
+    filter.from = args
+        .from
+        .as_deref()
+        .map(str::parse::<TimeBound>)
+        .transpose()?;
+    filter.to = args
+        .to
+        .as_deref()
+        .map(str::parse::<TimeBound>)
+        .transpose()?;
     filter.xrc = args.xrc;
     filter.problems = args.problems;
     let view = match (args.verbose, args.json, args.ladder, args.stats) {
@@ -185,7 +193,9 @@ fn build(args: &Args) -> Result<Options, String> {
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.help_fields {
-        println!("-Y fields (FIELD OP VALUE; OP: == != < > <= >=; && || ! and or not; parentheses):");
+        println!(
+            "-Y fields (FIELD OP VALUE; OP: == != < > <= >=; && || ! and or not; parentheses):"
+        );
         for (name, kind, doc) in field_table() {
             println!("  {name:<20} {kind:<11} {doc}");
         }

@@ -102,7 +102,10 @@ pub struct ExprError {
 impl fmt::Display for ExprError {
     /// `column N: message`, then the expression and a caret under the column.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let col = self.expr.get(..self.at).map_or(self.at, |s| s.chars().count());
+        let col = self
+            .expr
+            .get(..self.at)
+            .map_or(self.at, |s| s.chars().count());
         writeln!(f, "column {}: {}", col + 1, self.msg)?;
         writeln!(f, "  {}", self.expr)?;
         write!(f, "  {}^", " ".repeat(col))

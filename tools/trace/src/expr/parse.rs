@@ -93,7 +93,14 @@ impl<'a> P<'a> {
             alts.push(n);
             s = r;
         }
-        Ok((s, if alts.len() == 1 { alts.remove(0) } else { Node::Or(alts) }))
+        Ok((
+            s,
+            if alts.len() == 1 {
+                alts.remove(0)
+            } else {
+                Node::Or(alts)
+            },
+        ))
     }
 
     fn and(&self, s: &'a str) -> R<'a, Node> {
@@ -109,7 +116,14 @@ impl<'a> P<'a> {
             all.push(n);
             s = r;
         }
-        Ok((s, if all.len() == 1 { all.remove(0) } else { Node::And(all) }))
+        Ok((
+            s,
+            if all.len() == 1 {
+                all.remove(0)
+            } else {
+                Node::And(all)
+            },
+        ))
     }
 
     fn unary(&self, s: &'a str) -> R<'a, Node> {

@@ -26,12 +26,32 @@ fn precedence_not_and_or() {
 fn values_take_their_field_kind() {
     assert!(matches!(
         node("sid == 0x0000000001061144"),
-        Node::Cmp(Cmp { val: Val::Num(0x0106_1144), .. })
+        Node::Cmp(Cmp {
+            val: Val::Num(0x0106_1144),
+            ..
+        })
     ));
-    assert!(matches!(node("msg == Req"), Node::Cmp(Cmp { val: Val::Str(ref s), .. }) if s == "req"));
-    assert!(matches!(node("rej.name == \"consumer defined\""), Node::Cmp(_)));
-    assert!(matches!(node("src == fe80::1"), Node::Cmp(Cmp { val: Val::Addr(_), .. })));
-    assert!(matches!(node("dst == lid:5"), Node::Cmp(Cmp { val: Val::Addr(_), .. })));
+    assert!(
+        matches!(node("msg == Req"), Node::Cmp(Cmp { val: Val::Str(ref s), .. }) if s == "req")
+    );
+    assert!(matches!(
+        node("rej.name == \"consumer defined\""),
+        Node::Cmp(_)
+    ));
+    assert!(matches!(
+        node("src == fe80::1"),
+        Node::Cmp(Cmp {
+            val: Val::Addr(_),
+            ..
+        })
+    ));
+    assert!(matches!(
+        node("dst == lid:5"),
+        Node::Cmp(Cmp {
+            val: Val::Addr(_),
+            ..
+        })
+    ));
 }
 
 #[test]
