@@ -116,8 +116,19 @@ struct Args {
     /// Time format of the per-MAD views, as tshark's -t: r (relative to the first frame, the default), a / ad (UTC time of day / date and time), e (epoch), d (since the previous frame), dd (since the previous frame shown). With --json an extra key (time_rel, time_utc, time_delta, time_delta_displayed) next to `time`.
     #[arg(short = 't', value_name = "FORMAT", value_parser = parse_time)]
     time: Option<TimeFormat>,
+    /// Capture live on this interface instead of reading files (RoCEv2 UDP 4791 and RoCEv1 by a kernel BPF filter; needs root or CAP_NET_RAW and a build with --features live).
+    #[arg(
+        short = 'i',
+        long = "interface",
+        value_name = "IFACE",
+        conflicts_with = "files"
+    )]
+    interface: Option<String>,
+    /// With -i: stop after this many packets (that passed the filter).
+    #[arg(long, value_name = "N", requires = "interface")]
+    count: Option<u64>,
     /// Capture files (pcap, pcapng, ERF; `-` for standard input).
-    #[arg(required_unless_present = "help_fields", value_name = "FILE")]
+    #[arg(required_unless_present_any = ["help_fields", "interface"], value_name = "FILE")]
     files: Vec<String>,
 }
 
@@ -182,6 +193,8 @@ fn build(args: &Args) -> Result<Options, String> {
         timeline_max: args.timeline_max,
         live: args.line_buffered,
         time: args.time,
+        interface: args.interface.clone(),
+        count: args.count,
         tracker: TrackerConfig {
             max_live: args.max_conns,
             grace: Duration::from_secs_f64(args.grace.min(1e9)),
