@@ -10,7 +10,9 @@
 use ibcm_mad::xrc::XrcBlock;
 use ibcm_mad::{CmMessage, Gid, PathInfo};
 
-use crate::render::{put_json_str, put_u64};
+use std::io::Write;
+
+use crate::render::{put_ipv4, put_json_str, put_u64};
 
 /// Hex digit pairs of each byte value (first digit in the lowest byte).
 // Indexing in a const initialiser cannot panic at run time.
@@ -53,17 +55,61 @@ fn name(out: &mut Vec<u8>, key: &[u8], v: &str) {
     out.push(b'"');
 }
 
+/// Eight bytes (big-endian in `v`) as 16 lower-case hex digits, first digit in the lowest
+/// byte of the result: nibbles spread to bytes, then `0`–`9` / `a`–`f` added without branches.
+#[inline(always)]
+fn hex8(v: u64) -> u128 {
+    // Spread the 16 nibbles of `v` into the 16 bytes of a u128, most significant nibble first
+    // in memory (little-endian: lowest byte).
+    let b = v.to_be_bytes();
+    let mut nib = [0u8; 16];
+    for (i, x) in b.iter().enumerate() {
+        if let Some(pair) = nib.get_mut(2 * i..2 * i + 2) {
+            pair.copy_from_slice(&[x >> 4, x & 0xf]);
+        }
+    }
+    let n = u128::from_le_bytes(nib);
+    // Per byte: '0' + n, plus ('a' - '0' - 10) where n > 9 (n + 6 sets bit 4 exactly then).
+    let ones = u128::from_le_bytes([1; 16]);
+    let over9 = ((n + 6 * ones) >> 4) & ones;
+    n + 0x30 * ones + over9 * 39
+}
+
 /// Appends `bytes` as lower-case hex (no separator).
 pub(crate) fn put_hex_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.reserve(bytes.len() * 2);
-    for &b in bytes {
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        out.extend_from_slice(&hex8(u64::from_be_bytes(w)).to_le_bytes());
+    }
+    for &b in chunks.remainder() {
         out.extend_from_slice(&HEX.get(usize::from(b)).copied().unwrap_or(0).to_le_bytes());
     }
 }
 
+/// The length of `bytes` without its trailing zero bytes (eight at a time).
+fn trimmed_len(bytes: &[u8]) -> usize {
+    let mut end = bytes.len();
+    while end >= 8 {
+        let Some(w) = bytes.get(end - 8..end) else {
+            break;
+        };
+        if w.iter().fold(0u8, |a, &b| a | b) != 0 {
+            break;
+        }
+        end -= 8;
+    }
+    bytes
+        .get(..end)
+        .and_then(|b| b.iter().rposition(|&x| x != 0))
+        .map_or(0, |i| i + 1)
+}
+
 /// `,"key":"hex"` with the trailing zero bytes left out (an all-zero field is `""`).
 fn hex_trimmed(out: &mut Vec<u8>, key: &[u8], bytes: &[u8]) {
-    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let end = trimmed_len(bytes);
     out.extend_from_slice(key);
     out.push(b'"');
     put_hex_bytes(out, bytes.get(..end).unwrap_or(&[]));
@@ -72,7 +118,17 @@ fn hex_trimmed(out: &mut Vec<u8>, key: &[u8], bytes: &[u8]) {
 
 fn gid(out: &mut Vec<u8>, key: &[u8], g: &Gid) {
     out.extend_from_slice(key);
-    put_json_str(out, &g.to_string());
+    out.push(b'"');
+    match g.to_ipv6().to_ipv4_mapped() {
+        Some(v4) => {
+            out.extend_from_slice(b"::ffff:");
+            put_ipv4(out, v4);
+        }
+        None => {
+            let _ = write!(out, "{g}");
+        }
+    }
+    out.push(b'"');
 }
 
 /// A path object (REQ primary / alternate, LAP alternate).
@@ -302,6 +358,40 @@ pub(crate) fn full_fields(out: &mut Vec<u8>, msg: &CmMessage, have: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_matches_format_and_trims() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for len in 0..40 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x >> 24) as u8
+                })
+                .collect();
+            let mut out = Vec::new();
+            put_hex_bytes(&mut out, &bytes);
+            let want: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(String::from_utf8(out).unwrap(), want);
+            let mut z = bytes.clone();
+            z.extend([0u8; 19]);
+            assert_eq!(
+                trimmed_len(&z),
+                bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)
+            );
+        }
+        let mut out = Vec::new();
+        put_hex_bytes(&mut out, &[0xff; 8]);
+        assert_eq!(out, b"ffffffffffffffff");
+        let mut out = Vec::new();
+        gid(&mut out, b"", &Gid::from_ip("10.1.2.3".parse().unwrap()));
+        assert_eq!(out, b"\"::ffff:10.1.2.3\"");
+        out.clear();
+        gid(&mut out, b"", &Gid::from_ip("fe80::1".parse().unwrap()));
+        assert_eq!(out, b"\"fe80::1\"");
+    }
 
     #[test]
     fn hex_is_lower_case_and_trimmed() {

@@ -224,7 +224,7 @@ const OCTETS: [(u32, u8); 256] = {
     t
 };
 
-fn put_ipv4(out: &mut Vec<u8>, a: Ipv4Addr) {
+pub(crate) fn put_ipv4(out: &mut Vec<u8>, a: Ipv4Addr) {
     // At most 15 bytes: built in a register, stored once.
     let mut acc = 0u128;
     let mut pos = 0u32;

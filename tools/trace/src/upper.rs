@@ -344,46 +344,72 @@ impl Upper {
         }
     }
 
-    /// The JSON object (`"ulp":{…}`) members after `{`.
+    /// Appends the JSON object (`{"protocol":…, …}`).
     pub(crate) fn json(&self, out: &mut Vec<u8>) {
-        use std::io::Write;
-        let _ = write!(out, "{{\"protocol\":\"{}\"", self.protocol());
-        let _ = match *self {
-            Upper::NvmeReq(r) => write!(
-                out,
-                ",\"recfmt\":{},\"qid\":{},\"hrqsize\":{},\"hsqsize\":{},\"cntlid\":{}",
-                r.recfmt, r.qid, r.hrqsize, r.hsqsize, r.cntlid
-            ),
-            Upper::NvmeRep(r) => write!(out, ",\"recfmt\":{},\"crqsize\":{}", r.recfmt, r.crqsize),
-            Upper::NvmeRej(r) => write!(
-                out,
-                ",\"recfmt\":{},\"status\":{},\"status_name\":\"{}\"",
-                r.recfmt,
-                r.status,
-                nvme_status_name(r.status)
-            ),
-            Upper::Iser(f) => write!(out, ",\"flags\":{f}"),
-            Upper::Ipoib { qpn, mtu } => write!(out, ",\"qpn\":{qpn},\"mtu\":{mtu}"),
+        use crate::render::put_u64;
+        let num = |out: &mut Vec<u8>, key: &str, v: u64| {
+            out.extend_from_slice(b",\"");
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(b"\":");
+            put_u64(out, v);
+        };
+        let name = |out: &mut Vec<u8>, key: &str, v: &str| {
+            out.extend_from_slice(b",\"");
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(b"\":\"");
+            out.extend_from_slice(v.as_bytes());
+            out.push(b'"');
+        };
+        out.extend_from_slice(b"{\"protocol\":\"");
+        out.extend_from_slice(self.protocol().as_bytes());
+        out.push(b'"');
+        match *self {
+            Upper::NvmeReq(r) => {
+                num(out, "recfmt", u64::from(r.recfmt));
+                num(out, "qid", u64::from(r.qid));
+                num(out, "hrqsize", u64::from(r.hrqsize));
+                num(out, "hsqsize", u64::from(r.hsqsize));
+                num(out, "cntlid", u64::from(r.cntlid));
+            }
+            Upper::NvmeRep(r) => {
+                num(out, "recfmt", u64::from(r.recfmt));
+                num(out, "crqsize", u64::from(r.crqsize));
+            }
+            Upper::NvmeRej(r) => {
+                num(out, "recfmt", u64::from(r.recfmt));
+                num(out, "status", u64::from(r.status));
+                name(out, "status_name", nvme_status_name(r.status));
+            }
+            Upper::Iser(f) => num(out, "flags", u64::from(f)),
+            Upper::Ipoib { qpn, mtu } => {
+                num(out, "qpn", u64::from(qpn));
+                num(out, "mtu", u64::from(mtu));
+            }
             Upper::SrpLoginReq {
                 it_iu_len,
                 buf_fmt,
                 flags,
-            } => write!(
-                out,
-                ",\"msg\":\"SRP_LOGIN_REQ\",\"it_iu_len\":{it_iu_len},\"buf_fmt\":{buf_fmt},\"flags\":{flags}"
-            ),
+            } => {
+                name(out, "msg", "SRP_LOGIN_REQ");
+                num(out, "it_iu_len", u64::from(it_iu_len));
+                num(out, "buf_fmt", u64::from(buf_fmt));
+                num(out, "flags", u64::from(flags));
+            }
             Upper::SrpLoginRsp {
                 req_lim_delta,
                 max_it_iu_len,
                 max_ti_iu_len,
-            } => write!(
-                out,
-                ",\"msg\":\"SRP_LOGIN_RSP\",\"req_lim_delta\":{req_lim_delta},\"max_it_iu_len\":{max_it_iu_len},\"max_ti_iu_len\":{max_ti_iu_len}"
-            ),
-            Upper::SrpLoginRej { reason } => {
-                write!(out, ",\"msg\":\"SRP_LOGIN_REJ\",\"reason\":{reason}")
+            } => {
+                name(out, "msg", "SRP_LOGIN_RSP");
+                num(out, "req_lim_delta", u64::from(req_lim_delta));
+                num(out, "max_it_iu_len", u64::from(max_it_iu_len));
+                num(out, "max_ti_iu_len", u64::from(max_ti_iu_len));
             }
-        };
+            Upper::SrpLoginRej { reason } => {
+                name(out, "msg", "SRP_LOGIN_REJ");
+                num(out, "reason", u64::from(reason));
+            }
+        }
         out.push(b'}');
     }
 }
