@@ -19,7 +19,10 @@ use std::str::FromStr;
 
 use ibcm_mad::{AttrId, CmMessage, CommId, Gid, Lid, ServiceId};
 
+use std::time::Duration;
+
 use crate::conn::{Conn, Note};
+use crate::expr::FilterExpr;
 use crate::trace::{CmEvent, Icrc, WireAddr};
 
 /// An address to match: an IP address (also matches the IPv4-mapped / IPv6 GID form), a GID,
@@ -110,6 +113,51 @@ pub fn parse_msg(s: &str) -> Result<AttrId, String> {
     ))
 }
 
+/// A bound of the time window (`--from` / `--to`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeBound {
+    /// A time since the Unix epoch (`1487678249.98`, or UTC `2017-02-21 11:57:29.98`).
+    Epoch(Duration),
+    /// Seconds since the first frame of each file (`+12.5`).
+    SinceStart(Duration),
+}
+
+impl FromStr for TimeBound {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let secs = |t: &str| {
+            t.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0 && *v < 1e12)
+                .map(Duration::from_secs_f64)
+        };
+        if let Some(rel) = s.strip_prefix('+') {
+            return secs(rel)
+                .map(TimeBound::SinceStart)
+                .ok_or_else(|| format!("bad time {s:?}: +SECONDS since the first frame"));
+        }
+        secs(s)
+            .or_else(|| crate::timefmt::parse_utc(s))
+            .map(TimeBound::Epoch)
+            .ok_or_else(|| {
+                format!(
+                    "bad time {s:?}: epoch seconds, UTC \"YYYY-MM-DD HH:MM:SS[.frac]\", or \
+                     +SECONDS since the first frame"
+                )
+            })
+    }
+}
+
+impl TimeBound {
+    fn at(self, t0: Duration) -> Duration {
+        match self {
+            TimeBound::Epoch(t) => t,
+            TimeBound::SinceStart(d) => t0.saturating_add(d),
+        }
+    }
+}
+
 /// The filter set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
@@ -125,6 +173,16 @@ pub struct Filter {
     pub xrc: bool,
     /// Problems only.
     pub problems: bool,
+    /// rdma_cm ports (of the message's or its connection's Service ID; `--port`).
+    pub ports: Vec<u16>,
+    /// Only messages at or after this time (`--from`; connection views: connections that
+    /// last until then).
+    pub from: Option<TimeBound>,
+    /// Only messages at or before this time (`--to`; connection views: connections that
+    /// start by then).
+    pub to: Option<TimeBound>,
+    /// The `-Y` expression.
+    pub expr: Option<FilterExpr>,
 }
 
 impl Filter {
@@ -133,8 +191,32 @@ impl Filter {
         self == &Filter::default()
     }
 
-    /// Whether the per-MAD views show this message.
+    /// Whether `[first, last]` (capture times) overlaps the time window, with `t0` the file's
+    /// first frame (for `+SECONDS` bounds). A message is the span `[t, t]`.
+    pub fn in_window(&self, first: Duration, last: Duration, t0: Duration) -> bool {
+        self.from.is_none_or(|b| last >= b.at(t0)) && self.to.is_none_or(|b| first <= b.at(t0))
+    }
+
+    /// Whether the per-MAD views show this message (all but the time window: see
+    /// [`Filter::in_window`]).
     pub fn matches_event(&self, ev: &CmEvent, note: &Note) -> bool {
+        if let Some(e) = &self.expr {
+            if !e.matches(ev, note) {
+                return false;
+            }
+        }
+        if !self.ports.is_empty() {
+            let sid = match &ev.mad.msg {
+                CmMessage::Req(r) => Some(r.service_id),
+                CmMessage::SidrReq(s) => Some(s.service_id),
+                CmMessage::SidrRep(s) => Some(s.service_id),
+                _ => note.service_id,
+            };
+            let port = sid.and_then(|s| s.rdma_cm_port()).map(|p| p.1);
+            if !port.is_some_and(|p| self.ports.contains(&p)) {
+                return false;
+            }
+        }
         if !self.msgs.is_empty() && !self.msgs.contains(&ev.mad.msg.attr_id()) {
             return false;
         }
@@ -190,8 +272,15 @@ impl Filter {
     }
 
     /// Whether the connection views show this connection (`msgs`: the attribute IDs it had,
-    /// as recorded by the caller).
+    /// as recorded by the caller). The time window and the `-Y` expression are checked by the
+    /// run loop (they need the file's first frame and the connection's messages).
     pub fn matches_conn(&self, c: &Conn, has_msg: impl Fn(AttrId) -> bool) -> bool {
+        if !self.ports.is_empty() {
+            let port = c.service_id.and_then(|s| s.rdma_cm_port()).map(|p| p.1);
+            if !port.is_some_and(|p| self.ports.contains(&p)) {
+                return false;
+            }
+        }
         if !self.msgs.is_empty() && !self.msgs.iter().any(|a| has_msg(*a)) {
             return false;
         }

@@ -54,6 +54,9 @@ pub(crate) enum Source {
     Pcap(CaptureReader<Boxed>),
     /// Raw ERF records.
     Erf(ErfReader<Boxed>),
+    /// A live capture (`-i`).
+    #[cfg(feature = "live")]
+    Live(crate::live::Live),
 }
 
 /// Why an input could not be opened.
@@ -147,6 +150,32 @@ impl Source {
         })
     }
 
+    /// Opens the interface `iface` for a live capture (`count`: stop after that many packets).
+    ///
+    /// # Errors
+    /// libpcap's, or (without the `live` feature) that live capture is not built in.
+    pub(crate) fn open_live(iface: &str, count: Option<u64>) -> Result<Opened, OpenError> {
+        #[cfg(feature = "live")]
+        {
+            let live = crate::live::Live::open(iface, count).map_err(OpenError::Format)?;
+            Ok(Opened {
+                src: Source::Live(live),
+                counter: Arc::new(AtomicU64::new(0)),
+                size: None,
+                pipe: true,
+            })
+        }
+        #[cfg(not(feature = "live"))]
+        {
+            let _ = (iface, count);
+            Err(OpenError::Format(
+                "live capture is not built in: build cm-trace with `--features live` \
+                 (needs libpcap-dev)"
+                    .to_string(),
+            ))
+        }
+    }
+
     /// Sniffs the format of `reader` and opens it.
     ///
     /// # Errors
@@ -225,6 +254,8 @@ impl Source {
                     }
                 })
             }),
+            #[cfg(feature = "live")]
+            Source::Live(l) => l.next_record(),
             Source::Erf(r) => r.next_record().map(|x| {
                 x.map_err(|e| RecordError {
                     damaged: false,

@@ -20,7 +20,10 @@
 //! resolved failed partial`; `failed`: a SIDR_REP with a non-zero status, as `--stats` counts
 //! it), `closed_by`, `rej_reason`, `rej_reason_name`, `rej_by`,
 //! `timed_out_waiting_for` / `waiting_for` (the missing answer), `sends` (for a timeout),
-//! `sidr_status`, `setup_ms` (REQ → RTU), `teardown_ms` (DREQ → DREP), `messages`,
+//! `sidr_status`, `setup_ms` (REQ → RTU), `teardown_ms` (DREQ → DREP), `slow_setup` /
+//! `slow_teardown` (`true` when over 1 s: [`crate::stats::SLOW`]), `rdma_cm_event` (for an
+//! rdma_cm Service ID that failed: `{side, event, status}`, what that side's librdmacm
+//! application gets, `crate::upper`), `messages`,
 //! `retransmissions`, `mras`, `bad_icrc`, `evicted` (tracking stopped because the table was
 //! full), `duplicates` (only when non-zero: packets captured twice, same BTH PSN), and `events`
 //! (when recorded): an array of `{frame, t, from, msg, retrans, icrc}` (plus `dup: true` on a
@@ -48,8 +51,10 @@ use crate::conn::{
     Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side, Verdict, FAMILIES, NAK_CODES,
 };
 use crate::render::{human, put_secs, put_wire_addr, Obj, JSON_SCHEMA_VERSION};
+use crate::stats::SLOW;
 use crate::style::{msg_role, Palette, Role};
 use crate::trace::Icrc;
+use crate::upper::rdma_cm_event;
 
 /// Width of the arrow between the two columns.
 const ARROW: usize = 36;
@@ -206,9 +211,15 @@ pub(crate) fn outcome_text(c: &Conn) -> String {
     let mut parts = Vec::new();
     if let Some(d) = c.setup_latency() {
         parts.push(format!("REQ → RTU {}", human(d)));
+        if d > SLOW {
+            parts.push(format!("SLOW SETUP (over {})", human(SLOW)));
+        }
     }
     if let Some(d) = c.teardown_latency() {
         parts.push(format!("DREQ → DREP {}", human(d)));
+        if d > SLOW {
+            parts.push(format!("SLOW TEARDOWN (over {})", human(SLOW)));
+        }
     }
     if c.retransmissions > 0 {
         parts.push(format!("{} retransmission(s)", c.retransmissions));
@@ -288,6 +299,15 @@ pub(crate) fn ladder(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
     out.extend_from_slice(b"  result: ");
     pal.paint(out, outcome_role(&c.outcome), &outcome_text(c));
     out.push(b'\n');
+    if let Some(e) = rdma_cm_event(c) {
+        let _ = writeln!(
+            out,
+            "  rdma_cm: the {} side's application gets {} (status {})",
+            e.side.as_str(),
+            e.event,
+            e.status
+        );
+    }
     data_lines(out, c, pal);
     out.push(b'\n');
 }
@@ -469,6 +489,22 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
     }
     if let Some(d) = c.teardown_latency() {
         o.f64("teardown_ms", ms(d));
+    }
+    if c.setup_latency().is_some_and(|d| d > SLOW) {
+        o.bool("slow_setup", true);
+    }
+    if c.teardown_latency().is_some_and(|d| d > SLOW) {
+        o.bool("slow_teardown", true);
+    }
+    if let Some(e) = rdma_cm_event(c) {
+        let out = o.key("rdma_cm_event");
+        let _ = write!(
+            out,
+            "{{\"side\":\"{}\",\"event\":\"{}\",\"status\":{}}}",
+            e.side.as_str(),
+            e.event,
+            e.status
+        );
     }
     o.u64("messages", u64::from(c.messages));
     o.u64("retransmissions", u64::from(c.retransmissions));

@@ -22,7 +22,8 @@
 //!
 //! # Inside
 //! * `capture`: pcap / pcapng / raw ERF reading and the pcap writer.
-//! * `input`: opens a file or standard input and sniffs its format.
+//! * `input`: opens a file or standard input and sniffs its format; `live` (feature `live`):
+//!   `-i IFACE` through libpcap.
 //! * `trace`: capture record → CM event; `conn`: connection tracking (REQ … DREP by CA GUID
 //!   and comm IDs) in bounded memory, over the `hash` table.
 //! * Views: `render` (one line per MAD, JSON lines), `verbose` (`-V`), `ladder` (`--ladder`),
@@ -45,17 +46,23 @@
 mod app;
 mod capture;
 mod conn;
+mod expr;
 mod filter;
 mod gen;
 mod hash;
 mod input;
+mod json_full;
 mod ladder;
+#[cfg(feature = "live")]
+mod live;
 mod render;
 mod report;
 mod stats;
 mod style;
+mod timefmt;
 mod timeline;
 mod trace;
+mod upper;
 mod verbose;
 
 pub use app::{run, Options, Outcomes, View};
@@ -64,7 +71,11 @@ pub use capture::{
     MAX_RECORD_LEN,
 };
 pub use conn::TrackerConfig;
-pub use filter::{parse_msg, parse_u64, AddrMatch, Filter};
+pub use expr::{field_table, ExprError, FilterExpr};
+pub use filter::{parse_msg, parse_u64, AddrMatch, Filter, TimeBound};
 pub use gen::{default_template_paths, generate, load_template, GenConfig, GenSummary, Template};
+#[cfg(feature = "live")]
+pub use live::FILTER as LIVE_FILTER;
 pub use style::ColorChoice;
+pub use timefmt::TimeFormat;
 pub use trace::{classify, CmEvent, Icrc, Item, NonCm, RcPacket, Wire, WireAddr, MIN_CUT_MAD};

@@ -17,6 +17,7 @@
 //! | `file` | string | several input files | the input file |
 //! | `frame` | int | always | 1-based frame number in its file |
 //! | `time` | float | always | capture time, seconds since the Unix epoch |
+//! | `time_rel`, `time_utc`, `time_delta`, `time_delta_displayed` | float, string, float, float | `-t r`, `-t a`/`ad`, `-t d`, `-t dd` | the time as `-t` asks (`time_utc`: `"2026-12-01 17:54:51.123456"`, or the time of day alone for `-t a`) |
 //! | `msg` | string | always | `REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP LAP APR CPI` or `UNKNOWN` |
 //! | `attr_id` | int | always | MAD Attribute ID |
 //! | `tid` | string | always | MAD Transaction ID, `"0x…"` (16 hex digits) |
@@ -37,6 +38,21 @@
 //! | `mraed`, `service_timeout` | string, int | MRA | message acknowledged; Service Timeout exponent |
 //! | `sidr_status` | int | SIDR_REP | status |
 //! | `cma_src`, `cma_dst`, `cma_src_port` | string, string, int | REQ/SIDR_REQ with an rdma_cm Service ID and a valid CMA header | addresses and port from the rdma_cm private-data header |
+//! | `qkey`, `responder_resources`, `initiator_depth`, `remote_cm_response_timeout`, `local_cm_response_timeout`, `flow_control`, `retry_count`, `rnr_retry_count`, `max_cm_retries`, `pkey`, `mtu`, `srq` | int / bool | REQ (from MAD byte 76) | the REQ's connection parameters: Q_Key, responder resources, initiator depth, CM response timeout exponents, end-to-end flow control, retry and RNR retry counts, max CM retries, P_Key, path MTU in bytes (`mtu_code` for a reserved code), SRQ |
+//! | `remote_eecn`, `ece_vendor_id` | int | REQ, REP, SIDR_REP when non-zero | Remote EECN; the ECE vendor ID |
+//! | `primary_path`, `alternate_path` | object | REQ (from byte 120 / 164; the alternate only when present), LAP (`alternate_path`) | `local_lid`, `remote_lid`, `local_gid`, `remote_gid` (IPv6 notation, `::ffff:a.b.c.d` for IPv4-mapped), `flow_label`, `packet_rate` and `packet_rate_name`, `traffic_class`, `hop_limit`, `sl`, `subnet_local`, `local_ack_timeout` |
+//! | `qkey`, `responder_resources`, `initiator_depth`, `target_ack_delay`, `failover`, `flow_control`, `rnr_retry_count`, `srq` | int / string / bool | REP (from MAD byte 52) | the REP's parameters |
+//! | `ari_len`, `ari` | int, string | REJ | Reject Info Length and the ARI bytes in hex |
+//! | `remote_cm_response_timeout` | int | LAP | |
+//! | `ap_status`, `ap_status_name`, `additional_info` | int, string, string | APR | AP status and the additional information in hex |
+//! | `pkey` | int | SIDR_REQ | P_Key |
+//! | `sidr_status_name`, `qkey`, `additional_info` | string, int, string | SIDR_REP | |
+//! | `base_version` … `trap_qp` | | CPI | ClassPortInfo fields |
+//! | `private_data` | string | every message but CPI, whole MADs | the private data in lower-case hex, trailing zero bytes left out (`""`: all zero); its length is fixed by the message type (REQ 92, REP 196, REJ 148, …) |
+//! | `attr_data` | string | unknown attributes, whole MADs | the attribute data in hex, trailing zeros left out |
+//! | `xrc_block` | object | REQ, REP, REJ, DREQ carrying ibcm-xrc's block (docs/xrc.md) | `kind`, `len`, `fields` (name → value as `-V` shows them); `xrc_block_error` for a block with the marker that does not parse |
+//! | `ulp` | string | a Service ID (the message's or its connection's) of a known upper layer | `NVMe-oF` (rdma_cm TCP 4420 / 8009), `iSER` (3260), `IPoIB-CM` (`0x1000000000000000 \| QPN`) |
+//! | `upper` | object | private data of a recognised upper layer | `protocol` and its fields: NVMe-oF REQ `recfmt qid hrqsize hsqsize cntlid`, REP `recfmt crqsize`, REJ `recfmt status status_name`; iSER `flags`; IPoIB-CM `qpn mtu`; SRP `msg` (`SRP_LOGIN_REQ` / `_RSP` / `_REJ`) and its fields (`src/upper.rs`) |
 //! | `conn` | int | connection messages | connection number in the file (1, 2, … by first appearance) |
 //! | `from` | string | connection messages | `active` (the REQ side) or `passive` |
 //! | `retrans` | bool | always | a retransmission: a repeat (same attribute, TID and comm IDs) of an earlier message in a new packet (new BTH PSN) |
@@ -54,7 +70,10 @@
 //! integers, adds `dup` (duplicate captures) here and `duplicates` in the ladder and stats
 //! objects, and gives a SIDR exchange with a non-zero SIDR_REP status the ladder outcome
 //! `failed` (was `resolved`). Later in version 3: `captured` and the `icrc` value
-//! `not-captured` for MADs cut by the snaplen. Keys are only ever added within a version.
+//! `not-captured` for MADs cut by the snaplen; the `-t` keys `time_rel`, `time_utc`,
+//! `time_delta`, `time_delta_displayed`; every remaining CM field (the connection parameters,
+//! paths, ARI / additional information, `private_data`, `xrc_block`: `src/json_full.rs`).
+//! Keys are only ever added within a version.
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
@@ -65,8 +84,11 @@ use ibcm_mad::frame::Encap;
 use ibcm_mad::{CmMessage, ReqTransport, ServiceId};
 
 use crate::conn::{Note, Side};
+use crate::json_full::full_fields;
 use crate::style::{msg_role, Palette, Role};
+use crate::timefmt::{json_time, put_time, TimeFormat, TimeRef};
 use crate::trace::{CmEvent, Icrc, WireAddr};
+use crate::upper::{self, Ulp};
 
 /// Version of the JSON schemas (per-MAD lines, `--ladder --json` and `--stats --json`).
 /// Bumped on any incompatible change.
@@ -202,7 +224,7 @@ const OCTETS: [(u32, u8); 256] = {
     t
 };
 
-fn put_ipv4(out: &mut Vec<u8>, a: Ipv4Addr) {
+pub(crate) fn put_ipv4(out: &mut Vec<u8>, a: Ipv4Addr) {
     // At most 15 bytes: built in a register, stored once.
     let mut acc = 0u128;
     let mut pos = 0u32;
@@ -365,6 +387,16 @@ fn transport_name(t: ReqTransport) -> &'static str {
     }
 }
 
+/// The Service ID of a message's connection (a REQ's or SIDR's own).
+pub(crate) fn event_sid(ev: &CmEvent, note: &Note) -> Option<ServiceId> {
+    match &ev.mad.msg {
+        CmMessage::Req(r) => Some(r.service_id),
+        CmMessage::SidrReq(s) => Some(s.service_id),
+        CmMessage::SidrRep(s) => Some(s.service_id),
+        _ => note.service_id,
+    }
+}
+
 /// The rdma_cm IP header of a REQ / SIDR_REQ, when its Service ID is an rdma_cm one.
 pub(crate) fn cma_header(msg: &CmMessage) -> Option<CmaHeader> {
     let (sid, pd): (ServiceId, &[u8]) = match msg {
@@ -448,7 +480,13 @@ fn sid(out: &mut Vec<u8>, sid: ServiceId) {
 ///
 /// Written with literal keys straight into `out` (this is cm-trace's hottest path): the same
 /// bytes as building the object member by member.
-pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Option<&str>) {
+pub(crate) fn json_line(
+    out: &mut Vec<u8>,
+    ev: &CmEvent,
+    note: &Note,
+    file: Option<&str>,
+    (time, when): (Option<TimeFormat>, TimeRef),
+) {
     const _: () = assert!(JSON_SCHEMA_VERSION == 3);
     let msg = &ev.mad.msg;
     // MAD bytes captured: a field ending after them (a packet cut by the snaplen) is left out.
@@ -462,6 +500,9 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
     num(out, key!("frame"), ev.frame);
     out.extend_from_slice(key!("time"));
     put_f64(out, ev.time.as_secs_f64());
+    if let Some(f) = time {
+        json_time(out, f, ev.time, &when);
+    }
     out.extend_from_slice(match msg {
         CmMessage::ClassPortInfo(_) => b",\"msg\":\"CPI\",\"attr_id\":1",
         CmMessage::Req(_) => b",\"msg\":\"REQ\",\"attr_id\":16",
@@ -580,6 +621,20 @@ pub(crate) fn json_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, file: Opti
         wire_addr(out, key!("cma_src"), &WireAddr::Ip(h.src));
         wire_addr(out, key!("cma_dst"), &WireAddr::Ip(h.dst));
         num(out, key!("cma_src_port"), u64::from(h.src_port));
+    }
+    full_fields(out, msg, have);
+    let conn_sid = match msg {
+        CmMessage::Req(r) => Some(r.service_id),
+        CmMessage::SidrReq(s) => Some(s.service_id),
+        CmMessage::SidrRep(s) => Some(s.service_id),
+        _ => note.service_id,
+    };
+    if let Some(u) = conn_sid.and_then(Ulp::of) {
+        name(out, key!("ulp"), u.name());
+    }
+    if let Some(u) = upper::decode(msg, conn_sid, have) {
+        out.extend_from_slice(key!("upper"));
+        u.json(out);
     }
     if let Some(c) = note.conn {
         num(out, key!("conn"), c);
@@ -797,18 +852,29 @@ pub(crate) fn summary(out: &mut Vec<u8>, msg: &CmMessage, pal: &Palette, have: u
 /// ```text
 ///      5     0.000000  2.2.2.1 → 2.2.2.3  REQ lcid=0x3eb0bde5 sid=0x0000000001061144 (TCP:4420) qpn=0x0000dc psn=0x017c2d RC  icrc=ok  conn=1
 /// ```
-pub(crate) fn text_line(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration, pal: &Palette) {
-    let rel = ev.time.checked_sub(t0).unwrap_or_default();
+pub(crate) fn text_line(
+    out: &mut Vec<u8>,
+    ev: &CmEvent,
+    note: &Note,
+    (time, when): (TimeFormat, TimeRef),
+    pal: &Palette,
+) {
     pal.start(out, Role::Dim);
     let _ = write!(out, "{:>6} ", ev.frame);
-    put_secs(out, rel, 5);
+    put_time(out, time, ev.time, &when, 5);
     pal.end(out, Role::Dim);
     out.extend_from_slice(b"  ");
     put_wire_addr(out, &ev.src);
     out.extend_from_slice(" → ".as_bytes());
     put_wire_addr(out, &ev.dst);
     out.extend_from_slice(b"  ");
-    summary(out, &ev.mad.msg, pal, ev.captured.map_or(256, usize::from));
+    let have = ev.captured.map_or(256, usize::from);
+    summary(out, &ev.mad.msg, pal, have);
+    if let Some(u) = upper::decode(&ev.mad.msg, event_sid(ev, note), have) {
+        out.extend_from_slice(b" [");
+        out.extend_from_slice(u.text().as_bytes());
+        out.push(b']');
+    }
     // A REQ's summary already names its transport (`XRC`).
     if (ev.mad.msg.is_xrc() || note.xrc) && !matches!(ev.mad.msg, CmMessage::Req(_)) {
         out.extend_from_slice(b" XRC");

@@ -10,6 +10,7 @@
 //! `partial` (REQ not in the capture), `closed` (DREQ/DREP), `xrc`; `retransmissions`
 //! (identical repeats), `mras`; `setup_ms` (REQ → RTU) and `teardown_ms` (DREQ → DREP), each
 //! `{count, p50, p90, p99, max, mean}` in milliseconds (`null` without samples);
+//! `slow_setups` and `slow_teardowns` (slower than 1 s: [`crate::stats::SLOW`]);
 //! `by_service`: an array of `{service_id` (a `"0x…"` hex string since schema 3)`, port_space?, port?, attempted, established,
 //! rejected, timed_out, retransmissions, mras, setup_ms}` sorted by Service ID, then
 //! `other_services` when more than [`crate::stats::MAX_SERVICES`] were seen; `sidr`
@@ -25,7 +26,7 @@ use std::time::Duration;
 use ibcm_mad::{AttrId, ServiceId};
 
 use crate::render::{human, Obj, JSON_SCHEMA_VERSION};
-use crate::stats::{rej_name, ConnStats, Latency, TraceStats};
+use crate::stats::{rej_name, ConnStats, Latency, TraceStats, SLOW};
 use crate::style::{Palette, Role};
 
 /// Milliseconds, computed from whole nanoseconds so that e.g. 158.345 ms prints as such.
@@ -85,6 +86,8 @@ fn conn_members(o: &mut Obj<'_>, s: &ConnStats, full: bool) {
     latency_obj(o, "setup_ms", &s.setup);
     if full {
         latency_obj(o, "teardown_ms", &s.teardown);
+        o.u64("slow_setups", s.slow_setups);
+        o.u64("slow_teardowns", s.slow_teardowns);
     }
 }
 
@@ -235,6 +238,17 @@ fn conn_block(out: &mut Vec<u8>, s: &ConnStats, pal: &Palette, indent: &str) {
     let _ = writeln!(out, "{indent}MRAs             {:>8}", s.mras);
     let _ = writeln!(out, "{indent}REQ → RTU        {}", lat_text(&s.setup));
     let _ = writeln!(out, "{indent}DREQ → DREP      {}", lat_text(&s.teardown));
+    for (what, n) in [("setups", s.slow_setups), ("teardowns", s.slow_teardowns)] {
+        if n > 0 {
+            let _ = write!(out, "{indent}");
+            pal.paint(
+                out,
+                Role::Warn,
+                &format!("slow {what:<10} {n:>8}  (over {})", human(SLOW)),
+            );
+            out.push(b'\n');
+        }
+    }
 }
 
 /// Appends the `--stats` text report.

@@ -192,7 +192,16 @@ pub struct ConnStats {
     pub setup: Latency,
     /// DREQ → DREP.
     pub teardown: Latency,
+    /// Setups (REQ → RTU) slower than [`SLOW`].
+    pub slow_setups: u64,
+    /// Teardowns (DREQ → DREP) slower than [`SLOW`].
+    pub slow_teardowns: u64,
 }
+
+/// A setup or teardown slower than this is flagged (`--ladder`, `--stats`): the kernel CM
+/// answers in microseconds to milliseconds; seconds mean retries, an MRA'd slow consumer, or
+/// a peer that is gone.
+pub(crate) const SLOW: Duration = Duration::from_secs(1);
 
 impl ConnStats {
     fn add(&mut self, c: &Conn) {
@@ -208,6 +217,7 @@ impl ConnStats {
             self.mras += u64::from(c.mras);
             if let Some(d) = c.teardown_latency() {
                 self.teardown.add(d);
+                self.slow_teardowns += u64::from(d > SLOW);
             }
             return;
         }
@@ -233,9 +243,11 @@ impl ConnStats {
         self.mras += u64::from(c.mras);
         if let Some(d) = c.setup_latency() {
             self.setup.add(d);
+            self.slow_setups += u64::from(d > SLOW);
         }
         if let Some(d) = c.teardown_latency() {
             self.teardown.add(d);
+            self.slow_teardowns += u64::from(d > SLOW);
         }
     }
 
@@ -245,6 +257,8 @@ impl ConnStats {
     }
 
     fn merge(&mut self, o: &ConnStats) {
+        self.slow_setups += o.slow_setups;
+        self.slow_teardowns += o.slow_teardowns;
         self.attempted += o.attempted;
         self.established += o.established;
         for (k, v) in &o.rejected {

@@ -3,16 +3,17 @@
 //! Service ID and private-data IP header spelled out.
 
 use std::io::Write;
-use std::time::Duration;
 
 use ibcm_mad::cma::CmaHeader;
 use ibcm_mad::xrc::XrcBlock;
 use ibcm_mad::{CmMessage, Gid, PathInfo, TimeoutExp};
 
 use crate::conn::Note;
-use crate::render::{human, put_secs, put_wire_addr, summary};
+use crate::render::{event_sid, human, put_wire_addr, summary};
 use crate::style::{Palette, Role};
+use crate::timefmt::{put_time, TimeFormat, TimeRef};
 use crate::trace::{CmEvent, Icrc};
+use crate::upper::{self, Ulp};
 
 const NAME_WIDTH: usize = 34;
 
@@ -612,14 +613,23 @@ fn message(out: &mut Vec<u8>, msg: &CmMessage) {
 }
 
 /// Appends the `-V` view of one CM MAD.
-pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration, pal: &Palette) {
-    let rel = ev.time.checked_sub(t0).unwrap_or_default();
+pub(crate) fn verbose(
+    out: &mut Vec<u8>,
+    ev: &CmEvent,
+    note: &Note,
+    (time, when): (TimeFormat, TimeRef),
+    pal: &Palette,
+) {
     pal.start(out, Role::Head);
     let _ = write!(out, "Frame {}", ev.frame);
     pal.end(out, Role::Head);
     out.extend_from_slice(b"  ");
-    put_secs(out, rel, 1);
-    let _ = write!(out, " s  {}  ", ev.encap);
+    put_time(out, time, ev.time, &when, 1);
+    out.extend_from_slice(match time {
+        TimeFormat::Absolute | TimeFormat::AbsoluteDate => b" UTC  ",
+        _ => b" s  ",
+    });
+    let _ = write!(out, "{}  ", ev.encap);
     put_wire_addr(out, &ev.src);
     out.extend_from_slice(" → ".as_bytes());
     put_wire_addr(out, &ev.dst);
@@ -707,6 +717,13 @@ pub(crate) fn verbose(out: &mut Vec<u8>, ev: &CmEvent, note: &Note, t0: Duration
     }
     message(out, &ev.mad.msg);
     xrc_block(out, &ev.mad.msg);
+    let sid = event_sid(ev, note);
+    if let Some(u) = sid.and_then(Ulp::of) {
+        let _ = writeln!(out, "  Upper layer (Service ID): {}", u.name());
+    }
+    if let Some(u) = upper::decode(&ev.mad.msg, sid, ev.captured.map_or(256, usize::from)) {
+        let _ = writeln!(out, "  Upper layer (private data): {}", u.text());
+    }
     out.push(b'\n');
 }
 

@@ -75,7 +75,7 @@ fn readme_main_job() {
     let o = cm_trace(&[p(&cap("real/rocev2_mlx_nvme-discover.pcap"))]);
     assert!(o.status.success());
     let s = stdout(&o);
-    assert!(s.contains("     5   187.695700  2.2.2.1 → 2.2.2.3  REQ lcid=0x3eb0bde5 sid=0x0000000001061144 (TCP:4420) qpn=0x0000dc psn=0x017c2d RC  icrc=ok  conn=1"), "{s}");
+    assert!(s.contains("     5   187.695700  2.2.2.1 → 2.2.2.3  REQ lcid=0x3eb0bde5 sid=0x0000000001061144 (TCP:4420) qpn=0x0000dc psn=0x017c2d RC [NVMe-oF qid=0 hrqsize=32 hsqsize=31]  icrc=ok  conn=1"), "{s}");
     assert!(
         s.contains("-- 65 frames: 5 CM, 60 non-CM, 0 malformed\n"),
         "{s}"

@@ -2,6 +2,7 @@
 //! the summary lines, the per-record tracking shared by both loops, the loop of the views
 //! written on the calling thread, and [`run_file`], which picks the loop.
 
+use std::collections::HashSet;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use crate::ladder::{conn_json, has_msg, ladder, outcome_text};
 use crate::render::{json_line, text_line};
 use crate::stats::TraceStats;
 use crate::style::{Palette, Role};
+use crate::timefmt::TimeRef;
 use crate::timeline::Timeline;
 use crate::trace::{classify, Icrc, Item};
 use crate::verbose::verbose;
@@ -40,6 +42,10 @@ pub(super) struct FileCtx<'a> {
     pub(super) stats: TraceStats,
     pub(super) timeline: Option<&'a mut Timeline>,
     pub(super) timeline_file: usize,
+    /// Connections with a message that matched `-Y` (connection views), until they finish.
+    pub(super) expr_conns: HashSet<u64>,
+    /// The file's first frame time (for `--from +S` / `--to +S`).
+    pub(super) t0: Duration,
 }
 
 impl FileCtx<'_> {
@@ -78,7 +84,13 @@ impl FileCtx<'_> {
     }
 
     fn finished(&mut self, c: &Conn) -> io::Result<()> {
-        if !self.opts.filter.is_empty() && !self.opts.filter.matches_conn(c, |a| has_msg(c, a)) {
+        let f = &self.opts.filter;
+        if f.expr.is_some() && !self.expr_conns.remove(&c.id) {
+            return Ok(());
+        }
+        let shown = f.is_empty()
+            || (f.matches_conn(c, |a| has_msg(c, a)) && f.in_window(c.first, c.last, self.t0));
+        if !shown {
             return Ok(());
         }
         self.stats.add_conn(c);
@@ -188,6 +200,11 @@ pub(super) struct LoopState {
     pub(super) msg_counts: [u64; 0x20],
     t0: Option<Duration>,
     pub(super) last: Duration,
+    /// The previous record's time, and the previous shown MAD's (for `-t d` / `-t dd`).
+    prev: Option<Duration>,
+    prev_shown: Option<Duration>,
+    /// What the last record tracked is shown relative to (set by [`track`]).
+    pub(super) when: TimeRef,
     pub(super) filter_empty: bool,
     /// The view counts each connection's data path (not the per-MAD views).
     pub(super) data: bool,
@@ -204,8 +221,10 @@ pub(super) fn track(
 ) -> io::Result<Option<Note>> {
     let opts = ctx.opts;
     ctx.stats.frames += 1;
-    st.t0.get_or_insert(ts);
+    let t0 = *st.t0.get_or_insert(ts);
+    ctx.t0 = t0;
     st.last = st.last.max(ts);
+    let prev = st.prev.replace(ts).unwrap_or(ts);
     match item {
         Item::Cm(ev) => {
             ctx.stats.cm += 1;
@@ -222,11 +241,25 @@ pub(super) fn track(
                 None => ctx.stats.count_message(attr),
             }
             let note = st.tracker.observe(ev);
+            if let (Some(e), Some(c), false) = (&opts.filter.expr, note.conn, opts.view.per_mad()) {
+                if e.matches(ev, &note) {
+                    ctx.expr_conns.insert(c);
+                }
+            }
             if st.tracker.has_finished() {
                 st.tracker.drain_finished(|c| ctx.finished(c))?;
             }
-            let shown =
-                opts.view.per_mad() && (st.filter_empty || opts.filter.matches_event(ev, &note));
+            let shown = opts.view.per_mad()
+                && (st.filter_empty
+                    || (opts.filter.matches_event(ev, &note)
+                        && opts.filter.in_window(ev.time, ev.time, t0)));
+            if shown {
+                st.when = TimeRef {
+                    t0,
+                    prev,
+                    prev_shown: st.prev_shown.replace(ts).unwrap_or(ts),
+                };
+            }
             Ok(shown.then_some(note))
         }
         Item::NonCm { what, cut, rc } => {
@@ -271,11 +304,12 @@ fn inline_loop<W: Write>(
         let note = track(ctx, st, ts, &item)?;
         match (&item, note) {
             (Item::Cm(ev), Some(note)) => {
-                let t = st.t0.unwrap_or(ts);
+                let when = (opts.time, st.when);
+                let shown = (opts.time.unwrap_or_default(), st.when);
                 match opts.view {
-                    View::Json => json_line(&mut ctx.buf, ev, &note, file),
-                    View::Verbose => verbose(&mut ctx.buf, ev, &note, t, &ctx.pal),
-                    _ => text_line(&mut ctx.buf, ev, &note, t, &ctx.pal),
+                    View::Json => json_line(&mut ctx.buf, ev, &note, file, when),
+                    View::Verbose => verbose(&mut ctx.buf, ev, &note, shown, &ctx.pal),
+                    _ => text_line(&mut ctx.buf, ev, &note, shown, &ctx.pal),
                 }
             }
             (Item::Malformed { frame, reason }, _) => {
@@ -319,6 +353,9 @@ pub(super) fn run_file<W: Write + Send>(
         msg_counts: [0; 0x20],
         t0: None,
         last: Duration::ZERO,
+        prev: None,
+        prev_shown: None,
+        when: TimeRef::default(),
         filter_empty: opts.filter.is_empty(),
     };
     ctx.stats.files = 1;
@@ -337,7 +374,7 @@ pub(super) fn run_file<W: Write + Send>(
         // this view's malformed-record notes and summaries go to `err`.
         let file = ctx.multi.then_some(ctx.file);
         std::thread::scope(|scope| -> io::Result<()> {
-            let h = Helper::start(scope, &mut *out, file);
+            let h = Helper::start(scope, &mut *out, file, opts.time);
             let looped = threaded_loop(ctx, &mut st, &h, src, &progress);
             // The thread's own error (a closed pipe) explains a failed send best.
             h.finish().and(looped)

@@ -10,6 +10,7 @@ use crate::capture::Record;
 use crate::conn::Note;
 use crate::input::{RecordError, Source};
 use crate::render::json_line;
+use crate::timefmt::{TimeFormat, TimeRef};
 use crate::trace::{classify, Item};
 
 use super::file::{track, FileCtx, LoopState};
@@ -26,6 +27,8 @@ struct Slot {
     ts: Duration,
     item: Item,
     note: Option<Note>,
+    /// What the time is shown relative to (`-t`), set with `note`.
+    when: TimeRef,
 }
 
 /// Records as read (their bytes copied out of the reader's buffer), for the second thread to
@@ -71,6 +74,7 @@ impl<'s> Helper<'s> {
         scope: &'s std::thread::Scope<'s, '_>,
         out: &'s mut W,
         file: Option<&'s str>,
+        time: Option<TimeFormat>,
     ) -> Self {
         let (tx, rx) = mpsc::sync_channel::<Job>(2 * IN_FLIGHT + 4);
         let (classified_tx, classified) = mpsc::channel();
@@ -98,6 +102,7 @@ impl<'s> Helper<'s> {
                                 ts,
                                 item: classify(&rec),
                                 note: None,
+                                when: TimeRef::default(),
                             });
                         }
                         if classified_tx.send((raw, slots)).is_err() {
@@ -107,7 +112,7 @@ impl<'s> Helper<'s> {
                     Job::Format(mut b) => {
                         for s in &b {
                             if let (Item::Cm(ev), Some(note)) = (&s.item, &s.note) {
-                                json_line(&mut buf, ev, note, file);
+                                json_line(&mut buf, ev, note, file, (time, s.when));
                                 if buf.len() >= 1 << 16 {
                                     out.write_all(&buf)?;
                                     buf.clear();
@@ -262,6 +267,7 @@ pub(super) fn threaded_loop(
                 break;
             };
             slot.note = track(ctx, st, slot.ts, &slot.item)?;
+            slot.when = st.when;
             if let Item::Malformed { frame, reason } = &slot.item {
                 // Everything before it is written first.
                 let what = format!("frame {frame}: {reason}");

@@ -14,6 +14,7 @@ use crate::input::{OpenError, Opened, Source};
 use crate::report::{stats_json, stats_text};
 use crate::stats::TraceStats;
 use crate::style::Palette;
+use crate::timefmt::TimeFormat;
 use crate::timeline::Timeline;
 
 use file::{run_file, FileCtx};
@@ -82,6 +83,13 @@ pub struct Options {
     pub live: bool,
     /// Connection tracking settings (`record_events` is set from the view).
     pub tracker: TrackerConfig,
+    /// `-i`: capture live on this interface (instead of reading files; feature `live`).
+    pub interface: Option<String>,
+    /// `--count`: stop the live capture after this many packets (that passed its filter).
+    pub count: Option<u64>,
+    /// `-t`: the time column of the text views (`None`: relative), and the extra time key of
+    /// the JSON lines (`None`: only `time`).
+    pub time: Option<TimeFormat>,
 }
 
 /// Files larger than this get a progress bar (when enabled).
@@ -154,13 +162,20 @@ pub fn run<W: Write + Send>(
         .as_ref()
         .map(|_| Timeline::new(opts.timeline_max.max(1)));
     let multi = files.len() > 1;
-    for file in files {
+    let live: Vec<String> = opts.interface.iter().cloned().collect();
+    let inputs = if live.is_empty() { files } else { &live[..] };
+    for file in inputs {
+        let opened = if live.is_empty() {
+            Source::open(file)
+        } else {
+            Source::open_live(file, opts.count)
+        };
         let Opened {
             mut src,
             counter,
             size,
             pipe,
-        } = match Source::open(file) {
+        } = match opened {
             Ok(x) => x,
             Err(e) => {
                 out.flush()?;
@@ -173,6 +188,14 @@ pub fn run<W: Write + Send>(
                 continue;
             }
         };
+        if !live.is_empty() {
+            // Said once the capture is open: from here on, packets are seen.
+            let _ = writeln!(
+                err,
+                "cm-trace: capturing on {file} (RoCEv2 UDP 4791 and RoCEv1)"
+            );
+            let _ = err.flush();
+        }
         let timeline_file = timeline.as_mut().map_or(0, |t| t.file(file));
         let mut ctx = FileCtx {
             live: opts.live || pipe,
@@ -186,6 +209,8 @@ pub fn run<W: Write + Send>(
             stats: TraceStats::default(),
             timeline: timeline.as_mut(),
             timeline_file,
+            expr_conns: std::collections::HashSet::new(),
+            t0: std::time::Duration::ZERO,
         };
         run_file(&mut ctx, out, &mut src, &counter, size)?;
         if ctx.damaged {

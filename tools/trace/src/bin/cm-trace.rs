@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use ibcm_mad::{CommId, ServiceId};
-use ibcm_trace::ColorChoice;
 use ibcm_trace::TrackerConfig;
-use ibcm_trace::{parse_msg, parse_u64, AddrMatch, Filter};
+use ibcm_trace::{field_table, parse_msg, parse_u64, AddrMatch, ExprError, Filter, TimeBound};
 use ibcm_trace::{run, Options, View};
+use ibcm_trace::{ColorChoice, TimeFormat};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Color {
@@ -77,6 +77,21 @@ struct Args {
     /// Only this IP address, GID (IPv6 notation) or lid:N at either end (repeatable).
     #[arg(short = 'a', long = "addr", value_name = "ADDR")]
     addrs: Vec<String>,
+    /// Only messages matching this field expression, e.g. 'rej.reason == 28 && sid.port == 4420' (grammar and fields: --help-fields; connection views: connections with a matching message).
+    #[arg(short = 'Y', long = "display-filter", value_name = "EXPR")]
+    expr: Option<String>,
+    /// Print the fields of -Y expressions and exit.
+    #[arg(long, exclusive = true)]
+    help_fields: bool,
+    /// Only this rdma_cm port (of the Service ID; repeatable).
+    #[arg(long = "port", value_name = "PORT")]
+    ports: Vec<u16>,
+    /// Only from this time: epoch seconds, UTC "YYYY-MM-DD HH:MM:SS[.frac]", or +SECONDS since the file's first frame.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = false)]
+    from: Option<String>,
+    /// Only up to this time (same forms as --from).
+    #[arg(long, value_name = "TIME")]
+    to: Option<String>,
     /// Only XRC connections.
     #[arg(long)]
     xrc: bool,
@@ -98,8 +113,22 @@ struct Args {
     /// Seconds of capture time an ended connection waits for late retransmissions.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     grace: f64,
+    /// Time format of the per-MAD views, as tshark's -t: r (relative to the first frame, the default), a / ad (UTC time of day / date and time), e (epoch), d (since the previous frame), dd (since the previous frame shown). With --json an extra key (time_rel, time_utc, time_delta, time_delta_displayed) next to `time`.
+    #[arg(short = 't', value_name = "FORMAT", value_parser = parse_time)]
+    time: Option<TimeFormat>,
+    /// Capture live on this interface instead of reading files (RoCEv2 UDP 4791 and RoCEv1 by a kernel BPF filter; needs root or CAP_NET_RAW and a build with --features live).
+    #[arg(
+        short = 'i',
+        long = "interface",
+        value_name = "IFACE",
+        conflicts_with = "files"
+    )]
+    interface: Option<String>,
+    /// With -i: stop after this many packets (that passed the filter).
+    #[arg(long, value_name = "N", requires = "interface")]
+    count: Option<u64>,
     /// Capture files (pcap, pcapng, ERF; `-` for standard input).
-    #[arg(required = true, value_name = "FILE")]
+    #[arg(required_unless_present_any = ["help_fields", "interface"], value_name = "FILE")]
     files: Vec<String>,
 }
 
@@ -121,6 +150,20 @@ fn build(args: &Args) -> Result<Options, String> {
     for a in &args.addrs {
         filter.addrs.push(a.parse::<AddrMatch>()?);
     }
+    if let Some(e) = &args.expr {
+        filter.expr = Some(e.parse().map_err(|e: ExprError| format!("-Y: {e}"))?);
+    }
+    filter.ports.clone_from(&args.ports);
+    filter.from = args
+        .from
+        .as_deref()
+        .map(str::parse::<TimeBound>)
+        .transpose()?;
+    filter.to = args
+        .to
+        .as_deref()
+        .map(str::parse::<TimeBound>)
+        .transpose()?;
     filter.xrc = args.xrc;
     filter.problems = args.problems;
     let view = match (args.verbose, args.json, args.ladder, args.stats) {
@@ -149,6 +192,9 @@ fn build(args: &Args) -> Result<Options, String> {
         timeline: args.timeline.clone(),
         timeline_max: args.timeline_max,
         live: args.line_buffered,
+        time: args.time,
+        interface: args.interface.clone(),
+        count: args.count,
         tracker: TrackerConfig {
             max_live: args.max_conns,
             grace: Duration::from_secs_f64(args.grace.min(1e9)),
@@ -159,6 +205,15 @@ fn build(args: &Args) -> Result<Options, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.help_fields {
+        println!(
+            "-Y fields (FIELD OP VALUE; OP: == != < > <= >=; && || ! and or not; parentheses):"
+        );
+        for (name, kind, doc) in field_table() {
+            println!("  {name:<20} {kind:<11} {doc}");
+        }
+        return ExitCode::SUCCESS;
+    }
     let opts = match build(&args) {
         Ok(o) => o,
         Err(e) => {
@@ -190,4 +245,9 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// `-t`: tshark's time format letters.
+fn parse_time(s: &str) -> Result<TimeFormat, String> {
+    s.parse()
 }

@@ -64,7 +64,7 @@ use crate::trace::{CmEvent, Icrc, RcPacket, WireAddr};
 
 pub(crate) use data::{Verdict, FAMILIES, NAK_CODES};
 use matching::{Repeat, Sig};
-pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side};
+pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Phase, Side};
 
 /// A connection's data-path keys: (address, QPN) of its active end, then of its passive end.
 type DataKeys = ((WireAddr, u32), (WireAddr, u32));
