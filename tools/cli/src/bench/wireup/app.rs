@@ -2,7 +2,7 @@
 //! accept what others start, and record when every connection end is complete.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -86,9 +86,9 @@ pub(crate) struct WireupApp {
     phys_out: Vec<bool>,
     phys_in: Vec<bool>,
     waiting: HashMap<u32, Vec<u32>>,
-    /// SIDR exchanges answered, one bit per (remote node, remote process, local process):
-    /// a retransmitted SIDR_REQ is answered again but counted once.
-    answered: Vec<u64>,
+    /// SIDR exchanges answered, as (remote node, remote process, local process): a
+    /// retransmitted SIDR_REQ is answered again but counted once.
+    answered: HashSet<(u32, u32, u32)>,
 }
 
 impl WireupApp {
@@ -123,11 +123,7 @@ impl WireupApp {
             phys_out: vec![false; if s.mode == Mode::XrcSidr { nodes } else { 0 }],
             phys_in: vec![false; if s.mode == Mode::XrcSidr { nodes } else { 0 }],
             waiting: HashMap::new(),
-            answered: if s.mode == Mode::XrcSidr {
-                vec![0; (nodes * (s.ppn as usize).pow(2)).div_ceil(64)]
-            } else {
-                Vec::new()
-            },
+            answered: HashSet::new(),
             fab,
             shared,
         }
@@ -382,16 +378,11 @@ impl App for WireupApp {
                 ) else {
                     return false;
                 };
-                let ppn = u64::from(self.fab.shape.ppn);
-                if q as u64 >= ppn || from as u64 >= ppn {
+                let ppn = self.fab.shape.ppn;
+                if q >= ppn || from >= ppn {
                     return false;
                 }
-                let bit = (u64::from(node) * ppn + u64::from(from)) * ppn + u64::from(q);
-                let Some(word) = self.answered.get_mut((bit / 64) as usize) else {
-                    return false;
-                };
-                let first = *word & (1 << (bit % 64)) == 0;
-                *word |= 1 << (bit % 64);
+                let first = self.answered.insert((node, from, q));
                 // The answer names the process's XRC SRQ.
                 let srq = Qpn::masked(0x80_0000 | q);
                 let rep = SidrRepParams::success(srq, Qkey(0x1111_1111));
