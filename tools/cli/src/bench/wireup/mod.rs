@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use ibcm_mad::xrc::OwnershipPolicy;
 
@@ -127,8 +127,15 @@ impl WireupArgs {
         if !(0.0..1.0).contains(&self.loss) {
             bail!("--loss must be in [0, 1)");
         }
-        if self.window == 0 || !(self.cm_rate > 0.0) || !(self.latency_us >= 0.0) {
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        if self.window == 0
+            || !positive(self.cm_rate)
+            || !(positive(self.latency_us) || self.latency_us == 0.0)
+        {
             bail!("--window, --cm-rate must be positive and --latency-us not negative");
+        }
+        if !positive(self.max_secs) {
+            bail!("--max-secs must be positive");
         }
         Ok(Setup {
             shape: Shape {
@@ -140,9 +147,11 @@ impl WireupArgs {
             seed: self.seed,
             window: self.window,
             cm_rate: self.cm_rate,
-            latency: Duration::from_secs_f64(self.latency_us / 1e6),
+            latency: Duration::try_from_secs_f64(self.latency_us / 1e6)
+                .context("--latency-us out of range")?,
             policy: self.policy.into(),
-            max_time: Duration::from_secs_f64(self.max_secs),
+            max_time: Duration::try_from_secs_f64(self.max_secs)
+                .context("--max-secs out of range")?,
         })
     }
 
