@@ -28,7 +28,15 @@ pub(crate) struct Shared {
     pub incomplete: u64,
     /// Connections or SIDR exchanges that failed and were started again.
     pub restarts: u64,
+    /// Half-dead connections: (node that started it, its QPN). The passive side gave up on
+    /// it after its REP retries and the REJ saying so may have been lost; the runtime that
+    /// started it notices at its first use of the QP ([`DETECT`] later).
+    pub dead: Vec<(u32, Qpn)>,
 }
+
+/// When a runtime notices that the QP of a connection it believes established has no peer:
+/// its first send exhausts the transport retries (7 × 4.096 µs × 2¹⁵ ≈ 0.94 s).
+pub(crate) const DETECT: Duration = Duration::from_micros(939_524);
 
 /// A connection this node accepted.
 #[derive(Debug, Clone, Copy)]
@@ -39,6 +47,14 @@ enum Passive {
     Tgt,
     /// The TGT of a physical connection from `node` (xrc-sidr).
     Phys { node: u32 },
+}
+
+/// A connection this node accepted: what it is for, and who started it with which QP.
+#[derive(Debug, Clone, Copy)]
+struct Accepted {
+    kind: Passive,
+    from: u32,
+    qpn: Qpn,
 }
 
 #[derive(Debug, Default)]
@@ -73,7 +89,19 @@ pub(crate) struct WireupApp {
     mirroring: bool,
     workers: Vec<Worker>,
     active: HashMap<ConnId, Op>,
-    passive: HashMap<ConnId, Passive>,
+    passive: HashMap<ConnId, Accepted>,
+    /// Established connections this node started, with their QPN: if one is closed (the
+    /// peer gave up on it), it is set up again.
+    up: HashMap<ConnId, (Op, Qpn)>,
+    /// QPN → connection, for `up`.
+    up_qpn: HashMap<Qpn, ConnId>,
+    /// Half-dead connections noticed at these times (ascending).
+    notices: std::collections::VecDeque<(Instant, Qpn)>,
+    /// QPN of each connection being started.
+    qpn_of: HashMap<ConnId, Qpn>,
+    /// Connections started again after an established one was closed: their completion
+    /// was counted already.
+    redo: HashSet<ConnId>,
     next_qpn: u32,
     /// QPs this node created (INI, TGT, RC).
     pub qps: u64,
@@ -114,6 +142,11 @@ impl WireupApp {
             workers: (0..s.workers()).map(|_| Worker::default()).collect(),
             active: HashMap::new(),
             passive: HashMap::new(),
+            up: HashMap::new(),
+            up_qpn: HashMap::new(),
+            notices: std::collections::VecDeque::new(),
+            qpn_of: HashMap::new(),
+            redo: HashSet::new(),
             next_qpn: 0x100,
             qps: 0,
             proc_left: vec![s.per_process(); s.ppn as usize],
@@ -150,8 +183,26 @@ impl WireupApp {
         }
     }
 
+    /// The passive side gave up on the connection of QP `qpn`: noticed [`DETECT`] from now.
+    pub(crate) fn notice(&mut self, now: Instant, qpn: Qpn) {
+        self.notices.push_back((now + DETECT, qpn));
+    }
+
     /// Starts `op` now.
     pub(crate) fn issue(&mut self, ep: &mut Endpoint, now: Instant, op: Op) {
+        self.start(ep, now, op, self.mirroring);
+    }
+
+    /// Starts `op` again after its established connection was closed (not mirrored: the
+    /// mirrored peer's own connection was not closed).
+    fn again(&mut self, ep: &mut Endpoint, now: Instant, op: Op) {
+        self.shared.borrow_mut().restarts += 1;
+        if let Some(id) = self.start(ep, now, op, false) {
+            self.redo.insert(id);
+        }
+    }
+
+    fn start(&mut self, ep: &mut Endpoint, now: Instant, op: Op, mirror: bool) -> Option<ConnId> {
         let s = self.fab.shape;
         let target = match op {
             Op::Rc { node, .. }
@@ -159,18 +210,19 @@ impl WireupApp {
             | Op::Phys { node }
             | Op::Sidr { node, .. } => node,
         };
-        let Some(peer) = self.addr(target) else {
-            return;
-        };
+        let peer = self.addr(target)?;
+        let mut used = None;
         let started = match op {
             Op::Rc { q, .. } => {
                 let qpn = self.qpn();
+                used = Some(qpn);
                 let mut p = ConnectParams::new(peer, SERVICE, qpn);
                 p.private_data = q.to_be_bytes().to_vec();
                 ep.connect(now, p).ok()
             }
             Op::Xrc { .. } | Op::Phys { .. } => {
                 let qpn = self.qpn();
+                used = Some(qpn);
                 let mut p = ConnectParams::new(peer, SERVICE, qpn).xrc();
                 p.private_data = XrcReqData {
                     mode: ReqMode::Create,
@@ -192,10 +244,13 @@ impl WireupApp {
                     self.qps += 1;
                 }
                 self.active.insert(id, op);
+                if let Some(q) = used {
+                    self.qpn_of.insert(id, q);
+                }
             }
             None => self.shared.borrow_mut().restarts += 1,
         }
-        if self.mirroring {
+        if mirror {
             // By symmetry, when node 0 starts `op` towards node d, node N−d starts the same
             // operation towards node 0 (unless the pair is node 0's to start).
             let peer_node = (s.nodes - target) % s.nodes;
@@ -215,6 +270,7 @@ impl WireupApp {
                 self.shared.borrow_mut().mirror.push((peer_node, m));
             }
         }
+        started
     }
 
     fn refill(&mut self, ep: &mut Endpoint, now: Instant, w: usize) {
@@ -291,7 +347,18 @@ impl WireupApp {
     }
 
     /// An active operation ended: complete or start again.
-    fn finish(&mut self, ep: &mut Endpoint, now: Instant, op: Op, ok: bool) {
+    fn finish(&mut self, ep: &mut Endpoint, now: Instant, id: ConnId, op: Op, ok: bool) {
+        let qpn = self.qpn_of.remove(&id);
+        if let (true, Some(q)) = (ok, qpn) {
+            self.up.insert(id, (op, q));
+            self.up_qpn.insert(q, id);
+        }
+        if self.redo.remove(&id) {
+            if !ok {
+                self.again(ep, now, op);
+            }
+            return;
+        }
         let w = self.worker_of(op);
         if ok {
             match op {
@@ -326,13 +393,13 @@ impl App for WireupApp {
     fn handle_event(&mut self, ep: &mut Endpoint, now: Instant, ev: &Event) -> bool {
         match &ev.kind {
             EventKind::ReqReceived(req) => {
+                let Some(&from) = self.fab.index.get(&req.peer) else {
+                    return false;
+                };
                 let qpn = self.qpn();
                 let (params, kind) = if req.transport() == ReqTransport::Xrc {
                     let kind = match self.fab.shape.mode {
-                        Mode::XrcSidr => match self.fab.index.get(&req.peer) {
-                            Some(&node) => Passive::Phys { node },
-                            None => return false,
-                        },
+                        Mode::XrcSidr => Passive::Phys { node: from },
                         Mode::Rc | Mode::Xrc => Passive::Tgt,
                     };
                     (AcceptParams::xrc_tgt(qpn), kind)
@@ -344,14 +411,19 @@ impl App for WireupApp {
                 };
                 if ep.accept(now, ev.conn, params).is_ok() {
                     self.qps += 1;
-                    self.passive.insert(ev.conn, kind);
+                    let acc = Accepted {
+                        kind,
+                        from,
+                        qpn: req.remote_qpn(),
+                    };
+                    self.passive.insert(ev.conn, acc);
                 }
             }
             EventKind::Established => {
                 if let Some(op) = self.active.remove(&ev.conn) {
-                    self.finish(ep, now, op, true);
-                } else if let Some(kind) = self.passive.remove(&ev.conn) {
-                    match kind {
+                    self.finish(ep, now, ev.conn, op, true);
+                } else if let Some(acc) = self.passive.remove(&ev.conn) {
+                    match acc.kind {
                         Passive::Rc { q } => self.proc_end(now, q),
                         Passive::Tgt => self.node_end(now),
                         Passive::Phys { node } => self.phys_up(now, node, false),
@@ -364,9 +436,17 @@ impl App for WireupApp {
                     if !matches!(op, Op::Sidr { .. }) {
                         self.qps = self.qps.saturating_sub(1);
                     }
-                    self.finish(ep, now, op, false);
-                } else if self.passive.remove(&ev.conn).is_some() {
+                    self.finish(ep, now, ev.conn, op, false);
+                } else if let Some(acc) = self.passive.remove(&ev.conn) {
+                    // Given up before it was established: the starter may believe it is.
                     self.qps = self.qps.saturating_sub(1);
+                    self.shared.borrow_mut().dead.push((acc.from, acc.qpn));
+                } else if let Some((op, q)) = self.up.remove(&ev.conn) {
+                    // Established here, given up by the peer (its REP retries ran out):
+                    // a runtime connects again.
+                    self.up_qpn.remove(&q);
+                    self.qps = self.qps.saturating_sub(1);
+                    self.again(ep, now, op);
                 }
             }
             EventKind::SidrReqReceived(info) => {
@@ -392,12 +472,33 @@ impl App for WireupApp {
             }
             EventKind::SidrReply { .. } => {
                 if let Some(op) = self.active.remove(&ev.conn) {
-                    self.finish(ep, now, op, true);
+                    self.finish(ep, now, ev.conn, op, true);
                 }
             }
             _ => {}
         }
         false
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.notices.front().map(|(t, _)| *t)
+    }
+
+    fn handle_timeout(&mut self, ep: &mut Endpoint, now: Instant) {
+        while let Some(&(t, qpn)) = self.notices.front() {
+            if t > now {
+                break;
+            }
+            self.notices.pop_front();
+            // Still believed established (no REJ came): the runtime tears the QP down and
+            // connects again.
+            if let Some(id) = self.up_qpn.remove(&qpn) {
+                if let Some((op, _)) = self.up.remove(&id) {
+                    self.qps = self.qps.saturating_sub(1);
+                    self.again(ep, now, op);
+                }
+            }
+        }
     }
 
     fn poll(&mut self, ep: &mut Endpoint, now: Instant) {

@@ -92,7 +92,7 @@ struct Net {
 fn build(s: &Setup, model: bool) -> Net {
     let n = s.shape.nodes;
     let mut net = SimNet::new(s.seed);
-    net.set_trace(std::env::var_os("WIREUP_TRACE").is_some());
+    net.set_trace(false);
     net.set_copy_counting(false);
     let cost = CmCost::per_sec(s.cm_rate);
     for i in 0..n {
@@ -153,6 +153,11 @@ fn drive(n: &mut Net, s: &Setup) -> (bool, u64) {
             return (false, steps);
         }
         steps += 1;
+        let dead = std::mem::take(&mut n.shared.borrow_mut().dead);
+        for (node, qpn) in dead {
+            n.net
+                .with_app::<WireupApp, _>(node as usize, |app, _, now| app.notice(now, qpn));
+        }
         let mirror = std::mem::take(&mut n.shared.borrow_mut().mirror);
         for (peer, op) in mirror {
             n.net
@@ -162,9 +167,6 @@ fn drive(n: &mut Net, s: &Setup) -> (bool, u64) {
 }
 
 fn collect(mut n: Net, s: &Setup, method: Method, complete: bool, steps: u64) -> Outcome {
-    if std::env::var_os("WIREUP_TRACE").is_some() {
-        eprintln!("{}", n.net.dump_trace());
-    }
     let nodes = s.shape.nodes as usize;
     let (mut tx, mut retx) = (0u64, 0u64);
     for i in 0..nodes {
