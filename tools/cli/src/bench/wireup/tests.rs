@@ -59,18 +59,21 @@ fn check(nodes: u32, ppn: u32, mode: Mode) -> (Outcome, Outcome) {
 fn model_matches_full_rc() {
     check(8, 4, Mode::Rc);
     check(9, 3, Mode::Rc);
+    check(64, 2, Mode::Rc);
 }
 
 #[test]
 fn model_matches_full_xrc() {
     check(8, 4, Mode::Xrc);
     check(17, 4, Mode::Xrc);
+    check(64, 2, Mode::Xrc);
 }
 
 #[test]
 fn model_matches_full_xrc_sidr() {
     check(8, 4, Mode::XrcSidr);
     check(9, 3, Mode::XrcSidr);
+    check(64, 2, Mode::XrcSidr);
 }
 
 /// With loss, retransmissions happen and the mesh still completes (connections the peer gave
