@@ -9,6 +9,10 @@
 //! its timers fired at their exact deadlines. Everything that happens is recorded in a trace
 //! ([`SimNet::trace`]) that tests print on failure. A node may be given a CM processing cost
 //! ([`SimNet::set_cm_cost`], [`CmCost`]): its MADs then queue for its CM as for one server.
+//! A node's application is polled ([`App::poll`]) after its node had input: a MAD, a timer, a
+//! call through [`SimNet::endpoint`], [`SimNet::with_app`] or [`SimNet::set_app`], or a
+//! [`SimNet::run_until_time`]; the simulator's work per step does not grow with the number of
+//! idle nodes.
 //!
 //! ```
 //! use ibcm::proto::*;
