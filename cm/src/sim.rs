@@ -159,6 +159,7 @@ pub struct SimNet {
     copies: HashMap<(usize, u16, u32), u64>,
     record_trace: bool,
     count_copies: bool,
+    keep_events: bool,
     /// Address → node.
     index: HashMap<PeerAddr, usize>,
     /// Nodes that may have output, events or a new deadline, with a flag per node.
@@ -192,6 +193,7 @@ impl SimNet {
             copies: HashMap::new(),
             record_trace: true,
             count_copies: true,
+            keep_events: true,
             index: HashMap::new(),
             dirty: Vec::new(),
             is_dirty: Vec::new(),
@@ -237,6 +239,12 @@ impl SimNet {
     /// runs: the count keeps one entry per message).
     pub fn set_copy_counting(&mut self, on: bool) {
         self.count_copies = on;
+    }
+
+    /// Keeps every node's events for [`SimNet::take_events`] (default) or not (long runs
+    /// whose applications see the events anyway).
+    pub fn set_event_log(&mut self, on: bool) {
+        self.keep_events = on;
     }
 
     fn mark(&mut self, n: usize) {
@@ -432,6 +440,7 @@ impl SimNet {
             }
             let now = self.now;
             let elapsed = self.now - self.epoch;
+            let keep = self.keep_events;
             let Some(node) = self.nodes.get_mut(i) else {
                 return;
             };
@@ -440,14 +449,18 @@ impl SimNet {
                 if let Some(app) = node.app.as_mut() {
                     app.handle_event(&mut node.ep, now, &ev);
                 }
-                node.events.push_back((elapsed, ev));
+                if keep {
+                    node.events.push_back((elapsed, ev));
+                }
             }
             if let Some(app) = node.app.as_mut() {
                 app.poll(&mut node.ep, now);
                 while let Some(ev) = node.ep.poll_event() {
                     progressed = true;
                     app.handle_event(&mut node.ep, now, &ev);
-                    node.events.push_back((elapsed, ev));
+                    if keep {
+                        node.events.push_back((elapsed, ev));
+                    }
                 }
             }
             // What the application's poll sent goes out now too.

@@ -94,6 +94,7 @@ fn build(s: &Setup, model: bool) -> Net {
     let mut net = SimNet::new(s.seed);
     net.set_trace(false);
     net.set_copy_counting(false);
+    net.set_event_log(false);
     let cost = CmCost::per_sec(s.cm_rate);
     for i in 0..n {
         let id = net.add_node(config());
