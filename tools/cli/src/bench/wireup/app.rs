@@ -28,6 +28,10 @@ pub(crate) struct Shared {
     pub incomplete: u64,
     /// Connections or SIDR exchanges that failed and were started again.
     pub restarts: u64,
+    /// Operations the endpoint refused to start (e.g. a QPN still in use: this application
+    /// numbers QPs from a 24-bit counter without reuse); they are not retried, so the mesh
+    /// stays incomplete.
+    pub refused: u64,
     /// Half-dead connections: (node that started it, its QPN). The passive side gave up on
     /// it after its REP retries and the REJ saying so may have been lost; the runtime that
     /// started it notices at its first use of the QP ([`DETECT`] later).
@@ -189,8 +193,8 @@ impl WireupApp {
     }
 
     /// Starts `op` now.
-    pub(crate) fn issue(&mut self, ep: &mut Endpoint, now: Instant, op: Op) {
-        self.start(ep, now, op, self.mirroring);
+    pub(crate) fn issue(&mut self, ep: &mut Endpoint, now: Instant, op: Op) -> bool {
+        self.start(ep, now, op, self.mirroring).is_some()
     }
 
     /// Starts `op` again after its established connection was closed (not mirrored: the
@@ -248,7 +252,7 @@ impl WireupApp {
                     self.qpn_of.insert(id, q);
                 }
             }
-            None => self.shared.borrow_mut().restarts += 1,
+            None => self.shared.borrow_mut().refused += 1,
         }
         if mirror {
             // By symmetry, when node 0 starts `op` towards node d, node N−d starts the same
@@ -293,7 +297,11 @@ impl WireupApp {
                 },
             };
             worker.outstanding += 1;
-            self.issue(ep, now, op);
+            if !self.issue(ep, now, op) {
+                if let Some(worker) = self.workers.get_mut(w) {
+                    worker.outstanding = worker.outstanding.saturating_sub(1);
+                }
+            }
         }
     }
 

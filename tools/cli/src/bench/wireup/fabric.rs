@@ -67,6 +67,8 @@ pub(crate) struct Outcome {
     pub complete: bool,
     /// Operations that failed and were started again.
     pub restarts: u64,
+    /// Operations the endpoint refused to start.
+    pub refused: u64,
     /// Simulator steps.
     pub steps: u64,
 }
@@ -199,7 +201,10 @@ fn collect(mut n: Net, s: &Setup, method: Method, complete: bool, steps: u64) ->
         }
     }
     let conns = n.net.endpoint(0).len() as u64;
-    let restarts = n.shared.borrow().restarts;
+    let (restarts, refused) = {
+        let sh = n.shared.borrow();
+        (sh.restarts, sh.refused)
+    };
     Outcome {
         method,
         mads,
@@ -210,6 +215,7 @@ fn collect(mut n: Net, s: &Setup, method: Method, complete: bool, steps: u64) ->
         last,
         complete,
         restarts,
+        refused,
         steps,
     }
 }

@@ -94,6 +94,10 @@ impl Report<'_> {
             ),
             format!("operations started again after a failure: {} [{tag}]", o.restarts),
             format!(
+                "operations the endpoint refused to start (not retried): {} [{tag}]",
+                o.refused
+            ),
+            format!(
                 "simulator: wall {:.2} s, {} steps, peak RSS {}",
                 self.wall.as_secs_f64(),
                 o.steps,
