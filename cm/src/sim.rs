@@ -7,7 +7,12 @@
 //! applications'. Each node may have an *application*, an [`App`] (any closure over its
 //! events is one, e.g. [`auto_accept`]), run in the order the [`crate::app`] docs give, with
 //! its timers fired at their exact deadlines. Everything that happens is recorded in a trace
-//! ([`SimNet::trace`]) that tests print on failure.
+//! ([`SimNet::trace`]) that tests print on failure. A node may be given a CM processing cost
+//! ([`SimNet::set_cm_cost`], [`CmCost`]): its MADs then queue for its CM as for one server.
+//! A node's application is polled ([`App::poll`]) after its node had input: a MAD, a timer, a
+//! call through [`SimNet::endpoint`], [`SimNet::with_app`] or [`SimNet::set_app`], or a
+//! [`SimNet::run_until_time`]; the simulator's work per step does not grow with the number of
+//! idle nodes.
 //!
 //! ```
 //! use ibcm::proto::*;
@@ -39,6 +44,10 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::app::{due, earliest, App, DynApp};
 use crate::proto::{AcceptParams, Endpoint, EndpointConfig, Event, EventKind, PeerAddr};
+
+mod cost;
+pub use cost::CmCost;
+use cost::Servers;
 
 /// One direction of a link.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,8 +136,9 @@ enum Fault {
     },
 }
 
-/// A MAD on the wire: (arrival, sequence, to, from, bytes); ordered by arrival, then sequence.
-type InFlight = (Instant, u64, usize, usize, Bytes);
+/// A MAD on the wire: (arrival, sequence, to, from, served by the receiver's CM server, bytes);
+/// ordered by arrival, then sequence.
+type InFlight = (Instant, u64, usize, usize, bool, Bytes);
 
 /// The simulated network.
 pub struct SimNet {
@@ -148,6 +158,18 @@ pub struct SimNet {
     /// Copies per (from, attr, local comm ID of the message).
     copies: HashMap<(usize, u16, u32), u64>,
     record_trace: bool,
+    count_copies: bool,
+    keep_events: bool,
+    /// Address → node.
+    index: HashMap<PeerAddr, usize>,
+    /// Nodes that may have output, events or a new deadline, with a flag per node.
+    dirty: Vec<usize>,
+    is_dirty: Vec<bool>,
+    /// Deadlines (endpoint or application) per node; an entry is live while it equals
+    /// `armed` of its node.
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    armed: Vec<Option<Instant>>,
+    servers: Servers,
 }
 
 impl SimNet {
@@ -170,10 +192,19 @@ impl SimNet {
             sent: HashMap::new(),
             copies: HashMap::new(),
             record_trace: true,
+            count_copies: true,
+            keep_events: true,
+            index: HashMap::new(),
+            dirty: Vec::new(),
+            is_dirty: Vec::new(),
+            timers: BinaryHeap::new(),
+            armed: Vec::new(),
+            servers: Servers::default(),
         }
     }
 
-    /// Adds a node with address `127.0.0.<n+1>:4791`. Unless set, its CA GUID becomes
+    /// Adds a node with address `127.0.0.<n+1>:4791` (from node 255 on the count goes on into
+    /// the higher bytes: 127.0.1.0, …). Unless set, its CA GUID becomes
     /// `n + 1` and its RNG seed is derived from the network's RNG.
     pub fn add_node(&mut self, mut cfg: EndpointConfig) -> usize {
         let n = self.nodes.len();
@@ -183,7 +214,7 @@ impl SimNet {
         if cfg.local_ca_guid == EndpointConfig::default().local_ca_guid {
             cfg.local_ca_guid = Guid(n as u64 + 1);
         }
-        let ip = Ipv4Addr::new(127, 0, 0, (n as u8).wrapping_add(1));
+        let ip = Ipv4Addr::from(0x7f00_0000u32.wrapping_add(n as u32).wrapping_add(1));
         cfg.local_gid = ibcm_mad::Gid::from_ip(ip.into());
         let addr = PeerAddr::Udp(SocketAddr::new(ip.into(), 4791));
         self.nodes.push(Node {
@@ -192,7 +223,37 @@ impl SimNet {
             app: None,
             events: VecDeque::new(),
         });
+        self.index.insert(addr, n);
+        self.is_dirty.push(false);
+        self.armed.push(None);
+        self.mark(n);
         n
+    }
+
+    /// Gives node `n` a CM processing cost (see [`CmCost`]); its server is idle from now.
+    pub fn set_cm_cost(&mut self, n: usize, cost: CmCost) {
+        self.servers.set(n, cost, self.now);
+    }
+
+    /// Counts the copies of every message for [`SimNet::max_copies`] (default) or not (long
+    /// runs: the count keeps one entry per message).
+    pub fn set_copy_counting(&mut self, on: bool) {
+        self.count_copies = on;
+    }
+
+    /// Keeps every node's events for [`SimNet::take_events`] (default) or not (long runs
+    /// whose applications see the events anyway).
+    pub fn set_event_log(&mut self, on: bool) {
+        self.keep_events = on;
+    }
+
+    fn mark(&mut self, n: usize) {
+        if let Some(d) = self.is_dirty.get_mut(n) {
+            if !*d {
+                *d = true;
+                self.dirty.push(n);
+            }
+        }
     }
 
     /// Keeps the trace (default) or not (long runs).
@@ -216,6 +277,7 @@ impl SimNet {
     /// If `n` is not a node (a test bug).
     #[allow(clippy::indexing_slicing)]
     pub fn endpoint(&mut self, n: usize) -> &mut Endpoint {
+        self.mark(n);
         &mut self.nodes[n].ep
     }
 
@@ -244,6 +306,7 @@ impl SimNet {
     /// If `n` is not a node.
     #[allow(clippy::indexing_slicing)]
     pub fn set_app<A: App + 'static>(&mut self, n: usize, app: A) {
+        self.mark(n);
         self.nodes[n].app = Some(Box::new(app));
     }
 
@@ -261,6 +324,7 @@ impl SimNet {
         f: impl FnOnce(&mut A, &mut Endpoint, Instant) -> R,
     ) -> Option<R> {
         let now = self.now;
+        self.mark(n);
         let node = self.nodes.get_mut(n)?;
         let app = node.app.as_deref_mut()?.as_any_mut().downcast_mut::<A>()?;
         let r = f(app, &mut node.ep, now);
@@ -341,42 +405,71 @@ impl SimNet {
     }
 
     fn node_of(&self, addr: PeerAddr) -> Option<usize> {
-        self.nodes.iter().position(|n| n.addr == addr)
+        self.index.get(&addr).copied()
     }
 
-    /// Moves every node's queued transmissions onto the wire and runs applications on queued
-    /// events, until nothing is left.
+    /// Moves the queued transmissions of every node that had input onto the wire and runs
+    /// applications on queued events, until nothing is left; then re-arms their deadlines.
     fn flush(&mut self) {
+        while let Some(i) = self.dirty.pop() {
+            if let Some(d) = self.is_dirty.get_mut(i) {
+                *d = false;
+            }
+            self.flush_node(i);
+            let deadline = self.nodes.get(i).and_then(|n| {
+                let app = n.app.as_ref().and_then(|a| a.poll_timeout());
+                earliest(n.ep.poll_timeout(), app)
+            });
+            if let Some(armed) = self.armed.get_mut(i) {
+                if *armed != deadline {
+                    *armed = deadline;
+                    if let Some(t) = deadline {
+                        self.timers.push(Reverse((t, i)));
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush_node(&mut self, i: usize) {
         loop {
             let mut progressed = false;
-            for i in 0..self.nodes.len() {
-                while let Some(t) = self.nodes.get_mut(i).and_then(|n| n.ep.poll_transmit()) {
-                    progressed = true;
-                    self.put_on_wire(i, t.to, t.mad);
+            while let Some(t) = self.nodes.get_mut(i).and_then(|n| n.ep.poll_transmit()) {
+                progressed = true;
+                self.put_on_wire(i, t.to, t.mad);
+            }
+            let now = self.now;
+            let elapsed = self.now - self.epoch;
+            let keep = self.keep_events;
+            let Some(node) = self.nodes.get_mut(i) else {
+                return;
+            };
+            while let Some(ev) = node.ep.poll_event() {
+                progressed = true;
+                if let Some(app) = node.app.as_mut() {
+                    app.handle_event(&mut node.ep, now, &ev);
                 }
-                let now = self.now;
-                let elapsed = self.now - self.epoch;
-                let Some(node) = self.nodes.get_mut(i) else {
-                    continue;
-                };
-                while let Some(ev) = node.ep.poll_event() {
-                    progressed = true;
-                    if let Some(app) = node.app.as_mut() {
-                        app.handle_event(&mut node.ep, now, &ev);
-                    }
+                if keep {
                     node.events.push_back((elapsed, ev));
                 }
-                if let Some(app) = node.app.as_mut() {
-                    app.poll(&mut node.ep, now);
-                    while let Some(ev) = node.ep.poll_event() {
-                        progressed = true;
-                        app.handle_event(&mut node.ep, now, &ev);
+            }
+            if let Some(app) = node.app.as_mut() {
+                app.poll(&mut node.ep, now);
+                while let Some(ev) = node.ep.poll_event() {
+                    progressed = true;
+                    app.handle_event(&mut node.ep, now, &ev);
+                    if keep {
                         node.events.push_back((elapsed, ev));
                     }
                 }
             }
+            // What the application's poll sent goes out now too.
+            while let Some(t) = self.nodes.get_mut(i).and_then(|n| n.ep.poll_transmit()) {
+                progressed = true;
+                self.put_on_wire(i, t.to, t.mad);
+            }
             if !progressed {
-                break;
+                return;
             }
         }
     }
@@ -387,14 +480,20 @@ impl SimNet {
             .and_then(|b| b.first_chunk::<2>())
             .map_or(0, |b| u16::from_be_bytes(*b));
         *self.sent.entry((from, attr)).or_default() += 1;
-        if let Some(id) = Mad::parse(&mad).ok().and_then(|m| m.msg.local_comm_id()) {
-            *self.copies.entry((from, attr, id.0)).or_default() += 1;
+        if self.count_copies {
+            if let Some(id) = Mad::parse(&mad).ok().and_then(|m| m.msg.local_comm_id()) {
+                *self.copies.entry((from, attr, id.0)).or_default() += 1;
+            }
         }
         let Some(to) = self.node_of(to_addr) else {
             self.log(|e| format!("{e:>12?} {from}->?  to unknown address {to_addr}"));
             return;
         };
-        let summary = summarize(&mad);
+        let summary = if self.record_trace {
+            summarize(&mad)
+        } else {
+            String::new()
+        };
         // Scripted faults first.
         let now = self.now;
         let mut corrupt = false;
@@ -463,8 +562,10 @@ impl SimNet {
         } else {
             1
         };
+        // The sender's CM handles the MAD before it leaves.
+        let depart = self.servers.serve(from, now);
         for _ in 0..copies {
-            let mut delay = link.latency;
+            let mut delay = link.latency + (depart - now);
             if !link.jitter.is_zero() {
                 delay +=
                     Duration::from_nanos(self.rng.random_range(0..=link.jitter.as_nanos() as u64));
@@ -473,8 +574,14 @@ impl SimNet {
                 delay += link.latency * self.rng.random_range(1..=3u32);
             }
             self.seq += 1;
-            self.queue
-                .push(Reverse((now + delay, self.seq, to, from, mad.clone())));
+            self.queue.push(Reverse((
+                now + delay,
+                self.seq,
+                to,
+                from,
+                false,
+                mad.clone(),
+            )));
         }
         if copies == 2 {
             self.log(|e| format!("{e:>12?} {from}->{to} DUP {summary}"));
@@ -495,17 +602,30 @@ impl SimNet {
             (Some(a), Some((t, _))) => a <= t,
         };
         if deliver {
-            if let Some(Reverse((at, _, to, from, mad))) = self.queue.pop() {
+            if let Some(Reverse((at, _, to, from, served, mad))) = self.queue.pop() {
                 self.now = self.now.max(at);
+                if !served && self.servers.has_cost(to) {
+                    // Arrived: it waits for the receiver's CM, then reaches the endpoint.
+                    let done = self.servers.serve(to, at);
+                    self.seq += 1;
+                    self.queue
+                        .push(Reverse((done, self.seq, to, from, true, mad)));
+                    return true;
+                }
+                self.mark(to);
                 let from_addr = self.addr(from);
-                let summary = summarize(&mad);
-                self.log(|e| format!("{e:>12?} {from}->{to} {summary}"));
+                self.log(|e| format!("{e:>12?} {from}->{to} {}", summarize(&mad)));
                 let now = self.now;
                 self.endpoint(to).handle_datagram(now, from_addr, &mad);
             }
         } else if let Some((t, i)) = next_timer {
             self.now = self.now.max(t);
             let now = self.now;
+            self.timers.pop();
+            if let Some(a) = self.armed.get_mut(i) {
+                *a = None;
+            }
+            self.mark(i);
             if let Some(node) = self.nodes.get_mut(i) {
                 if due(node.ep.poll_timeout(), now) {
                     node.ep.handle_timeout(now);
@@ -521,16 +641,16 @@ impl SimNet {
         true
     }
 
-    /// The earliest deadline of any node (endpoint or application), with the node.
-    fn next_timer(&self) -> Option<(Instant, usize)> {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| {
-                let app = n.app.as_ref().and_then(|a| a.poll_timeout());
-                earliest(n.ep.poll_timeout(), app).map(|t| (t, i))
-            })
-            .min()
+    /// The earliest deadline of any node (endpoint or application), with the node (stale
+    /// entries are dropped on the way).
+    fn next_timer(&mut self) -> Option<(Instant, usize)> {
+        while let Some(Reverse((t, i))) = self.timers.peek().copied() {
+            if self.armed.get(i).copied().flatten() == Some(t) {
+                return Some((t, i));
+            }
+            self.timers.pop();
+        }
+        None
     }
 
     /// Steps until `done` holds (returns `true`) or `max_steps` steps were taken or nothing is
@@ -575,6 +695,10 @@ impl SimNet {
             }
         }
         self.now = self.now.max(at);
+        // Every application sees the new time.
+        for n in 0..self.nodes.len() {
+            self.mark(n);
+        }
         self.flush();
     }
 }

@@ -5,6 +5,8 @@
 //! cm-bench scale [--conns N]                   1M connections in memory: bytes/conn, rate
 //! cm-bench scale --rt [--conns N]              the same through ibcm::rt: bytes/conn vs core
 //! cm-bench flood [--legit N] [--attacks N]     an off-path attacker on loopback (see below)
+//! cm-bench wireup --nodes N --ppn P --mode rc|xrc|xrc-sidr [--loss X] [--seed S]
+//!                                              an all-to-all wire-up in the simulator
 //! ```
 //!
 //! * `rate`: ibcm's MAD rate between two endpoints on 127.0.0.1:P and 127.0.0.2:P (UDP),
@@ -25,6 +27,9 @@
 //!   sources, while a client connects N times; then blind-RTU and spoofed-teardown attempts
 //!   ([`flood`] module docs). Last line: `flood: success <r> (<ok>/<n>); amplification <x>;
 //!   blind-rtu <s>/<n>; teardown <s>/<n>; reqs <count> at <rate>/s`.
+//! * `wireup`: every process connects to every process of the other nodes, over the
+//!   simulator ([`wireup`] module docs, docs/scale.md). Last line: `wireup: <mode> N×P:
+//!   <secs> s to full mesh; <qps> QPs/node; <bytes> B CM state/node; <msgs> MADs`.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -46,6 +51,8 @@ mod rate;
 mod scale_rt;
 #[path = "../bench/sys.rs"]
 mod sys;
+#[path = "../bench/wireup/mod.rs"]
+mod wireup;
 
 #[derive(Debug, Parser)]
 #[command(name = "cm-bench", version, about = "ibcm benchmarks")]
@@ -115,6 +122,8 @@ enum Cmd {
         #[arg(long, default_value_t = 4799)]
         port: u16,
     },
+    /// An all-to-all wire-up of N nodes × P processes (rc, xrc, xrc-sidr) in the simulator.
+    Wireup(wireup::WireupArgs),
 }
 
 fn main() -> Result<()> {
@@ -131,6 +140,7 @@ fn main() -> Result<()> {
             port,
             datagrams,
         }),
+        Cmd::Wireup(a) => wireup::run(&a),
         Cmd::Flood {
             legit,
             attacks,
