@@ -1,0 +1,24 @@
+//! The node's CM service: one daemon (`ibcmd`) owns the node's CM endpoint and serves the
+//! node's processes on a Unix socket, as the kernel's `rdma_cm` serves them through
+//! `/dev/infiniband/rdma_cm`. A process attaches with [`Cm::attach`](crate::rt::Cm::attach)
+//! and uses the ordinary [`Cm`](crate::rt::Cm) API; when it dies, its socket closes and the
+//! daemon disconnects its connections at once.
+//!
+//! * `proto`: the socket protocol ([`proto::ClientMsg`], [`proto::DaemonMsg`]), JSON in
+//!   length-prefixed frames;
+//! * `client`: [`attach`], the task that forwards a [`Cm`](crate::rt::Cm)'s commands;
+//! * `server`: [`NodeServer`], the daemon's sessions, ownership and limits;
+//! * `journal`: [`Journal`], the state file of live connections for a restart.
+//!
+//! The protocol, the ownership rules and an example session: `docs/ibcmd.md`.
+
+mod client;
+pub mod journal;
+pub mod proto;
+mod server;
+
+pub use client::{attach, Attached, Node, NodeError};
+pub use journal::{stale_dreq, Journal, JournalEntry, JournalTx};
+pub use server::{
+    EventSink, HookFuture, NodeHooks, NodeServer, ServerConfig, SessionInfo,
+};

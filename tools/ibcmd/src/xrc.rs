@@ -1,0 +1,244 @@
+//! The daemon's XRC target: [`XrcHooks`] serves clients' XRC services from one
+//! [`XrcServer`] (the endpoint's app) and ends their holdings per policy when they go.
+//!
+//! Each client that serves XRC is a process of the verbs backend (the creator of the TGT
+//! QPs its services create) and gets a private XRC domain of its own. When it goes, the
+//! registry hears "process exit" (ProcessBound QPs: released, "creator exited"; Shared: the
+//! creator's registration dropped) and then the domain is closed (DomainBound QPs: released,
+//! "domain closed"; Explicit QPs are kept as orphans and pin it). When the daemon stops,
+//! every QP still live is released as "keeper lost".
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use ibcm::proto::ConnId;
+use ibcm::rt::node::{EventSink, HookFuture, NodeHooks, SessionInfo};
+use ibcm_mad::ServiceId;
+use ibcm_xrc::cm::rt::XrcServer;
+use ibcm_xrc::cm::{TargetEvent, XrcService};
+use ibcm_xrc::verbs::model::KernelModel;
+use ibcm_xrc::{Verbs as _, DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, SrqNum, TgtRegistry};
+use tracing::{info, warn};
+
+/// A client's XRC side.
+#[derive(Debug)]
+struct Holder {
+    process: ProcessId,
+    domain: DomainId,
+}
+
+/// Where the target's events go: the session sink of each service, and each connection's
+/// service.
+#[derive(Default)]
+struct Routes {
+    sinks: HashMap<ServiceId, EventSink>,
+    conns: HashMap<ConnId, ServiceId>,
+}
+
+/// [`NodeHooks`] over an [`XrcServer`].
+pub(crate) struct XrcHooks {
+    server: XrcServer,
+    kernel: Option<KernelModel>,
+    holders: Mutex<BTreeMap<u64, Holder>>,
+    routes: Arc<Mutex<Routes>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The policy named on the command line / in the protocol.
+pub(crate) fn policy_of(s: &str) -> Option<OwnershipPolicy> {
+    match s {
+        "explicit" => Some(OwnershipPolicy::Explicit),
+        "domain" => Some(OwnershipPolicy::DomainBound),
+        "process" => Some(OwnershipPolicy::ProcessBound),
+        "shared" => Some(OwnershipPolicy::Shared),
+        other => OwnershipPolicy::from_name(other),
+    }
+}
+
+impl XrcHooks {
+    /// Hooks on `server`; `kernel` gives each client a process of the software model (the
+    /// `sim` backend); without it clients get process numbers of their own.
+    pub(crate) async fn new(server: XrcServer, kernel: Option<KernelModel>) -> Arc<Self> {
+        let routes: Arc<Mutex<Routes>> = Arc::default();
+        let r = routes.clone();
+        let observer = Box::new(move |_now: Instant, ev: TargetEvent| {
+            let mut r = lock(&r);
+            let (conn, line) = match &ev {
+                TargetEvent::Accepted {
+                    conn,
+                    service,
+                    qpn,
+                    created,
+                    policy,
+                    ..
+                } => {
+                    r.conns.insert(*conn, *service);
+                    let how = if *created { "created" } else { "attached" };
+                    (*conn, format!("accepted conn={conn} tgt_qpn={qpn} ({how}, {policy})"))
+                }
+                TargetEvent::Rejected { conn, info, .. } => (*conn, format!("rejected conn={conn}: {info}")),
+                TargetEvent::Established { conn, qpn } => {
+                    (*conn, format!("established conn={conn} tgt_qpn={qpn}"))
+                }
+                TargetEvent::Teardown {
+                    conn,
+                    qpn,
+                    cause,
+                    established,
+                } => {
+                    let what = if *established { "DREQ" } else { "REJ" };
+                    (*conn, format!("teardown conn={conn} tgt_qpn={qpn}: {what}, target gone ({cause})"))
+                }
+                TargetEvent::Closed { conn, qpn, event, .. } => {
+                    (*conn, format!("closed conn={conn} tgt_qpn={qpn} ({event:?})"))
+                }
+                other => {
+                    info!(event = ?other, "XRC target");
+                    return;
+                }
+            };
+            let sid = if matches!(ev, TargetEvent::Closed { .. } | TargetEvent::Rejected { .. }) {
+                r.conns.remove(&conn)
+            } else {
+                r.conns.get(&conn).copied()
+            };
+            if let Some(sid) = sid {
+                if let Some(sink) = r.sinks.get(&sid) {
+                    sink.xrc_event(sid, line);
+                }
+            }
+        });
+        if server.set_observer(observer).await.is_err() {
+            warn!("the endpoint stopped before the XRC target was set up");
+        }
+        Arc::new(XrcHooks {
+            server,
+            kernel,
+            holders: Mutex::new(BTreeMap::new()),
+            routes,
+        })
+    }
+
+    /// Releases every TGT QP still live, as a lost keeper's ("keeper lost" DREQs), for the
+    /// daemon's exit.
+    pub(crate) async fn release_all(&self, fresh: TgtRegistry<ConnId>) {
+        let r = self
+            .server
+            .with_target(move |t, now| t.keeper_crash(now, fresh))
+            .await;
+        if r.is_err() {
+            warn!("the endpoint stopped before the TGT QPs were released");
+        }
+    }
+
+    fn process_for(&self, session: &SessionInfo) -> ProcessId {
+        match &self.kernel {
+            Some(k) => k.spawn().process(),
+            None => ProcessId(session.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0)),
+        }
+    }
+}
+
+impl NodeHooks for XrcHooks {
+    fn xrc_listen<'a>(
+        &'a self,
+        session: SessionInfo,
+        service_id: ServiceId,
+        policy: &'a str,
+        srqns: &'a [u32],
+        events: EventSink,
+    ) -> HookFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let policy = policy_of(policy).ok_or_else(|| {
+                format!("unknown policy {policy:?} (explicit, domain, process, shared)")
+            })?;
+            let srqns = srqns
+                .iter()
+                .map(|&n| SrqNum::new(n).ok_or(format!("SRQ number {n} out of range")))
+                .collect::<Result<Vec<_>, _>>()?;
+            if srqns.is_empty() || srqns.len() > 47 {
+                return Err(format!("{} SRQ numbers (1..=47)", srqns.len()));
+            }
+            let existing = lock(&self.holders)
+                .get(&session.id)
+                .map(|h| (h.process, h.domain));
+            let (process, domain) = match existing {
+                Some(pd) => (pd.0, None),
+                None => (self.process_for(&session), Some(format!("ibcmd-session-{}", session.id))),
+            };
+            let dom = self
+                .server
+                .with(move |t, ep, _| {
+                    let dom = match (domain, existing) {
+                        (Some(name), _) => t
+                            .registry_mut()
+                            .open_domain(&name, DomainSpec::Private)
+                            .map_err(|e| e.to_string())?,
+                        (None, Some((_, d))) => d,
+                        (None, None) => return Err("no domain".to_string()),
+                    };
+                    let mut svc = XrcService::new(dom, process, srqns);
+                    svc.policy = Some(policy);
+                    t.listen(ep, service_id, svc);
+                    Ok(dom)
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+            lock(&self.holders).insert(session.id, Holder { process, domain: dom });
+            lock(&self.routes).sinks.insert(service_id, events);
+            info!(session = session.id, service = %service_id, %policy, "XRC service");
+            Ok(())
+        })
+    }
+
+    fn xrc_unlisten(&self, session: SessionInfo, service_id: ServiceId) -> HookFuture<'_, ()> {
+        Box::pin(async move {
+            lock(&self.routes).sinks.remove(&service_id);
+            let r = self
+                .server
+                .with(move |t, ep, _| {
+                    t.unserve(service_id);
+                    ep.unlisten(service_id);
+                })
+                .await;
+            if r.is_err() {
+                warn!(session = session.id, "the endpoint stopped");
+            }
+        })
+    }
+
+    fn session_ended(&self, session: SessionInfo) -> HookFuture<'_, ()> {
+        Box::pin(async move {
+            let Some(h) = lock(&self.holders).remove(&session.id) else {
+                return;
+            };
+            let r = self
+                .server
+                .with_target(move |t, now| {
+                    let reg = t.registry_mut();
+                    let exit = reg.process_exit(now, h.process);
+                    let closed = reg.close_domain(now, h.domain);
+                    (exit, closed)
+                })
+                .await;
+            match r {
+                Ok((exit, closed)) => info!(
+                    session = session.id,
+                    qps = ?exit,
+                    domain = ?closed,
+                    "client's XRC holdings ended per policy"
+                ),
+                Err(e) => warn!(error = %e, "the endpoint stopped"),
+            }
+        })
+    }
+}
+
+/// A fresh registry on the same backend, for [`XrcHooks::release_all`].
+pub(crate) fn registry(verbs: Box<dyn ibcm_xrc::Verbs>) -> TgtRegistry<ConnId> {
+    TgtRegistry::new(verbs, RegistryConfig::default())
+}
