@@ -195,6 +195,38 @@ impl NodeHooks for XrcHooks {
         })
     }
 
+    fn xrc_destroy(&self, session: SessionInfo) -> HookFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            let Some(process) = lock(&self.holders).get(&session.id).map(|h| h.process) else {
+                return Ok(0);
+            };
+            self.server
+                .with_target(move |t, now| {
+                    let reg = t.registry_mut();
+                    let mine: Vec<_> = reg
+                        .tgt_qps()
+                        .into_iter()
+                        .filter(|q| q.life == ibcm_xrc::QpLife::Live)
+                        .filter(|q| {
+                            q.owner == Some(process)
+                                || (q.policy == OwnershipPolicy::Shared && q.creator == process)
+                        })
+                        .map(|q| q.qpn)
+                        .collect();
+                    let mut n = 0u64;
+                    for qpn in mine {
+                        match reg.destroy(now, qpn, process) {
+                            Ok(_) => n += 1,
+                            Err(e) => warn!(%qpn, error = %e, "destroy refused"),
+                        }
+                    }
+                    n
+                })
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
     fn xrc_unlisten(&self, session: SessionInfo, service_id: ServiceId) -> HookFuture<'_, ()> {
         Box::pin(async move {
             lock(&self.routes).sinks.remove(&service_id);

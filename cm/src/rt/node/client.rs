@@ -91,6 +91,23 @@ impl Node {
         .await
     }
 
+    /// Destroys every TGT QP this client owns, as their owner ([`Op::XrcDestroy`]); returns
+    /// how many.
+    ///
+    /// # Errors
+    /// [`NodeError`].
+    pub async fn xrc_destroy(&self) -> Result<u64, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send((Op::XrcDestroy, tx))
+            .map_err(|_| NodeError::Gone)?;
+        match rx.await.map_err(|_| NodeError::Gone)? {
+            WireResult::Value { value } => Ok(value),
+            WireResult::Refused { why } => Err(NodeError::Refused(why)),
+            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
     /// The next line the daemon reported about this client's XRC services (a REQ accepted, a
     /// connection closed, a teardown…); `None` once the connection to the daemon is gone.
     pub async fn xrc_event(&self) -> Option<String> {
@@ -247,16 +264,21 @@ impl Client {
         mut node_rx: mpsc::UnboundedReceiver<(Op, oneshot::Sender<WireResult>)>,
         mut msgs: MsgRx,
     ) -> io::Result<()> {
+        let mut node_open = true;
         let r = loop {
             tokio::select! {
                 cmd = rx.recv() => match cmd {
                     None | Some(Command::Shutdown) => break Ok(()),
                     Some(cmd) => if let Err(e) = self.on_command(cmd).await { break Err(e) },
                 },
-                op = node_rx.recv() => if let Some((op, reply)) = op {
-                    if let Err(e) = self.request(op, Some(Waiter::Node(reply))).await {
-                        break Err(e);
+                op = node_rx.recv(), if node_open => match op {
+                    Some((op, reply)) => {
+                        if let Err(e) = self.request(op, Some(Waiter::Node(reply))).await {
+                            break Err(e);
+                        }
                     }
+                    // Every `Node` handle dropped: only the `Cm` handles remain.
+                    None => node_open = false,
                 },
                 m = msgs.recv() => match m {
                     Some(Ok(m)) => if let Err(e) = self.on_message(m).await { break Err(e) },

@@ -134,6 +134,10 @@ pub enum Op {
         /// Service ID.
         service_id: u64,
     },
+    /// Destroy every TGT QP this client owns (the owner's destroy: its connections get the
+    /// "target gone (owner destroyed it)" DREQ; for `Shared` QPs the client's registration
+    /// is dropped instead). The answer's value is the number of QPs.
+    XrcDestroy,
 }
 
 /// What the daemon sends: replies, and events about the client's own objects.

@@ -75,6 +75,9 @@ pub trait NodeHooks: Send + Sync + 'static {
         events: EventSink,
     ) -> HookFuture<'a, Result<(), String>>;
 
+    /// [`Op::XrcDestroy`]: destroy the TGT QPs `session` owns; how many.
+    fn xrc_destroy(&self, session: SessionInfo) -> HookFuture<'_, Result<u64, String>>;
+
     /// [`Op::XrcUnlisten`].
     fn xrc_unlisten(&self, session: SessionInfo, service_id: ServiceId) -> HookFuture<'_, ()>;
 
@@ -508,6 +511,10 @@ impl NodeServer {
                 policy,
                 srqns,
             } => self.xrc_listen(s, service_id, &policy, &srqns).await,
+            Op::XrcDestroy => match self.hooks.xrc_destroy(s.info).await {
+                Ok(value) => WireResult::Value { value },
+                Err(why) => WireResult::Refused { why },
+            },
             Op::XrcUnlisten { service_id } => {
                 let mine = s.lock().xrc.remove(&service_id);
                 if mine {

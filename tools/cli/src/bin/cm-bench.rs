@@ -5,6 +5,7 @@
 //! cm-bench scale [--conns N]                   1M connections in memory: bytes/conn, rate
 //! cm-bench scale --rt [--conns N]              the same through ibcm::rt: bytes/conn vs core
 //! cm-bench flood [--legit N] [--attacks N]     an off-path attacker on loopback (see below)
+//! cm-bench node-kill [--conns N] [--rounds R]  SIGKILL of an ibcmd client → DREQ on the wire
 //! ```
 //!
 //! * `rate`: two endpoints in this process, on 127.0.0.1:P and 127.0.0.2:P (UDP), set up N
@@ -40,6 +41,8 @@ use ibcm_mad::{Guid, Qpn, ServiceId};
 
 #[path = "../bench/flood.rs"]
 mod flood;
+#[path = "../bench/node_kill.rs"]
+mod node_kill;
 #[path = "../common/qpn.rs"]
 mod qpn;
 #[path = "../bench/scale_rt.rs"]
@@ -54,6 +57,23 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    /// SIGKILL of a client of the node's CM service (`ibcmd`) → the DREQs at the peer
+    /// ([`node_kill`] module docs).
+    NodeKill {
+        #[arg(long, default_value_t = 16)]
+        conns: u64,
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+        /// The daemon's address (UDP 4791).
+        #[arg(long, default_value = "127.0.0.40")]
+        daemon_ip: IpAddr,
+        /// This process's endpoint's address (UDP 4791).
+        #[arg(long, default_value = "127.0.0.41")]
+        peer_ip: IpAddr,
+        /// Where `ibcmd` and `cm-ping` are (default: next to cm-bench).
+        #[arg(long)]
+        bin_dir: Option<std::path::PathBuf>,
+    },
     /// Connection setup rate over RoCEv2/UDP loopback vs the raw UDP packet rate.
     Rate {
         /// Connections to set up.
@@ -113,6 +133,19 @@ enum Cmd {
 fn main() -> Result<()> {
     let args = Args::parse();
     match args.cmd {
+        Cmd::NodeKill {
+            conns,
+            rounds,
+            daemon_ip,
+            peer_ip,
+            bin_dir,
+        } => node_kill::node_kill(&node_kill::NodeKillOpts {
+            conns,
+            rounds,
+            daemon_ip,
+            peer_ip,
+            bin_dir,
+        }),
         Cmd::Rate {
             conns,
             parallel,
