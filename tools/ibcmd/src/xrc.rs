@@ -2,11 +2,14 @@
 //! [`XrcServer`] (the endpoint's app) and ends their holdings per policy when they go.
 //!
 //! Each client that serves XRC is a process of the verbs backend (the creator of the TGT
-//! QPs its services create) and gets a private XRC domain of its own. When it goes, the
-//! registry hears "process exit" (ProcessBound QPs: released, "creator exited"; Shared: the
-//! creator's registration dropped) and then the domain is closed (DomainBound QPs: released,
-//! "domain closed"; Explicit QPs are kept as orphans and pin it). When the daemon stops,
-//! every QP still live is released as "keeper lost".
+//! QPs its services create). Its services of the explicit, domain-bound and process-bound
+//! policies create their QPs in a private XRC domain of the client's; its `Shared` services
+//! in the daemon's shared domain, which no client's exit closes (a shared QP lives as long
+//! as someone holds a registration on it: the OFED persistent server). When a client goes,
+//! the registry hears "process exit" (ProcessBound QPs: released, "creator exited"; Shared:
+//! the creator's registration dropped) and then its private domain is closed (DomainBound
+//! QPs: released, "domain closed"; Explicit QPs are kept as orphans and pin it). When the
+//! daemon stops, every QP still live is released as "keeper lost".
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,8 +28,12 @@ use tracing::{info, warn};
 #[derive(Debug)]
 struct Holder {
     process: ProcessId,
-    domain: DomainId,
+    /// Its private domain, once a non-shared service asked for one.
+    domain: Option<DomainId>,
 }
+
+/// The name of the daemon's domain for `Shared` services.
+const SHARED_DOMAIN: &str = "ibcmd-shared";
 
 /// Where the target's events go: the session sink of each service, and each connection's
 /// service.
@@ -166,29 +173,39 @@ impl NodeHooks for XrcHooks {
             let existing = lock(&self.holders)
                 .get(&session.id)
                 .map(|h| (h.process, h.domain));
-            let (process, domain) = match existing {
-                Some(pd) => (pd.0, None),
-                None => (self.process_for(&session), Some(format!("ibcmd-session-{}", session.id))),
+            let process = match existing {
+                Some((p, _)) => p,
+                None => self.process_for(&session),
+            };
+            let private = existing.and_then(|(_, d)| d);
+            let name = if policy == OwnershipPolicy::Shared {
+                SHARED_DOMAIN.to_string()
+            } else {
+                format!("ibcmd-session-{}", session.id)
             };
             let dom = self
                 .server
                 .with(move |t, ep, _| {
-                    let dom = match (domain, existing) {
-                        (Some(name), _) => t
+                    let dom = match private {
+                        Some(d) if policy != OwnershipPolicy::Shared => d,
+                        _ => t
                             .registry_mut()
                             .open_domain(&name, DomainSpec::Private)
                             .map_err(|e| e.to_string())?,
-                        (None, Some((_, d))) => d,
-                        (None, None) => return Err("no domain".to_string()),
                     };
                     let mut svc = XrcService::new(dom, process, srqns);
                     svc.policy = Some(policy);
                     t.listen(ep, service_id, svc);
-                    Ok(dom)
+                    Ok::<_, String>(dom)
                 })
                 .await
                 .map_err(|e| e.to_string())??;
-            lock(&self.holders).insert(session.id, Holder { process, domain: dom });
+            let domain = if policy == OwnershipPolicy::Shared {
+                private
+            } else {
+                Some(dom)
+            };
+            lock(&self.holders).insert(session.id, Holder { process, domain });
             lock(&self.routes).sinks.insert(service_id, events);
             info!(session = session.id, service = %service_id, %policy, "XRC service");
             Ok(())
@@ -253,7 +270,7 @@ impl NodeHooks for XrcHooks {
                 .with_target(move |t, now| {
                     let reg = t.registry_mut();
                     let exit = reg.process_exit(now, h.process);
-                    let closed = reg.close_domain(now, h.domain);
+                    let closed = h.domain.map(|d| reg.close_domain(now, d));
                     (exit, closed)
                 })
                 .await;

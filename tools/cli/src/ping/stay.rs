@@ -3,7 +3,9 @@
 //! `conn <n> closed by peer after <ms> ms: <reason>` (n: the connection's number in this
 //! run, from 0 in the order they were established; ms: since every connection was up; for an
 //! XRC DREQ carrying the target-gone block the reason is its cause in words, e.g.
-//! `target gone (creator exited)`); on a signal the rest are disconnected. The last line is
+//! `target gone (creator exited)`); a connection that ends otherwise (the node service lost,
+//! say) prints `conn <n> ended here after <ms> ms: <why>` and is not counted as closed by the
+//! peer. On a signal the rest are disconnected. The last line is
 //! `cm-ping: N established, R rejected, T timed out, D disconnected, P closed by peer`.
 
 use std::sync::atomic::Ordering;
@@ -15,6 +17,18 @@ use ibcm_mad::xrc::TargetGone;
 use tokio::task::JoinSet;
 
 use super::{hex_trim, Counts};
+
+/// Whether the peer ended the connection (its DREQ, REJ or stale report), not this side or
+/// the loss of the node service.
+pub(crate) fn by_peer(why: &ConnectionError) -> bool {
+    matches!(
+        why,
+        ConnectionError::Disconnected { by_peer: true, .. }
+            | ConnectionError::Rejected { .. }
+            | ConnectionError::Stale
+            | ConnectionError::TimedOut
+    )
+}
 
 /// Why the peer ended a connection, in words.
 pub(crate) fn peer_reason(why: &ConnectionError) -> String {
@@ -80,8 +94,9 @@ pub(crate) async fn stay(quiet: bool, counts: &Counts, held: Vec<Connection>) ->
                     if let Some(slot) = open.get_mut(n) {
                         *slot = None;
                     }
-                    by_peer += 1;
-                    report(quiet, start, n, &why);
+                    if report(quiet, start, n, &why) {
+                        by_peer += 1;
+                    }
                 }
                 Some(Err(_)) => {}
             },
@@ -103,22 +118,27 @@ pub(crate) async fn stay(quiet: bool, counts: &Counts, held: Vec<Connection>) ->
     by_peer
 }
 
-fn report(quiet: bool, start: Instant, n: usize, why: &ConnectionError) {
+/// Prints how connection `n` ended; whether the peer ended it.
+fn report(quiet: bool, start: Instant, n: usize, why: &ConnectionError) -> bool {
+    let peer = by_peer(why);
     if !quiet {
-        println!(
-            "conn {n} closed by peer after {} ms: {}",
-            start.elapsed().as_millis(),
-            peer_reason(why)
-        );
+        let ms = start.elapsed().as_millis();
+        if peer {
+            println!("conn {n} closed by peer after {ms} ms: {}", peer_reason(why));
+        } else {
+            println!("conn {n} ended here after {ms} ms: {why}");
+        }
     }
+    peer
 }
 
 async fn wait_all(quiet: bool, start: Instant, set: &mut JoinSet<(usize, ConnectionError)>) -> u64 {
     let mut by_peer = 0;
     while let Some(r) = set.join_next().await {
         if let Ok((n, why)) = r {
-            by_peer += 1;
-            report(quiet, start, n, &why);
+            if report(quiet, start, n, &why) {
+                by_peer += 1;
+            }
         }
     }
     by_peer
