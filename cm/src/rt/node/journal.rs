@@ -1,15 +1,16 @@
-//! The journal of live connections: a small state file (one JSON object per line: comm ID,
-//! the peer's comm ID and QPN, the peer's address), rewritten as connections come and go, so
+//! The journal of live connections: a small state file (one JSON object per line: a
+//! connection noted — comm ID, the peer's comm ID and QPN, the peer's address — or
+//! forgotten), appended to as connections come and go and compacted now and then, so
 //! that a daemon killed and restarted can tell every peer that its connections are gone
 //! ([`stale_dreq`]: a DREQ per entry) instead of leaving them believing in them.
 
 use std::collections::BTreeMap;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use ibcm_mad::{CmMessage, CommId, Dreq, Mad, PrivateData, Qpn, Tid};
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::proto::WirePeer;
@@ -38,35 +39,92 @@ impl JournalEntry {
     }
 }
 
-enum Change {
+/// One line of the file: a connection noted live, or forgotten.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Line {
     Add(JournalEntry),
-    Remove(u32),
+    Del(u32),
 }
 
-/// Where the server notes connections; a task writes the file.
-#[derive(Debug, Clone)]
-pub struct JournalTx {
-    tx: mpsc::UnboundedSender<Change>,
+/// Appends between two compactions (the file is then rewritten with the live entries only).
+const COMPACT_EVERY: usize = 4096;
+
+#[derive(Debug)]
+struct File {
+    path: PathBuf,
+    out: Option<std::fs::File>,
+    live: BTreeMap<u32, JournalEntry>,
+    appends: usize,
 }
 
-impl std::fmt::Debug for Change {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Change::Add(e) => write!(f, "add {}", e.comm_id),
-            Change::Remove(c) => write!(f, "remove {c}"),
+impl File {
+    fn append(&mut self, l: &Line) {
+        let Ok(mut text) = serde_json::to_string(l) else {
+            return;
+        };
+        text.push('\n');
+        self.appends += 1;
+        if self.appends >= COMPACT_EVERY {
+            self.appends = 0;
+            if let Err(e) = self.compact() {
+                warn!(path = %self.path.display(), error = %e, "journal compaction failed");
+            }
+            return;
         }
+        let r = match self.out.as_mut() {
+            Some(f) => f.write_all(text.as_bytes()),
+            None => Err(io::ErrorKind::NotConnected.into()),
+        };
+        if let Err(e) = r {
+            warn!(path = %self.path.display(), error = %e, "journal write failed");
+        }
+    }
+
+    /// Rewrites the file with the live entries, and appends from there.
+    fn compact(&mut self) -> io::Result<()> {
+        let text: String = self
+            .live
+            .values()
+            .filter_map(|e| serde_json::to_string(&Line::Add(e.clone())).ok())
+            .map(|l| l + "\n")
+            .collect();
+        write_atomic(&self.path, &text)?;
+        self.out = Some(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&self.path)?,
+        );
+        Ok(())
     }
 }
 
+/// Where the server notes connections: each change is appended to the file at once (a
+/// small write, no `fsync`: the journal survives the daemon's death, not the machine's), so
+/// a connection is in the file before its client hears it is established.
+#[derive(Debug, Clone)]
+pub struct JournalTx {
+    file: Arc<Mutex<File>>,
+}
+
 impl JournalTx {
+    fn lock(&self) -> std::sync::MutexGuard<'_, File> {
+        self.file.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Notes a live connection.
     pub fn add(&self, e: JournalEntry) {
-        let _ = self.tx.send(Change::Add(e));
+        let mut f = self.lock();
+        f.append(&Line::Add(e.clone()));
+        f.live.insert(e.comm_id, e);
     }
 
     /// Forgets a connection.
     pub fn remove(&self, comm_id: u32) {
-        let _ = self.tx.send(Change::Remove(comm_id));
+        let mut f = self.lock();
+        if f.live.remove(&comm_id).is_some() {
+            f.append(&Line::Del(comm_id));
+        }
     }
 }
 
@@ -76,31 +134,42 @@ pub struct Journal;
 
 impl Journal {
     /// Reads what a previous run left at `path` (nothing if there is no file; unreadable
-    /// lines are skipped with a warning), empties the file, and starts the task that keeps it
-    /// up to date. Call inside a tokio runtime.
+    /// lines are skipped with a warning) and starts an empty journal there.
     ///
     /// # Errors
     /// The file exists but cannot be read, or cannot be written.
     pub fn open(path: &Path) -> io::Result<(Vec<JournalEntry>, JournalTx)> {
-        let old = match std::fs::read_to_string(path) {
-            Ok(s) => s
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .filter_map(|l| match serde_json::from_str::<JournalEntry>(l) {
-                    Ok(e) => Some(e),
-                    Err(e) => {
-                        warn!(error = %e, "journal line skipped");
-                        None
+        let mut old: BTreeMap<u32, JournalEntry> = BTreeMap::new();
+        match std::fs::read_to_string(path) {
+            Ok(s) => {
+                for l in s.lines().filter(|l| !l.trim().is_empty()) {
+                    match serde_json::from_str::<Line>(l) {
+                        Ok(Line::Add(e)) => {
+                            old.insert(e.comm_id, e);
+                        }
+                        Ok(Line::Del(id)) => {
+                            old.remove(&id);
+                        }
+                        Err(e) => warn!(error = %e, "journal line skipped"),
                     }
-                })
-                .collect(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
+        }
+        let mut f = File {
+            path: path.to_path_buf(),
+            out: None,
+            live: BTreeMap::new(),
+            appends: 0,
         };
-        write_atomic(path, "")?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer(path.to_path_buf(), rx));
-        Ok((old, JournalTx { tx }))
+        f.compact()?;
+        Ok((
+            old.into_values().collect(),
+            JournalTx {
+                file: Arc::new(Mutex::new(f)),
+            },
+        ))
     }
 }
 
@@ -109,35 +178,6 @@ fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
     tmp.push(".tmp");
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
-}
-
-async fn writer(path: PathBuf, mut rx: mpsc::UnboundedReceiver<Change>) {
-    let mut live: BTreeMap<u32, JournalEntry> = BTreeMap::new();
-    while let Some(c) = rx.recv().await {
-        let mut apply = |c: Change| match c {
-            Change::Add(e) => {
-                live.insert(e.comm_id, e);
-            }
-            Change::Remove(id) => {
-                live.remove(&id);
-            }
-        };
-        apply(c);
-        // One rewrite per batch of changes.
-        while let Ok(c) = rx.try_recv() {
-            apply(c);
-        }
-        let text: String = live
-            .values()
-            .filter_map(|e| serde_json::to_string(e).ok())
-            .map(|l| l + "\n")
-            .collect();
-        let p = path.clone();
-        let r = tokio::task::spawn_blocking(move || write_atomic(&p, &text)).await;
-        if !matches!(r, Ok(Ok(()))) {
-            warn!(path = %path.display(), "journal write failed");
-        }
-    }
 }
 
 /// The DREQ that ends `e` at its peer, with `private_data` (e.g. the XRC target-gone block);

@@ -729,11 +729,12 @@ impl NodeServer {
                 let st = slot
                     .wait(|st| (*st != last).then(|| st.clone()))
                     .await;
+                // In the journal before the client hears of it.
+                me.journal_note(&s, conn, &st);
                 s.out.push(&DaemonMsg::Status {
                     conn,
                     status: WireStatus::from_status(&st),
                 });
-                me.journal_note(&s, conn, &st);
                 if matches!(st, ConnStatus::Gone(_)) {
                     s.lock().conns.remove(&conn);
                     return;
