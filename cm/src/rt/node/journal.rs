@@ -105,6 +105,7 @@ impl File {
 #[derive(Debug, Clone)]
 pub struct JournalTx {
     file: Arc<Mutex<File>>,
+    empty: Arc<tokio::sync::Notify>,
 }
 
 impl JournalTx {
@@ -124,6 +125,32 @@ impl JournalTx {
         let mut f = self.lock();
         if f.live.remove(&comm_id).is_some() {
             f.append(&Line::Del(comm_id));
+            if f.live.is_empty() {
+                self.empty.notify_waiters();
+            }
+        }
+    }
+
+    /// Live connections noted now.
+    pub fn len(&self) -> usize {
+        self.lock().live.len()
+    }
+
+    /// Whether no live connection is noted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Resolves once no live connection is noted.
+    pub async fn drained(&self) {
+        loop {
+            let n = self.empty.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.is_empty() {
+                return;
+            }
+            n.await;
         }
     }
 }
@@ -168,6 +195,7 @@ impl Journal {
             old.into_values().collect(),
             JournalTx {
                 file: Arc::new(Mutex::new(f)),
+                empty: Arc::new(tokio::sync::Notify::new()),
             },
         ))
     }

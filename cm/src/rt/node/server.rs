@@ -95,6 +95,9 @@ pub struct ServerConfig {
     pub max_listeners: usize,
     /// Messages queued towards a client before it counts as stuck and is dropped.
     pub queue: usize,
+    /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
+    /// connections still unanswered then stay in the journal, for the next start).
+    pub shutdown_grace: std::time::Duration,
 }
 
 impl Default for ServerConfig {
@@ -103,6 +106,7 @@ impl Default for ServerConfig {
             max_connections: 65_536,
             max_listeners: 1024,
             queue: 8192,
+            shutdown_grace: std::time::Duration::from_secs(2),
         }
     }
 }
@@ -215,13 +219,25 @@ impl NodeServer {
     }
 
     /// Ends every session as if its client had exited (DREQs, REJs, listeners removed, XRC
-    /// holdings per policy), and returns once the driver has put the DREQs on the wire.
+    /// holdings per policy), and returns once the driver has put the DREQs on the wire and
+    /// the peers have answered them (DREP), or [`ServerConfig::shutdown_grace`] has passed.
     pub async fn shutdown(&self) {
         let all: Vec<Arc<Session>> = lock(&self.sessions).values().cloned().collect();
         for s in all {
             self.end_session(&s).await;
         }
         self.sync_driver().await;
+        if let Some(j) = &self.journal {
+            if tokio::time::timeout(self.cfg.shutdown_grace, j.drained())
+                .await
+                .is_err()
+            {
+                warn!(
+                    unanswered = j.len(),
+                    "DREQs unanswered: their connections stay in the journal for the next start"
+                );
+            }
+        }
     }
 
     /// A round trip through the driver: everything sent before has been handled and flushed.
