@@ -111,7 +111,10 @@ fn clear_socket_path(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).with_context(|| format!("cannot inspect {}", path.display())),
         Ok(m) if !m.file_type().is_socket() => {
-            bail!("{} exists and is not a socket: refusing to replace it", path.display())
+            bail!(
+                "{} exists and is not a socket: refusing to replace it",
+                path.display()
+            )
         }
         Ok(_) => {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -123,8 +126,7 @@ fn clear_socket_path(path: &Path) -> Result<()> {
     }
 }
 
-/// The transport, and the verbs contexts of the backend (the registry's, a spare one for the
-/// registry that takes over on exit) with the model behind them for `sim`.
+/// The CM's MAD channel.
 enum Transport {
     Udp(UdpTransport),
     Umad(UmadTransport),
@@ -147,13 +149,21 @@ async fn send_all<T: DatagramTransport>(t: &mut T, stale: &[JournalEntry]) {
         let mad = stale_dreq(e, &pd);
         let to: PeerAddr = e.peer();
         match t.send(to, &mad).await {
-            Ok(()) => info!(comm_id = e.comm_id, peer = %to, "DREQ for a connection of the previous run"),
-            Err(err) => warn!(comm_id = e.comm_id, peer = %to, error = %err, "DREQ of the previous run not sent"),
+            Ok(()) => {
+                info!(comm_id = e.comm_id, peer = %to, "DREQ for a connection of the previous run")
+            }
+            Err(err) => {
+                warn!(comm_id = e.comm_id, peer = %to, error = %err, "DREQ of the previous run not sent")
+            }
         }
     }
 }
 
-fn backend(b: Backend) -> Result<(Box<dyn Verbs>, Box<dyn Verbs>, Option<KernelModel>)> {
+/// The registry's verbs context, a spare one (for the registry that takes over at exit), and
+/// the software model behind them (`sim`).
+type BackendParts = (Box<dyn Verbs>, Box<dyn Verbs>, Option<KernelModel>);
+
+fn backend(b: Backend) -> Result<BackendParts> {
     match b {
         Backend::Sim => {
             let k = KernelModel::new(ModelConfig::mlx5());
@@ -164,28 +174,31 @@ fn backend(b: Backend) -> Result<(Box<dyn Verbs>, Box<dyn Verbs>, Option<KernelM
 }
 
 #[cfg(feature = "rdma")]
-fn verbs_backend() -> Result<(Box<dyn Verbs>, Box<dyn Verbs>, Option<KernelModel>)> {
+fn verbs_backend() -> Result<BackendParts> {
     let a = ibcm_xrc::RdmaVerbs::open(None).context("cannot open an RDMA device")?;
     let b = ibcm_xrc::RdmaVerbs::open(None).context("cannot open an RDMA device")?;
     Ok((Box::new(a), Box::new(b), None))
 }
 
 #[cfg(not(feature = "rdma"))]
-fn verbs_backend() -> Result<(Box<dyn Verbs>, Box<dyn Verbs>, Option<KernelModel>)> {
+fn verbs_backend() -> Result<BackendParts> {
     bail!("--backend verbs: ibcmd was not built with rdma (cargo build -p ibcmd --features rdma)")
 }
 
 async fn run(args: Args) -> Result<()> {
     clear_socket_path(&args.socket)?;
     let (verbs, spare, kernel) = backend(args.backend)?;
-    let mut transport = match &args.umad {
-        Some(dev) => Transport::Umad(UmadTransport::open(dev, args.gid_index, Gid::from_ip(args.addr))?),
-        None => Transport::Udp(
-            UdpTransport::bind(args.addr)
-                .await
-                .with_context(|| format!("cannot bind UDP {}", SocketAddr::new(args.addr, 4791)))?,
-        ),
-    };
+    let mut transport =
+        match &args.umad {
+            Some(dev) => Transport::Umad(UmadTransport::open(
+                dev,
+                args.gid_index,
+                Gid::from_ip(args.addr),
+            )?),
+            None => Transport::Udp(UdpTransport::bind(args.addr).await.with_context(|| {
+                format!("cannot bind UDP {}", SocketAddr::new(args.addr, 4791))
+            })?),
+        };
     let state = args.state.clone().unwrap_or_else(|| {
         let mut p = args.socket.clone().into_os_string();
         p.push(".journal");
@@ -194,7 +207,10 @@ async fn run(args: Args) -> Result<()> {
     let (stale, journal) = Journal::open(&state)
         .with_context(|| format!("cannot use the journal {}", state.display()))?;
     if !stale.is_empty() {
-        info!(n = stale.len(), "the previous run left live connections: ending them");
+        info!(
+            n = stale.len(),
+            "the previous run left live connections: ending them"
+        );
     }
     match &mut transport {
         Transport::Udp(t) => send_all(t, &stale).await,

@@ -21,7 +21,10 @@ use ibcm_mad::ServiceId;
 use ibcm_xrc::cm::rt::XrcServer;
 use ibcm_xrc::cm::{TargetEvent, XrcService};
 use ibcm_xrc::verbs::model::KernelModel;
-use ibcm_xrc::{Verbs as _, DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, SrqNum, TgtRegistry};
+use ibcm_xrc::{
+    DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, SrqNum, TgtRegistry,
+    Verbs as _,
+};
 use tracing::{info, warn};
 
 /// A client's XRC side.
@@ -85,9 +88,14 @@ impl XrcHooks {
                 } => {
                     r.conns.insert(*conn, *service);
                     let how = if *created { "created" } else { "attached" };
-                    (*conn, format!("accepted conn={conn} tgt_qpn={qpn} ({how}, {policy})"))
+                    (
+                        *conn,
+                        format!("accepted conn={conn} tgt_qpn={qpn} ({how}, {policy})"),
+                    )
                 }
-                TargetEvent::Rejected { conn, info, .. } => (*conn, format!("rejected conn={conn}: {info}")),
+                TargetEvent::Rejected { conn, info, .. } => {
+                    (*conn, format!("rejected conn={conn}: {info}"))
+                }
                 TargetEvent::Established { conn, qpn } => {
                     (*conn, format!("established conn={conn} tgt_qpn={qpn}"))
                 }
@@ -98,17 +106,28 @@ impl XrcHooks {
                     established,
                 } => {
                     let what = if *established { "DREQ" } else { "REJ" };
-                    (*conn, format!("teardown conn={conn} tgt_qpn={qpn}: {what}, target gone ({cause})"))
+                    (
+                        *conn,
+                        format!(
+                            "teardown conn={conn} tgt_qpn={qpn}: {what}, target gone ({cause})"
+                        ),
+                    )
                 }
-                TargetEvent::Closed { conn, qpn, event, .. } => {
-                    (*conn, format!("closed conn={conn} tgt_qpn={qpn} ({event:?})"))
-                }
+                TargetEvent::Closed {
+                    conn, qpn, event, ..
+                } => (
+                    *conn,
+                    format!("closed conn={conn} tgt_qpn={qpn} ({event:?})"),
+                ),
                 other => {
                     info!(event = ?other, "XRC target");
                     return;
                 }
             };
-            let sid = if matches!(ev, TargetEvent::Closed { .. } | TargetEvent::Rejected { .. }) {
+            let sid = if matches!(
+                ev,
+                TargetEvent::Closed { .. } | TargetEvent::Rejected { .. }
+            ) {
                 r.conns.remove(&conn)
             } else {
                 r.conns.get(&conn).copied()

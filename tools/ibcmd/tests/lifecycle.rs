@@ -1,6 +1,12 @@
 //! The daemon's own life: SIGKILL and restart (the journal's DREQs), SIGTERM (DREQs for every
 //! client connection, socket removed), a client's SIGKILL (its RC connections disconnected),
 //! the socket's mode and a non-socket file at its path.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 
@@ -23,12 +29,26 @@ fn stay_client(sock: &str, daemon_ip: &str, peer: &str, n: u32, listener: &mut P
         "connector",
         &cm_ping_bin(),
         &[
-            "--connect", peer, "--bind", daemon_ip, "--daemon", sock, "--count", &count, "--stay",
+            "--connect",
+            peer,
+            "--bind",
+            daemon_ip,
+            "--daemon",
+            sock,
+            "--count",
+            &count,
+            "--stay",
         ],
     );
     for i in 0..n {
-        c.wait_out(|l| l.starts_with("established"), &format!("established #{i}"));
-        listener.wait_out(|l| l.starts_with("established conn="), &format!("listener #{i}"));
+        c.wait_out(
+            |l| l.starts_with("established"),
+            &format!("established #{i}"),
+        );
+        listener.wait_out(
+            |l| l.starts_with("established conn="),
+            &format!("listener #{i}"),
+        );
     }
     c
 }
@@ -99,7 +119,13 @@ fn a_killed_client_s_connections_get_dreqs() {
     let dir = scratch("client-kill");
     let (_d, sock) = daemon(&dir, "a", "127.0.0.63");
     let mut listener = plain_listener("127.0.0.64");
-    let client = stay_client(sock.to_str().unwrap(), "127.0.0.63", "127.0.0.64", 4, &mut listener);
+    let client = stay_client(
+        sock.to_str().unwrap(),
+        "127.0.0.63",
+        "127.0.0.64",
+        4,
+        &mut listener,
+    );
     client.signal("KILL");
     wait_peer_disconnects(&mut listener, 4);
 }

@@ -5,6 +5,12 @@
 //!
 //! Each test has loopback addresses of its own (UDP 4791 on 127.0.0.5x), so they run in
 //! parallel with each other and with the fixed-port tests of other crates.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 
@@ -31,20 +37,37 @@ fn scenario(tag: &str, a_ip: &str, b_ip: &str, policy: &str, end: End) -> Vec<St
     let mut listener = Proc::spawn(
         "listener",
         &ping,
-        &["--listen", a_ip, "--daemon", sa, "--xrc", "--policy", policy],
+        &[
+            "--listen", a_ip, "--daemon", sa, "--xrc", "--policy", policy,
+        ],
     );
     listener.wait_out(|l| l.starts_with("listening"), "'listening'");
     let mut conn = Proc::spawn(
         "connector",
         &ping,
         &[
-            "--connect", a_ip, "--bind", b_ip, "--daemon", sb, "--xrc", "--count", "4", "--stay",
+            "--connect",
+            a_ip,
+            "--bind",
+            b_ip,
+            "--daemon",
+            sb,
+            "--xrc",
+            "--count",
+            "4",
+            "--stay",
         ],
     );
     for i in 0..4 {
-        conn.wait_out(|l| l.starts_with("established"), &format!("established #{i}"));
+        conn.wait_out(
+            |l| l.starts_with("established"),
+            &format!("established #{i}"),
+        );
         // The target's side of it: the RTU has reached daemon A.
-        listener.wait_out(|l| l.starts_with("established"), &format!("target established #{i}"));
+        listener.wait_out(
+            |l| l.starts_with("established"),
+            &format!("target established #{i}"),
+        );
     }
     match end {
         End::KillListener => listener.signal("KILL"),
@@ -89,20 +112,38 @@ fn check(rest: &[String], cause: &str) {
 
 #[test]
 fn process_bound_dies_with_its_creator() {
-    let rest = scenario("process", "127.0.0.51", "127.0.0.52", "process", End::KillListener);
+    let rest = scenario(
+        "process",
+        "127.0.0.51",
+        "127.0.0.52",
+        "process",
+        End::KillListener,
+    );
     check(&rest, "target gone (creator exited)");
 }
 
 #[test]
 fn domain_bound_dies_with_its_domain() {
     // The client's domain is closed when the client goes.
-    let rest = scenario("domain", "127.0.0.53", "127.0.0.54", "domain", End::KillListener);
+    let rest = scenario(
+        "domain",
+        "127.0.0.53",
+        "127.0.0.54",
+        "domain",
+        End::KillListener,
+    );
     check(&rest, "target gone (domain closed)");
 }
 
 #[test]
 fn an_owner_destroys_its_qps_on_a_clean_exit() {
-    let rest = scenario("owner", "127.0.0.55", "127.0.0.56", "process", End::IntListener);
+    let rest = scenario(
+        "owner",
+        "127.0.0.55",
+        "127.0.0.56",
+        "process",
+        End::IntListener,
+    );
     check(&rest, "target gone (owner destroyed it)");
 }
 

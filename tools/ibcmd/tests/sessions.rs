@@ -1,6 +1,12 @@
 //! The `ibcm::rt::Cm` API through a real `ibcmd` process (`Cm::attach`), against a peer
 //! endpoint in this process; a client acting on another client's objects; a client that
 //! stops reading.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 
@@ -27,7 +33,10 @@ async fn peer(ip: &str) -> (Cm, SocketAddr) {
         local_ca_guid: Guid(0x77),
         ..EndpointConfig::default()
     };
-    (Cm::bind(t, cfg).0, SocketAddr::new(ip.parse().unwrap(), 4791))
+    (
+        Cm::bind(t, cfg).0,
+        SocketAddr::new(ip.parse().unwrap(), 4791),
+    )
 }
 
 /// A raw session: hello, then requests whose replies this test reads itself.
@@ -70,7 +79,10 @@ async fn the_cm_api_works_through_the_daemon() {
     let (cm, _task) = Cm::attach(&sock).await.unwrap();
 
     // Active side through the daemon, passive in this process.
-    let mut pl = p.listen(ServiceId(0x10), ListenOptions::default()).await.unwrap();
+    let mut pl = p
+        .listen(ServiceId(0x10), ListenOptions::default())
+        .await
+        .unwrap();
     let server = tokio::spawn(async move {
         let mut v = Vec::new();
         for q in [0x501, 0x502, 0x503] {
@@ -123,7 +135,10 @@ async fn the_cm_api_works_through_the_daemon() {
     ));
 
     // Passive side through the daemon.
-    let mut l = cm.listen(ServiceId(0x20), ListenOptions::default()).await.unwrap();
+    let mut l = cm
+        .listen(ServiceId(0x20), ListenOptions::default())
+        .await
+        .unwrap();
     let acceptor = tokio::spawn(async move {
         let inc = l.next().await.unwrap();
         assert_eq!(inc.request().unwrap().remote_qpn(), qpn(0x601));
@@ -158,7 +173,10 @@ async fn a_client_acts_only_on_its_own_objects() {
     let dir = scratch("owner");
     let (_d, sock) = daemon(&dir, "a", "127.0.0.73");
     let (p, p_addr) = peer("127.0.0.74").await;
-    let mut pl = p.listen(ServiceId(0x10), ListenOptions::default()).await.unwrap();
+    let mut pl = p
+        .listen(ServiceId(0x10), ListenOptions::default())
+        .await
+        .unwrap();
     tokio::spawn(async move {
         while let Some(inc) = pl.next().await {
             let _c = inc.accept(AcceptParams::new(qpn(0x701))).await;
@@ -170,22 +188,62 @@ async fn a_client_acts_only_on_its_own_objects() {
         .connect(ConnectParams::new(p_addr, ServiceId(0x10), qpn(0x301)))
         .await
         .unwrap();
-    let _l = cm.listen(ServiceId(0x30), ListenOptions::default()).await.unwrap();
+    let _l = cm
+        .listen(ServiceId(0x30), ListenOptions::default())
+        .await
+        .unwrap();
 
     let mut other = raw(&sock).await;
     let id = conn.id().0;
     for (seq, op) in [
-        (1, Op::Disconnect { conn: id, private_data: vec![] }),
-        (2, Op::Reject { conn: id, reason: 28, ari: vec![], private_data: vec![] }),
-        (3, Op::Establish { conn: id, private_data: vec![] }),
-        (4, Op::Mra { conn: id, service_timeout: 20 }),
+        (
+            1,
+            Op::Disconnect {
+                conn: id,
+                private_data: vec![],
+            },
+        ),
+        (
+            2,
+            Op::Reject {
+                conn: id,
+                reason: 28,
+                ari: vec![],
+                private_data: vec![],
+            },
+        ),
+        (
+            3,
+            Op::Establish {
+                conn: id,
+                private_data: vec![],
+            },
+        ),
+        (
+            4,
+            Op::Mra {
+                conn: id,
+                service_timeout: 20,
+            },
+        ),
     ] {
         match ask(&mut other, seq, op).await {
-            WireResult::CallError(WireCallError::UnknownConnection { conn }) => assert_eq!(conn, id),
+            WireResult::CallError(WireCallError::UnknownConnection { conn }) => {
+                assert_eq!(conn, id)
+            }
             r => panic!("another client's connection: {r:?}"),
         }
     }
-    match ask(&mut other, 5, Op::Listen { service_id: 0x30, transports: vec![] }).await {
+    match ask(
+        &mut other,
+        5,
+        Op::Listen {
+            service_id: 0x30,
+            transports: vec![],
+        },
+    )
+    .await
+    {
         WireResult::Refused { why } => assert!(why.contains("another client"), "{why}"),
         r => panic!("another client's service ID: {r:?}"),
     }
@@ -209,7 +267,12 @@ async fn a_client_that_stops_reading_is_dropped_alone() {
     })
     .unwrap();
     let flood = tokio::spawn(async move {
-        let burst: Vec<u8> = frame.iter().copied().cycle().take(frame.len() * 1000).collect();
+        let burst: Vec<u8> = frame
+            .iter()
+            .copied()
+            .cycle()
+            .take(frame.len() * 1000)
+            .collect();
         for _ in 0..1000 {
             if stuck.write_all(&burst).await.is_err() {
                 return true;
@@ -229,6 +292,9 @@ async fn a_client_that_stops_reading_is_dropped_alone() {
     .await
     .unwrap();
     assert!(line.contains("client gone"), "{line}");
-    assert!(flood.await.unwrap(), "the stuck client's socket stayed open");
+    assert!(
+        flood.await.unwrap(),
+        "the stuck client's socket stayed open"
+    );
     cm.random_psn().await.unwrap();
 }

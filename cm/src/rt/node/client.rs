@@ -143,9 +143,7 @@ impl Cm {
     /// # Errors
     /// The socket cannot be reached, the daemon runs as another user than this process's
     /// (and not as root), or it refuses the protocol version.
-    pub async fn attach(
-        path: impl AsRef<Path>,
-    ) -> io::Result<(Cm, JoinHandle<io::Result<()>>)> {
+    pub async fn attach(path: impl AsRef<Path>) -> io::Result<(Cm, JoinHandle<io::Result<()>>)> {
         let a = attach(path).await?;
         Ok((a.cm, a.task))
     }
@@ -459,7 +457,9 @@ impl Client {
                 }
             }
             DaemonMsg::Rep { conn, rep } => {
-                if let (Some(slot), Ok(rep)) = (self.registry.get(&ibcm_mad::CommId(conn)), rep.to_info()) {
+                if let (Some(slot), Ok(rep)) =
+                    (self.registry.get(&ibcm_mad::CommId(conn)), rep.to_info())
+                {
                     slot.set_rep(&rep);
                 }
             }

@@ -90,11 +90,7 @@ impl File {
             .map(|l| l + "\n")
             .collect();
         write_atomic(&self.path, &text)?;
-        self.out = Some(
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(&self.path)?,
-        );
+        self.out = Some(std::fs::OpenOptions::new().append(true).open(&self.path)?);
         Ok(())
     }
 }

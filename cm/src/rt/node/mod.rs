@@ -19,6 +19,4 @@ mod server;
 
 pub use client::{attach, Attached, Node, NodeError};
 pub use journal::{stale_dreq, Journal, JournalEntry, JournalTx};
-pub use server::{
-    EventSink, HookFuture, NodeHooks, NodeServer, ServerConfig, SessionInfo,
-};
+pub use server::{EventSink, HookFuture, NodeHooks, NodeServer, ServerConfig, SessionInfo};

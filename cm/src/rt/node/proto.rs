@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::proto::{
-    AcceptParams, CallError, ConnectError, ConnectParams, ConnectionError, IbAddr,
-    PeerAddr, RepInfo, ReqInfo, State,
+    AcceptParams, CallError, ConnectError, ConnectParams, ConnectionError, IbAddr, PeerAddr,
+    RepInfo, ReqInfo, State,
 };
 use crate::rt::types::ConnStatus;
 
@@ -223,10 +223,12 @@ pub enum WireConnectError {
         /// Limit.
         max: usize,
     },
-    /// `QpnInQuarantine` (the deadline is the daemon's; the client gets "now").
+    /// `QpnInQuarantine`.
     QpnInQuarantine {
         /// QPN.
         qpn: u32,
+        /// Milliseconds until the quarantine ends (clocks are per process).
+        remaining_ms: u64,
     },
     /// `QpnInUse`.
     QpnInUse {
@@ -245,7 +247,15 @@ impl WireConnectError {
                 len: *len,
                 max: *max,
             },
-            ConnectError::QpnInQuarantine { qpn, .. } => Self::QpnInQuarantine { qpn: qpn.get() },
+            ConnectError::QpnInQuarantine { qpn, until } => Self::QpnInQuarantine {
+                qpn: qpn.get(),
+                remaining_ms: u64::try_from(
+                    until
+                        .saturating_duration_since(tokio::time::Instant::now().into_std())
+                        .as_millis(),
+                )
+                .unwrap_or(u64::MAX),
+            },
             ConnectError::QpnInUse { qpn } => Self::QpnInUse { qpn: qpn.get() },
             ConnectError::NoPath => Self::NoPath,
         }
@@ -255,9 +265,10 @@ impl WireConnectError {
     pub fn to_error(&self) -> ConnectError {
         match *self {
             Self::PrivateDataTooLong { len, max } => ConnectError::PrivateDataTooLong { len, max },
-            Self::QpnInQuarantine { qpn } => ConnectError::QpnInQuarantine {
+            Self::QpnInQuarantine { qpn, remaining_ms } => ConnectError::QpnInQuarantine {
                 qpn: Qpn::masked(qpn),
-                until: std::time::Instant::now(),
+                until: tokio::time::Instant::now().into_std()
+                    + std::time::Duration::from_millis(remaining_ms.min(86_400_000)),
             },
             Self::QpnInUse { qpn } => ConnectError::QpnInUse {
                 qpn: Qpn::masked(qpn),
@@ -364,7 +375,9 @@ impl WireCallError {
     /// Back to the core's error.
     pub fn to_error(&self) -> CallError {
         match self {
-            Self::UnknownConnection { conn } => CallError::UnknownConnection(ibcm_mad::CommId(*conn)),
+            Self::UnknownConnection { conn } => {
+                CallError::UnknownConnection(ibcm_mad::CommId(*conn))
+            }
             Self::WrongState { op, state } => CallError::WrongState {
                 op: static_name(op),
                 state: state_of(*state),

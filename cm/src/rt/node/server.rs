@@ -341,7 +341,11 @@ impl NodeServer {
         for &service_id in &xrc {
             self.hooks.xrc_unlisten(s.info, sid(service_id)).await;
         }
-        debug!(session = s.info.id, conns = conns.len(), "session's connections ended");
+        debug!(
+            session = s.info.id,
+            conns = conns.len(),
+            "session's connections ended"
+        );
         self.hooks.session_ended(s.info).await;
         lock(&self.sessions).remove(&s.info.id);
     }
@@ -357,9 +361,8 @@ impl NodeServer {
 
     async fn on_request(self: &Arc<Self>, s: &Arc<Session>, m: ClientMsg) {
         let seq = m.seq;
-        let not_yours = |conn: u32| {
-            WireResult::CallError(WireCallError::UnknownConnection { conn })
-        };
+        let not_yours =
+            |conn: u32| WireResult::CallError(WireCallError::UnknownConnection { conn });
         let r = match m.op {
             Op::Hello { version } if version == VERSION => WireResult::Ok,
             Op::Hello { version } => WireResult::Refused {
@@ -507,7 +510,9 @@ impl NodeServer {
             }
             Op::PendingDropped { conn } => {
                 if Self::owns(s, conn) {
-                    self.cm.send(Command::PendingDropped { id: ibcm_mad::CommId(conn) });
+                    self.cm.send(Command::PendingDropped {
+                        id: ibcm_mad::CommId(conn),
+                    });
                 }
                 WireResult::Ok
             }
@@ -588,7 +593,12 @@ impl NodeServer {
         }
     }
 
-    async fn listen(self: &Arc<Self>, s: &Arc<Session>, service_id: u64, transports: Vec<u8>) -> WireResult {
+    async fn listen(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        service_id: u64,
+        transports: Vec<u8>,
+    ) -> WireResult {
         if let Some(r) = self.claim(s, service_id) {
             return r;
         }
@@ -742,9 +752,7 @@ impl NodeServer {
             }
             let mut last = ConnStatus::Connecting;
             loop {
-                let st = slot
-                    .wait(|st| (*st != last).then(|| st.clone()))
-                    .await;
+                let st = slot.wait(|st| (*st != last).then(|| st.clone())).await;
                 // In the journal before the client hears of it.
                 me.journal_note(&s, conn, &st);
                 s.out.push(&DaemonMsg::Status {
@@ -791,9 +799,7 @@ impl NodeServer {
     }
 }
 
-fn unit<E>(
-    r: Result<Result<(), crate::proto::CallError>, E>,
-) -> WireResult {
+fn unit<E>(r: Result<Result<(), crate::proto::CallError>, E>) -> WireResult {
     match r {
         Ok(Ok(())) => WireResult::Ok,
         Ok(Err(e)) => WireResult::CallError(WireCallError::from_error(&e)),

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use ibcm::proto::{AcceptParams, ConnectParams, ConnectionError, EndpointConfig, ListenOptions};
 use ibcm::rt::{Cm, Connection, UdpTransport};
-use ibcm_mad::{Guid, Qpn, ServiceId};
 use ibcm_mad::xrc::TargetGone;
+use ibcm_mad::{Guid, Qpn, ServiceId};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -109,11 +109,19 @@ async fn run(o: &NodeKillOpts) -> Result<()> {
     for round in 0..o.rounds {
         let sid = ServiceId(0x1000_0000 + u64::from(round));
         let (f, l) = rc_round(o, &cm, &cm_ping, &sock, sid).await?;
-        println!("node-kill round {round}: rc   first DREQ {:.3} ms, last {:.3} ms", ms(f), ms(l));
+        println!(
+            "node-kill round {round}: rc   first DREQ {:.3} ms, last {:.3} ms",
+            ms(f),
+            ms(l)
+        );
         rc.push((f, l));
         let sid = ServiceId(0x2000_0000 + u64::from(round));
         let (f, l) = xrc_round(o, &cm, &cm_ping, &sock, sid).await?;
-        println!("node-kill round {round}: xrc  first DREQ {:.3} ms, last {:.3} ms", ms(f), ms(l));
+        println!(
+            "node-kill round {round}: xrc  first DREQ {:.3} ms, last {:.3} ms",
+            ms(f),
+            ms(l)
+        );
         xrc.push((f, l));
     }
     let _ = daemon.start_kill();
@@ -199,8 +207,18 @@ async fn rc_round(
 ) -> Result<(Duration, Duration)> {
     let mut listener = cm.listen(sid, ListenOptions::default()).await?;
     let mut child = Command::new(cm_ping)
-        .args(["--connect", &o.peer_ip.to_string(), "--bind", &o.daemon_ip.to_string()])
-        .args(["--service-id", &format!("{:#x}", sid.0), "--count", &o.conns.to_string()])
+        .args([
+            "--connect",
+            &o.peer_ip.to_string(),
+            "--bind",
+            &o.daemon_ip.to_string(),
+        ])
+        .args([
+            "--service-id",
+            &format!("{:#x}", sid.0),
+            "--count",
+            &o.conns.to_string(),
+        ])
         .args(["--parallel", "8", "--stay", "--quiet", "--daemon"])
         .arg(sock)
         .stdout(Stdio::null())
@@ -228,8 +246,19 @@ async fn xrc_round(
     sid: ServiceId,
 ) -> Result<(Duration, Duration)> {
     let mut child = Command::new(cm_ping)
-        .args(["--listen", &o.daemon_ip.to_string(), "--xrc", "--policy", "process"])
-        .args(["--service-id", &format!("{:#x}", sid.0), "--quiet", "--daemon"])
+        .args([
+            "--listen",
+            &o.daemon_ip.to_string(),
+            "--xrc",
+            "--policy",
+            "process",
+        ])
+        .args([
+            "--service-id",
+            &format!("{:#x}", sid.0),
+            "--quiet",
+            "--daemon",
+        ])
         .arg(sock)
         .stdout(Stdio::piped())
         .kill_on_drop(true)

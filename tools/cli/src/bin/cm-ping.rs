@@ -45,10 +45,10 @@ use ibcm_mad::{
     Gid, Guid, Qkey, Qpn, RejReason, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U4,
 };
 
-#[path = "../common/qpn.rs"]
-mod qpn;
 #[path = "../ping/node.rs"]
 mod node;
+#[path = "../common/qpn.rs"]
+mod qpn;
 #[path = "../ping/stay.rs"]
 mod stay;
 use qpn::QpnAlloc;
@@ -582,7 +582,11 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
         let by_peer = stay::stay(args.quiet, &counts, held).await;
         println!("{}", stay::line(&counts, by_peer));
         let ok = counts.established.load(Ordering::Relaxed) == args.count;
-        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(2) });
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        });
     }
     if args.hold {
         let secs = start.elapsed().as_secs_f64();

@@ -82,7 +82,9 @@ pub(crate) async fn stay(quiet: bool, counts: &Counts, held: Vec<Connection>) ->
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()),
     );
     let (Ok(mut sigint), Ok(mut sigterm)) = signals else {
-        eprintln!("cm-ping: cannot catch SIGINT/SIGTERM; staying until the peer ends every connection");
+        eprintln!(
+            "cm-ping: cannot catch SIGINT/SIGTERM; staying until the peer ends every connection"
+        );
         return wait_all(quiet, start, &mut set).await;
     };
     let mut by_peer = 0;
@@ -124,7 +126,10 @@ fn report(quiet: bool, start: Instant, n: usize, why: &ConnectionError) -> bool 
     if !quiet {
         let ms = start.elapsed().as_millis();
         if peer {
-            println!("conn {n} closed by peer after {ms} ms: {}", peer_reason(why));
+            println!(
+                "conn {n} closed by peer after {ms} ms: {}",
+                peer_reason(why)
+            );
         } else {
             println!("conn {n} ended here after {ms} ms: {why}");
         }

@@ -2,6 +2,13 @@
 //! output read line by line as it comes, waited on by content (never by time).
 
 #![allow(dead_code)]
+// Test support: a failure is a panic with the processes' output.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -10,14 +17,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// How long a condition may take before the test fails (a deadline, not a synchronisation).
-pub const DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 
-pub fn ibcmd_bin() -> PathBuf {
+pub(crate) fn ibcmd_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ibcmd"))
 }
 
 /// cm-ping, built next to ibcmd (`cargo build -p ibcm-tools`; a workspace test run builds it).
-pub fn cm_ping_bin() -> PathBuf {
+pub(crate) fn cm_ping_bin() -> PathBuf {
     let p = ibcmd_bin().with_file_name("cm-ping");
     assert!(
         p.exists(),
@@ -28,7 +35,7 @@ pub fn cm_ping_bin() -> PathBuf {
 }
 
 /// A scratch directory of this test.
-pub fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ibcmd-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -36,14 +43,14 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// A child process with its output as lines.
-pub struct Proc {
-    pub name: String,
-    pub child: Child,
+pub(crate) struct Proc {
+    pub(crate) name: String,
+    pub(crate) child: Child,
     out: mpsc::Receiver<String>,
     err: mpsc::Receiver<String>,
     /// Every line seen so far (stdout, stderr).
-    pub seen_out: Vec<String>,
-    pub seen_err: Vec<String>,
+    pub(crate) seen_out: Vec<String>,
+    pub(crate) seen_err: Vec<String>,
 }
 
 fn pump(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
@@ -60,7 +67,7 @@ fn pump(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
 }
 
 impl Proc {
-    pub fn spawn(name: &str, bin: &Path, args: &[&str]) -> Proc {
+    pub(crate) fn spawn(name: &str, bin: &Path, args: &[&str]) -> Proc {
         let mut child = Command::new(bin)
             .args(args)
             .env("IBCMD_LOG", "info")
@@ -108,17 +115,17 @@ impl Proc {
     }
 
     /// Waits for a stdout line for which `pred` holds.
-    pub fn wait_out(&mut self, pred: impl Fn(&str) -> bool, what: &str) -> String {
+    pub(crate) fn wait_out(&mut self, pred: impl Fn(&str) -> bool, what: &str) -> String {
         self.wait_in(false, pred, what)
     }
 
     /// Waits for a stderr line for which `pred` holds.
-    pub fn wait_err(&mut self, pred: impl Fn(&str) -> bool, what: &str) -> String {
+    pub(crate) fn wait_err(&mut self, pred: impl Fn(&str) -> bool, what: &str) -> String {
         self.wait_in(true, pred, what)
     }
 
     /// Every remaining stdout line, until the process closes it.
-    pub fn rest_of_out(&mut self) -> Vec<String> {
+    pub(crate) fn rest_of_out(&mut self) -> Vec<String> {
         let end = Instant::now() + DEADLINE;
         let mut v = Vec::new();
         loop {
@@ -139,7 +146,7 @@ impl Proc {
     }
 
     /// Sends `sig` (`KILL`, `INT`, `TERM`) with kill(1).
-    pub fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let st = Command::new("kill")
             .args(["-s", sig, &self.child.id().to_string()])
             .status()
@@ -147,7 +154,7 @@ impl Proc {
         assert!(st.success(), "kill -s {sig} {}", self.name);
     }
 
-    pub fn wait(&mut self) -> ExitStatus {
+    pub(crate) fn wait(&mut self) -> ExitStatus {
         self.child.wait().unwrap()
     }
 }
@@ -162,7 +169,7 @@ impl Drop for Proc {
 }
 
 /// Starts `ibcmd --addr ip --socket dir/name.sock` and waits until it serves.
-pub fn daemon(dir: &Path, name: &str, ip: &str) -> (Proc, PathBuf) {
+pub(crate) fn daemon(dir: &Path, name: &str, ip: &str) -> (Proc, PathBuf) {
     let sock = dir.join(format!("{name}.sock"));
     let s = sock.to_str().unwrap().to_string();
     let mut p = Proc::spawn(name, &ibcmd_bin(), &["--addr", ip, "--socket", &s]);
