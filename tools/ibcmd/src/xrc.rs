@@ -33,6 +33,8 @@ struct Holder {
     process: ProcessId,
     /// Its private domain, once a non-shared service asked for one.
     domain: Option<DomainId>,
+    /// Its services (their REPs name its SRQs).
+    services: Vec<ServiceId>,
 }
 
 /// The name of the daemon's domain for `Shared` services.
@@ -224,7 +226,15 @@ impl NodeHooks for XrcHooks {
             } else {
                 Some(dom)
             };
-            lock(&self.holders).insert(session.id, Holder { process, domain });
+            let mut holders = lock(&self.holders);
+            let h = holders.entry(session.id).or_insert_with(|| Holder {
+                process,
+                domain: None,
+                services: Vec::new(),
+            });
+            h.domain = domain;
+            h.services.push(service_id);
+            drop(holders);
             lock(&self.routes).sinks.insert(service_id, events);
             info!(session = session.id, service = %service_id, %policy, "XRC service");
             Ok(())
@@ -284,20 +294,43 @@ impl NodeHooks for XrcHooks {
             let Some(h) = lock(&self.holders).remove(&session.id) else {
                 return;
             };
+            let routes = self.routes.clone();
             let r = self
                 .server
-                .with_target(move |t, now| {
+                .with(move |t, ep, now| {
                     let reg = t.registry_mut();
                     let exit = reg.process_exit(now, h.process);
                     let closed = h.domain.map(|d| reg.close_domain(now, d));
-                    (exit, closed)
+                    // The connections its services accepted: their REPs named its SRQs, which
+                    // are gone with it, even where the TGT QP is kept. Those on released QPs
+                    // get their teardown (with the cause) from the target; the others a DREQ
+                    // here.
+                    let mine: Vec<ConnId> = lock(&routes)
+                        .conns
+                        .iter()
+                        .filter(|(_, s)| h.services.contains(s))
+                        .map(|(&c, _)| c)
+                        .collect();
+                    let mut srq_dreqs = 0usize;
+                    for conn in mine {
+                        let live = t.conn_qpn(conn).is_some_and(|q| {
+                            t.registry()
+                                .query(q)
+                                .is_ok_and(|q| q.life == ibcm_xrc::QpLife::Live)
+                        });
+                        if live && ep.disconnect(now, conn, &[]).is_ok() {
+                            srq_dreqs += 1;
+                        }
+                    }
+                    (exit, closed, srq_dreqs)
                 })
                 .await;
             match r {
-                Ok((exit, closed)) => info!(
+                Ok((exit, closed, srq_dreqs)) => info!(
                     session = session.id,
                     qps = ?exit,
                     domain = ?closed,
+                    srq_dreqs,
                     "client's XRC holdings ended per policy"
                 ),
                 Err(e) => warn!(error = %e, "the endpoint stopped"),

@@ -23,8 +23,9 @@ enum End {
     KillListener,
     /// SIGINT of the listener client: it destroys its QPs as their owner, then exits.
     IntListener,
-    /// SIGKILL of the listener client (its QPs survive by policy), then SIGTERM of its daemon.
-    KillListenerThenDaemon,
+    /// SIGKILL of the listener client whose QPs survive by policy: its connections still end
+    /// (their REPs named its SRQs), with a plain DREQ; then SIGTERM of its daemon.
+    KillListenerQpsKept,
 }
 
 /// Runs the scenario; returns the connecting side's lines after its four connections.
@@ -79,14 +80,16 @@ fn scenario(tag: &str, a_ip: &str, b_ip: &str, policy: &str, end: End) -> Vec<St
                 "{rest:?}"
             );
         }
-        End::KillListenerThenDaemon => {
+        End::KillListenerQpsKept => {
             listener.signal("KILL");
-            // Daemon A has ended the client's holdings per policy (kept, here)…
-            da.wait_err(
+            // Daemon A has ended the client's holdings per policy: every QP kept, every
+            // connection on them sent a DREQ.
+            let l = da.wait_err(
                 |l| l.contains("client's XRC holdings ended per policy"),
                 "'holdings ended'",
             );
-            // …and releases them when it stops.
+            assert!(!l.contains("Released"), "{l}");
+            assert!(l.contains("srq_dreqs=4"), "{l}");
             da.signal("TERM");
             assert!(da.wait().success());
             assert!(!std::path::Path::new(sa).exists(), "socket left behind");
@@ -100,7 +103,12 @@ fn scenario(tag: &str, a_ip: &str, b_ip: &str, policy: &str, end: End) -> Vec<St
 fn check(rest: &[String], cause: &str) {
     let teardowns = rest
         .iter()
-        .filter(|l| l.contains("closed by peer after") && l.contains(cause))
+        .filter(|l| l.contains("closed by peer after"))
+        .filter(|l| match cause {
+            // A DREQ without the target-gone block.
+            "DREQ" => l.ends_with(": DREQ"),
+            _ => l.contains(cause),
+        })
         .count();
     assert_eq!(teardowns, 4, "want four '{cause}' teardowns: {rest:#?}");
     assert_eq!(
@@ -148,28 +156,29 @@ fn an_owner_destroys_its_qps_on_a_clean_exit() {
 }
 
 #[test]
-fn explicit_survives_its_creator_until_the_keeper_stops() {
-    // Kept as an orphan when the creator dies (a teardown then would have said so); released
-    // as "keeper lost" when the daemon stops.
+fn explicit_survives_its_creator_but_its_srqs_do_not() {
+    // The QP is kept as an orphan; the connections whose REPs named the dead process's SRQs
+    // are ended all the same, without a target-gone block (the QP is not gone).
     let rest = scenario(
         "explicit",
         "127.0.0.57",
         "127.0.0.58",
         "explicit",
-        End::KillListenerThenDaemon,
+        End::KillListenerQpsKept,
     );
-    check(&rest, "target gone (keeper lost)");
+    check(&rest, "DREQ");
 }
 
 #[test]
-fn shared_survives_its_creator_while_connections_hold_it() {
-    // Every connection holds a registration: the creator's death drops none of them.
+fn shared_survives_its_creator_but_its_srqs_do_not() {
+    // Every connection holds a registration: the creator's death drops none of them, the QP
+    // stays; its connections still end, their SRQs being gone.
     let rest = scenario(
         "shared",
         "127.0.0.59",
         "127.0.0.60",
         "shared",
-        End::KillListenerThenDaemon,
+        End::KillListenerQpsKept,
     );
-    check(&rest, "target gone (keeper lost)");
+    check(&rest, "DREQ");
 }
