@@ -4,8 +4,8 @@
 //! (`ibcm::rt::Cm::attach`). See `docs/ibcmd.md`.
 //!
 //! ```text
-//! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--state PATH]
-//!       [--umad DEV --gid-index N]
+//! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
+//!       [--state PATH] [--umad DEV --gid-index N]
 //! ```
 //!
 //! Foreground, logs to standard error (`IBCMD_LOG`, default `info`). SIGTERM or SIGINT: every
@@ -56,6 +56,9 @@ struct Args {
     /// Mode of the socket file (octal).
     #[arg(long, default_value = "660", value_parser = parse_mode)]
     mode: u32,
+    /// Group of the socket file (a name from /etc/group, or a number).
+    #[arg(long)]
+    group: Option<String>,
     /// Journal of live connections (default: the socket path with `.journal`).
     #[arg(long)]
     state: Option<PathBuf>,
@@ -102,6 +105,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The group id of `g`: a number, or a name in /etc/group.
+fn group_id(g: &str) -> Result<u32> {
+    if let Ok(n) = g.parse::<u32>() {
+        return Ok(n);
+    }
+    let text = std::fs::read_to_string("/etc/group").context("cannot read /etc/group")?;
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let (name, _, gid) = (f.next()?, f.next()?, f.next()?);
+            (name == g).then(|| gid.parse::<u32>().ok()).flatten()
+        })
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("no group {g:?} in /etc/group"))
 }
 
 /// Makes sure `path` can be bound: nothing there, or a socket nobody serves (a dead
@@ -186,6 +205,9 @@ fn verbs_backend() -> Result<BackendParts> {
 }
 
 async fn run(args: Args) -> Result<()> {
+    // Caught from the start: a SIGTERM right after the socket appears is a clean stop too.
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     clear_socket_path(&args.socket)?;
     let (verbs, spare, kernel) = backend(args.backend)?;
     let mut transport =
@@ -236,8 +258,13 @@ async fn run(args: Args) -> Result<()> {
         ServerConfig::default(),
         Some(journal),
     );
+    let gid = args.group.as_deref().map(group_id).transpose()?;
     let listener = UnixListener::bind(&args.socket)
         .with_context(|| format!("cannot bind {}", args.socket.display()))?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(&args.socket, None, Some(gid))
+            .with_context(|| format!("cannot give {} to group {gid}", args.socket.display()))?;
+    }
     std::fs::set_permissions(&args.socket, std::fs::Permissions::from_mode(args.mode))
         .with_context(|| format!("cannot set the mode of {}", args.socket.display()))?;
     info!(
@@ -247,8 +274,6 @@ async fn run(args: Args) -> Result<()> {
         "ibcmd serving"
     );
     let serve = tokio::spawn(node.clone().serve(listener));
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let why = tokio::select! {
         _ = sigterm.recv() => "SIGTERM".to_string(),
         _ = sigint.recv() => "SIGINT".to_string(),
@@ -282,6 +307,13 @@ mod tests {
         assert!(e.to_string().contains("not a socket"), "{e}");
         assert_eq!(std::fs::read(&f).unwrap(), b"keep me");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn groups_by_number_and_name() {
+        assert_eq!(group_id("4242").unwrap(), 4242);
+        assert_eq!(group_id("root").unwrap(), 0);
+        assert!(group_id("no-such-group-here").is_err());
     }
 
     #[test]

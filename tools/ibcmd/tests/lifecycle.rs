@@ -10,9 +10,9 @@
 
 mod common;
 
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 
-use common::{cm_ping_bin, daemon, ibcmd_bin, scratch, Proc};
+use common::{cm_ping_bin, daemon, daemon_with, ibcmd_bin, scratch, Proc};
 
 /// An RC listener with an endpoint of its own (not a daemon client) on `ip`.
 fn plain_listener(ip: &str) -> Proc {
@@ -158,4 +158,23 @@ fn the_socket_has_its_mode_and_never_replaces_a_file() {
     p.wait_err(|l| l.contains("is not a socket"), "'not a socket'");
     assert!(!p.wait().success());
     assert_eq!(std::fs::read(&file).unwrap(), b"data");
+}
+
+#[test]
+fn the_socket_takes_the_mode_and_group_given() {
+    let dir = scratch("group");
+    // Root may give the socket any group; another user its own.
+    let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+    let gid = if root {
+        4242
+    } else {
+        std::fs::metadata(&dir).unwrap().gid()
+    };
+    let g = gid.to_string();
+    let (mut d, sock) = daemon_with(&dir, "a", "127.0.0.67", &["--mode", "640", "--group", &g]);
+    let m = std::fs::metadata(&sock).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o640);
+    assert_eq!(m.gid(), gid);
+    d.signal("TERM");
+    assert!(d.wait().success());
 }

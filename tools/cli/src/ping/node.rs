@@ -34,11 +34,12 @@ pub(crate) async fn xrc_listen(
     quiet: bool,
     counts: &Arc<Counts>,
 ) -> Result<()> {
+    // Caught before the "listening" line: a script may signal as soon as it sees it.
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     node.xrc_listen(sid, policy, &SRQNS).await?;
     // Printed even with --quiet: scripts wait for it before they connect.
     println!("listening on the node CM service service_id={sid} XRC policy={policy}");
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let line = tokio::select! {
             l = node.xrc_event() => l,

@@ -170,9 +170,16 @@ impl Drop for Proc {
 
 /// Starts `ibcmd --addr ip --socket dir/name.sock` and waits until it serves.
 pub(crate) fn daemon(dir: &Path, name: &str, ip: &str) -> (Proc, PathBuf) {
+    daemon_with(dir, name, ip, &[])
+}
+
+/// [`daemon`] with more options.
+pub(crate) fn daemon_with(dir: &Path, name: &str, ip: &str, extra: &[&str]) -> (Proc, PathBuf) {
     let sock = dir.join(format!("{name}.sock"));
     let s = sock.to_str().unwrap().to_string();
-    let mut p = Proc::spawn(name, &ibcmd_bin(), &["--addr", ip, "--socket", &s]);
+    let mut args = vec!["--addr", ip, "--socket", &s];
+    args.extend_from_slice(extra);
+    let mut p = Proc::spawn(name, &ibcmd_bin(), &args);
     p.wait_err(|l| l.contains("ibcmd serving"), "'ibcmd serving'");
     (p, sock)
 }
