@@ -406,11 +406,11 @@ impl NodeServer {
                                 })
                                 .await;
                             match r {
-                                Ok(Ok(slot)) => {
+                                // Watched since its REQ arrived.
+                                Ok(Ok(_slot)) => {
                                     if let Some(c) = s.lock().conns.get_mut(&conn) {
                                         c.unanswered = false;
                                     }
-                                    self.watch(s.clone(), conn, slot);
                                     WireResult::Ok
                                 }
                                 Ok(Err(e)) => WireResult::CallError(WireCallError::from_error(&e)),
@@ -660,7 +660,7 @@ impl NodeServer {
         }
     }
 
-    fn incoming(&self, s: &Arc<Session>, service_id: u64, id: ConnId, kind: IncomingKind) {
+    fn incoming(self: &Arc<Self>, s: &Arc<Session>, service_id: u64, id: ConnId, kind: IncomingKind) {
         match kind {
             IncomingKind::Connect(req) => {
                 let over = {
@@ -684,11 +684,18 @@ impl NodeServer {
                     return;
                 }
                 match WireReq::from_info(&req) {
-                    Ok(req) => s.out.push(&DaemonMsg::Incoming {
-                        service_id,
-                        conn: id.0,
-                        req,
-                    }),
+                    Ok(req) => {
+                        s.out.push(&DaemonMsg::Incoming {
+                            service_id,
+                            conn: id.0,
+                            req,
+                        });
+                        // Watched from the REQ on: a peer that gives up before the answer,
+                        // or a reject, ends it at the client too.
+                        if let Some(c) = self.cm.connection(id) {
+                            self.watch(s.clone(), id.0, c.slot);
+                        }
+                    }
                     Err(_) => {
                         s.lock().conns.remove(&id.0);
                         self.cm.send(Command::Unanswered { id, sidr: false });
