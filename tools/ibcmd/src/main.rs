@@ -251,7 +251,8 @@ async fn run(args: Args) -> Result<()> {
         Transport::Udp(t) => XrcServer::bind(t, cfg, target),
         Transport::Umad(t) => XrcServer::bind(t, cfg, target),
     };
-    let hooks = xrc::XrcHooks::new(server.clone(), kernel).await;
+    let hooks = xrc::XrcHooks::new(server.clone(), kernel, Some(journal.clone())).await;
+    let journal_left = journal.clone();
     let node = NodeServer::new(
         server.cm().clone(),
         hooks.clone(),
@@ -287,8 +288,19 @@ async fn run(args: Args) -> Result<()> {
     }
     node.shutdown().await;
     hooks.release_all(xrc::registry(spare)).await;
-    // One more round trip: the DREQs of the release are on the wire.
+    // One more round trip: the DREQs of the release are on the wire. Then their DREPs, for a
+    // while: the unanswered stay in the journal for the next start.
     let _ = server.cm().connection_count().await;
+    let grace = ServerConfig::default().shutdown_grace;
+    if tokio::time::timeout(grace, journal_left.drained())
+        .await
+        .is_err()
+    {
+        warn!(
+            unanswered = journal_left.len(),
+            "DREQs unanswered: their connections stay in the journal for the next start"
+        );
+    }
     info!("stopped");
     Ok(())
 }

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use ibcm::proto::ConnId;
-use ibcm::rt::node::{EventSink, HookFuture, NodeHooks, SessionInfo};
+use ibcm::rt::node::proto::WirePeer;
+use ibcm::rt::node::{EventSink, HookFuture, JournalEntry, JournalTx, NodeHooks, SessionInfo};
 use ibcm_mad::ServiceId;
 use ibcm_xrc::cm::rt::XrcServer;
 use ibcm_xrc::cm::{TargetEvent, XrcService};
@@ -25,6 +26,7 @@ use ibcm_xrc::{
     DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, SrqNum, TgtRegistry,
     Verbs as _,
 };
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 /// A client's XRC side.
@@ -74,10 +76,27 @@ pub(crate) fn policy_of(s: &str) -> Option<OwnershipPolicy> {
 impl XrcHooks {
     /// Hooks on `server`; `kernel` gives each client a process of the software model (the
     /// `sim` backend); without it clients get process numbers of their own.
-    pub(crate) async fn new(server: XrcServer, kernel: Option<KernelModel>) -> Arc<Self> {
+    /// With `journal`, connections on TGT QPs are journaled while established (their DREQ
+    /// after a restart carries "target gone (keeper lost)").
+    pub(crate) async fn new(
+        server: XrcServer,
+        kernel: Option<KernelModel>,
+        journal: Option<JournalTx>,
+    ) -> Arc<Self> {
         let routes: Arc<Mutex<Routes>> = Arc::default();
         let r = routes.clone();
+        // Established (true) or ended (false), for the journal: what the peer knows of a
+        // connection is asked of the endpoint, outside the observer; the client's report of
+        // an established connection follows its journal entry.
+        let (jtx, jrx) = mpsc::unbounded_channel::<JournalNote>();
+        let journaling = journal.is_some();
+        if let Some(j) = journal {
+            tokio::spawn(journal_xrc(server.clone(), j, jrx));
+        }
         let observer = Box::new(move |_now: Instant, ev: TargetEvent| {
+            if let TargetEvent::Closed { conn, .. } | TargetEvent::Teardown { conn, .. } = &ev {
+                let _ = jtx.send((*conn, false, None));
+            }
             let mut r = lock(&r);
             let (conn, line) = match &ev {
                 TargetEvent::Accepted {
@@ -134,10 +153,14 @@ impl XrcHooks {
             } else {
                 r.conns.get(&conn).copied()
             };
-            if let Some(sid) = sid {
-                if let Some(sink) = r.sinks.get(&sid) {
-                    sink.xrc_event(sid, line);
-                }
+            let Some(sid) = sid else {
+                return;
+            };
+            let report = r.sinks.get(&sid).map(|sink| (sink.clone(), sid, line));
+            if let (TargetEvent::Established { conn, .. }, true) = (&ev, journaling) {
+                let _ = jtx.send((*conn, true, report));
+            } else if let Some((sink, sid, line)) = report {
+                sink.xrc_event(sid, line);
             }
         });
         if server.set_observer(observer).await.is_err() {
@@ -336,6 +359,44 @@ impl NodeHooks for XrcHooks {
                 Err(e) => warn!(error = %e, "the endpoint stopped"),
             }
         })
+    }
+}
+
+/// A connection on a TGT QP established (`true`, with the report for its client) or ended.
+type JournalNote = (ConnId, bool, Option<(EventSink, ServiceId, String)>);
+
+/// Keeps the journal of the connections on TGT QPs.
+async fn journal_xrc(
+    server: XrcServer,
+    journal: JournalTx,
+    mut rx: mpsc::UnboundedReceiver<JournalNote>,
+) {
+    while let Some((conn, up, report)) = rx.recv().await {
+        if !up {
+            journal.remove(conn.0);
+            continue;
+        }
+        let known = server
+            .with(move |_, ep, _| {
+                Some((
+                    ep.remote_comm_id(conn)?,
+                    ep.remote_qpn(conn)?,
+                    ep.peer(conn)?,
+                ))
+            })
+            .await;
+        if let Ok(Some((remote_comm_id, remote_qpn, peer))) = known {
+            journal.add(JournalEntry {
+                comm_id: conn.0,
+                remote_comm_id: remote_comm_id.0,
+                remote_qpn: remote_qpn.get(),
+                peer: WirePeer::from_peer(&peer),
+                xrc_tgt: true,
+            });
+        }
+        if let Some((sink, sid, line)) = report {
+            sink.xrc_event(sid, line);
+        }
     }
 }
 

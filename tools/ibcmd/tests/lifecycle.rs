@@ -178,3 +178,71 @@ fn the_socket_takes_the_mode_and_group_given() {
     d.signal("TERM");
     assert!(d.wait().success());
 }
+
+#[test]
+fn a_restarted_daemon_tells_xrc_initiators_their_target_is_gone() {
+    let dir = scratch("restart-xrc");
+    let (mut da, sa) = daemon(&dir, "a", "127.0.0.68");
+    let (_db, sb) = daemon(&dir, "b", "127.0.0.69");
+    let (sa_s, sb_s) = (sa.to_str().unwrap(), sb.to_str().unwrap());
+    let mut listener = Proc::spawn(
+        "listener",
+        &cm_ping_bin(),
+        &[
+            "--listen",
+            "127.0.0.68",
+            "--daemon",
+            sa_s,
+            "--xrc",
+            "--policy",
+            "explicit",
+        ],
+    );
+    listener.wait_out(|l| l.starts_with("listening"), "'listening'");
+    let mut conn = Proc::spawn(
+        "connector",
+        &cm_ping_bin(),
+        &[
+            "--connect",
+            "127.0.0.68",
+            "--bind",
+            "127.0.0.69",
+            "--daemon",
+            sb_s,
+            "--xrc",
+            "--count",
+            "4",
+            "--stay",
+        ],
+    );
+    for i in 0..4 {
+        conn.wait_out(
+            |l| l.starts_with("established"),
+            &format!("established #{i}"),
+        );
+        listener.wait_out(|l| l.starts_with("established"), &format!("target #{i}"));
+    }
+    // The daemon holding the TGT QPs dies without a word; its successor tells the initiators.
+    da.signal("KILL");
+    let _ = da.wait();
+    let (mut da2, _) = daemon(&dir, "a", "127.0.0.68");
+    let journaled = da2
+        .seen_err
+        .iter()
+        .filter(|l| l.contains("DREQ for a connection of the previous run"))
+        .count();
+    assert_eq!(journaled, 4, "{:#?}", da2.seen_err);
+    // The connector's summary comes when the last connection is ended.
+    let rest = conn.rest_of_out();
+    let gone = rest
+        .iter()
+        .filter(|l| l.contains("closed by peer after") && l.contains("target gone (keeper lost)"))
+        .count();
+    assert_eq!(gone, 4, "{rest:#?}");
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("cm-ping: 4 established, 0 rejected, 0 timed out, 0 disconnected, 4 closed by peer")
+    );
+    da2.signal("TERM");
+    assert!(da2.wait().success());
+}

@@ -660,7 +660,13 @@ impl NodeServer {
         }
     }
 
-    fn incoming(self: &Arc<Self>, s: &Arc<Session>, service_id: u64, id: ConnId, kind: IncomingKind) {
+    fn incoming(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        service_id: u64,
+        id: ConnId,
+        kind: IncomingKind,
+    ) {
         match kind {
             IncomingKind::Connect(req) => {
                 let over = {
