@@ -168,7 +168,7 @@ fn the_socket_takes_the_mode_and_group_given() {
     let gid = if root {
         4242
     } else {
-        std::fs::metadata(&dir).unwrap().gid()
+        std::fs::metadata(&*dir).unwrap().gid()
     };
     let g = gid.to_string();
     let (mut d, sock) = daemon_with(&dir, "a", "127.0.0.67", &["--mode", "640", "--group", &g]);

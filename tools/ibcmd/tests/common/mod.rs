@@ -34,12 +34,28 @@ pub(crate) fn cm_ping_bin() -> PathBuf {
     p
 }
 
+/// A scratch directory of this test, removed when dropped.
+pub(crate) struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A scratch directory of this test.
-pub(crate) fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("ibcmd-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
 
 /// A child process with its output as lines.
