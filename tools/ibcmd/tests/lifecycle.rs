@@ -246,3 +246,51 @@ fn a_restarted_daemon_tells_xrc_initiators_their_target_is_gone() {
     da2.signal("TERM");
     assert!(da2.wait().success());
 }
+
+#[test]
+fn cm_ping_listens_through_the_daemon() {
+    let dir = scratch("listen-rc");
+    let (_d, sock) = daemon(&dir, "a", "127.0.0.93");
+    let mut l = Proc::spawn(
+        "listener",
+        &cm_ping_bin(),
+        &["--listen", "127.0.0.93", "--daemon", sock.to_str().unwrap()],
+    );
+    l.wait_out(|s| s.starts_with("listening"), "'listening'");
+    let mut c = Proc::spawn(
+        "connector",
+        &cm_ping_bin(),
+        &[
+            "--connect",
+            "127.0.0.93",
+            "--bind",
+            "127.0.0.94",
+            "--count",
+            "20",
+            "--parallel",
+            "4",
+            "--quiet",
+        ],
+    );
+    let rest = c.rest_of_out();
+    assert!(c.wait().success(), "{rest:?}");
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("cm-ping: 20 established, 0 rejected, 0 timed out, 20 disconnected, 0 disconnect timed out")
+    );
+    for i in 0..20 {
+        l.wait_out(
+            |s| s.starts_with("disconnected conn="),
+            &format!("disconnected #{i}"),
+        );
+    }
+    l.signal("INT");
+    let rest = l.rest_of_out();
+    // The endpoint's counters are the daemon's: the summary is the last line.
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("cm-ping: 20 established, 0 rejected, 0 timed out, 20 disconnected, 0 disconnect timed out"),
+        "{rest:?}"
+    );
+    assert!(l.wait().success());
+}
