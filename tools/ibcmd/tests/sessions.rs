@@ -298,3 +298,35 @@ async fn a_client_that_stops_reading_is_dropped_alone() {
     );
     cm.random_psn().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_must_say_hello_first() {
+    let dir = scratch("hello");
+    let (_d, sock) = daemon(&dir, "a", "127.0.0.76");
+    let mut s = UnixStream::connect(&sock).await.unwrap();
+    let m = ClientMsg {
+        seq: 1,
+        op: Op::Hello { version: 99 },
+    };
+    s.write_all(&encode_frame(&m).unwrap()).await.unwrap();
+    match read_frame::<DaemonMsg, _>(&mut s).await.unwrap() {
+        DaemonMsg::Reply {
+            seq: 1,
+            result: WireResult::Refused { why },
+        } => assert!(why.contains("version 99"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Then the daemon closes the session.
+    assert!(read_frame::<DaemonMsg, _>(&mut s).await.is_err());
+    let mut s = UnixStream::connect(&sock).await.unwrap();
+    let m = ClientMsg {
+        seq: 2,
+        op: Op::Len,
+    };
+    s.write_all(&encode_frame(&m).unwrap()).await.unwrap();
+    assert!(matches!(
+        read_frame::<DaemonMsg, _>(&mut s).await.unwrap(),
+        DaemonMsg::Reply { seq: 2, .. }
+    ));
+    assert!(read_frame::<DaemonMsg, _>(&mut s).await.is_err());
+}

@@ -271,17 +271,46 @@ impl NodeServer {
         });
         lock(&self.sessions).insert(info.id, session.clone());
         info!(session = info.id, uid = info.uid, pid = ?info.pid, "client attached");
+        let (finish, mut finished) = oneshot::channel::<()>();
         let writer = tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
-            while let Some(f) = rx.recv().await {
-                if wr.write_all(&f).await.is_err() {
-                    return;
+            loop {
+                tokio::select! {
+                    f = rx.recv() => match f {
+                        Some(f) => {
+                            if wr.write_all(&f).await.is_err() {
+                                return;
+                            }
+                        }
+                        None => return,
+                    },
+                    _ = &mut finished => break,
                 }
             }
+            // The session is over: what is queued goes out if the client still reads (its
+            // last replies, say why a hello was refused), within a bound.
+            let rest = async {
+                while let Ok(f) = rx.try_recv() {
+                    if wr.write_all(&f).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), rest).await;
         });
+        let mut greeted = false;
         let why = loop {
             tokio::select! {
                 m = read_frame::<ClientMsg, _>(&mut rd) => match m {
+                    // The first message says which protocol the client speaks.
+                    Ok(m) if !greeted => {
+                        let ok = matches!(m.op, Op::Hello { version } if version == VERSION);
+                        self.on_request(&session, m).await;
+                        if !ok {
+                            break "protocol error: no hello of this version first".to_string();
+                        }
+                        greeted = true;
+                    }
                     Ok(m) => self.on_request(&session, m).await,
                     Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                         break "closed".to_string();
@@ -296,7 +325,15 @@ impl NodeServer {
             .is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
         info!(session = info.id, pid = ?info.pid, exited, why = %why, "client gone");
         self.end_session(&session).await;
-        writer.abort();
+        let _ = finish.send(());
+        // A stuck client's writer is blocked in a write: it is dropped after the bound.
+        let mut writer = writer;
+        if tokio::time::timeout(std::time::Duration::from_millis(200), &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
     }
 
     /// The end of a session: its connections disconnected (REJ while being set up), its
