@@ -5,17 +5,22 @@
 //! daemon disconnects its connections at once.
 //!
 //! * `proto`: the socket protocol ([`proto::ClientMsg`], [`proto::DaemonMsg`]), JSON in
-//!   length-prefixed frames;
+//!   length-prefixed frames; `wire` and `errors`: the parameters, messages, errors and
+//!   statuses in it;
 //! * `client`: [`attach`], the task that forwards a [`Cm`](crate::rt::Cm)'s commands;
-//! * `server`: [`NodeServer`], the daemon's sessions, ownership and limits;
+//! * `server`: [`NodeServer`], the daemon's sessions, ownership and limits; `requests`: a
+//!   session's requests;
 //! * `journal`: [`Journal`], the state file of live connections for a restart.
 //!
 //! The protocol, the ownership rules and an example session: `docs/ibcmd.md`.
 
 mod client;
+mod errors;
 pub mod journal;
 pub mod proto;
+mod requests;
 mod server;
+mod wire;
 
 pub use client::{attach, Attached, Node, NodeError};
 pub use journal::{stale_dreq, Journal, JournalEntry, JournalTx};
