@@ -115,6 +115,14 @@ impl Cm {
         )
     }
 
+    /// A handle whose commands go to `tx` and whose slots are in `registry` (the node
+    /// service's client task, [`Cm::attach`], serves them instead of a driver).
+    pub(super) fn from_channel(tx: mpsc::UnboundedSender<Command>, registry: Registry) -> Cm {
+        Cm {
+            shared: Arc::new(Shared { tx, registry }),
+        }
+    }
+
     /// Runs `f` inside the driver task on its app (of type `A`, installed with
     /// [`Cm::bind_with_app`]) and the endpoint, at the driver's current time. What follows —
     /// events, the app's [`App::poll`], transmissions, the re-armed timer — is handled as after

@@ -23,6 +23,7 @@
 mod command;
 mod driver;
 mod handle;
+pub mod node;
 mod pending;
 mod slot;
 mod stats;

@@ -55,6 +55,10 @@ pub enum CmError {
     /// listener first.
     #[error("service ID {0} is already listened on by this endpoint")]
     AlreadyListening(ibcm_mad::ServiceId),
+    /// The node service (`ibcmd`, [`node`](super::node)) refused the request: the reason
+    /// it gave (ownership, quota, a service ID another client listens on, …).
+    #[error("the node service refused the request: {0}")]
+    Refused(String),
     /// [`Cm::with_app`](super::Cm::with_app): the endpoint runs no application of that type.
     #[error("the CM endpoint runs no application of the requested type")]
     NoApp,

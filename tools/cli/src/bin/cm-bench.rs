@@ -7,6 +7,7 @@
 //! cm-bench flood [--legit N] [--attacks N]     an off-path attacker on loopback (see below)
 //! cm-bench wireup --nodes N --ppn P --mode rc|xrc|xrc-sidr [--loss X] [--seed S]
 //!                                              an all-to-all wire-up in the simulator
+//! cm-bench node-kill [--conns N] [--rounds R]  SIGKILL of an ibcmd client → DREQ on the wire
 //! ```
 //!
 //! * `rate`: ibcm's MAD rate between two endpoints on 127.0.0.1:P and 127.0.0.2:P (UDP),
@@ -32,6 +33,7 @@
 //!   <secs> s to full mesh; <qps> QPs/node; <bytes> B CM state/node; <msgs> MADs`.
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -43,6 +45,8 @@ use ibcm_mad::{Guid, Qpn, ServiceId};
 
 #[path = "../bench/flood.rs"]
 mod flood;
+#[path = "../bench/node_kill.rs"]
+mod node_kill;
 #[path = "../common/qpn.rs"]
 mod qpn;
 #[path = "../bench/rate.rs"]
@@ -63,6 +67,23 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    /// SIGKILL of a client of the node's CM service (`ibcmd`) → the DREQs at the peer
+    /// ([`node_kill`] module docs).
+    NodeKill {
+        #[arg(long, default_value_t = 16)]
+        conns: u64,
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+        /// The daemon's address (UDP 4791).
+        #[arg(long, default_value = "127.0.0.40")]
+        daemon_ip: IpAddr,
+        /// This process's endpoint's address (UDP 4791).
+        #[arg(long, default_value = "127.0.0.41")]
+        peer_ip: IpAddr,
+        /// Where `ibcmd` and `cm-ping` are (default: next to cm-bench).
+        #[arg(long)]
+        bin_dir: Option<std::path::PathBuf>,
+    },
     /// ibcm's MAD rate over RoCEv2/UDP loopback (connection setup and teardown) vs the
     /// batched raw UDP datagram rate between the same addresses.
     Rate {
@@ -129,6 +150,19 @@ enum Cmd {
 fn main() -> Result<()> {
     let args = Args::parse();
     match args.cmd {
+        Cmd::NodeKill {
+            conns,
+            rounds,
+            daemon_ip,
+            peer_ip,
+            bin_dir,
+        } => node_kill::node_kill(&node_kill::NodeKillOpts {
+            conns,
+            rounds,
+            daemon_ip,
+            peer_ip,
+            bin_dir,
+        }),
         Cmd::Rate {
             conns,
             parallel,

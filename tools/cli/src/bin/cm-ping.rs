@@ -7,6 +7,9 @@
 //! cm-ping --connect ADDR[:PORT] [--bind IP] [--service-id ID | --port P] [--count N]
 //!         [--parallel K] [--hold] [--xrc] [--private-data HEX] [--disconnect-from active|passive]
 //!         [--rtu-delay MS | --reject-rep REASON [--reject-data HEX]] [--sidr]
+//!         [--stay]
+//! cm-ping --daemon PATH …   (any of the above through the node's CM service, `ibcmd`;
+//!         a listener takes --xrc --policy explicit|domain|process|shared)
 //! ```
 //!
 //! Transport: RoCEv2 over UDP on port 4791 of the bound IP (default), or Linux umad with
@@ -159,6 +162,17 @@ struct Args {
     /// Accept datagrams whose ICRC cannot be verified (peers like rxe whose IPv4 ID is not 0).
     #[arg(long)]
     icrc_lenient: bool,
+    /// Use the node's CM service (`ibcmd`) on this Unix socket instead of an endpoint of
+    /// this process.
+    #[arg(long, value_name = "PATH", conflicts_with = "umad")]
+    daemon: Option<std::path::PathBuf>,
+    /// Listener with --daemon --xrc: the ownership policy of the TGT QPs the daemon creates.
+    #[arg(long, requires = "daemon", requires = "xrc", value_parser = ["explicit", "domain", "process", "shared"])]
+    policy: Option<String>,
+    /// Keep the connections until SIGINT/SIGTERM or until the peer has ended every one;
+    /// print each peer teardown (`conn N closed by peer after MS ms: REASON`).
+    #[arg(long, conflicts_with = "listen")]
+    stay: bool,
     /// Print only the summary line (and, with --listen, the "listening on" line that tells a
     /// script the listener is ready).
     #[arg(long, short)]
@@ -306,6 +320,10 @@ fn ps(args: &Args) -> PortSpace {
 
 async fn bind(args: &Args, local: IpAddr) -> Result<(Cm, PeerAddrMaker)> {
     let guid = Guid(0x0002_c903_0000_0000 | u64::from(std::process::id()));
+    if let Some(path) = &args.daemon {
+        let (cm, _) = ping::node::attach_cm(path).await?;
+        return Ok((cm, PeerAddrMaker::Udp));
+    }
     let cfg = EndpointConfig {
         local_ca_guid: guid,
         local_gid: Gid::from_ip(local),
@@ -400,6 +418,13 @@ fn out_limited(args: &Args, line: std::fmt::Arguments<'_>) {
 
 async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     let args = Arc::new(args);
+    if let (Some(path), true) = (&args.daemon, args.xrc) {
+        let (_cm, node) = ping::node::attach_cm(path).await?;
+        let policy = args.policy.as_deref().unwrap_or("process");
+        let counts = Arc::new(Counts::default());
+        ping::node::xrc_listen(&node, service_id(&args, 7471), policy, args.quiet, &counts).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let (cm, _) = bind(&args, ip).await?;
     let sid = service_id(&args, 7471);
     let mut sids = vec![sid];
@@ -448,8 +473,11 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     }
     ping::report_timing();
     println!("{}", counts.line());
-    // The endpoint's counters, every drop by reason: the last line, one JSON object.
-    println!("{}", cm.stats().await?.to_json());
+    // The endpoint's counters, every drop by reason: the last line, one JSON object (the
+    // daemon's endpoint is not this client's to report).
+    if args.daemon.is_none() {
+        println!("{}", cm.stats().await?.to_json());
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -628,6 +656,16 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     for w in workers {
         held.extend(w.await.unwrap_or_default());
     }
+    if args.stay {
+        let by_peer = ping::stay::stay(args.quiet, &counts, held).await;
+        println!("{}", ping::stay::line(&counts, by_peer));
+        let ok = counts.established.load(Ordering::Relaxed) == args.count;
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        });
+    }
     if args.hold {
         let secs = start.elapsed().as_secs_f64();
         println!(
@@ -750,7 +788,7 @@ async fn one_connection(
         args,
         format_args!("established conn={} qpn={qpn}{rep}", conn.id()),
     );
-    if args.hold {
+    if args.hold || args.stay {
         return Some(conn);
     }
     finish(args, counts, conn).await;

@@ -21,8 +21,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use clap::{Args, ValueEnum};
 
+pub(crate) mod node;
 #[cfg(feature = "verbs")]
 mod rping;
+pub(crate) mod stay;
 #[cfg(feature = "verbs")]
 mod ucmatose;
 #[cfg(feature = "verbs")]

@@ -534,19 +534,6 @@ async fn connect_inner(
         TimeoutExp::masked(p.packet_life_time.get().saturating_add(1).min(31)),
     );
     p.primary_path = Some(path);
-    let mut req = Req {
-        local_qpn: p.local_qpn,
-        starting_psn: p.starting_psn,
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
-        retry_count: p.retry_count,
-        rnr_retry_count: p.rnr_retry_count,
-        path_mtu: p.path_mtu,
-        partition_key: p.pkey,
-        primary_path: path,
-        ..Req::default()
-    };
-    req.set_transport(p.transport);
     let life = p.packet_life_time.get();
     let pending = match cm.connect_manual(p).await {
         Ok(pc) => pc,
@@ -558,6 +545,8 @@ async fn connect_inner(
         Err(e) => return Err(e.into()),
     };
     let rep = pending.rep().rep;
+    // The REQ as the endpoint sent it (with the start PSN it drew).
+    let req = *pending.req();
     let mut qc = QpConn::new(&req, &rep, Side::Active, c.link, c.port);
     qc.packet_life_time = Some(life);
     // Dropping `pending` on an error rejects the REP (REJ 28): the peer is not left waiting.

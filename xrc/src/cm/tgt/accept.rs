@@ -52,12 +52,15 @@ impl XrcTarget {
         }
         let service = req.service_id();
         let svc = self.services.get(&service)?.clone();
-        let data = XrcReqData::parse(req.user_private_data())
+        let mut data = XrcReqData::parse(req.user_private_data())
             .map(|(d, _)| d)
             .unwrap_or(XrcReqData {
                 mode: ReqMode::Any,
                 policy: None,
             });
+        if svc.policy.is_some() {
+            data.policy = svc.policy;
+        }
         let peer = IniPeer {
             ca_guid: req.remote_ca_guid(),
             ini_qpn: req.remote_qpn(),

@@ -45,6 +45,9 @@ pub struct XrcService {
     pub srqns: Vec<SrqNum>,
     /// Application bytes after the [`XrcRepData`] in the REP (dropped if they do not fit).
     pub rep_app_data: Vec<u8>,
+    /// The policy of every TGT QP this service creates, whatever the REQ asks (the target
+    /// chooses); `None`: the REQ's, else the registry's default.
+    pub policy: Option<OwnershipPolicy>,
 }
 
 impl XrcService {
@@ -55,6 +58,7 @@ impl XrcService {
             process,
             srqns,
             rep_app_data: Vec::new(),
+            policy: None,
         }
     }
 }

@@ -24,3 +24,65 @@ fn closes_map_to_registry_events() {
         ConnEvent::LocalClosed
     );
 }
+
+#[test]
+fn a_service_s_policy_overrides_the_req_s() {
+    use crate::cm::{XrcInitiator, XrcService, XrcTarget, XrcTargetConfig};
+    use crate::verbs::model::{KernelModel, ModelConfig};
+    use crate::{DomainSpec, RegistryConfig, SrqNum, TgtRegistry, Verbs, XrcReqData};
+    use ibcm::proto::EndpointConfig;
+    use ibcm_mad::Guid;
+
+    let kernel = KernelModel::new(ModelConfig::mlx5());
+    let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
+    let dom = reg.open_domain("job", DomainSpec::Private).unwrap();
+    let worker = kernel.spawn().process();
+    let mut target = XrcTarget::new(reg, XrcTargetConfig::default());
+    let mut t_ep = Endpoint::new(EndpointConfig {
+        local_ca_guid: Guid(2),
+        ..EndpointConfig::default()
+    });
+    let mut i_ep = Endpoint::new(EndpointConfig::default());
+    let sid = ServiceId(0x1000);
+    let mut svc = XrcService::new(dom, worker, vec![SrqNum::new(0x10).unwrap()]);
+    svc.policy = Some(OwnershipPolicy::Explicit);
+    target.listen(&mut t_ep, sid, svc);
+    let t_addr: ibcm::proto::PeerAddr = "127.0.0.2:4791"
+        .parse::<std::net::SocketAddr>()
+        .unwrap()
+        .into();
+    let i_addr: ibcm::proto::PeerAddr = "127.0.0.1:4791"
+        .parse::<std::net::SocketAddr>()
+        .unwrap()
+        .into();
+    let now = Instant::now();
+    let mut ini = XrcInitiator::new();
+    // The initiator asks for ProcessBound; the target's service says Explicit.
+    let data = XrcReqData::create(Some(OwnershipPolicy::ProcessBound));
+    ini.connect(
+        &mut i_ep,
+        now,
+        t_addr,
+        sid,
+        Qpn::new(0x99).unwrap(),
+        &data,
+        &[],
+    )
+    .unwrap();
+    while let Some(t) = i_ep.poll_transmit() {
+        t_ep.handle_datagram(now, i_addr, &t.mad);
+    }
+    while let Some(ev) = t_ep.poll_event() {
+        ibcm::App::handle_event(&mut target, &mut t_ep, now, &ev);
+    }
+    let accepted = std::iter::from_fn(|| target.poll_event()).find_map(|e| match e {
+        TargetEvent::Accepted { policy, qpn, .. } => Some((policy, qpn)),
+        _ => None,
+    });
+    let (policy, qpn) = accepted.expect("the REQ was accepted");
+    assert_eq!(policy, OwnershipPolicy::Explicit);
+    assert_eq!(
+        target.registry().query(qpn).unwrap().policy,
+        OwnershipPolicy::Explicit
+    );
+}

@@ -1,0 +1,589 @@
+//! The client side: [`Cm::attach`] and [`attach`] give a [`Cm`] whose commands a task forwards
+//! to the node service over its Unix socket, and whose connection slots and listeners that
+//! task feeds from the service's messages. The handles ([`Connection`](crate::rt::Connection),
+//! [`Listener`](crate::rt::Listener), [`Incoming`](crate::rt::Incoming),
+//! [`PendingConnection`](crate::rt::PendingConnection)) are the in-process ones, unchanged.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use ibcm_mad::{Psn, ServiceId};
+
+use crate::rt::CmError;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use super::proto::{
+    encode_frame, read_frame, write_frame, ClientMsg, DaemonMsg, Op, WireAccept, WireConnect,
+    WireResult, WireStatus, VERSION,
+};
+use crate::proto::{CallError, ConnId, ConnectError, ConnectionError};
+use crate::rt::command::{Command, Reply};
+use crate::rt::handle::Cm;
+use crate::rt::slot::{Registry, Slot};
+use crate::rt::types::{ConnStatus, IncomingKind};
+
+/// Why a node-service request failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The service refused it (ownership, quota, unknown policy, …).
+    #[error("refused by the node service: {0}")]
+    Refused(String),
+    /// The connection to the service is gone.
+    #[error("the node service connection is closed")]
+    Gone,
+}
+
+/// The node-service operations that have no in-process counterpart on [`Cm`] (XRC target
+/// services hosted by the daemon), and the daemon's reports about them.
+#[derive(Debug, Clone)]
+pub struct Node {
+    tx: mpsc::UnboundedSender<(Op, oneshot::Sender<WireResult>)>,
+    events: Arc<Mutex<mpsc::UnboundedReceiver<String>>>,
+}
+
+impl Node {
+    async fn call(&self, op: Op) -> Result<(), NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send((op, tx)).map_err(|_| NodeError::Gone)?;
+        match rx.await.map_err(|_| NodeError::Gone)? {
+            WireResult::Ok => Ok(()),
+            WireResult::Refused { why } => Err(NodeError::Refused(why)),
+            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this
+    /// client: TGT QPs it creates get `policy` (`explicit`, `domain`, `process`, `shared`)
+    /// and this client as their creating process, the REPs announce `srqns`. When this client
+    /// goes (socket closed, process killed), the QPs end as their policy says.
+    ///
+    /// # Errors
+    /// [`NodeError`].
+    pub async fn xrc_listen(
+        &self,
+        service_id: ServiceId,
+        policy: &str,
+        srqns: &[u32],
+    ) -> Result<(), NodeError> {
+        self.call(Op::XrcListen {
+            service_id: service_id.0,
+            policy: policy.to_owned(),
+            srqns: srqns.to_vec(),
+        })
+        .await
+    }
+
+    /// Stops serving XRC REQs for `service_id`.
+    ///
+    /// # Errors
+    /// [`NodeError`].
+    pub async fn xrc_unlisten(&self, service_id: ServiceId) -> Result<(), NodeError> {
+        self.call(Op::XrcUnlisten {
+            service_id: service_id.0,
+        })
+        .await
+    }
+
+    /// Destroys every TGT QP this client owns, as their owner ([`Op::XrcDestroy`]); returns
+    /// how many.
+    ///
+    /// # Errors
+    /// [`NodeError`].
+    pub async fn xrc_destroy(&self) -> Result<u64, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send((Op::XrcDestroy, tx))
+            .map_err(|_| NodeError::Gone)?;
+        match rx.await.map_err(|_| NodeError::Gone)? {
+            WireResult::Value { value } => Ok(value),
+            WireResult::Refused { why } => Err(NodeError::Refused(why)),
+            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// The next line the daemon reported about this client's XRC services (a REQ accepted, a
+    /// connection closed, a teardown…); `None` once the connection to the daemon is gone.
+    pub async fn xrc_event(&self) -> Option<String> {
+        self.events.lock().await.recv().await
+    }
+}
+
+/// What [`attach`] returns.
+#[derive(Debug)]
+pub struct Attached {
+    /// The CM handle, as [`Cm::bind`] gives.
+    pub cm: Cm,
+    /// The node-service operations.
+    pub node: Node,
+    /// The task that talks to the daemon; it ends when every handle is gone, on
+    /// [`Cm::shutdown`], or when the daemon closes the socket (then with an error).
+    pub task: JoinHandle<io::Result<()>>,
+}
+
+impl Cm {
+    /// Attaches to the node's CM service (`ibcmd`) on the Unix socket at `path`, instead of
+    /// running an endpoint in this process: the returned handle works as one from
+    /// [`Cm::bind`] (connect, listen, accept, reject, disconnect, connect_manual…), with the
+    /// daemon's endpoint behind it. Dropping every handle, or this process dying, closes the
+    /// socket; the daemon then disconnects this client's connections, rejects its pending
+    /// requests and drops its listeners.
+    ///
+    /// Not served through a daemon: [`Cm::sidr`], [`Cm::stats`] and [`Cm::with_app`] fail
+    /// with [`CmError::DriverGone`](crate::rt::CmError::DriverGone); a SIDR_REQ to one of
+    /// this client's services is refused by the daemon. [`Cm::connection_count`] counts this
+    /// client's connections.
+    ///
+    /// # Errors
+    /// The socket cannot be reached, the daemon runs as another user than this process's
+    /// (and not as root), or it refuses the protocol version.
+    pub async fn attach(path: impl AsRef<Path>) -> io::Result<(Cm, JoinHandle<io::Result<()>>)> {
+        let a = attach(path).await?;
+        Ok((a.cm, a.task))
+    }
+}
+
+/// [`Cm::attach`], also returning the [`Node`] operations.
+///
+/// # Errors
+/// As [`Cm::attach`].
+pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
+    let stream = UnixStream::connect(path.as_ref()).await?;
+    // The daemon must be root or this user: a socket in a shared directory could be anyone's.
+    let cred = stream.peer_cred()?;
+    let me = std::fs::metadata("/proc/self")?.uid();
+    if cred.uid() != 0 && cred.uid() != me {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is served by uid {}, neither root nor this user ({me})",
+                path.as_ref().display(),
+                cred.uid()
+            ),
+        ));
+    }
+    let (mut rd, mut wr) = stream.into_split();
+    let hello = encode_frame(&ClientMsg {
+        seq: 0,
+        op: Op::Hello { version: VERSION },
+    })
+    .map_err(io::Error::other)?;
+    write_frame(&mut wr, &hello).await?;
+    match read_frame::<DaemonMsg, _>(&mut rd).await {
+        Ok(DaemonMsg::Reply {
+            result: WireResult::Ok,
+            ..
+        }) => {}
+        Ok(other) => {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("the node service refused this client: {other:?}"),
+            ))
+        }
+        Err(e) => return Err(io::Error::other(e)),
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let registry: Registry = Arc::new(DashMap::new());
+    let cm = Cm::from_channel(tx, registry.clone());
+    let (node_tx, node_rx) = mpsc::unbounded_channel();
+    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+    // Reading frames is not cancel-safe: one task reads, the client task selects on it.
+    let (msg_tx, msg_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            match read_frame::<DaemonMsg, _>(&mut rd).await {
+                Ok(m) => {
+                    if msg_tx.send(Ok(m)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = msg_tx.send(Err(e));
+                    return;
+                }
+            }
+        }
+    });
+    let client = Client {
+        wr,
+        registry,
+        seq: 1,
+        waiters: HashMap::new(),
+        listeners: HashMap::new(),
+        events: ev_tx,
+        unsupported_logged: false,
+    };
+    let task = tokio::spawn(client.run(rx, node_rx, msg_rx));
+    Ok(Attached {
+        cm,
+        node: Node {
+            tx: node_tx,
+            events: Arc::new(Mutex::new(ev_rx)),
+        },
+        task,
+    })
+}
+
+/// Who waits for the reply to a request.
+enum Waiter {
+    Connect(
+        Reply<Result<super::super::command::Connected, ConnectError>>,
+        Box<ibcm_mad::Req>,
+    ),
+    Listen(u64, Reply<Result<u64, CmError>>),
+    Accept(ConnId, Reply<Result<Arc<Slot>, CallError>>),
+    Call(ConnId, Reply<Result<(), CallError>>),
+    Psn(Reply<Psn>),
+    Len(Reply<usize>),
+    Node(oneshot::Sender<WireResult>),
+}
+
+type Listeners = HashMap<u64, mpsc::UnboundedSender<(ConnId, IncomingKind)>>;
+
+struct Client {
+    wr: OwnedWriteHalf,
+    registry: Registry,
+    seq: u64,
+    waiters: HashMap<u64, Waiter>,
+    listeners: Listeners,
+    events: mpsc::UnboundedSender<String>,
+    unsupported_logged: bool,
+}
+
+type MsgRx = mpsc::UnboundedReceiver<Result<DaemonMsg, super::proto::FrameError>>;
+
+impl Client {
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Command>,
+        mut node_rx: mpsc::UnboundedReceiver<(Op, oneshot::Sender<WireResult>)>,
+        mut msgs: MsgRx,
+    ) -> io::Result<()> {
+        let mut node_open = true;
+        let r = loop {
+            tokio::select! {
+                cmd = rx.recv() => match cmd {
+                    None | Some(Command::Shutdown { .. }) => break Ok(()),
+                    Some(cmd) => if let Err(e) = self.on_command(cmd).await { break Err(e) },
+                },
+                op = node_rx.recv(), if node_open => match op {
+                    Some((op, reply)) => {
+                        if let Err(e) = self.request(op, Some(Waiter::Node(reply))).await {
+                            break Err(e);
+                        }
+                    }
+                    // Every `Node` handle dropped: only the `Cm` handles remain.
+                    None => node_open = false,
+                },
+                m = msgs.recv() => match m {
+                    Some(Ok(m)) => if let Err(e) = self.on_message(m).await { break Err(e) },
+                    Some(Err(e)) => break Err(io::Error::other(e)),
+                    None => break Err(io::ErrorKind::UnexpectedEof.into()),
+                },
+            }
+        };
+        if let Err(e) = &r {
+            warn!(error = %e, "node service connection lost: its connections are gone");
+        }
+        // Nothing will update the slots any more: wake every waiter with an end.
+        for e in self.registry.iter() {
+            e.value().update(|st| match st {
+                ConnStatus::Gone(e) | ConnStatus::Closed(e) => ConnStatus::Gone(e.clone()),
+                _ => ConnStatus::Gone(ConnectionError::LocallyClosed),
+            });
+        }
+        self.registry.clear();
+        r
+    }
+
+    async fn request(&mut self, op: Op, waiter: Option<Waiter>) -> io::Result<()> {
+        let seq = self.seq;
+        self.seq = self.seq.wrapping_add(1);
+        let frame = encode_frame(&ClientMsg { seq, op }).map_err(io::Error::other)?;
+        if let Some(w) = waiter {
+            self.waiters.insert(seq, w);
+        }
+        write_frame(&mut self.wr, &frame).await
+    }
+
+    async fn on_command(&mut self, cmd: Command) -> io::Result<()> {
+        match cmd {
+            Command::Connect { params, reply } => match WireConnect::from_params(&params) {
+                Ok(params) => {
+                    let sent = match super::wire::parse_req(&params.req) {
+                        Ok(r) => Box::new(r),
+                        Err(e) => {
+                            warn!(error = %e, "connect parameters cannot be sent to the node service");
+                            return Ok(());
+                        }
+                    };
+                    let w = Waiter::Connect(reply, sent);
+                    self.request(Op::Connect { params }, Some(w)).await
+                }
+                Err(e) => {
+                    warn!(error = %e, "connect parameters cannot be sent to the node service");
+                    Ok(())
+                }
+            },
+            Command::Listen {
+                service_id,
+                options,
+                tx,
+                reply,
+            } => {
+                self.listeners.insert(service_id.0, tx);
+                let transports = options.transports.iter().map(|t| transport_code(*t));
+                let op = Op::Listen {
+                    service_id: service_id.0,
+                    transports: transports.collect(),
+                };
+                self.request(op, Some(Waiter::Listen(service_id.0, reply)))
+                    .await
+            }
+            Command::Unlisten { service_id, .. } => {
+                self.listeners.remove(&service_id.0);
+                let op = Op::Unlisten {
+                    service_id: service_id.0,
+                };
+                self.request(op, None).await
+            }
+            Command::Accept {
+                conn,
+                params,
+                reply,
+            } => {
+                let op = Op::Accept {
+                    conn: conn.0,
+                    params: WireAccept::from_params(&params),
+                };
+                self.request(op, Some(Waiter::Accept(conn, reply))).await
+            }
+            Command::Reject {
+                conn,
+                reason,
+                ari,
+                private_data,
+                reply,
+            } => {
+                let op = Op::Reject {
+                    conn: conn.0,
+                    reason: reason.raw(),
+                    ari,
+                    private_data,
+                };
+                self.request(op, Some(Waiter::Call(conn, reply))).await
+            }
+            Command::Establish {
+                conn,
+                private_data,
+                reply,
+            } => {
+                let op = Op::Establish {
+                    conn: conn.0,
+                    private_data,
+                };
+                self.request(op, Some(Waiter::Call(conn, reply))).await
+            }
+            Command::Mra {
+                conn,
+                service_timeout,
+                reply,
+            } => {
+                let op = Op::Mra {
+                    conn: conn.0,
+                    service_timeout: service_timeout.get(),
+                };
+                self.request(op, Some(Waiter::Call(conn, reply))).await
+            }
+            Command::Disconnect {
+                conn,
+                private_data,
+                reply,
+            } => {
+                let op = Op::Disconnect {
+                    conn: conn.0,
+                    private_data,
+                };
+                self.request(op, Some(Waiter::Call(conn, reply))).await
+            }
+            Command::Unanswered { id, .. } => {
+                self.request(Op::Unanswered { conn: id.0 }, None).await
+            }
+            Command::PendingDropped { id } => {
+                self.request(Op::PendingDropped { conn: id.0 }, None).await
+            }
+            Command::RandomPsn { reply } => {
+                self.request(Op::RandomPsn, Some(Waiter::Psn(reply))).await
+            }
+            Command::Len { reply } => self.request(Op::Len, Some(Waiter::Len(reply))).await,
+            Command::Sidr { .. }
+            | Command::SidrReply { .. }
+            | Command::Stats { .. }
+            | Command::WithApp(_) => {
+                // The reply is dropped: the caller gets `CmError::DriverGone`.
+                if !self.unsupported_logged {
+                    self.unsupported_logged = true;
+                    warn!("SIDR, stats and with_app are not served through the node service");
+                }
+                Ok(())
+            }
+            Command::Shutdown { .. } => Ok(()),
+        }
+    }
+
+    async fn on_message(&mut self, m: DaemonMsg) -> io::Result<()> {
+        match m {
+            DaemonMsg::Reply { seq, result } => {
+                if let Some(w) = self.waiters.remove(&seq) {
+                    self.complete(w, result);
+                }
+            }
+            DaemonMsg::Incoming {
+                service_id,
+                conn,
+                req,
+            } => {
+                let id = ibcm_mad::CommId(conn);
+                let info = req.to_info();
+                let delivered = match (info, self.listeners.get(&service_id)) {
+                    (Ok(info), Some(tx)) => {
+                        self.registry.insert(id, Slot::new());
+                        let ok = tx.send((id, IncomingKind::Connect(Box::new(info)))).is_ok();
+                        if !ok {
+                            self.registry.remove(&id);
+                        }
+                        ok
+                    }
+                    _ => false,
+                };
+                if !delivered {
+                    self.request(Op::Unanswered { conn }, None).await?;
+                }
+            }
+            DaemonMsg::Rep { conn, rep } => {
+                if let (Some(slot), Ok(rep)) =
+                    (self.registry.get(&ibcm_mad::CommId(conn)), rep.to_info())
+                {
+                    slot.set_rep(&rep);
+                }
+            }
+            DaemonMsg::Status { conn, status } => {
+                let id = ibcm_mad::CommId(conn);
+                if matches!(status, WireStatus::Gone(_)) {
+                    if let Some((_, slot)) = self.registry.remove(&id) {
+                        slot.clear_rep();
+                        slot.set(status.to_status());
+                    }
+                } else if let Some(slot) = self.registry.get(&id) {
+                    slot.set(status.to_status());
+                }
+            }
+            DaemonMsg::XrcEvent { text, .. } => {
+                let _ = self.events.send(text);
+            }
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, w: Waiter, r: WireResult) {
+        match w {
+            Waiter::Connect(reply, sent) => {
+                let r = match r {
+                    WireResult::Conn { conn, req } => {
+                        let id = ibcm_mad::CommId(conn);
+                        let slot = Slot::new();
+                        self.registry.insert(id, slot.clone());
+                        // The REQ as the daemon sent it; an older daemon's reply has none.
+                        let req = super::wire::parse_req(&req).map(Box::new).unwrap_or(sent);
+                        Ok((id, slot, req))
+                    }
+                    WireResult::ConnectError(e) => Err(e.to_error()),
+                    other => {
+                        warn!(answer = ?other, "connect refused by the node service");
+                        return;
+                    }
+                };
+                let _ = reply.send(r);
+            }
+            Waiter::Listen(sid, reply) => match r {
+                WireResult::Ok => {
+                    // One listener per service ID and session: the token is not needed.
+                    let _ = reply.send(Ok(0));
+                }
+                other => {
+                    warn!(service_id = %ServiceId(sid), answer = ?other, "listen refused by the node service");
+                    self.listeners.remove(&sid);
+                    let why = match other {
+                        WireResult::Refused { why } => why,
+                        other => format!("unexpected answer {other:?}"),
+                    };
+                    let _ = reply.send(Err(CmError::Refused(why)));
+                }
+            },
+            Waiter::Accept(id, reply) => {
+                let r = call_result(id, r).and_then(|()| {
+                    self.registry
+                        .get(&id)
+                        .map(|s| s.clone())
+                        .ok_or(CallError::UnknownConnection(id))
+                });
+                let _ = reply.send(r);
+            }
+            Waiter::Call(id, reply) => {
+                let _ = reply.send(call_result(id, r));
+            }
+            Waiter::Psn(reply) => {
+                if let WireResult::Value { value } = r {
+                    let _ = reply.send(Psn::masked(u32::try_from(value & 0xff_ffff).unwrap_or(0)));
+                }
+            }
+            Waiter::Len(reply) => {
+                if let WireResult::Value { value } = r {
+                    let _ = reply.send(usize::try_from(value).unwrap_or(usize::MAX));
+                }
+            }
+            Waiter::Node(reply) => {
+                let _ = reply.send(r);
+            }
+        }
+    }
+}
+
+fn call_result(id: ConnId, r: WireResult) -> Result<(), CallError> {
+    match r {
+        WireResult::Ok => Ok(()),
+        WireResult::CallError(e) => Err(e.to_error()),
+        other => {
+            warn!(conn = %id, answer = ?other, "call refused by the node service");
+            Err(CallError::UnknownConnection(id))
+        }
+    }
+}
+
+/// The wire code of a transport in [`Op::Listen`].
+pub(crate) fn transport_code(t: ibcm_mad::ReqTransport) -> u8 {
+    match t {
+        ibcm_mad::ReqTransport::Rc => 0,
+        ibcm_mad::ReqTransport::Uc => 1,
+        ibcm_mad::ReqTransport::Xrc => 2,
+        ibcm_mad::ReqTransport::Other => 3,
+    }
+}
+
+/// The transport of a wire code (see [`transport_code`]).
+pub(crate) fn transport_of(c: u8) -> ibcm_mad::ReqTransport {
+    match c {
+        0 => ibcm_mad::ReqTransport::Rc,
+        1 => ibcm_mad::ReqTransport::Uc,
+        2 => ibcm_mad::ReqTransport::Xrc,
+        _ => ibcm_mad::ReqTransport::Other,
+    }
+}

@@ -1,0 +1,27 @@
+//! The node's CM service: one daemon (`ibcmd`) owns the node's CM endpoint and serves the
+//! node's processes on a Unix socket, as the kernel's `rdma_cm` serves them through
+//! `/dev/infiniband/rdma_cm`. A process attaches with [`Cm::attach`](crate::rt::Cm::attach)
+//! and uses the ordinary [`Cm`](crate::rt::Cm) API; when it dies, its socket closes and the
+//! daemon disconnects its connections at once.
+//!
+//! * `proto`: the socket protocol ([`proto::ClientMsg`], [`proto::DaemonMsg`]), JSON in
+//!   length-prefixed frames; `wire` and `errors`: the parameters, messages, errors and
+//!   statuses in it;
+//! * `client`: [`attach`], the task that forwards a [`Cm`](crate::rt::Cm)'s commands;
+//! * `server`: [`NodeServer`], the daemon's sessions, ownership and limits; `requests`: a
+//!   session's requests;
+//! * `journal`: [`Journal`], the state file of live connections for a restart.
+//!
+//! The protocol, the ownership rules and an example session: `docs/ibcmd.md`.
+
+mod client;
+mod errors;
+pub mod journal;
+pub mod proto;
+mod requests;
+mod server;
+mod wire;
+
+pub use client::{attach, Attached, Node, NodeError};
+pub use journal::{stale_dreq, Journal, JournalEntry, JournalTx};
+pub use server::{EventSink, HookFuture, NodeHooks, NodeServer, ServerConfig, SessionInfo};

@@ -1,0 +1,296 @@
+//! The node service's socket protocol: [`ClientMsg`] (client → daemon) and [`DaemonMsg`]
+//! (daemon → client), each a JSON value in a frame of a 4-byte big-endian length and at most
+//! [`MAX_FRAME`] bytes.
+//!
+//! Parameters and messages that the CM puts on the wire travel as what they become there: the
+//! parameters of a connect as the 232-byte body of a REQ carrying them, those of an accept as
+//! a REP body, a received REQ or REP as its body. So the protocol has no second copy of
+//! every field; only what a MAD does not carry (the peer's address, the rdma_cm header,
+//! flags of the runtime) has fields of its own.
+
+use ibcm_mad::{ServiceId, TimeoutExp};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+pub use super::errors::{WireCallError, WireConnError, WireConnectError, WireStatus};
+pub use super::wire::{WireAccept, WireConnect, WirePeer, WireRep, WireReq};
+
+/// The largest frame either side accepts (a bigger length prefix ends the session).
+pub const MAX_FRAME: usize = 64 * 1024;
+
+/// Protocol version; the daemon refuses a client of another one.
+pub const VERSION: u32 = 1;
+
+/// A request of a client, with the number its answer ([`DaemonMsg::Reply`]) carries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientMsg {
+    /// Chosen by the client; echoed in the reply.
+    pub seq: u64,
+    /// What to do.
+    pub op: Op,
+}
+
+/// What a client asks for. Every connection it names must be its own (one it connected, or
+/// one whose REQ reached its listener); anything else is answered "no connection".
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Op {
+    /// First message: the protocol version.
+    Hello {
+        /// [`VERSION`].
+        version: u32,
+    },
+    /// `Cm::connect`, `Cm::start_connect`, `Cm::connect_manual`.
+    Connect {
+        /// The parameters.
+        params: WireConnect,
+    },
+    /// `Cm::listen`. A service ID another client listens on is refused.
+    Listen {
+        /// Service ID.
+        service_id: u64,
+        /// Accepted transports (raw `ReqTransport` numbers: 0 RC, 1 UC, 2 XRC); empty: any.
+        transports: Vec<u8>,
+    },
+    /// A `Listener` dropped.
+    Unlisten {
+        /// Service ID.
+        service_id: u64,
+    },
+    /// `Incoming::accept`.
+    Accept {
+        /// Connection.
+        conn: u32,
+        /// The parameters.
+        params: WireAccept,
+    },
+    /// `Incoming::reject`, `PendingConnection::reject`.
+    Reject {
+        /// Connection.
+        conn: u32,
+        /// REJ reason.
+        reason: u16,
+        /// ARI.
+        ari: Vec<u8>,
+        /// Private data.
+        private_data: Vec<u8>,
+    },
+    /// `PendingConnection::establish` (the RTU).
+    Establish {
+        /// Connection.
+        conn: u32,
+        /// RTU private data.
+        private_data: Vec<u8>,
+    },
+    /// `Incoming::mra`.
+    Mra {
+        /// Connection.
+        conn: u32,
+        /// Service timeout exponent.
+        service_timeout: u8,
+    },
+    /// `Connection::disconnect`.
+    Disconnect {
+        /// Connection.
+        conn: u32,
+        /// DREQ private data.
+        private_data: Vec<u8>,
+    },
+    /// An `Incoming` dropped unanswered (REJ 28).
+    Unanswered {
+        /// Connection.
+        conn: u32,
+    },
+    /// A `PendingConnection` dropped (REJ of the REP).
+    PendingDropped {
+        /// Connection.
+        conn: u32,
+    },
+    /// `Cm::random_psn`.
+    RandomPsn,
+    /// `Cm::connection_count`: this client's connections.
+    Len,
+    /// Serve XRC REQs for `service_id` as an XRC target of this client: the daemon creates or
+    /// attaches the TGT QPs, with `policy` for the ones it creates.
+    XrcListen {
+        /// Service ID.
+        service_id: u64,
+        /// `explicit`, `domain`, `process` or `shared`.
+        policy: String,
+        /// The SRQ numbers announced in the REP (1..=47).
+        srqns: Vec<u32>,
+    },
+    /// Stop serving XRC REQs for `service_id`.
+    XrcUnlisten {
+        /// Service ID.
+        service_id: u64,
+    },
+    /// Destroy every TGT QP this client owns (the owner's destroy: its connections get the
+    /// "target gone (owner destroyed it)" DREQ; for `Shared` QPs the client's registration
+    /// is dropped instead). The answer's value is the number of QPs.
+    XrcDestroy,
+}
+
+/// What the daemon sends: replies, and events about the client's own objects.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "kebab-case")]
+pub enum DaemonMsg {
+    /// The answer to request `seq`.
+    Reply {
+        /// The request's number.
+        seq: u64,
+        /// The answer.
+        result: WireResult,
+    },
+    /// A REQ for a service the client listens on: a new connection of the client.
+    Incoming {
+        /// The listener's service ID.
+        service_id: u64,
+        /// The new connection.
+        conn: u32,
+        /// The REQ.
+        req: WireReq,
+    },
+    /// The REP of an active connection of the client arrived.
+    Rep {
+        /// Connection.
+        conn: u32,
+        /// The REP.
+        rep: WireRep,
+    },
+    /// A connection of the client changed status.
+    Status {
+        /// Connection.
+        conn: u32,
+        /// The new status.
+        status: WireStatus,
+    },
+    /// Something the daemon's XRC target did on one of the client's XRC services.
+    XrcEvent {
+        /// Service ID.
+        service_id: u64,
+        /// One line, for logs.
+        text: String,
+    },
+}
+
+/// The answer to a [`ClientMsg`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "r", rename_all = "kebab-case")]
+pub enum WireResult {
+    /// Done, nothing to return.
+    Ok,
+    /// A new connection (connect).
+    Conn {
+        /// Its ID.
+        conn: u32,
+        /// The REQ body as the daemon's endpoint sent it (232 bytes: with the start PSN it
+        /// drew), for the client's `qp_attr`.
+        #[serde(default)]
+        req: Vec<u8>,
+    },
+    /// A number (random PSN, count).
+    Value {
+        /// The number.
+        value: u64,
+    },
+    /// `ConnectError`.
+    ConnectError(WireConnectError),
+    /// `CallError`.
+    CallError(WireCallError),
+    /// `ConnectionError` (the connection is closed already).
+    Closed(WireConnError),
+    /// The daemon refused the request (ownership, quota, bad parameters, protocol).
+    Refused {
+        /// Why.
+        why: String,
+    },
+}
+
+/// A service ID from the wire.
+pub(crate) fn sid(v: u64) -> ServiceId {
+    ServiceId(v)
+}
+
+/// A timeout exponent from the wire (masked to 5 bits).
+pub(crate) fn texp(v: u8) -> TimeoutExp {
+    TimeoutExp::masked(v)
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The socket failed or closed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The length prefix is above [`MAX_FRAME`].
+    #[error("frame of {0} bytes is above the {MAX_FRAME}-byte limit")]
+    TooLong(usize),
+    /// Not a message of this protocol.
+    #[error("malformed message: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+/// Reads one frame and decodes it.
+///
+/// # Errors
+/// [`FrameError`]; an end of stream is `Io(UnexpectedEof)`.
+pub async fn read_frame<T, R>(r: &mut R) -> Result<T, FrameError>
+where
+    T: for<'de> Deserialize<'de>,
+    R: AsyncRead + Unpin,
+{
+    let len = r.read_u32().await? as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLong(len));
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf).await?;
+    Ok(serde_json::from_slice(&buf)?)
+}
+
+/// Encodes a message as one frame.
+///
+/// # Errors
+/// A message above [`MAX_FRAME`] (none of this protocol's are).
+pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    let json = serde_json::to_vec(msg)?;
+    if json.len() > MAX_FRAME {
+        return Err(FrameError::TooLong(json.len()));
+    }
+    let len = u32::try_from(json.len()).map_err(|_| FrameError::TooLong(json.len()))?;
+    let mut out = Vec::with_capacity(4 + json.len());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&json);
+    Ok(out)
+}
+
+/// Writes one encoded frame.
+///
+/// # Errors
+/// The socket's error.
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, frame: &[u8]) -> std::io::Result<()> {
+    w.write_all(frame).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_refuse_oversized_lengths() {
+        let f = encode_frame(&ClientMsg {
+            seq: 7,
+            op: Op::RandomPsn,
+        })
+        .unwrap();
+        let m: ClientMsg = read_frame(&mut &f[..]).await.unwrap();
+        assert_eq!(m.seq, 7);
+        let big = (MAX_FRAME as u32 + 1).to_be_bytes();
+        let r = read_frame::<ClientMsg, _>(&mut &big[..]).await;
+        assert!(matches!(r, Err(FrameError::TooLong(_))));
+        let junk = [0, 0, 0, 2, b'{', b'x'];
+        let r = read_frame::<ClientMsg, _>(&mut &junk[..]).await;
+        assert!(matches!(r, Err(FrameError::Malformed(_))));
+    }
+}

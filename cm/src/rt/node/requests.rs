@@ -1,0 +1,440 @@
+//! The requests of a session ([`NodeServer::on_request`]): each checked against the
+//! session's own tables, fed into the driver, answered.
+
+use std::sync::Arc;
+
+use ibcm_mad::{Qpn, RejReason, ServiceId, SidrStatus};
+use tokio::sync::{mpsc, oneshot};
+
+use super::client::transport_of;
+use super::proto::{
+    sid, texp, ClientMsg, DaemonMsg, Op, WireCallError, WireConnectError, WireReq, WireResult,
+    VERSION,
+};
+use super::server::{lock, ConnEntry, EventSink, NodeServer, Session};
+use crate::proto::{ConnId, ListenOptions, SidrRepParams};
+use crate::rt::command::Command;
+use crate::rt::slot::Slot;
+use crate::rt::types::IncomingKind;
+
+impl NodeServer {
+    fn reply(s: &Session, seq: u64, result: WireResult) {
+        s.out.push(&DaemonMsg::Reply { seq, result });
+    }
+
+    /// Whether `conn` is the session's.
+    fn owns(s: &Session, conn: u32) -> bool {
+        s.lock().conns.contains_key(&conn)
+    }
+
+    pub(super) async fn on_request(self: &Arc<Self>, s: &Arc<Session>, m: ClientMsg) {
+        let seq = m.seq;
+        let not_yours =
+            |conn: u32| WireResult::CallError(WireCallError::UnknownConnection { conn });
+        let r = match m.op {
+            Op::Hello { version } if version == VERSION => WireResult::Ok,
+            Op::Hello { version } => WireResult::Refused {
+                why: format!("protocol version {version}; this daemon speaks {VERSION}"),
+            },
+            Op::Connect { params } => {
+                let (r, watch) = self.connect(s, params).await;
+                Self::reply(s, seq, r);
+                if let Some((conn, slot)) = watch {
+                    self.watch(s.clone(), conn, slot);
+                }
+                return;
+            }
+            Op::Listen {
+                service_id,
+                transports,
+            } => self.listen(s, service_id, transports).await,
+            Op::Unlisten { service_id } => {
+                let mine = s.lock().listens.remove(&service_id);
+                if let Some(token) = mine {
+                    lock(&self.services).remove(&service_id);
+                    self.cm.send(Command::Unlisten {
+                        service_id: sid(service_id),
+                        token,
+                    });
+                }
+                WireResult::Ok
+            }
+            Op::Accept { conn, params } => {
+                if !s.lock().conns.get(&conn).is_some_and(|c| c.unanswered) {
+                    not_yours(conn)
+                } else {
+                    match params.to_params() {
+                        Err(why) => WireResult::Refused { why },
+                        Ok(params) => {
+                            let r = self
+                                .cm
+                                .call(|reply| Command::Accept {
+                                    conn: ibcm_mad::CommId(conn),
+                                    params,
+                                    reply,
+                                })
+                                .await;
+                            match r {
+                                // Watched since its REQ arrived.
+                                Ok(Ok(_slot)) => {
+                                    if let Some(c) = s.lock().conns.get_mut(&conn) {
+                                        c.unanswered = false;
+                                    }
+                                    WireResult::Ok
+                                }
+                                Ok(Err(e)) => WireResult::CallError(WireCallError::from_error(&e)),
+                                Err(_) => WireResult::Refused {
+                                    why: "the endpoint has stopped".into(),
+                                },
+                            }
+                        }
+                    }
+                }
+            }
+            Op::Reject {
+                conn,
+                reason,
+                ari,
+                private_data,
+            } => {
+                if !Self::owns(s, conn) {
+                    not_yours(conn)
+                } else {
+                    let r = self
+                        .cm
+                        .call(|reply| Command::Reject {
+                            conn: ibcm_mad::CommId(conn),
+                            reason: RejReason::from_raw(reason),
+                            ari,
+                            private_data,
+                            reply,
+                        })
+                        .await;
+                    // A rejected REQ leaves the table without a status a watcher would see.
+                    let mut st = s.lock();
+                    if st.conns.get(&conn).is_some_and(|c| c.unanswered) {
+                        st.conns.remove(&conn);
+                    }
+                    unit(r)
+                }
+            }
+            Op::Establish { conn, private_data } => {
+                if !Self::owns(s, conn) {
+                    not_yours(conn)
+                } else {
+                    unit(
+                        self.cm
+                            .call(|reply| Command::Establish {
+                                conn: ibcm_mad::CommId(conn),
+                                private_data,
+                                reply,
+                            })
+                            .await,
+                    )
+                }
+            }
+            Op::Mra {
+                conn,
+                service_timeout,
+            } => {
+                if !Self::owns(s, conn) {
+                    not_yours(conn)
+                } else {
+                    unit(
+                        self.cm
+                            .call(|reply| Command::Mra {
+                                conn: ibcm_mad::CommId(conn),
+                                service_timeout: texp(service_timeout),
+                                reply,
+                            })
+                            .await,
+                    )
+                }
+            }
+            Op::Disconnect { conn, private_data } => {
+                if !Self::owns(s, conn) {
+                    not_yours(conn)
+                } else {
+                    unit(
+                        self.cm
+                            .call(|reply| Command::Disconnect {
+                                conn: ibcm_mad::CommId(conn),
+                                private_data,
+                                reply,
+                            })
+                            .await,
+                    )
+                }
+            }
+            Op::Unanswered { conn } => {
+                let mine = s.lock().conns.get(&conn).is_some_and(|c| c.unanswered);
+                if mine {
+                    s.lock().conns.remove(&conn);
+                    self.cm.send(Command::Unanswered {
+                        id: ibcm_mad::CommId(conn),
+                        sidr: false,
+                    });
+                }
+                WireResult::Ok
+            }
+            Op::PendingDropped { conn } => {
+                if Self::owns(s, conn) {
+                    self.cm.send(Command::PendingDropped {
+                        id: ibcm_mad::CommId(conn),
+                    });
+                }
+                WireResult::Ok
+            }
+            Op::RandomPsn => match self.cm.call(|reply| Command::RandomPsn { reply }).await {
+                Ok(p) => WireResult::Value {
+                    value: u64::from(p.get()),
+                },
+                Err(_) => WireResult::Refused {
+                    why: "the endpoint has stopped".into(),
+                },
+            },
+            Op::Len => WireResult::Value {
+                value: s.lock().conns.len() as u64,
+            },
+            Op::XrcListen {
+                service_id,
+                policy,
+                srqns,
+            } => self.xrc_listen(s, service_id, &policy, &srqns).await,
+            Op::XrcDestroy => match self.hooks.xrc_destroy(s.info).await {
+                Ok(value) => WireResult::Value { value },
+                Err(why) => WireResult::Refused { why },
+            },
+            Op::XrcUnlisten { service_id } => {
+                let mine = s.lock().xrc.remove(&service_id);
+                if mine {
+                    lock(&self.services).remove(&service_id);
+                    self.hooks.xrc_unlisten(s.info, sid(service_id)).await;
+                }
+                WireResult::Ok
+            }
+        };
+        Self::reply(s, seq, r);
+    }
+
+    async fn connect(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        params: super::proto::WireConnect,
+    ) -> (WireResult, Option<(u32, Arc<Slot>)>) {
+        if s.lock().conns.len() >= self.cfg.max_connections {
+            let why = format!("quota: {} connections", self.cfg.max_connections);
+            return (WireResult::Refused { why }, None);
+        }
+        let params = match params.to_params() {
+            Ok(p) => p,
+            Err(why) => return (WireResult::Refused { why }, None),
+        };
+        let peer = params.peer;
+        match self
+            .cm
+            .call(|reply| Command::Connect { params, reply })
+            .await
+        {
+            Ok(Ok((id, slot, req))) => {
+                s.lock().conns.insert(
+                    id.0,
+                    ConnEntry {
+                        unanswered: false,
+                        remote: None,
+                        peer: Some(peer),
+                    },
+                );
+                // Watched once the reply is queued: the client knows the connection before
+                // its first event.
+                let req = super::wire::body(&ibcm_mad::cm::CmMessage::Req(*req));
+                (WireResult::Conn { conn: id.0, req }, Some((id.0, slot)))
+            }
+            Ok(Err(e)) => (
+                WireResult::ConnectError(WireConnectError::from_error(&e)),
+                None,
+            ),
+            Err(_) => (
+                WireResult::Refused {
+                    why: "the endpoint has stopped".into(),
+                },
+                None,
+            ),
+        }
+    }
+
+    async fn listen(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        service_id: u64,
+        transports: Vec<u8>,
+    ) -> WireResult {
+        if let Some(r) = self.claim(s, service_id) {
+            return r;
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let options = ListenOptions {
+            transports: transports.into_iter().map(transport_of).collect(),
+        };
+        let r = self
+            .cm
+            .call(|reply| Command::Listen {
+                service_id: sid(service_id),
+                options,
+                tx,
+                reply,
+            })
+            .await;
+        let token = match r {
+            Ok(Ok(token)) => token,
+            Ok(Err(e)) => {
+                lock(&self.services).remove(&service_id);
+                return WireResult::Refused { why: e.to_string() };
+            }
+            Err(_) => {
+                lock(&self.services).remove(&service_id);
+                return WireResult::Refused {
+                    why: "the endpoint has stopped".into(),
+                };
+            }
+        };
+        s.lock().listens.insert(service_id, token);
+        let (me, s2) = (self.clone(), s.clone());
+        tokio::spawn(async move {
+            while let Some((id, kind)) = rx.recv().await {
+                me.incoming(&s2, service_id, id, kind);
+            }
+        });
+        WireResult::Ok
+    }
+
+    /// Takes `service_id` for `s`, or says why not.
+    fn claim(&self, s: &Session, service_id: u64) -> Option<WireResult> {
+        {
+            let st = s.lock();
+            if st.listens.len() + st.xrc.len() >= self.cfg.max_listeners {
+                return Some(WireResult::Refused {
+                    why: format!("quota: {} listeners", self.cfg.max_listeners),
+                });
+            }
+        }
+        let mut svc = lock(&self.services);
+        match svc.get(&service_id) {
+            Some(&other) => Some(WireResult::Refused {
+                why: format!(
+                    "service ID {} is listened on by {}",
+                    ServiceId(service_id),
+                    if other == s.info.id {
+                        "this client already"
+                    } else {
+                        "another client"
+                    }
+                ),
+            }),
+            None => {
+                svc.insert(service_id, s.info.id);
+                None
+            }
+        }
+    }
+
+    fn incoming(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        service_id: u64,
+        id: ConnId,
+        kind: IncomingKind,
+    ) {
+        match kind {
+            IncomingKind::Connect(req) => {
+                let over = {
+                    let mut st = s.lock();
+                    if st.closed || st.conns.len() >= self.cfg.max_connections {
+                        true
+                    } else {
+                        st.conns.insert(
+                            id.0,
+                            ConnEntry {
+                                unanswered: true,
+                                remote: Some((req.req.local_comm_id.0, req.remote_qpn().get())),
+                                peer: Some(req.peer),
+                            },
+                        );
+                        false
+                    }
+                };
+                if over {
+                    self.cm.send(Command::Unanswered { id, sidr: false });
+                    return;
+                }
+                match WireReq::from_info(&req) {
+                    Ok(req) => {
+                        s.out.push(&DaemonMsg::Incoming {
+                            service_id,
+                            conn: id.0,
+                            req,
+                        });
+                        // Watched from the REQ on: a peer that gives up before the answer,
+                        // or a reject, ends it at the client too.
+                        if let Some(c) = self.cm.connection(id) {
+                            self.watch(s.clone(), id.0, c.slot);
+                        }
+                    }
+                    Err(_) => {
+                        s.lock().conns.remove(&id.0);
+                        self.cm.send(Command::Unanswered { id, sidr: false });
+                    }
+                }
+            }
+            IncomingKind::Sidr(_) => {
+                // Not served through the node service: refused explicitly.
+                let (reply, _) = oneshot::channel();
+                self.cm.send(Command::SidrReply {
+                    id,
+                    params: SidrRepParams {
+                        status: SidrStatus::Rejected,
+                        ..SidrRepParams::success(Qpn::default(), ibcm_mad::Qkey(0))
+                    },
+                    reply,
+                });
+            }
+        }
+    }
+
+    async fn xrc_listen(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        service_id: u64,
+        policy: &str,
+        srqns: &[u32],
+    ) -> WireResult {
+        if let Some(r) = self.claim(s, service_id) {
+            return r;
+        }
+        let sink = EventSink { out: s.out.clone() };
+        match self
+            .hooks
+            .xrc_listen(s.info, sid(service_id), policy, srqns, sink)
+            .await
+        {
+            Ok(()) => {
+                s.lock().xrc.insert(service_id);
+                WireResult::Ok
+            }
+            Err(why) => {
+                lock(&self.services).remove(&service_id);
+                WireResult::Refused { why }
+            }
+        }
+    }
+}
+
+fn unit<E>(r: Result<Result<(), crate::proto::CallError>, E>) -> WireResult {
+    match r {
+        Ok(Ok(())) => WireResult::Ok,
+        Ok(Err(e)) => WireResult::CallError(WireCallError::from_error(&e)),
+        Err(_) => WireResult::Refused {
+            why: "the endpoint has stopped".into(),
+        },
+    }
+}

@@ -1,0 +1,453 @@
+//! The daemon side: [`NodeServer`] serves clients on a Unix socket and feeds their requests
+//! into one endpoint's driver ([`Cm`]), per session.
+//!
+//! Ownership: a session's objects are the connections it started, the requests that reached
+//! its listeners (and the connections they became), and its listeners; they live in the
+//! session's own tables, so a request naming anything else finds nothing ("no connection").
+//! A service ID is listened on by one session at a time. Replies and events go through a
+//! bounded queue per session, written by that session's own task: a client that stops
+//! reading fills only its own queue and is then dropped, as if it had exited.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ibcm_mad::ServiceId;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use super::journal::{JournalEntry, JournalTx};
+use super::proto::{
+    encode_frame, read_frame, sid, ClientMsg, DaemonMsg, FrameError, Op, WirePeer, WireRep,
+    WireStatus, VERSION,
+};
+use crate::proto::PeerAddr;
+use crate::rt::command::Command;
+use crate::rt::handle::Cm;
+use crate::rt::slot::Slot;
+use crate::rt::types::ConnStatus;
+
+/// Who a session is: its number and its peer's credentials (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The session's number (unique in this daemon's life).
+    pub id: u64,
+    /// The client's user.
+    pub uid: u32,
+    /// The client's process, if the kernel said.
+    pub pid: Option<i32>,
+}
+
+/// A boxed future, for [`NodeHooks`].
+pub type HookFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where a hook reports events about a session's XRC services ([`DaemonMsg::XrcEvent`]).
+#[derive(Debug, Clone)]
+pub struct EventSink {
+    pub(super) out: Outbox,
+}
+
+impl EventSink {
+    /// Sends one line about `service_id` to the session's client (dropped if its queue is
+    /// full: the session is then closed).
+    pub fn xrc_event(&self, service_id: ServiceId, text: String) {
+        self.out.push(&DaemonMsg::XrcEvent {
+            service_id: service_id.0,
+            text,
+        });
+    }
+}
+
+/// What the daemon adds around the CM: XRC target services and the end of a session's
+/// holdings. Implemented by `ibcmd` with the `ibcm-xrc` registry.
+pub trait NodeHooks: Send + Sync + 'static {
+    /// [`Op::XrcListen`]: serve XRC REQs for `service_id` as `session`'s target.
+    fn xrc_listen<'a>(
+        &'a self,
+        session: SessionInfo,
+        service_id: ServiceId,
+        policy: &'a str,
+        srqns: &'a [u32],
+        events: EventSink,
+    ) -> HookFuture<'a, Result<(), String>>;
+
+    /// [`Op::XrcDestroy`]: destroy the TGT QPs `session` owns; how many.
+    fn xrc_destroy(&self, session: SessionInfo) -> HookFuture<'_, Result<u64, String>>;
+
+    /// [`Op::XrcUnlisten`].
+    fn xrc_unlisten(&self, session: SessionInfo, service_id: ServiceId) -> HookFuture<'_, ()>;
+
+    /// The session ended (its client exited or closed the socket): end its XRC holdings per
+    /// their policies. Called after its connections were disconnected.
+    fn session_ended(&self, session: SessionInfo) -> HookFuture<'_, ()>;
+}
+
+/// Limits per session.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerConfig {
+    /// Connections (live, TimeWait excluded) a session may hold.
+    pub max_connections: usize,
+    /// Listeners (CM and XRC) a session may hold.
+    pub max_listeners: usize,
+    /// Messages queued towards a client before it counts as stuck and is dropped.
+    pub queue: usize,
+    /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
+    /// connections still unanswered then stay in the journal, for the next start).
+    pub shutdown_grace: std::time::Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_connections: 65_536,
+            max_listeners: 1024,
+            queue: 8192,
+            shutdown_grace: std::time::Duration::from_secs(2),
+        }
+    }
+}
+
+/// A session's outbound queue (bounded); full means the client is stuck.
+#[derive(Debug, Clone)]
+pub(super) struct Outbox {
+    tx: mpsc::Sender<Vec<u8>>,
+    stuck: Arc<tokio::sync::Notify>,
+}
+
+impl Outbox {
+    pub(super) fn push(&self, m: &DaemonMsg) {
+        let Ok(frame) = encode_frame(m) else {
+            return;
+        };
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(frame) {
+            self.stuck.notify_one();
+        }
+    }
+}
+
+/// One connection of a session.
+#[derive(Debug)]
+pub(super) struct ConnEntry {
+    /// A REQ delivered to the client and not yet answered.
+    pub(super) unanswered: bool,
+    /// For the journal: the peer's comm ID and QPN when known (passive side: from the REQ).
+    pub(super) remote: Option<(u32, u32)>,
+    /// For the journal: the peer's CM.
+    pub(super) peer: Option<PeerAddr>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct SessionState {
+    pub(super) conns: BTreeMap<u32, ConnEntry>,
+    /// Service ID → the endpoint's listener token.
+    pub(super) listens: BTreeMap<u64, u64>,
+    pub(super) xrc: BTreeSet<u64>,
+    pub(super) closed: bool,
+}
+
+/// One client's session.
+pub(super) struct Session {
+    pub(super) info: SessionInfo,
+    state: Mutex<SessionState>,
+    pub(super) out: Outbox,
+}
+
+impl Session {
+    pub(super) fn lock(&self) -> MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The daemon's client service (module docs).
+pub struct NodeServer {
+    pub(super) cm: Cm,
+    pub(super) hooks: Arc<dyn NodeHooks>,
+    pub(super) cfg: ServerConfig,
+    /// Service ID → the session listening on it (CM or XRC).
+    pub(super) services: Mutex<HashMap<u64, u64>>,
+    sessions: Mutex<BTreeMap<u64, Arc<Session>>>,
+    next_session: AtomicU64,
+    journal: Option<JournalTx>,
+}
+
+impl std::fmt::Debug for NodeServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeServer").finish_non_exhaustive()
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl NodeServer {
+    /// A server feeding `cm`'s driver, with `hooks` for XRC and session ends, and, if given,
+    /// a journal of live connections ([`super::journal::Journal`]).
+    pub fn new(
+        cm: Cm,
+        hooks: Arc<dyn NodeHooks>,
+        cfg: ServerConfig,
+        journal: Option<JournalTx>,
+    ) -> Arc<Self> {
+        Arc::new(NodeServer {
+            cm,
+            hooks,
+            cfg,
+            services: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(BTreeMap::new()),
+            next_session: AtomicU64::new(1),
+            journal,
+        })
+    }
+
+    /// Accepts clients on `listener` until the task is dropped.
+    pub async fn serve(self: Arc<Self>, listener: UnixListener) {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let me = self.clone();
+                    tokio::spawn(async move { me.session(stream).await });
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept on the client socket failed");
+                    // Out of descriptors and the like: let the others finish something.
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+    }
+
+    /// Ends every session as if its client had exited (DREQs, REJs, listeners removed, XRC
+    /// holdings per policy), and returns once the driver has put the DREQs on the wire and
+    /// the peers have answered them (DREP), or [`ServerConfig::shutdown_grace`] has passed.
+    pub async fn shutdown(&self) {
+        let all: Vec<Arc<Session>> = lock(&self.sessions).values().cloned().collect();
+        for s in all {
+            self.end_session(&s).await;
+        }
+        self.sync_driver().await;
+        if let Some(j) = &self.journal {
+            if tokio::time::timeout(self.cfg.shutdown_grace, j.drained())
+                .await
+                .is_err()
+            {
+                warn!(
+                    unanswered = j.len(),
+                    "DREQs unanswered: their connections stay in the journal for the next start"
+                );
+            }
+        }
+    }
+
+    /// A round trip through the driver: everything sent before has been handled and flushed.
+    async fn sync_driver(&self) {
+        let _ = self.cm.call(|reply| Command::Len { reply }).await;
+    }
+
+    async fn session(self: Arc<Self>, stream: UnixStream) {
+        let cred = match stream.peer_cred() {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "client without credentials refused");
+                return;
+            }
+        };
+        let info = SessionInfo {
+            id: self.next_session.fetch_add(1, Ordering::Relaxed),
+            uid: cred.uid(),
+            pid: cred.pid(),
+        };
+        let (mut rd, mut wr) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(self.cfg.queue.max(16));
+        let stuck = Arc::new(tokio::sync::Notify::new());
+        let session = Arc::new(Session {
+            info,
+            state: Mutex::new(SessionState::default()),
+            out: Outbox {
+                tx,
+                stuck: stuck.clone(),
+            },
+        });
+        lock(&self.sessions).insert(info.id, session.clone());
+        info!(session = info.id, uid = info.uid, pid = ?info.pid, "client attached");
+        let (finish, mut finished) = oneshot::channel::<()>();
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            loop {
+                tokio::select! {
+                    f = rx.recv() => match f {
+                        Some(f) => {
+                            if wr.write_all(&f).await.is_err() {
+                                return;
+                            }
+                        }
+                        None => return,
+                    },
+                    _ = &mut finished => break,
+                }
+            }
+            // The session is over: what is queued goes out if the client still reads (its
+            // last replies, say why a hello was refused), within a bound.
+            let rest = async {
+                while let Ok(f) = rx.try_recv() {
+                    if wr.write_all(&f).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), rest).await;
+        });
+        let mut greeted = false;
+        let why = loop {
+            tokio::select! {
+                m = read_frame::<ClientMsg, _>(&mut rd) => match m {
+                    // The first message says which protocol the client speaks.
+                    Ok(m) if !greeted => {
+                        let ok = matches!(m.op, Op::Hello { version } if version == VERSION);
+                        self.on_request(&session, m).await;
+                        if !ok {
+                            break "protocol error: no hello of this version first".to_string();
+                        }
+                        greeted = true;
+                    }
+                    Ok(m) => self.on_request(&session, m).await,
+                    Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        break "closed".to_string();
+                    }
+                    Err(e) => break format!("protocol error: {e}"),
+                },
+                () = stuck.notified() => break "stuck: its queue is full".to_string(),
+            }
+        };
+        let exited = info
+            .pid
+            .is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
+        info!(session = info.id, pid = ?info.pid, exited, why = %why, "client gone");
+        self.end_session(&session).await;
+        let _ = finish.send(());
+        // A stuck client's writer is blocked in a write: it is dropped after the bound.
+        let mut writer = writer;
+        if tokio::time::timeout(std::time::Duration::from_millis(200), &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
+    }
+
+    /// The end of a session: its connections disconnected (REJ while being set up), its
+    /// pending requests rejected, its listeners removed, then the XRC hook.
+    async fn end_session(&self, s: &Arc<Session>) {
+        let (conns, listens, xrc) = {
+            let mut st = s.lock();
+            if st.closed {
+                return;
+            }
+            st.closed = true;
+            (
+                std::mem::take(&mut st.conns),
+                std::mem::take(&mut st.listens),
+                std::mem::take(&mut st.xrc),
+            )
+        };
+        for (id, c) in &conns {
+            let id = ibcm_mad::CommId(*id);
+            if c.unanswered {
+                self.cm.send(Command::Unanswered { id, sidr: false });
+            } else {
+                let (reply, _) = oneshot::channel();
+                self.cm.send(Command::Disconnect {
+                    conn: id,
+                    private_data: Vec::new(),
+                    reply,
+                });
+            }
+        }
+        {
+            let mut svc = lock(&self.services);
+            for sid in listens.keys().chain(xrc.iter()) {
+                svc.remove(sid);
+            }
+        }
+        for (&service_id, &token) in &listens {
+            self.cm.send(Command::Unlisten {
+                service_id: sid(service_id),
+                token,
+            });
+        }
+        for &service_id in &xrc {
+            self.hooks.xrc_unlisten(s.info, sid(service_id)).await;
+        }
+        debug!(
+            session = s.info.id,
+            conns = conns.len(),
+            "session's connections ended"
+        );
+        self.hooks.session_ended(s.info).await;
+        lock(&self.sessions).remove(&s.info.id);
+    }
+
+    /// Forwards a connection's REP and statuses to its session until it is gone.
+    pub(super) fn watch(self: &Arc<Self>, s: Arc<Session>, conn: u32, slot: Arc<Slot>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Ok(rep) = slot.wait_rep().await {
+                if let Some(c) = s.lock().conns.get_mut(&conn) {
+                    c.remote = Some((rep.rep.local_comm_id.0, rep.remote_qpn.get()));
+                }
+                s.out.push(&DaemonMsg::Rep {
+                    conn,
+                    rep: WireRep::from_info(&rep),
+                });
+            }
+            let mut last = ConnStatus::Connecting;
+            loop {
+                let st = slot.wait(|st| (*st != last).then(|| st.clone())).await;
+                // In the journal before the client hears of it.
+                me.journal_note(&s, conn, &st);
+                s.out.push(&DaemonMsg::Status {
+                    conn,
+                    status: WireStatus::from_status(&st),
+                });
+                if matches!(st, ConnStatus::Gone(_)) {
+                    s.lock().conns.remove(&conn);
+                    return;
+                }
+                last = st;
+            }
+        });
+    }
+
+    fn journal_note(&self, s: &Session, conn: u32, st: &ConnStatus) {
+        let Some(j) = &self.journal else {
+            return;
+        };
+        match st {
+            ConnStatus::Established => {
+                let st = s.lock();
+                let Some(c) = st.conns.get(&conn) else {
+                    return;
+                };
+                if let (Some((remote_comm_id, remote_qpn)), Some(peer)) = (c.remote, c.peer) {
+                    j.add(JournalEntry {
+                        comm_id: conn,
+                        remote_comm_id,
+                        remote_qpn,
+                        peer: WirePeer::from_peer(&peer),
+                        xrc_tgt: false,
+                    });
+                }
+            }
+            ConnStatus::Closed(_) | ConnStatus::Gone(_) => j.remove(conn),
+            ConnStatus::Connecting => {}
+        }
+    }
+
+    /// The number of sessions now.
+    pub fn sessions(&self) -> usize {
+        lock(&self.sessions).len()
+    }
+}

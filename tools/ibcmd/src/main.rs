@@ -1,0 +1,337 @@
+//! `ibcmd`: the node's CM service. One per node: it owns the node's CM MAD channel (RoCEv2
+//! over UDP on `--addr`:4791, or Linux umad), runs the ibcm endpoint, hosts XRC TGT QPs with
+//! their ownership policies, and serves the node's processes on a Unix socket
+//! (`ibcm::rt::Cm::attach`). See `docs/ibcmd.md`.
+//!
+//! ```text
+//! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
+//!       [--state PATH] [--umad DEV --gid-index N]
+//! ```
+//!
+//! Foreground, logs to standard error (`IBCMD_LOG`, default `info`). SIGTERM or SIGINT: every
+//! client's connections get DREQs (REJ while being set up), every TGT QP still live is
+//! released ("keeper lost"), the socket is removed, exit 0.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use ibcm::proto::{EndpointConfig, PeerAddr};
+use ibcm::rt::node::{stale_dreq, Journal, JournalEntry, NodeServer, ServerConfig};
+use ibcm::rt::{DatagramTransport, UdpTransport, UmadTransport};
+use ibcm_mad::xrc::{GoneCause, RejectKind, TargetGone};
+use ibcm_mad::{Gid, Guid};
+use ibcm_xrc::cm::rt::XrcServer;
+use ibcm_xrc::cm::{XrcTarget, XrcTargetConfig};
+use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
+use ibcm_xrc::{RegistryConfig, TgtRegistry, Verbs};
+use tokio::net::UnixListener;
+use tracing::{info, warn};
+
+mod xrc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// The software model of the kernel's XRC semantics.
+    Sim,
+    /// rdma-core (libibverbs); needs the `rdma` feature.
+    Verbs,
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "ibcmd", version, about = "The node's CM service")]
+struct Args {
+    /// Local IP: the CM listens on UDP IP:4791 (RoCEv2), or with --umad the RoCE netdev's IP.
+    #[arg(long)]
+    addr: IpAddr,
+    /// The Unix socket clients attach to.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Verbs backend for XRC domains and TGT QPs.
+    #[arg(long, value_enum, default_value_t = Backend::Sim)]
+    backend: Backend,
+    /// Mode of the socket file (octal).
+    #[arg(long, default_value = "660", value_parser = parse_mode)]
+    mode: u32,
+    /// Group of the socket file (a name from /etc/group, or a number).
+    #[arg(long)]
+    group: Option<String>,
+    /// Journal of live connections (default: the socket path with `.journal`).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Use Linux umad on this device instead of UDP.
+    #[arg(long, value_name = "DEV")]
+    umad: Option<String>,
+    /// umad: local GID index of the RoCEv2 GID of --addr.
+    #[arg(long, default_value_t = 1)]
+    gid_index: u8,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("{s:?} is not an octal file mode"))
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IBCMD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ibcmd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ibcmd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The group id of `g`: a number, or a name in /etc/group.
+fn group_id(g: &str) -> Result<u32> {
+    if let Ok(n) = g.parse::<u32>() {
+        return Ok(n);
+    }
+    let text = std::fs::read_to_string("/etc/group").context("cannot read /etc/group")?;
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let (name, _, gid) = (f.next()?, f.next()?, f.next()?);
+            (name == g).then(|| gid.parse::<u32>().ok()).flatten()
+        })
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("no group {g:?} in /etc/group"))
+}
+
+/// Makes sure `path` can be bound: nothing there, or a socket nobody serves (a dead
+/// daemon's). Anything else is refused, never replaced.
+fn clear_socket_path(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot inspect {}", path.display())),
+        Ok(m) if !m.file_type().is_socket() => {
+            bail!(
+                "{} exists and is not a socket: refusing to replace it",
+                path.display()
+            )
+        }
+        Ok(_) => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!("{} is served by a running daemon", path.display());
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("cannot remove the stale socket {}", path.display()))
+        }
+    }
+}
+
+/// The CM's MAD channel.
+enum Transport {
+    Udp(UdpTransport),
+    Umad(UmadTransport),
+}
+
+async fn send_all<T: DatagramTransport>(t: &mut T, stale: &[JournalEntry]) {
+    for e in stale {
+        // The XRC "target gone (keeper lost)" block for connections on a TGT QP, which tells
+        // an ibcm initiator why.
+        let pd = if e.xrc_tgt {
+            TargetGone {
+                kind: RejectKind::Gone(GoneCause::KeeperLost),
+                qpn: None,
+            }
+            .to_bytes()
+            .to_vec()
+        } else {
+            Vec::new()
+        };
+        let mad = stale_dreq(e, &pd);
+        let to: PeerAddr = e.peer();
+        match t.send(to, &mad).await {
+            Ok(()) => {
+                info!(comm_id = e.comm_id, peer = %to, "DREQ for a connection of the previous run")
+            }
+            Err(err) => {
+                warn!(comm_id = e.comm_id, peer = %to, error = %err, "DREQ of the previous run not sent")
+            }
+        }
+    }
+}
+
+/// The registry's verbs context, a spare one (for the registry that takes over at exit), and
+/// the software model behind them (`sim`).
+type BackendParts = (Box<dyn Verbs>, Box<dyn Verbs>, Option<KernelModel>);
+
+fn backend(b: Backend) -> Result<BackendParts> {
+    match b {
+        Backend::Sim => {
+            let k = KernelModel::new(ModelConfig::mlx5());
+            Ok((Box::new(k.spawn()), Box::new(k.spawn()), Some(k)))
+        }
+        Backend::Verbs => verbs_backend(),
+    }
+}
+
+#[cfg(feature = "rdma")]
+fn verbs_backend() -> Result<BackendParts> {
+    let a = ibcm_xrc::RdmaVerbs::open(None).context("cannot open an RDMA device")?;
+    let b = ibcm_xrc::RdmaVerbs::open(None).context("cannot open an RDMA device")?;
+    Ok((Box::new(a), Box::new(b), None))
+}
+
+#[cfg(not(feature = "rdma"))]
+fn verbs_backend() -> Result<BackendParts> {
+    bail!("--backend verbs: ibcmd was not built with rdma (cargo build -p ibcmd --features rdma)")
+}
+
+async fn run(args: Args) -> Result<()> {
+    // Caught from the start: a SIGTERM right after the socket appears is a clean stop too.
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    clear_socket_path(&args.socket)?;
+    let (verbs, spare, kernel) = backend(args.backend)?;
+    let mut transport =
+        match &args.umad {
+            Some(dev) => Transport::Umad(UmadTransport::open(
+                dev,
+                args.gid_index,
+                Gid::from_ip(args.addr),
+            )?),
+            None => Transport::Udp(UdpTransport::bind(args.addr).await.with_context(|| {
+                format!("cannot bind UDP {}", SocketAddr::new(args.addr, 4791))
+            })?),
+        };
+    let state = args.state.clone().unwrap_or_else(|| {
+        let mut p = args.socket.clone().into_os_string();
+        p.push(".journal");
+        PathBuf::from(p)
+    });
+    let (stale, journal) = Journal::open(&state)
+        .with_context(|| format!("cannot use the journal {}", state.display()))?;
+    if !stale.is_empty() {
+        info!(
+            n = stale.len(),
+            "the previous run left live connections: ending them"
+        );
+    }
+    match &mut transport {
+        Transport::Udp(t) => send_all(t, &stale).await,
+        Transport::Umad(t) => send_all(t, &stale).await,
+    }
+    let cfg = EndpointConfig {
+        local_ca_guid: Guid(0x0002_c903_00d0_0000 | u64::from(std::process::id())),
+        local_gid: Gid::from_ip(args.addr),
+        ..EndpointConfig::default()
+    };
+    let target = XrcTarget::new(
+        TgtRegistry::new(verbs, RegistryConfig::default()),
+        XrcTargetConfig::default(),
+    );
+    let (server, mut driver) = match transport {
+        Transport::Udp(t) => XrcServer::bind(t, cfg, target),
+        Transport::Umad(t) => XrcServer::bind(t, cfg, target),
+    };
+    let hooks = xrc::XrcHooks::new(server.clone(), kernel, Some(journal.clone())).await;
+    let journal_left = journal.clone();
+    let node = NodeServer::new(
+        server.cm().clone(),
+        hooks.clone(),
+        ServerConfig::default(),
+        Some(journal),
+    );
+    let gid = args.group.as_deref().map(group_id).transpose()?;
+    let listener = UnixListener::bind(&args.socket)
+        .with_context(|| format!("cannot bind {}", args.socket.display()))?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(&args.socket, None, Some(gid))
+            .with_context(|| format!("cannot give {} to group {gid}", args.socket.display()))?;
+    }
+    std::fs::set_permissions(&args.socket, std::fs::Permissions::from_mode(args.mode))
+        .with_context(|| format!("cannot set the mode of {}", args.socket.display()))?;
+    info!(
+        socket = %args.socket.display(),
+        mode = format!("{:o}", args.mode),
+        addr = %args.addr,
+        "ibcmd serving"
+    );
+    let serve = tokio::spawn(node.clone().serve(listener));
+    let why = tokio::select! {
+        _ = sigterm.recv() => "SIGTERM".to_string(),
+        _ = sigint.recv() => "SIGINT".to_string(),
+        r = &mut driver => format!("the endpoint stopped: {r:?}"),
+    };
+    info!(why = %why, "stopping: disconnecting every client's connections");
+    serve.abort();
+    // No new clients: the socket goes first.
+    if let Err(e) = std::fs::remove_file(&args.socket) {
+        warn!(error = %e, "cannot remove the socket");
+    }
+    node.shutdown().await;
+    hooks.release_all(xrc::registry(spare)).await;
+    // One more round trip: the DREQs of the release are on the wire. Then their DREPs, for a
+    // while: the unanswered stay in the journal for the next start.
+    let _ = server.cm().connection_count().await;
+    let grace = ServerConfig::default().shutdown_grace;
+    if tokio::time::timeout(grace, journal_left.drained())
+        .await
+        .is_err()
+    {
+        warn!(
+            unanswered = journal_left.len(),
+            "DREQs unanswered: their connections stay in the journal for the next start"
+        );
+    }
+    info!("stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regular_file_is_never_replaced() {
+        let dir = std::env::temp_dir().join(format!("ibcmd-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("not-a-socket");
+        std::fs::write(&f, b"keep me").unwrap();
+        let e = clear_socket_path(&f).unwrap_err();
+        assert!(e.to_string().contains("not a socket"), "{e}");
+        assert_eq!(std::fs::read(&f).unwrap(), b"keep me");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn groups_by_number_and_name() {
+        assert_eq!(group_id("4242").unwrap(), 4242);
+        assert_eq!(group_id("root").unwrap(), 0);
+        assert!(group_id("no-such-group-here").is_err());
+    }
+
+    #[test]
+    fn modes_are_octal() {
+        assert_eq!(parse_mode("660"), Ok(0o660));
+        assert!(parse_mode("999").is_err());
+        assert!(parse_mode("7777").is_err());
+    }
+}

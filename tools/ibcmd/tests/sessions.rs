@@ -1,0 +1,332 @@
+//! The `ibcm::rt::Cm` API through a real `ibcmd` process (`Cm::attach`), against a peer
+//! endpoint in this process; a client acting on another client's objects; a client that
+//! stops reading.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use ibcm::proto::{AcceptParams, ConnectParams, ConnectionError, EndpointConfig, ListenOptions};
+use ibcm::rt::node::proto::{
+    encode_frame, read_frame, ClientMsg, DaemonMsg, Op, WireCallError, WireResult, VERSION,
+};
+use ibcm::rt::{Cm, ConnStatus, UdpTransport};
+use ibcm_mad::{Guid, Qpn, RejReason, ServiceId};
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+
+use common::{daemon, scratch};
+
+fn qpn(n: u32) -> Qpn {
+    Qpn::new(n).unwrap()
+}
+
+async fn peer(ip: &str) -> (Cm, SocketAddr) {
+    let t = UdpTransport::bind(ip.parse().unwrap()).await.unwrap();
+    let cfg = EndpointConfig {
+        local_ca_guid: Guid(0x77),
+        ..EndpointConfig::default()
+    };
+    (
+        Cm::bind(t, cfg).0,
+        SocketAddr::new(ip.parse().unwrap(), 4791),
+    )
+}
+
+/// A raw session: hello, then requests whose replies this test reads itself.
+async fn raw(sock: &std::path::Path) -> UnixStream {
+    let mut s = UnixStream::connect(sock).await.unwrap();
+    let hello = ClientMsg {
+        seq: 0,
+        op: Op::Hello { version: VERSION },
+    };
+    s.write_all(&encode_frame(&hello).unwrap()).await.unwrap();
+    match read_frame::<DaemonMsg, _>(&mut s).await.unwrap() {
+        DaemonMsg::Reply {
+            result: WireResult::Ok,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    s
+}
+
+async fn ask(s: &mut UnixStream, seq: u64, op: Op) -> WireResult {
+    s.write_all(&encode_frame(&ClientMsg { seq, op }).unwrap())
+        .await
+        .unwrap();
+    loop {
+        if let DaemonMsg::Reply { seq: r, result } = read_frame::<DaemonMsg, _>(s).await.unwrap() {
+            if r == seq {
+                return result;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cm_api_works_through_the_daemon() {
+    let dir = scratch("api");
+    let (_d, sock) = daemon(&dir, "a", "127.0.0.71");
+    let (p, p_addr) = peer("127.0.0.72").await;
+    let d_addr: SocketAddr = "127.0.0.71:4791".parse().unwrap();
+    let (cm, _task) = Cm::attach(&sock).await.unwrap();
+
+    // Active side through the daemon, passive in this process.
+    let mut pl = p
+        .listen(ServiceId(0x10), ListenOptions::default())
+        .await
+        .unwrap();
+    let server = tokio::spawn(async move {
+        let mut v = Vec::new();
+        for q in [0x501, 0x502, 0x503] {
+            let inc = pl.next().await.unwrap();
+            v.push(inc.accept(AcceptParams::new(qpn(q))).await.unwrap());
+        }
+        v
+    });
+    let c1 = cm
+        .connect(ConnectParams::new(p_addr, ServiceId(0x10), qpn(0x101)))
+        .await
+        .unwrap();
+    assert_eq!(c1.status(), ConnStatus::Established);
+    assert_eq!(c1.rep().unwrap().remote_qpn, qpn(0x501));
+    // connect_manual: the REP first, the RTU when told.
+    let pending = cm
+        .connect_manual(ConnectParams::new(p_addr, ServiceId(0x10), qpn(0x102)))
+        .await
+        .unwrap();
+    assert_eq!(pending.rep().remote_qpn, qpn(0x502));
+    let c2 = pending.establish(b"rtu").await.unwrap();
+    // A pending connection dropped: its REP is rejected.
+    let dropped = cm
+        .connect_manual(ConnectParams::new(p_addr, ServiceId(0x10), qpn(0x103)))
+        .await
+        .unwrap();
+    // This client's connections (the daemon's endpoint may hold others).
+    assert_eq!(cm.connection_count().await.unwrap(), 3);
+    drop(dropped);
+    let passive = server.await.unwrap();
+    passive[0].established().await.unwrap();
+    passive[1].established().await.unwrap();
+    assert!(matches!(
+        passive[2].closed().await,
+        ConnectionError::Rejected { reason, .. } if reason == RejReason::ConsumerReject
+    ));
+    // Our DREQ; then the peer's.
+    assert!(matches!(
+        c1.disconnect(b"bye").await,
+        ConnectionError::Disconnected { by_peer: false, .. }
+    ));
+    assert!(matches!(
+        passive[0].closed().await,
+        ConnectionError::Disconnected { by_peer: true, ref private_data } if private_data == b"bye"
+    ));
+    passive[1].disconnect(&[]).await;
+    assert!(matches!(
+        c2.closed().await,
+        ConnectionError::Disconnected { by_peer: true, .. }
+    ));
+
+    // Passive side through the daemon.
+    let mut l = cm
+        .listen(ServiceId(0x20), ListenOptions::default())
+        .await
+        .unwrap();
+    let acceptor = tokio::spawn(async move {
+        let inc = l.next().await.unwrap();
+        assert_eq!(inc.request().unwrap().remote_qpn(), qpn(0x601));
+        let c = inc.accept(AcceptParams::new(qpn(0x201))).await.unwrap();
+        c.established().await.unwrap();
+        let second = l.next().await.unwrap();
+        // Dropped unanswered: REJ 28.
+        drop(second);
+        c.closed().await
+    });
+    let pc = p
+        .connect(ConnectParams::new(d_addr, ServiceId(0x20), qpn(0x601)))
+        .await
+        .unwrap();
+    let refused = p
+        .connect(ConnectParams::new(d_addr, ServiceId(0x20), qpn(0x602)))
+        .await;
+    assert!(matches!(
+        refused,
+        Err(ibcm::rt::CmError::Connection(ConnectionError::Rejected { reason, .. }))
+            if reason == RejReason::ConsumerReject
+    ));
+    pc.disconnect(&[]).await;
+    assert!(matches!(
+        acceptor.await.unwrap(),
+        ConnectionError::Disconnected { by_peer: true, .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_acts_only_on_its_own_objects() {
+    let dir = scratch("owner");
+    let (_d, sock) = daemon(&dir, "a", "127.0.0.73");
+    let (p, p_addr) = peer("127.0.0.74").await;
+    let mut pl = p
+        .listen(ServiceId(0x10), ListenOptions::default())
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Some(inc) = pl.next().await {
+            let _c = inc.accept(AcceptParams::new(qpn(0x701))).await;
+            std::future::pending::<()>().await;
+        }
+    });
+    let (cm, _task) = Cm::attach(&sock).await.unwrap();
+    let conn = cm
+        .connect(ConnectParams::new(p_addr, ServiceId(0x10), qpn(0x301)))
+        .await
+        .unwrap();
+    let _l = cm
+        .listen(ServiceId(0x30), ListenOptions::default())
+        .await
+        .unwrap();
+
+    let mut other = raw(&sock).await;
+    let id = conn.id().0;
+    for (seq, op) in [
+        (
+            1,
+            Op::Disconnect {
+                conn: id,
+                private_data: vec![],
+            },
+        ),
+        (
+            2,
+            Op::Reject {
+                conn: id,
+                reason: 28,
+                ari: vec![],
+                private_data: vec![],
+            },
+        ),
+        (
+            3,
+            Op::Establish {
+                conn: id,
+                private_data: vec![],
+            },
+        ),
+        (
+            4,
+            Op::Mra {
+                conn: id,
+                service_timeout: 20,
+            },
+        ),
+    ] {
+        match ask(&mut other, seq, op).await {
+            WireResult::CallError(WireCallError::UnknownConnection { conn }) => {
+                assert_eq!(conn, id)
+            }
+            r => panic!("another client's connection: {r:?}"),
+        }
+    }
+    match ask(
+        &mut other,
+        5,
+        Op::Listen {
+            service_id: 0x30,
+            transports: vec![],
+        },
+    )
+    .await
+    {
+        WireResult::Refused { why } => assert!(why.contains("another client"), "{why}"),
+        r => panic!("another client's service ID: {r:?}"),
+    }
+    match ask(&mut other, 6, Op::Len).await {
+        WireResult::Value { value } => assert_eq!(value, 0),
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(conn.status(), ConnStatus::Established);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_dropped_alone() {
+    let dir = scratch("stuck");
+    let (mut d, sock) = daemon(&dir, "a", "127.0.0.75");
+    let (cm, _task) = Cm::attach(&sock).await.unwrap();
+    let mut stuck = raw(&sock).await;
+    // Requests without reading a reply, until the daemon gives up on this client.
+    let frame = encode_frame(&ClientMsg {
+        seq: 9,
+        op: Op::RandomPsn,
+    })
+    .unwrap();
+    let flood = tokio::spawn(async move {
+        let burst: Vec<u8> = frame
+            .iter()
+            .copied()
+            .cycle()
+            .take(frame.len() * 1000)
+            .collect();
+        for _ in 0..1000 {
+            if stuck.write_all(&burst).await.is_err() {
+                return true;
+            }
+        }
+        false
+    });
+    // Meanwhile the other client is served.
+    for _ in 0..100 {
+        cm.random_psn().await.unwrap();
+    }
+    // (The daemon's handle comes back: dropping it would stop the daemon.)
+    let (line, _d) = tokio::task::spawn_blocking(move || {
+        let l = d.wait_err(|l| l.contains("stuck: its queue is full"), "'stuck'");
+        (l, d)
+    })
+    .await
+    .unwrap();
+    assert!(line.contains("client gone"), "{line}");
+    assert!(
+        flood.await.unwrap(),
+        "the stuck client's socket stayed open"
+    );
+    cm.random_psn().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_must_say_hello_first() {
+    let dir = scratch("hello");
+    let (_d, sock) = daemon(&dir, "a", "127.0.0.76");
+    let mut s = UnixStream::connect(&sock).await.unwrap();
+    let m = ClientMsg {
+        seq: 1,
+        op: Op::Hello { version: 99 },
+    };
+    s.write_all(&encode_frame(&m).unwrap()).await.unwrap();
+    match read_frame::<DaemonMsg, _>(&mut s).await.unwrap() {
+        DaemonMsg::Reply {
+            seq: 1,
+            result: WireResult::Refused { why },
+        } => assert!(why.contains("version 99"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Then the daemon closes the session.
+    assert!(read_frame::<DaemonMsg, _>(&mut s).await.is_err());
+    let mut s = UnixStream::connect(&sock).await.unwrap();
+    let m = ClientMsg {
+        seq: 2,
+        op: Op::Len,
+    };
+    s.write_all(&encode_frame(&m).unwrap()).await.unwrap();
+    assert!(matches!(
+        read_frame::<DaemonMsg, _>(&mut s).await.unwrap(),
+        DaemonMsg::Reply { seq: 2, .. }
+    ));
+    assert!(read_frame::<DaemonMsg, _>(&mut s).await.is_err());
+}
