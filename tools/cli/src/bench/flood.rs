@@ -190,6 +190,9 @@ async fn run(o: FloodOpts) -> Result<FloodReport> {
             p.remote_cm_response_timeout = TimeoutExp::masked(16);
             p.local_cm_response_timeout = TimeoutExp::masked(16);
             p.max_cm_retries = U4::masked(15);
+            // Bounded by that schedule and by `--secs`, not by the default connect timeout
+            // (10 s), which a client under a flood may well need more than.
+            p.connect_timeout = None;
             let c = client.connect(p).await.ok()?;
             Some(c)
         }));
