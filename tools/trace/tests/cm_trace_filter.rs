@@ -9,26 +9,10 @@
     clippy::indexing_slicing
 )]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_cm-trace");
-
-fn cap(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/captures")
-        .join(rel)
-}
-
-fn cm_trace(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap()
-}
+mod common;
+use common::{cap, cm_trace};
 
 fn json(args: &[&str]) -> Vec<Value> {
     let mut a = vec!["--json"];

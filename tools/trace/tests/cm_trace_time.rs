@@ -7,28 +7,11 @@
     clippy::indexing_slicing
 )]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_cm-trace");
-
-fn cap(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/captures")
-        .join(rel)
-}
-
-fn cm_trace(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
+mod common;
+use common::{cap, cm_trace, stdout};
 
 fn tshark_available() -> bool {
     match Command::new("tshark").arg("--version").output() {

@@ -10,36 +10,19 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use ibcm_trace::{CaptureReader, PcapFileWriter, TsResolution};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_cm-trace");
-
-fn cap(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/captures")
-        .join(rel)
-}
+mod common;
+use common::{cap, cm_trace, stdout};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("cm-trace-upper-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d.join(name)
-}
-
-fn cm_trace(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
 }
 
 fn json(args: &[&str]) -> Vec<Value> {

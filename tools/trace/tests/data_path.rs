@@ -11,27 +11,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_cm-trace");
-
-fn cap(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/captures")
-        .join(rel)
-}
-
-fn cm_trace(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
+mod common;
+use common::{cap, cm_trace, stdout};
 
 fn conns(file: &Path) -> Vec<serde_json::Value> {
     let o = cm_trace(&["--ladder", "--json", file.to_str().unwrap()]);
