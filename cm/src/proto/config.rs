@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use ibcm_mad::cma::{CmaHeader, PortSpace};
 use ibcm_mad::{
-    FailoverAccepted, Gid, Guid, Lid, Mtu, PathInfo, Pkey, Psn, Qkey, Qpn, ReqTransport, ServiceId,
-    SidrStatus, TimeoutExp, U3, U4,
+    FailoverAccepted, Gid, Guid, Lid, Mtu, PathInfo, Pkey, Psn, Qkey, Qpn, Rep, Req, ReqTransport,
+    ServiceId, SidrStatus, TimeoutExp, U3, U4,
 };
 
 use super::PeerAddr;
@@ -200,6 +200,31 @@ pub struct ConnectParams {
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl ConnectParams {
+    /// The REQ fields these parameters set, one place for the mapping: everything but the
+    /// comm ID, CA GUID, start PSN, primary path and private data, which the endpoint (or
+    /// whoever sends the REQ) fills in.
+    pub(crate) fn req_fields(&self) -> Req {
+        let mut req = Req {
+            service_id: self.service_id,
+            local_qpn: self.local_qpn,
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            remote_cm_response_timeout: self.remote_cm_response_timeout,
+            end_to_end_flow_control: self.flow_control,
+            local_cm_response_timeout: self.local_cm_response_timeout,
+            retry_count: self.retry_count,
+            partition_key: self.pkey,
+            path_mtu: self.path_mtu,
+            rnr_retry_count: self.rnr_retry_count,
+            max_cm_retries: self.max_cm_retries,
+            srq: self.srq,
+            alternate_path: self.alternate_path.unwrap_or_default(),
+            ..Req::default()
+        };
+        req.set_transport(self.transport);
+        req
+    }
+
     /// Parameters for an IB CM connection to `service_id` at `peer`, with defaults close to
     /// Linux rdma_cm's (CM response timeouts 20, 15 retries, packet life time 18, RC, MTU
     /// 1024, retry counts 7).
@@ -333,6 +358,24 @@ pub struct AcceptParams {
 }
 
 impl AcceptParams {
+    /// The REP fields these parameters set (everything but the comm IDs, CA GUID, private
+    /// data and XRC TGT QPN): what the passive side's QP attributes
+    /// ([`qp_attr`](crate::qp_attr)) read before the REP is sent.
+    pub fn rep_fields(&self) -> Rep {
+        Rep {
+            local_qpn: self.local_qpn,
+            starting_psn: self.starting_psn,
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            target_ack_delay: self.target_ack_delay,
+            failover_accepted: self.failover_accepted,
+            end_to_end_flow_control: self.flow_control,
+            rnr_retry_count: self.rnr_retry_count,
+            srq: self.srq,
+            ..Rep::default()
+        }
+    }
+
     /// Accept onto `local_qpn` with defaults (responder resources / initiator depth 16, RNR
     /// retry 7, target ACK delay 15).
     pub fn new(local_qpn: Qpn) -> Self {

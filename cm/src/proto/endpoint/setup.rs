@@ -81,32 +81,17 @@ impl Endpoint {
         }
         let id = self.alloc_id();
         let tid = form_tid(self.cfg.hi_tid, id);
-        let mut req = Req {
+        let req = Req {
             local_comm_id: id,
-            service_id: p.service_id,
             local_ca_guid: self.cfg.local_ca_guid,
-            local_qpn: p.local_qpn,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            remote_cm_response_timeout: p.remote_cm_response_timeout,
-            end_to_end_flow_control: p.flow_control,
             starting_psn: match p.starting_psn {
                 Some(psn) => psn,
                 None => self.random_psn(),
             },
-            local_cm_response_timeout: p.local_cm_response_timeout,
-            retry_count: p.retry_count,
-            partition_key: p.pkey,
-            path_mtu: p.path_mtu,
-            rnr_retry_count: p.rnr_retry_count,
-            max_cm_retries: p.max_cm_retries,
-            srq: p.srq,
             primary_path,
-            alternate_path: p.alternate_path.unwrap_or_default(),
             private_data: PrivateData(pd),
-            ..Req::default()
+            ..p.req_fields()
         };
-        req.set_transport(p.transport);
         let request_timeout =
             p.packet_life_time.to_duration() * 2 + p.remote_cm_response_timeout.to_duration();
         let mut conn = Conn {
@@ -211,18 +196,9 @@ impl Endpoint {
         let mut rep = Rep {
             local_comm_id: conn,
             remote_comm_id: c.remote_id,
-            local_qpn: p.local_qpn,
-            starting_psn: p.starting_psn,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            target_ack_delay: p.target_ack_delay,
-            failover_accepted: p.failover_accepted,
-            end_to_end_flow_control: p.flow_control,
-            rnr_retry_count: p.rnr_retry_count,
-            srq: p.srq,
             local_ca_guid: guid,
             private_data: PrivateData::from_slice(&p.private_data).unwrap_or_default(),
-            ..Rep::default()
+            ..p.rep_fields()
         };
         if let Some(tgt) = p.xrc_tgt_qpn {
             rep.set_xrc_tgt_qpn(tgt);

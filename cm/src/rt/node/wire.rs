@@ -145,30 +145,15 @@ impl WireConnect {
     /// An rdma_cm header that cannot be emitted.
     pub fn from_params(p: &ConnectParams) -> Result<Self, String> {
         let mut req = Req {
-            service_id: p.service_id,
-            local_qpn: p.local_qpn,
             starting_psn: p.starting_psn.unwrap_or_default(),
-            partition_key: p.pkey,
-            path_mtu: p.path_mtu,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            remote_cm_response_timeout: p.remote_cm_response_timeout,
-            local_cm_response_timeout: p.local_cm_response_timeout,
-            max_cm_retries: p.max_cm_retries,
-            retry_count: p.retry_count,
-            rnr_retry_count: p.rnr_retry_count,
-            end_to_end_flow_control: p.flow_control,
-            srq: p.srq,
             primary_path: p.primary_path.unwrap_or_default(),
-            alternate_path: p.alternate_path.unwrap_or_default(),
-            ..Req::default()
+            ..p.req_fields()
         };
         // The packet life time travels in the primary path's ACK timeout slot when no path
         // is given (the REQ has no field of its own for it).
         if p.primary_path.is_none() {
             req.primary_path.local_ack_timeout = p.packet_life_time;
         }
-        req.set_transport(p.transport);
         Ok(WireConnect {
             peer: WirePeer::from_peer(&p.peer),
             req: body(&CmMessage::Req(req)),
@@ -237,18 +222,7 @@ pub struct WireAccept {
 impl WireAccept {
     /// From the parameters.
     pub fn from_params(p: &AcceptParams) -> Self {
-        let rep = Rep {
-            local_qpn: p.local_qpn,
-            starting_psn: p.starting_psn,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            target_ack_delay: p.target_ack_delay,
-            failover_accepted: p.failover_accepted,
-            end_to_end_flow_control: p.flow_control,
-            rnr_retry_count: p.rnr_retry_count,
-            srq: p.srq,
-            ..Rep::default()
-        };
+        let rep = p.rep_fields();
         WireAccept {
             rep: body(&CmMessage::Rep(rep)),
             private_data: p.private_data.clone(),

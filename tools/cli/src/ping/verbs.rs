@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail, Context, Result};
-use ibcm::mad::{Rep, Req};
+use ibcm::mad::Req;
 use ibcm::proto::{roce_path, AcceptParams, ConnectParams, ConnectionError};
 use ibcm::qp_attr::{
     negotiate_accept, qp_attr, Connection as QpConn, LinkLayer, LocalPort, QpState, Side,
@@ -357,15 +357,7 @@ pub(crate) async fn serve(cm: &Cm, args: &Args, counts: &Counts, inc: Incoming) 
         p.private_data = h.0.clone();
     }
     // The REP these parameters make, as far as the QP attributes read it.
-    let rep = Rep {
-        local_qpn: p.local_qpn,
-        starting_psn: p.starting_psn,
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
-        target_ack_delay: p.target_ack_delay,
-        rnr_retry_count: p.rnr_retry_count,
-        ..Rep::default()
-    };
+    let rep = p.rep_fields();
     let qc = QpConn::new(&req, &rep, Side::Passive, c.link, c.port);
     q.to(&qc, QpState::Init)?;
     proto.post_recvs(&q)?;
