@@ -117,6 +117,60 @@ impl Stats {
         self.dropped.iter().sum()
     }
 
+    /// Every counter but the drops, by name (the names of [`CmStats::to_json`](crate::rt::CmStats::to_json)
+    /// where it has them).
+    pub fn counters(&self) -> [(&'static str, u64); 19] {
+        [
+            ("rx", self.rx),
+            ("tx", self.tx),
+            ("retransmits", self.retransmits),
+            ("duplicate_replies", self.duplicate_replies),
+            ("established", self.established),
+            ("rej_sent", self.rej_sent),
+            ("rej_received", self.rej_received),
+            ("mra_sent", self.mra_sent),
+            ("mra_received", self.mra_received),
+            ("timeouts", self.timeouts),
+            ("half_open_limit", self.half_open_limit),
+            ("half_open_evicted", self.half_open_evicted),
+            ("half_open_expired", self.half_open_expired),
+            ("established_limit", self.established_limit),
+            ("amplification_limited", self.amplification_limited),
+            ("stale", self.stale),
+            ("orphan_dreps", self.orphan_dreps),
+            ("log_suppressed", self.log_suppressed),
+            ("sidr_in_expired", self.sidr_in_expired),
+        ]
+    }
+
+    /// Sets the counter [`Stats::counters`] names `name`; false if there is none.
+    pub fn set_counter(&mut self, name: &str, v: u64) -> bool {
+        let c = match name {
+            "rx" => &mut self.rx,
+            "tx" => &mut self.tx,
+            "retransmits" => &mut self.retransmits,
+            "duplicate_replies" => &mut self.duplicate_replies,
+            "established" => &mut self.established,
+            "rej_sent" => &mut self.rej_sent,
+            "rej_received" => &mut self.rej_received,
+            "mra_sent" => &mut self.mra_sent,
+            "mra_received" => &mut self.mra_received,
+            "timeouts" => &mut self.timeouts,
+            "half_open_limit" => &mut self.half_open_limit,
+            "half_open_evicted" => &mut self.half_open_evicted,
+            "half_open_expired" => &mut self.half_open_expired,
+            "established_limit" => &mut self.established_limit,
+            "amplification_limited" => &mut self.amplification_limited,
+            "stale" => &mut self.stale,
+            "orphan_dreps" => &mut self.orphan_dreps,
+            "log_suppressed" => &mut self.log_suppressed,
+            "sidr_in_expired" => &mut self.sidr_in_expired,
+            _ => return false,
+        };
+        *c = v;
+        true
+    }
+
     pub(crate) fn drop(&mut self, r: DropReason) {
         if let Some(c) = self.dropped.get_mut(r as usize) {
             *c += 1;

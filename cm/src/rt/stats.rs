@@ -20,6 +20,23 @@ pub struct TransportStats {
     pub other: Vec<(&'static str, u64)>,
 }
 
+impl TransportStats {
+    /// Every counter name the transports of this crate use ([`UdpTransport`](super::UdpTransport),
+    /// [`UmadTransport`](super::UmadTransport)).
+    pub const NAMES: [&'static str; 5] = [
+        "bad_icrc",
+        "not_mad",
+        "icrc_unverified",
+        "short_record",
+        "send_failed",
+    ];
+
+    /// `name` as one of [`TransportStats::NAMES`].
+    pub fn static_name(name: &str) -> Option<&'static str> {
+        Self::NAMES.iter().copied().find(|n| *n == name)
+    }
+}
+
 /// The counters of an endpoint run by [`Cm`](super::Cm): every drop, in the core or in the
 /// transport, by reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

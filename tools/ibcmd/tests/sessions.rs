@@ -1,5 +1,5 @@
 //! The `ibcm::rt::Cm` API through a real `ibcmd` process (`Cm::attach`), against a peer
-//! endpoint in this process; a client acting on another client's objects; a client that
+//! endpoint in this process (SIDR and the counters too); a client acting on another client's objects; a client that
 //! stops reading.
 #![allow(
     clippy::unwrap_used,
@@ -12,12 +12,15 @@ mod common;
 
 use std::net::SocketAddr;
 
-use ibcm::proto::{AcceptParams, ConnectParams, ConnectionError, EndpointConfig, ListenOptions};
+use ibcm::proto::{
+    AcceptParams, ConnectParams, ConnectionError, EndpointConfig, ListenOptions, SidrRepParams,
+    SidrReqParams,
+};
 use ibcm::rt::node::proto::{
     encode_frame, read_frame, ClientMsg, DaemonMsg, Op, WireCallError, WireResult, VERSION,
 };
-use ibcm::rt::{Cm, ConnStatus, UdpTransport};
-use ibcm_mad::{Guid, Qpn, RejReason, ServiceId};
+use ibcm::rt::{Cm, ConnStatus, IncomingKind, UdpTransport};
+use ibcm_mad::{Guid, Qkey, Qpn, RejReason, ServiceId, SidrStatus};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 
@@ -166,6 +169,80 @@ async fn the_cm_api_works_through_the_daemon() {
         acceptor.await.unwrap(),
         ConnectionError::Disconnected { by_peer: true, .. }
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidr_and_stats_work_through_the_daemon() {
+    let dir = scratch("sidr");
+    let (_d, sock) = daemon(&dir, "a", "127.0.0.77");
+    let (p, p_addr) = peer("127.0.0.78").await;
+    let d_addr: SocketAddr = "127.0.0.77:4791".parse().unwrap();
+    let (cm, _task) = Cm::attach(&sock).await.unwrap();
+
+    // A client's SIDR_REQ, answered by the peer in this process.
+    let mut pl = p
+        .listen(ServiceId(0x30), ListenOptions::default())
+        .await
+        .unwrap();
+    let answerer = tokio::spawn(async move {
+        let inc = pl.next().await.unwrap();
+        let IncomingKind::Sidr(req) = inc.kind() else {
+            panic!("not a SIDR_REQ")
+        };
+        assert_eq!(&req.private_data[..3], b"who");
+        let mut rep = SidrRepParams::success(qpn(0x701), Qkey(0x1234));
+        rep.private_data = b"me".to_vec();
+        inc.sidr_reply(rep).await.unwrap();
+    });
+    let mut params = SidrReqParams::new(p_addr, ServiceId(0x30));
+    params.private_data = b"who".to_vec();
+    let a = cm.sidr(params).await.unwrap();
+    answerer.await.unwrap();
+    assert_eq!(
+        (a.status, a.qpn, a.qkey),
+        (SidrStatus::Success, qpn(0x701), Qkey(0x1234))
+    );
+    assert_eq!(&a.private_data[..], b"me");
+    // Nobody listens on 0x31: the peer answers "no such service".
+    let a = cm
+        .sidr(SidrReqParams::new(p_addr, ServiceId(0x31)))
+        .await
+        .unwrap();
+    assert_eq!(a.status, SidrStatus::UnsupportedServiceId);
+
+    // A SIDR_REQ for the client's service reaches its listener; one it drops is answered
+    // "rejected".
+    let mut l = cm
+        .listen(ServiceId(0x40), ListenOptions::default())
+        .await
+        .unwrap();
+    let served = tokio::spawn(async move {
+        let inc = l.next().await.unwrap();
+        assert!(matches!(inc.kind(), IncomingKind::Sidr(r) if r.service_id == ServiceId(0x40)));
+        inc.sidr_reply(SidrRepParams::success(qpn(0x801), Qkey(7)))
+            .await
+            .unwrap();
+        drop(l.next().await.unwrap());
+    });
+    let a = p
+        .sidr(SidrReqParams::new(d_addr, ServiceId(0x40)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (a.status, a.qpn, a.qkey),
+        (SidrStatus::Success, qpn(0x801), Qkey(7))
+    );
+    let a = p
+        .sidr(SidrReqParams::new(d_addr, ServiceId(0x40)))
+        .await
+        .unwrap();
+    assert_eq!(a.status, SidrStatus::Rejected);
+    served.await.unwrap();
+
+    // The daemon endpoint's counters: what it sent and received for this test at least.
+    let st = cm.stats().await.unwrap();
+    assert!(st.endpoint.rx >= 4 && st.endpoint.tx >= 4, "{st:?}");
+    assert!(st.to_json().contains("\"dropped\":{"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

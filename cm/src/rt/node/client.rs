@@ -137,10 +137,12 @@ impl Cm {
     /// socket; the daemon then disconnects this client's connections, rejects its pending
     /// requests and drops its listeners.
     ///
-    /// Not served through a daemon: [`Cm::sidr`], [`Cm::stats`] and [`Cm::with_app`] fail
-    /// with [`CmError::DriverGone`](crate::rt::CmError::DriverGone); a SIDR_REQ to one of
-    /// this client's services is refused by the daemon. [`Cm::connection_count`] counts this
-    /// client's connections.
+    /// [`Cm::sidr`] is sent by the daemon's endpoint, a SIDR_REQ for one of this client's
+    /// services reaches its [`Listener`](crate::rt::Listener), and [`Cm::stats`] gives the
+    /// daemon endpoint's counters (node-wide). Not served through a daemon:
+    /// [`Cm::with_app`] (the app runs in the daemon) fails with
+    /// [`CmError::DriverGone`](crate::rt::CmError::DriverGone). [`Cm::connection_count`]
+    /// counts this client's connections.
     ///
     /// # Errors
     /// The socket cannot be reached, the daemon runs as another user than this process's
@@ -242,6 +244,9 @@ enum Waiter {
     Accept(ConnId, Reply<Result<Arc<Slot>, CallError>>),
     Call(ConnId, Reply<Result<(), CallError>>),
     Psn(Reply<Psn>),
+    Sidr(oneshot::Sender<Result<crate::rt::types::SidrAnswer, CmError>>),
+    SidrReply(ConnId, Reply<Result<(), CallError>>),
+    Stats(Reply<crate::rt::CmStats>),
     Len(Reply<usize>),
     Node(oneshot::Sender<WireResult>),
 }
@@ -424,14 +429,26 @@ impl Client {
                 self.request(Op::RandomPsn, Some(Waiter::Psn(reply))).await
             }
             Command::Len { reply } => self.request(Op::Len, Some(Waiter::Len(reply))).await,
-            Command::Sidr { .. }
-            | Command::SidrReply { .. }
-            | Command::Stats { .. }
-            | Command::WithApp(_) => {
+            Command::Sidr { params, reply } => {
+                // The answer comes later, in its own reply; the caller waits on `rx`.
+                let (tx, rx) = oneshot::channel();
+                let _ = reply.send(Ok(rx));
+                let op = super::sidr::sidr_op(&params);
+                self.request(op, Some(Waiter::Sidr(tx))).await
+            }
+            Command::SidrReply { id, params, reply } => {
+                let op = Op::SidrReply {
+                    conn: id.0,
+                    rep: super::proto::WireSidrRep::from_params(&params),
+                };
+                self.request(op, Some(Waiter::SidrReply(id, reply))).await
+            }
+            Command::Stats { reply } => self.request(Op::Stats, Some(Waiter::Stats(reply))).await,
+            Command::WithApp(_) => {
                 // The reply is dropped: the caller gets `CmError::DriverGone`.
                 if !self.unsupported_logged {
                     self.unsupported_logged = true;
-                    warn!("SIDR, stats and with_app are not served through the node service");
+                    warn!("with_app is not served through the node service (the app runs in the daemon)");
                 }
                 Ok(())
             }
@@ -464,6 +481,21 @@ impl Client {
                     }
                     _ => false,
                 };
+                if !delivered {
+                    self.request(Op::Unanswered { conn }, None).await?;
+                }
+            }
+            DaemonMsg::IncomingSidr {
+                service_id,
+                conn,
+                req,
+            } => {
+                let id = ibcm_mad::CommId(conn);
+                let info = req.to_info(service_id);
+                let delivered = self
+                    .listeners
+                    .get(&service_id)
+                    .is_some_and(|tx| tx.send((id, IncomingKind::Sidr(Box::new(info)))).is_ok());
                 if !delivered {
                     self.request(Op::Unanswered { conn }, None).await?;
                 }
@@ -550,6 +582,30 @@ impl Client {
                     let _ = reply.send(usize::try_from(value).unwrap_or(usize::MAX));
                 }
             }
+            Waiter::Sidr(tx) => {
+                let r = match r {
+                    WireResult::Sidr(a) => Ok(a.to_answer()),
+                    WireResult::SidrTimedOut => Err(CmError::SidrTimedOut),
+                    WireResult::ConnectError(e) => Err(CmError::Connect(e.to_error())),
+                    WireResult::Refused { why } => Err(CmError::Refused(why)),
+                    other => Err(CmError::Refused(format!("unexpected answer {other:?}"))),
+                };
+                let _ = tx.send(r);
+            }
+            Waiter::SidrReply(id, reply) => {
+                let _ = reply.send(call_result(id, r));
+            }
+            Waiter::Stats(reply) => match r {
+                WireResult::Stats(w) => {
+                    let (stats, unknown) = w.to_stats();
+                    if !unknown.is_empty() {
+                        warn!(counters = ?unknown, "the node service reported counters this client does not know; left out");
+                    }
+                    let _ = reply.send(stats);
+                }
+                // The reply is dropped: the caller gets `CmError::DriverGone`.
+                other => warn!(answer = ?other, "stats refused by the node service"),
+            },
             Waiter::Node(reply) => {
                 let _ = reply.send(r);
             }

@@ -10,6 +10,7 @@
 //! * `client`: [`attach`], the task that forwards a [`Cm`](crate::rt::Cm)'s commands;
 //! * `server`: [`NodeServer`], the daemon's sessions, ownership and limits; `requests`: a
 //!   session's requests;
+//! * `sidr`: SIDR both ways and the counters through the service;
 //! * `journal`: [`Journal`], the state file of live connections for a restart.
 //!
 //! The protocol, the ownership rules and an example session: `docs/ibcmd.md`.
@@ -20,6 +21,7 @@ pub mod journal;
 pub mod proto;
 mod requests;
 mod server;
+mod sidr;
 mod wire;
 
 pub use client::{attach, Attached, Node, NodeError};

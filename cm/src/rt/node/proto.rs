@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub use super::errors::{WireCallError, WireConnError, WireConnectError, WireStatus};
+pub use super::sidr::{WireSidrIn, WireSidrRep, WireSidrReq, WireStats};
 pub use super::wire::{WireAccept, WireConnect, WirePeer, WireRep, WireReq};
 
 /// The largest frame either side accepts (a bigger length prefix ends the session).
@@ -129,6 +130,22 @@ pub enum Op {
     /// "target gone (owner destroyed it)" DREQ; for `Shared` QPs the client's registration
     /// is dropped instead). The answer's value is the number of QPs.
     XrcDestroy,
+    /// `Cm::sidr`: the daemon's endpoint sends the SIDR_REQ; the reply ([`WireResult::Sidr`],
+    /// [`WireResult::SidrTimedOut`]) comes when the SIDR_REP (or the timeout) does, after
+    /// the replies of requests sent meanwhile.
+    Sidr {
+        /// The parameters.
+        req: WireSidrReq,
+    },
+    /// `Incoming::sidr_reply` for a [`DaemonMsg::IncomingSidr`].
+    SidrReply {
+        /// The request ([`DaemonMsg::IncomingSidr::conn`]).
+        conn: u32,
+        /// The answer.
+        rep: WireSidrRep,
+    },
+    /// `Cm::stats`: the daemon endpoint's counters (node-wide).
+    Stats,
 }
 
 /// What the daemon sends: replies, and events about the client's own objects.
@@ -165,6 +182,15 @@ pub enum DaemonMsg {
         /// The new status.
         status: WireStatus,
     },
+    /// A SIDR_REQ for a service the client listens on.
+    IncomingSidr {
+        /// The listener's service ID.
+        service_id: u64,
+        /// The request's number (for [`Op::SidrReply`] / [`Op::Unanswered`]).
+        conn: u32,
+        /// The request.
+        req: WireSidrIn,
+    },
     /// Something the daemon's XRC target did on one of the client's XRC services.
     XrcEvent {
         /// Service ID.
@@ -200,6 +226,12 @@ pub enum WireResult {
     CallError(WireCallError),
     /// `ConnectionError` (the connection is closed already).
     Closed(WireConnError),
+    /// The answer to [`Op::Sidr`] (any status).
+    Sidr(WireSidrRep),
+    /// [`Op::Sidr`]: no SIDR_REP after every retry.
+    SidrTimedOut,
+    /// [`Op::Stats`].
+    Stats(Box<WireStats>),
     /// The daemon refused the request (ownership, quota, bad parameters, protocol).
     Refused {
         /// Why.

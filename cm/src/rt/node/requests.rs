@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use ibcm_mad::{Qpn, RejReason, ServiceId, SidrStatus};
-use tokio::sync::{mpsc, oneshot};
+use ibcm_mad::{RejReason, ServiceId};
+use tokio::sync::mpsc;
 
 use super::client::transport_of;
 use super::proto::{
@@ -12,13 +12,13 @@ use super::proto::{
     VERSION,
 };
 use super::server::{lock, ConnEntry, EventSink, NodeServer, Session};
-use crate::proto::{ConnId, ListenOptions, SidrRepParams};
+use crate::proto::{ConnId, ListenOptions};
 use crate::rt::command::Command;
 use crate::rt::slot::Slot;
 use crate::rt::types::IncomingKind;
 
 impl NodeServer {
-    fn reply(s: &Session, seq: u64, result: WireResult) {
+    pub(super) fn reply(s: &Session, seq: u64, result: WireResult) {
         s.out.push(&DaemonMsg::Reply { seq, result });
     }
 
@@ -166,6 +166,7 @@ impl NodeServer {
                     )
                 }
             }
+            Op::Unanswered { conn } if self.sidr_unanswered(s, conn) => WireResult::Ok,
             Op::Unanswered { conn } => {
                 let mine = s.lock().conns.get(&conn).is_some_and(|c| c.unanswered);
                 if mine {
@@ -196,6 +197,12 @@ impl NodeServer {
             Op::Len => WireResult::Value {
                 value: s.lock().conns.len() as u64,
             },
+            Op::Sidr { req } => {
+                self.sidr(s, seq, req).await;
+                return;
+            }
+            Op::SidrReply { conn, rep } => self.sidr_reply(s, conn, &rep).await,
+            Op::Stats => self.stats().await,
             Op::XrcListen {
                 service_id,
                 policy,
@@ -386,18 +393,7 @@ impl NodeServer {
                     }
                 }
             }
-            IncomingKind::Sidr(_) => {
-                // Not served through the node service: refused explicitly.
-                let (reply, _) = oneshot::channel();
-                self.cm.send(Command::SidrReply {
-                    id,
-                    params: SidrRepParams {
-                        status: SidrStatus::Rejected,
-                        ..SidrRepParams::success(Qpn::default(), ibcm_mad::Qkey(0))
-                    },
-                    reply,
-                });
-            }
+            IncomingKind::Sidr(info) => self.incoming_sidr(s, service_id, id, &info),
         }
     }
 

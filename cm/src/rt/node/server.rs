@@ -92,6 +92,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Listeners (CM and XRC) a session may hold.
     pub max_listeners: usize,
+    /// SIDR requests a session may have in flight, and SIDR_REQs for its services it may
+    /// leave unanswered at once (more are answered "rejected").
+    pub max_sidr: usize,
     /// Messages queued towards a client before it counts as stuck and is dropped.
     pub queue: usize,
     /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
@@ -104,6 +107,7 @@ impl Default for ServerConfig {
         ServerConfig {
             max_connections: 65_536,
             max_listeners: 1024,
+            max_sidr: 1024,
             queue: 8192,
             shutdown_grace: std::time::Duration::from_secs(2),
         }
@@ -145,6 +149,10 @@ pub(super) struct SessionState {
     /// Service ID → the endpoint's listener token.
     pub(super) listens: BTreeMap<u64, u64>,
     pub(super) xrc: BTreeSet<u64>,
+    /// SIDR_REQs delivered to the client and not answered yet, with their arrival.
+    pub(super) sidr_in: BTreeMap<u32, tokio::time::Instant>,
+    /// The client's SIDR_REQs waiting for their SIDR_REP.
+    pub(super) sidr_out: usize,
     pub(super) closed: bool,
 }
 
