@@ -27,7 +27,7 @@ pub(crate) type Reply<T> = oneshot::Sender<T>;
 pub(crate) enum Command {
     Connect {
         params: ConnectParams,
-        reply: Reply<Result<Connected, ConnectError>>,
+        reply: Reply<Result<Connected, CmError>>,
     },
     Listen {
         service_id: ServiceId,

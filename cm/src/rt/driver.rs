@@ -385,11 +385,15 @@ impl<T: DatagramTransport> Driver<T> {
         let t = now();
         match cmd {
             Command::Connect { params, reply } => {
-                let r = self.ep.connect_sent(t, params).map(|(id, req)| {
-                    let slot = Slot::new();
-                    self.registry.insert(id, slot.clone());
-                    (id, slot, req)
-                });
+                let r = self
+                    .ep
+                    .connect_sent(t, params)
+                    .map(|(id, req)| {
+                        let slot = Slot::new();
+                        self.registry.insert(id, slot.clone());
+                        (id, slot, req)
+                    })
+                    .map_err(CmError::from);
                 let _ = reply.send(r);
             }
             Command::Listen {

@@ -175,7 +175,8 @@ impl Cm {
     ///
     /// # Errors
     /// [`CmError::Connect`] for refused parameters, [`CmError::Connection`] when the peer
-    /// rejects or never answers, [`CmError::DriverGone`].
+    /// rejects or never answers, [`CmError::Refused`] when the node service refuses it
+    /// ([`Cm::attach`]: a quota), [`CmError::DriverGone`].
     pub async fn connect(&self, params: ConnectParams) -> Result<Connection, CmError> {
         let conn = self.start_connect(params).await?;
         conn.established().await?;
@@ -187,7 +188,7 @@ impl Cm {
     /// sent as soon as the REP arrives.
     ///
     /// # Errors
-    /// [`CmError::Connect`], [`CmError::DriverGone`].
+    /// [`CmError::Connect`], [`CmError::Refused`] (node service), [`CmError::DriverGone`].
     pub async fn start_connect(&self, mut params: ConnectParams) -> Result<Connection, CmError> {
         // The async API always sends the RTU itself.
         params.auto_rtu = true;

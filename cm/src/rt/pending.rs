@@ -176,7 +176,8 @@ impl Cm {
     ///
     /// # Errors
     /// [`CmError::Connect`] for refused parameters, [`CmError::Connection`] when the peer
-    /// rejects or never answers, [`CmError::DriverGone`].
+    /// rejects or never answers, [`CmError::Refused`] when the node service refuses it
+    /// ([`Cm::attach`]: a quota), [`CmError::DriverGone`].
     pub async fn connect_manual(
         &self,
         mut params: ConnectParams,

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
-//!       [--state PATH] [--umad DEV --gid-index N]
+//!       [--state PATH] [--umad DEV --gid-index N] [--max-conns-per-client N]
+//!       [--max-conns-per-user N] [--max-clients-per-user N]
 //! ```
 //!
 //! Foreground, logs to standard error (`IBCMD_LOG`, default `info`). SIGTERM or SIGINT: every
@@ -68,6 +69,15 @@ struct Args {
     /// umad: local GID index of the RoCEv2 GID of --addr.
     #[arg(long, default_value_t = 1)]
     gid_index: u8,
+    /// Connections one client (session) may hold.
+    #[arg(long, default_value_t = ServerConfig::default().max_connections)]
+    max_conns_per_client: usize,
+    /// Connections one Unix user may hold over all its clients.
+    #[arg(long, default_value_t = ServerConfig::default().max_connections_per_user)]
+    max_conns_per_user: usize,
+    /// Clients (sessions) one Unix user may have attached at once.
+    #[arg(long, default_value_t = ServerConfig::default().max_sessions_per_user)]
+    max_clients_per_user: usize,
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -256,7 +266,12 @@ async fn run(args: Args) -> Result<()> {
     let node = NodeServer::new(
         server.cm().clone(),
         hooks.clone(),
-        ServerConfig::default(),
+        ServerConfig {
+            max_connections: args.max_conns_per_client,
+            max_connections_per_user: args.max_conns_per_user,
+            max_sessions_per_user: args.max_clients_per_user,
+            ..ServerConfig::default()
+        },
         Some(journal),
     );
     let gid = args.group.as_deref().map(group_id).transpose()?;

@@ -246,6 +246,74 @@ async fn sidr_and_stats_work_through_the_daemon() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_hold_per_client_and_per_user() {
+    let dir = scratch("quota");
+    let extra = [
+        "--max-conns-per-client",
+        "2",
+        "--max-conns-per-user",
+        "3",
+        "--max-clients-per-user",
+        "2",
+    ];
+    let (_d, sock) = common::daemon_with(&dir, "a", "127.0.0.79", &extra);
+    let (p, p_addr) = peer("127.0.0.80").await;
+    let mut pl = p
+        .listen(ServiceId(0x50), ListenOptions::default())
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        let mut q = 0x900;
+        while let Some(inc) = pl.next().await {
+            q += 1;
+            held.push(inc.accept(AcceptParams::new(qpn(q))).await.unwrap());
+        }
+    });
+    let (a, _ta) = Cm::attach(&sock).await.unwrap();
+    let (b, _tb) = Cm::attach(&sock).await.unwrap();
+    // A third client of the same user is refused at its hello.
+    let third = Cm::attach(&sock).await.unwrap_err();
+    assert!(
+        third.to_string().contains("quota: 2 sessions of uid"),
+        "{third}"
+    );
+    let go = |cm: &Cm, q: u32| {
+        let cm = cm.clone();
+        async move {
+            cm.connect(ConnectParams::new(p_addr, ServiceId(0x50), qpn(q)))
+                .await
+        }
+    };
+    let _a1 = go(&a, 0x101).await.unwrap();
+    let _a2 = go(&a, 0x102).await.unwrap();
+    // The client's own quota.
+    match go(&a, 0x103).await {
+        Err(ibcm::rt::CmError::Refused(why)) => assert_eq!(why, "quota: 2 connections"),
+        other => panic!("{other:?}"),
+    }
+    let _b1 = go(&b, 0x201).await.unwrap();
+    // The user's, over both clients.
+    match go(&b, 0x202).await {
+        Err(ibcm::rt::CmError::Refused(why)) => {
+            assert!(why.starts_with("quota: 3 connections of uid"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A client gone frees its share: a new client of the user is served.
+    drop((_a1, _a2, a));
+    let (c, _tc) = loop {
+        // The daemon ends the session when it sees the socket close.
+        match Cm::attach(&sock).await {
+            Ok(c) => break c,
+            Err(e) if e.to_string().contains("quota") => tokio::task::yield_now().await,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let _c1 = go(&c, 0x301).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_acts_only_on_its_own_objects() {
     let dir = scratch("owner");
     let (_d, sock) = daemon(&dir, "a", "127.0.0.73");

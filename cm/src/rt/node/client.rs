@@ -24,7 +24,7 @@ use super::proto::{
     encode_frame, read_frame, write_frame, ClientMsg, DaemonMsg, Op, WireAccept, WireConnect,
     WireResult, WireStatus, VERSION,
 };
-use crate::proto::{CallError, ConnId, ConnectError, ConnectionError};
+use crate::proto::{CallError, ConnId, ConnectionError};
 use crate::rt::command::{Command, Reply};
 use crate::rt::handle::Cm;
 use crate::rt::slot::{Registry, Slot};
@@ -237,7 +237,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
 /// Who waits for the reply to a request.
 enum Waiter {
     Connect(
-        Reply<Result<super::super::command::Connected, ConnectError>>,
+        Reply<Result<super::super::command::Connected, CmError>>,
         Box<ibcm_mad::Req>,
     ),
     Listen(u64, Reply<Result<u64, CmError>>),
@@ -321,23 +321,24 @@ impl Client {
 
     async fn on_command(&mut self, cmd: Command) -> io::Result<()> {
         match cmd {
-            Command::Connect { params, reply } => match WireConnect::from_params(&params) {
-                Ok(params) => {
-                    let sent = match super::wire::parse_req(&params.req) {
-                        Ok(r) => Box::new(r),
-                        Err(e) => {
-                            warn!(error = %e, "connect parameters cannot be sent to the node service");
-                            return Ok(());
-                        }
-                    };
-                    let w = Waiter::Connect(reply, sent);
-                    self.request(Op::Connect { params }, Some(w)).await
+            Command::Connect { params, reply } => {
+                let wire = WireConnect::from_params(&params).and_then(|params| {
+                    let sent = super::wire::parse_req(&params.req)?;
+                    Ok((params, Box::new(sent)))
+                });
+                match wire {
+                    Ok((params, sent)) => {
+                        let w = Waiter::Connect(reply, sent);
+                        self.request(Op::Connect { params }, Some(w)).await
+                    }
+                    Err(e) => {
+                        let why =
+                            format!("connect parameters cannot be sent to the node service: {e}");
+                        let _ = reply.send(Err(CmError::Refused(why)));
+                        Ok(())
+                    }
                 }
-                Err(e) => {
-                    warn!(error = %e, "connect parameters cannot be sent to the node service");
-                    Ok(())
-                }
-            },
+            }
             Command::Listen {
                 service_id,
                 options,
@@ -537,11 +538,9 @@ impl Client {
                         let req = super::wire::parse_req(&req).map(Box::new).unwrap_or(sent);
                         Ok((id, slot, req))
                     }
-                    WireResult::ConnectError(e) => Err(e.to_error()),
-                    other => {
-                        warn!(answer = ?other, "connect refused by the node service");
-                        return;
-                    }
+                    WireResult::ConnectError(e) => Err(CmError::Connect(e.to_error())),
+                    WireResult::Refused { why } => Err(CmError::Refused(why)),
+                    other => Err(CmError::Refused(format!("unexpected answer {other:?}"))),
                 };
                 let _ = reply.send(r);
             }

@@ -229,8 +229,7 @@ impl NodeServer {
         s: &Arc<Session>,
         params: super::proto::WireConnect,
     ) -> (WireResult, Option<(u32, Arc<Slot>)>) {
-        if s.lock().conns.len() >= self.cfg.max_connections {
-            let why = format!("quota: {} connections", self.cfg.max_connections);
+        if let Some(why) = self.connection_quota(s) {
             return (WireResult::Refused { why }, None);
         }
         let params = match params.to_params() {
@@ -257,10 +256,11 @@ impl NodeServer {
                 let req = super::wire::body(&ibcm_mad::cm::CmMessage::Req(*req));
                 (WireResult::Conn { conn: id.0, req }, Some((id.0, slot)))
             }
-            Ok(Err(e)) => (
+            Ok(Err(crate::rt::CmError::Connect(e))) => (
                 WireResult::ConnectError(WireConnectError::from_error(&e)),
                 None,
             ),
+            Ok(Err(e)) => (WireResult::Refused { why: e.to_string() }, None),
             Err(_) => (
                 WireResult::Refused {
                     why: "the endpoint has stopped".into(),
@@ -354,9 +354,10 @@ impl NodeServer {
     ) {
         match kind {
             IncomingKind::Connect(req) => {
+                let quota = self.connection_quota(s);
                 let over = {
                     let mut st = s.lock();
-                    if st.closed || st.conns.len() >= self.cfg.max_connections {
+                    if st.closed || quota.is_some() {
                         true
                     } else {
                         st.conns.insert(

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 use super::journal::{JournalEntry, JournalTx};
 use super::proto::{
     encode_frame, read_frame, sid, ClientMsg, DaemonMsg, FrameError, Op, WirePeer, WireRep,
-    WireStatus, VERSION,
+    WireResult, WireStatus, VERSION,
 };
 use crate::proto::PeerAddr;
 use crate::rt::command::Command;
@@ -95,6 +95,10 @@ pub struct ServerConfig {
     /// SIDR requests a session may have in flight, and SIDR_REQs for its services it may
     /// leave unanswered at once (more are answered "rejected").
     pub max_sidr: usize,
+    /// Sessions one Unix user may have open at once (a further hello is refused).
+    pub max_sessions_per_user: usize,
+    /// Connections one Unix user may hold over all its sessions (as `max_connections`).
+    pub max_connections_per_user: usize,
     /// Messages queued towards a client before it counts as stuck and is dropped.
     pub queue: usize,
     /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
@@ -108,6 +112,8 @@ impl Default for ServerConfig {
             max_connections: 65_536,
             max_listeners: 1024,
             max_sidr: 1024,
+            max_sessions_per_user: 1024,
+            max_connections_per_user: 262_144,
             queue: 8192,
             shutdown_grace: std::time::Duration::from_secs(2),
         }
@@ -250,6 +256,45 @@ impl NodeServer {
         }
     }
 
+    /// The sessions of `uid`.
+    fn sessions_of(&self, uid: u32) -> Vec<Arc<Session>> {
+        lock(&self.sessions)
+            .values()
+            .filter(|s| s.info.uid == uid)
+            .cloned()
+            .collect()
+    }
+
+    /// Why `s`'s user may not open another connection, if it may not: the session's quota,
+    /// then the user's over all its sessions.
+    pub(super) fn connection_quota(&self, s: &Session) -> Option<String> {
+        if s.lock().conns.len() >= self.cfg.max_connections {
+            return Some(format!("quota: {} connections", self.cfg.max_connections));
+        }
+        let all: usize = self
+            .sessions_of(s.info.uid)
+            .iter()
+            .map(|x| x.lock().conns.len())
+            .sum();
+        (all >= self.cfg.max_connections_per_user).then(|| {
+            format!(
+                "quota: {} connections of uid {}",
+                self.cfg.max_connections_per_user, s.info.uid
+            )
+        })
+    }
+
+    /// Why `info`'s user may not have this session, if it may not.
+    fn session_quota(&self, info: &SessionInfo) -> Option<String> {
+        let n = self.sessions_of(info.uid).len();
+        (n > self.cfg.max_sessions_per_user).then(|| {
+            format!(
+                "quota: {} sessions of uid {}",
+                self.cfg.max_sessions_per_user, info.uid
+            )
+        })
+    }
+
     /// A round trip through the driver: everything sent before has been handled and flushed.
     async fn sync_driver(&self) {
         let _ = self.cm.call(|reply| Command::Len { reply }).await;
@@ -315,6 +360,10 @@ impl NodeServer {
                     // The first message says which protocol the client speaks.
                     Ok(m) if !greeted => {
                         let ok = matches!(m.op, Op::Hello { version } if version == VERSION);
+                        if let Some(why) = ok.then(|| self.session_quota(&info)).flatten() {
+                            Self::reply(&session, m.seq, WireResult::Refused { why: why.clone() });
+                            break why;
+                        }
                         self.on_request(&session, m).await;
                         if !ok {
                             break "protocol error: no hello of this version first".to_string();
