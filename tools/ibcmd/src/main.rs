@@ -7,6 +7,7 @@
 //! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
 //!       [--state PATH] [--umad DEV --gid-index N] [--max-conns-per-client N]
 //!       [--max-conns-per-user N] [--max-clients-per-user N]
+//! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
 //!
 //! Foreground, logs to standard error (`IBCMD_LOG`, default `info`). SIGTERM or SIGINT: every
@@ -43,7 +44,12 @@ enum Backend {
 }
 
 #[derive(Debug, Parser)]
-#[command(name = "ibcmd", version, about = "The node's CM service")]
+#[command(
+    name = "ibcmd",
+    version,
+    about = "The node's CM service",
+    after_help = "`ibcmd keeper serve|status|leaks|hold|request ...` runs the xrcd-keeper commands."
+)]
 struct Args {
     /// Local IP: the CM listens on UDP IP:4791 (RoCEv2), or with --umad the RoCE netdev's IP.
     #[arg(long)]
@@ -88,6 +94,13 @@ fn parse_mode(s: &str) -> Result<u32, String> {
 }
 
 fn main() -> ExitCode {
+    // `ibcmd keeper …` is `xrcd-keeper …`.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "keeper") {
+        let rest = std::env::args_os().skip(2);
+        return ibcm_xrc::keeper::cli::main_from(
+            std::iter::once("ibcmd keeper".into()).chain(rest),
+        );
+    }
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -294,3 +294,20 @@ fn cm_ping_listens_through_the_daemon() {
     );
     assert!(l.wait().success());
 }
+
+#[test]
+fn ibcmd_keeper_runs_the_keeper_commands() {
+    let dir = scratch("keeper");
+    let sock = dir.join("keeper.sock");
+    let s = sock.to_str().unwrap();
+    let mut k = Proc::spawn("keeper", &ibcmd_bin(), &["keeper", "serve", "--socket", s]);
+    k.wait_out(|l| l.starts_with("ready epoch="), "'ready epoch='");
+    let req = r#"{"op":"open-domain","domain":"d"}"#;
+    let mut c = Proc::spawn(
+        "request",
+        &ibcmd_bin(),
+        &["keeper", "request", "--socket", s, req],
+    );
+    assert_eq!(c.rest_of_out(), [r#"{"domain":"d"}"#]);
+    assert!(c.wait().success());
+}

@@ -13,6 +13,7 @@
 //! * `core::KeeperCore` (private): the state machine (no I/O; unit-tested).
 //! * [`server::serve`]: the daemon (threads, `SO_PEERCRED`, client-death cleanup).
 //! * [`client::KeeperClient`]: a blocking client with restart detection.
+//! * `cli` (feature `cli`): the `xrcd-keeper` command line, also `ibcmd keeper`.
 //!
 //! # Who may do what
 //!
@@ -28,6 +29,8 @@
 //! epoch, and a client that meets a different epoch is told that all keeper-held QPs are
 //! gone ([`client::ClientError::KeeperRestarted`]).
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod client;
 mod core;
 pub mod proto;
