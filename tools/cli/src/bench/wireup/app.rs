@@ -8,16 +8,25 @@ use std::time::{Duration, Instant};
 
 use ibcm::app::App;
 use ibcm::proto::{
-    AcceptParams, ConnId, ConnectParams, Endpoint, Event, EventKind, PeerAddr, SidrRepParams,
-    SidrReqParams,
+    AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, Event, EventKind,
+    PeerAddr, SidrRepParams, SidrReqParams,
 };
 use ibcm_mad::xrc::{OwnershipPolicy, ReqMode, XrcReqData};
-use ibcm_mad::{Qkey, Qpn, ReqTransport, ServiceId};
+use ibcm_mad::{Qkey, Qpn, RejReason, ReqTransport, ServiceId};
 
 use super::plan::{Cursor, Mode, Op, Shape};
 
 /// The service every node listens on.
 pub(crate) const SERVICE: ServiceId = ServiceId(0x1_0000_0777);
+
+/// The first QPN a node hands out (below: the special QPs and the verbs' own).
+pub(crate) const FIRST_QPN: u32 = 0x100;
+/// QPNs given up kept for reuse while fresh numbers remain.
+const FREE_KEEP: usize = 1 << 16;
+/// QPNs tried for one connect before the operation waits for one.
+const CONNECT_TRIES: usize = 8;
+/// How long an operation waits for a QPN before it is tried again.
+const QPN_WAIT: Duration = Duration::from_millis(10);
 
 /// What all applications of one run share.
 #[derive(Debug, Default)]
@@ -32,6 +41,10 @@ pub(crate) struct Shared {
     /// numbers QPs from a 24-bit counter without reuse); they are not retried, so the mesh
     /// stays incomplete.
     pub refused: u64,
+    /// QPNs the endpoint refused (still in TimeWait or in use) that were replaced by another.
+    pub qpn_retries: u64,
+    /// Operations that had to wait for a QPN (every one tried was refused).
+    pub qpn_waits: u64,
     /// Half-dead connections: (node that started it, its QPN). The passive side gave up on
     /// it after its REP retries and the REJ saying so may have been lost; the runtime that
     /// started it notices at its first use of the QP ([`DETECT`] later).
@@ -59,6 +72,8 @@ struct Accepted {
     kind: Passive,
     from: u32,
     qpn: Qpn,
+    /// This node's QP for it.
+    local: Qpn,
 }
 
 #[derive(Debug, Default)]
@@ -77,6 +92,9 @@ pub(crate) struct Fabric {
     pub policy: OwnershipPolicy,
     pub window: u32,
     pub epoch: Instant,
+    /// The first QPN each node hands out ([`FIRST_QPN`]; tests start near the top of the
+    /// 24-bit space).
+    pub first_qpn: u32,
 }
 
 /// The application of one node.
@@ -107,6 +125,12 @@ pub(crate) struct WireupApp {
     /// was counted already.
     redo: HashSet<ConnId>,
     next_qpn: u32,
+    /// QPNs of QPs given up (failed attempts, connections the peer closed), for reuse once
+    /// the 24-bit space is used up, as a runtime reuses the QPs of failed attempts.
+    free_qpns: std::collections::VecDeque<Qpn>,
+    /// Operations waiting for a free QPN (every one tried was still in TimeWait or in use):
+    /// when to try again, and whether it is a restart of an established one (`redo`).
+    later: std::collections::VecDeque<(Instant, Op, bool)>,
     /// QPs this node created (INI, TGT, RC).
     pub qps: u64,
     proc_left: Vec<u64>,
@@ -151,7 +175,9 @@ impl WireupApp {
             notices: std::collections::VecDeque::new(),
             qpn_of: HashMap::new(),
             redo: HashSet::new(),
-            next_qpn: 0x100,
+            next_qpn: fab.first_qpn,
+            free_qpns: std::collections::VecDeque::new(),
+            later: std::collections::VecDeque::new(),
             qps: 0,
             proc_left: vec![s.per_process(); s.ppn as usize],
             proc_done: vec![None; s.ppn as usize],
@@ -166,10 +192,29 @@ impl WireupApp {
         }
     }
 
+    /// A QPN for a new QP: a fresh one while the 24-bit space lasts, then one given up
+    /// (oldest first; the endpoint refuses one still in TimeWait and the caller takes another).
     fn qpn(&mut self) -> Qpn {
-        let q = Qpn::masked(self.next_qpn);
-        self.next_qpn = self.next_qpn.wrapping_add(1);
-        q
+        if self.next_qpn <= Qpn::MAX {
+            let q = Qpn::masked(self.next_qpn);
+            self.next_qpn += 1;
+            return q;
+        }
+        match self.free_qpns.pop_front() {
+            Some(q) => q,
+            // Every QPN is held by a live QP: the endpoint refuses the duplicate.
+            None => Qpn::masked(self.fab.first_qpn),
+        }
+    }
+
+    /// `q`'s QP was given up: its number may be used again.
+    fn release(&mut self, q: Qpn) {
+        if self.next_qpn > Qpn::MAX {
+            self.free_qpns.push_back(q);
+        } else if self.free_qpns.len() < FREE_KEEP {
+            // Kept for later, bounded while fresh numbers remain.
+            self.free_qpns.push_back(q);
+        }
     }
 
     fn addr(&self, node: u32) -> Option<PeerAddr> {
@@ -194,19 +239,29 @@ impl WireupApp {
 
     /// Starts `op` now.
     pub(crate) fn issue(&mut self, ep: &mut Endpoint, now: Instant, op: Op) -> bool {
-        self.start(ep, now, op, self.mirroring).is_some()
+        // Waiting for a QPN counts as started.
+        !matches!(self.start(ep, now, op, self.mirroring, false), Err(false))
     }
 
     /// Starts `op` again after its established connection was closed (not mirrored: the
     /// mirrored peer's own connection was not closed).
     fn again(&mut self, ep: &mut Endpoint, now: Instant, op: Op) {
         self.shared.borrow_mut().restarts += 1;
-        if let Some(id) = self.start(ep, now, op, false) {
+        if let Ok(id) = self.start(ep, now, op, false, true) {
             self.redo.insert(id);
         }
     }
 
-    fn start(&mut self, ep: &mut Endpoint, now: Instant, op: Op, mirror: bool) -> Option<ConnId> {
+    /// Starts `op`: its connection, or `Err(true)` when it waits for a free QPN (tried again
+    /// after [`QPN_WAIT`]), `Err(false)` when the endpoint refused it.
+    fn start(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        op: Op,
+        mirror: bool,
+        redo: bool,
+    ) -> Result<ConnId, bool> {
         let s = self.fab.shape;
         let target = match op {
             Op::Rc { node, .. }
@@ -214,36 +269,35 @@ impl WireupApp {
             | Op::Phys { node }
             | Op::Sidr { node, .. } => node,
         };
-        let peer = self.addr(target)?;
+        let peer = self.addr(target).ok_or(false)?;
         let mut used = None;
         let started = match op {
-            Op::Rc { q, .. } => {
-                let qpn = self.qpn();
-                used = Some(qpn);
+            Op::Rc { q, .. } => self.connect(ep, now, &mut used, |qpn| {
                 let mut p = ConnectParams::new(peer, SERVICE, qpn);
                 p.private_data = q.to_be_bytes().to_vec();
-                ep.connect(now, p).ok()
-            }
+                p
+            }),
             Op::Xrc { .. } | Op::Phys { .. } => {
-                let qpn = self.qpn();
-                used = Some(qpn);
-                let mut p = ConnectParams::new(peer, SERVICE, qpn).xrc();
-                p.private_data = XrcReqData {
+                let pd = XrcReqData {
                     mode: ReqMode::Create,
                     policy: Some(self.fab.policy),
                 }
                 .to_bytes()
                 .to_vec();
-                ep.connect(now, p).ok()
+                self.connect(ep, now, &mut used, |qpn| {
+                    let mut p = ConnectParams::new(peer, SERVICE, qpn).xrc();
+                    p.private_data = pd.clone();
+                    p
+                })
             }
             Op::Sidr { p: from, q, .. } => {
                 let mut p = SidrReqParams::new(peer, SERVICE);
                 p.private_data = [q.to_be_bytes(), from.to_be_bytes()].concat();
-                ep.sidr_request(now, p).ok()
+                ep.sidr_request(now, p).map_err(|_| false)
             }
         };
         match started {
-            Some(id) => {
+            Ok(id) => {
                 if !matches!(op, Op::Sidr { .. }) {
                     self.qps += 1;
                 }
@@ -252,7 +306,11 @@ impl WireupApp {
                     self.qpn_of.insert(id, q);
                 }
             }
-            None => self.shared.borrow_mut().refused += 1,
+            Err(true) => {
+                self.shared.borrow_mut().qpn_waits += 1;
+                self.later.push_back((now + QPN_WAIT, op, redo));
+            }
+            Err(false) => self.shared.borrow_mut().refused += 1,
         }
         if mirror {
             // By symmetry, when node 0 starts `op` towards node d, node N−d starts the same
@@ -354,12 +412,43 @@ impl WireupApp {
         }
     }
 
+    /// Connects with a new QP; a QPN the endpoint refuses (still in TimeWait, or in use) goes
+    /// back to the pool and another is tried, a few times: `Err(true)` when none would do
+    /// (wait for one), `Err(false)` when the endpoint refused the connect for another reason.
+    fn connect(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        used: &mut Option<Qpn>,
+        params: impl Fn(Qpn) -> ConnectParams,
+    ) -> Result<ConnId, bool> {
+        for _ in 0..CONNECT_TRIES {
+            let qpn = self.qpn();
+            match ep.connect(now, params(qpn)) {
+                Ok(id) => {
+                    *used = Some(qpn);
+                    return Ok(id);
+                }
+                Err(ConnectError::QpnInQuarantine { .. } | ConnectError::QpnInUse { .. }) => {
+                    self.shared.borrow_mut().qpn_retries += 1;
+                    self.release(qpn);
+                }
+                Err(_) => return Err(false),
+            }
+        }
+        Err(true)
+    }
+
     /// An active operation ended: complete or start again.
     fn finish(&mut self, ep: &mut Endpoint, now: Instant, id: ConnId, op: Op, ok: bool) {
         let qpn = self.qpn_of.remove(&id);
-        if let (true, Some(q)) = (ok, qpn) {
-            self.up.insert(id, (op, q));
-            self.up_qpn.insert(q, id);
+        match (ok, qpn) {
+            (true, Some(q)) => {
+                self.up.insert(id, (op, q));
+                self.up_qpn.insert(q, id);
+            }
+            (false, Some(q)) => self.release(q),
+            _ => {}
         }
         if self.redo.remove(&id) {
             if !ok {
@@ -404,25 +493,50 @@ impl App for WireupApp {
                 let Some(&from) = self.fab.index.get(&req.peer) else {
                     return false;
                 };
-                let qpn = self.qpn();
-                let (params, kind) = if req.transport() == ReqTransport::Xrc {
-                    let kind = match self.fab.shape.mode {
+                let xrc = req.transport() == ReqTransport::Xrc;
+                let kind = if xrc {
+                    match self.fab.shape.mode {
                         Mode::XrcSidr => Passive::Phys { node: from },
                         Mode::Rc | Mode::Xrc => Passive::Tgt,
-                    };
-                    (AcceptParams::xrc_tgt(qpn), kind)
+                    }
                 } else {
                     let Some(q) = first_u32(req.user_private_data()) else {
                         return false;
                     };
-                    (AcceptParams::new(qpn), Passive::Rc { q })
+                    Passive::Rc { q }
                 };
-                if ep.accept(now, ev.conn, params).is_ok() {
+                let mut accepted = None;
+                for _ in 0..CONNECT_TRIES {
+                    let qpn = self.qpn();
+                    let params = if xrc {
+                        AcceptParams::xrc_tgt(qpn)
+                    } else {
+                        AcceptParams::new(qpn)
+                    };
+                    match ep.accept(now, ev.conn, params) {
+                        Ok(()) => {
+                            accepted = Some(qpn);
+                            break;
+                        }
+                        Err(CallError::QpnInQuarantine { .. } | CallError::QpnInUse { .. }) => {
+                            self.shared.borrow_mut().qpn_retries += 1;
+                            self.release(qpn);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                if accepted.is_none() {
+                    // No QPN free now: the starter hears "no QP" at once and tries again.
+                    self.shared.borrow_mut().qpn_waits += 1;
+                    let _ = ep.reject(now, ev.conn, RejReason::NoQp, &[], &[]);
+                }
+                if let Some(qpn) = accepted {
                     self.qps += 1;
                     let acc = Accepted {
                         kind,
                         from,
                         qpn: req.remote_qpn(),
+                        local: qpn,
                     };
                     self.passive.insert(ev.conn, acc);
                 }
@@ -448,12 +562,14 @@ impl App for WireupApp {
                 } else if let Some(acc) = self.passive.remove(&ev.conn) {
                     // Given up before it was established: the starter may believe it is.
                     self.qps = self.qps.saturating_sub(1);
+                    self.release(acc.local);
                     self.shared.borrow_mut().dead.push((acc.from, acc.qpn));
                 } else if let Some((op, q)) = self.up.remove(&ev.conn) {
                     // Established here, given up by the peer (its REP retries ran out):
                     // a runtime connects again.
                     self.up_qpn.remove(&q);
                     self.qps = self.qps.saturating_sub(1);
+                    self.release(q);
                     self.again(ep, now, op);
                 }
             }
@@ -489,10 +605,34 @@ impl App for WireupApp {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.notices.front().map(|(t, _)| *t)
+        let a = self.notices.front().map(|(t, _)| *t);
+        let b = self.later.front().map(|(t, _, _)| *t);
+        a.into_iter().chain(b).min()
     }
 
     fn handle_timeout(&mut self, ep: &mut Endpoint, now: Instant) {
+        // Operations that waited for a QPN: try again (in order; each may wait again).
+        let mut due = Vec::new();
+        while self.later.front().is_some_and(|(t, _, _)| *t <= now) {
+            if let Some((_, op, redo)) = self.later.pop_front() {
+                due.push((op, redo));
+            }
+        }
+        for (op, redo) in due {
+            match self.start(ep, now, op, false, redo) {
+                Ok(id) if redo => {
+                    self.redo.insert(id);
+                }
+                Ok(_) | Err(true) => {}
+                // Refused for good: the operation is lost, as an unstarted one would be.
+                Err(false) => {
+                    let w = self.worker_of(op);
+                    if let Some(wk) = self.workers.get_mut(w) {
+                        wk.outstanding = wk.outstanding.saturating_sub(1);
+                    }
+                }
+            }
+        }
         while let Some(&(t, qpn)) = self.notices.front() {
             if t > now {
                 break;
@@ -502,7 +642,11 @@ impl App for WireupApp {
             // connects again.
             if let Some(id) = self.up_qpn.remove(&qpn) {
                 if let Some((op, _)) = self.up.remove(&id) {
+                    // The QP is destroyed: its connection ends here too (DREQ), and its
+                    // number is free once the endpoint's TimeWait for it is over.
+                    let _ = ep.disconnect(now, id, &[]);
                     self.qps = self.qps.saturating_sub(1);
+                    self.release(qpn);
                     self.again(ep, now, op);
                 }
             }

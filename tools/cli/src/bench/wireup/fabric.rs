@@ -44,6 +44,8 @@ pub(crate) struct Setup {
     pub policy: OwnershipPolicy,
     /// Longest simulated time before giving up.
     pub max_time: Duration,
+    /// The first QPN of each node (`app::FIRST_QPN`).
+    pub first_qpn: u32,
 }
 
 /// What a run measured.
@@ -69,6 +71,10 @@ pub(crate) struct Outcome {
     pub restarts: u64,
     /// Operations the endpoint refused to start.
     pub refused: u64,
+    /// QPNs the endpoint refused that were replaced by another.
+    pub qpn_retries: u64,
+    /// Operations that waited for a QPN.
+    pub qpn_waits: u64,
     /// Simulator steps.
     pub steps: u64,
 }
@@ -130,6 +136,7 @@ fn build(s: &Setup, model: bool) -> Net {
         policy: s.policy,
         window: s.window,
         epoch,
+        first_qpn: s.first_qpn,
     });
     let shared = Rc::new(RefCell::new(Shared::default()));
     for i in 0..n {
@@ -201,9 +208,9 @@ fn collect(mut n: Net, s: &Setup, method: Method, complete: bool, steps: u64) ->
         }
     }
     let conns = n.net.endpoint(0).len() as u64;
-    let (restarts, refused) = {
+    let (restarts, refused, qpn_retries, qpn_waits) = {
         let sh = n.shared.borrow();
-        (sh.restarts, sh.refused)
+        (sh.restarts, sh.refused, sh.qpn_retries, sh.qpn_waits)
     };
     Outcome {
         method,
@@ -216,6 +223,8 @@ fn collect(mut n: Net, s: &Setup, method: Method, complete: bool, steps: u64) ->
         complete,
         restarts,
         refused,
+        qpn_retries,
+        qpn_waits,
         steps,
     }
 }

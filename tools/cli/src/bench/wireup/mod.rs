@@ -152,6 +152,7 @@ impl WireupArgs {
             policy: self.policy.into(),
             max_time: Duration::try_from_secs_f64(self.max_secs)
                 .context("--max-secs out of range")?,
+            first_qpn: app::FIRST_QPN,
         })
     }
 

@@ -94,8 +94,8 @@ impl Report<'_> {
             ),
             format!("operations started again after a failure: {} [{tag}]", o.restarts),
             format!(
-                "operations the endpoint refused to start (not retried): {} [{tag}]",
-                o.refused
+                "operations the endpoint refused to start (not retried): {}; QPNs refused and replaced: {}; operations that waited for a QPN: {} [{tag}]",
+                o.refused, o.qpn_retries, o.qpn_waits
             ),
             format!(
                 "simulator: wall {:.2} s, {} steps, peak RSS {}",

@@ -15,6 +15,7 @@ fn setup(nodes: u32, ppn: u32, mode: Mode) -> Setup {
         latency: std::time::Duration::from_micros(5),
         policy: PolicyArg::ProcessBound.into(),
         max_time: std::time::Duration::from_secs(600),
+        first_qpn: super::app::FIRST_QPN,
     }
 }
 
@@ -92,6 +93,35 @@ fn lossy_wireup_completes_with_retransmissions() {
                 assert!(out.mads > s.shape.mads(), "{what}");
                 assert_eq!(out.qps, s.shape.qps_per_node(), "{what}");
             }
+        }
+    }
+}
+
+/// When the 24-bit QPN space is used up, the QPNs of given-up QPs are used again (a QPN
+/// still in TimeWait is refused by the endpoint and replaced): with exactly as many fresh
+/// QPNs as a node needs QPs, a lossy RC run (restarts need more) still completes.
+#[test]
+#[allow(clippy::unwrap_used)]
+fn qpns_of_given_up_qps_are_reused_when_the_space_is_used_up() {
+    let mut s = setup(16, 4, Mode::Rc);
+    s.loss = 0.03;
+    s.seed = 1;
+    // No spare: every restart needs a number used before.
+    const SPARE: u32 = 0;
+    let need = u32::try_from(s.shape.qps_per_node()).unwrap();
+    s.first_qpn = ibcm_mad::Qpn::MAX + 1 - need - SPARE;
+    for out in [run_full(&s), run_model(&s)] {
+        let what = format!("{:?}", out.method);
+        assert!(out.complete, "{what}: {out:?}");
+        assert_eq!(out.refused, 0, "{what}");
+        assert_eq!(out.qps, s.shape.qps_per_node(), "{what}");
+        if out.method == super::fabric::Method::Full {
+            // More QPs were created than fresh numbers existed: some were reused.
+            assert!(
+                out.restarts > u64::from(SPARE),
+                "{what}: {} restarts",
+                out.restarts
+            );
         }
     }
 }
