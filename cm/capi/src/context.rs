@@ -44,7 +44,7 @@ enum Entry {
         req: Box<ReqInfo>,
     },
     /// `IBCM_CONNECT_MANUAL_RTU`: the REP is here, waiting for ibcm_establish / ibcm_reject.
-    Pending(Box<PendingConnection>),
+    Pending(Box<PendingConnection>, Active),
     /// Accepted or established: the messages for the QP attributes.
     Open(Box<Open>),
     /// A call on it is in progress.
@@ -56,6 +56,25 @@ struct Open {
     req: Req,
     rep: Rep,
     side: Side,
+    /// The active side's facts the REQ does not carry.
+    active: Option<Active>,
+}
+
+/// What the active side's QP attributes need beyond the REQ: the retry count asked for (an
+/// XRC INI's REQ carries 0) and the path's packet life time.
+#[derive(Debug, Clone, Copy)]
+struct Active {
+    retry_count: u8,
+    packet_life_time: u8,
+}
+
+impl Active {
+    fn of(p: &ConnectParams) -> Self {
+        Active {
+            retry_count: p.retry_count.get(),
+            packet_life_time: p.packet_life_time.get(),
+        }
+    }
 }
 
 /// What the runtime's tasks and the calls share.
@@ -161,6 +180,7 @@ impl Shared {
         h: u64,
         r: Option<std::result::Result<PendingConnection, CmError>>,
         manual: bool,
+        active: Active,
     ) {
         let cancelled = |s: &Self| {
             let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
@@ -197,14 +217,14 @@ impl Shared {
                 ev.remote_qpn = p.rep().remote_qpn.get();
                 ev.remote_psn = p.rep().rep.starting_psn.get();
                 ev.private_data = p.rep().rep.private_data.as_bytes().to_vec();
-                conns.insert(h, Entry::Pending(Box::new(p)));
+                conns.insert(h, Entry::Pending(Box::new(p), active));
                 drop(conns);
                 self.events.push(ev);
                 return;
             }
             conns.insert(h, Entry::Busy);
         }
-        self.establish_pending(h, p, Vec::new()).await.ok();
+        self.establish_pending(h, p, active, Vec::new()).await.ok();
     }
 
     /// Sends the RTU of `p`; its end (established, or the final event) is queued.
@@ -212,6 +232,7 @@ impl Shared {
         self: &Arc<Self>,
         h: u64,
         p: PendingConnection,
+        active: Active,
         private_data: Vec<u8>,
     ) -> Result<()> {
         let (req, rep) = (p.req().clone(), p.rep().rep.clone());
@@ -223,6 +244,7 @@ impl Shared {
                     req,
                     rep,
                     side: Side::Active,
+                    active: Some(active),
                 };
                 self.opened(h, open, true);
                 Ok(())
@@ -261,7 +283,7 @@ async fn pump(shared: Arc<Shared>, mut listener: Listener, mut stop: oneshot::Re
 /// Which entry a call found.
 enum Taken {
     Incoming(Box<Incoming>, Box<ReqInfo>),
-    Pending(Box<PendingConnection>),
+    Pending(Box<PendingConnection>, Active),
 }
 
 impl Context {
@@ -365,6 +387,7 @@ impl Context {
     pub(crate) fn connect(&self, params: ConnectParams, manual: bool) -> Result<u64> {
         let h = self.shared.new_handle();
         let (cancel, mut cancelled) = oneshot::channel();
+        let active = Active::of(&params);
         lock(&self.shared.conns).insert(
             h,
             Entry::Connecting {
@@ -377,7 +400,7 @@ impl Context {
                 r = cm.connect_manual(params) => Some(r),
                 Ok(()) = &mut cancelled => None,
             };
-            s.connected(h, r, manual).await;
+            s.connected(h, r, manual, active).await;
         });
         if let Err(e) = r {
             lock(&self.shared.conns).remove(&h);
@@ -396,7 +419,7 @@ impl Context {
         let e = conns.get_mut(&h).ok_or_else(|| Self::unknown(h))?;
         match std::mem::replace(e, Entry::Busy) {
             Entry::Incoming { inc, req } => Ok(Taken::Incoming(inc, req)),
-            Entry::Pending(p) => Ok(Taken::Pending(p)),
+            Entry::Pending(p, a) => Ok(Taken::Pending(p, a)),
             Entry::Busy => Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
             other => {
                 *e = other;
@@ -411,7 +434,7 @@ impl Context {
     fn put_back(&self, h: u64, t: Taken) {
         let e = match t {
             Taken::Incoming(inc, req) => Entry::Incoming { inc, req },
-            Taken::Pending(p) => Entry::Pending(p),
+            Taken::Pending(p, a) => Entry::Pending(p, a),
         };
         lock(&self.shared.conns).insert(h, e);
     }
@@ -420,7 +443,7 @@ impl Context {
     pub(crate) fn accept(&self, h: u64, params: AcceptParams) -> Result<()> {
         let (inc, req) = match self.take(h, "ibcm_accept")? {
             Taken::Incoming(inc, req) => (inc, req),
-            t @ Taken::Pending(_) => {
+            t @ Taken::Pending(..) => {
                 self.put_back(h, t);
                 return Err(Error::new(IBCM_ESTATE, "ibcm_accept on an active connection"));
             }
@@ -433,6 +456,7 @@ impl Context {
                     req: req.req,
                     rep,
                     side: Side::Passive,
+                    active: None,
                 };
                 let _guard = self.rt.as_ref().map(Runtime::enter);
                 self.shared.opened(h, open, false);
@@ -454,7 +478,7 @@ impl Context {
         let reason = RejReason::from_raw(reason);
         let r = match self.take(h, "ibcm_reject")? {
             Taken::Incoming(inc, _) => self.block_on(inc.reject(reason, &[], private_data))?,
-            Taken::Pending(p) => self.block_on(p.reject(reason, &[], private_data))?,
+            Taken::Pending(p, _) => self.block_on(p.reject(reason, &[], private_data))?,
         };
         let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
         ev.status = IBCM_ECLOSED;
@@ -466,8 +490,8 @@ impl Context {
 
     /// Sends the RTU of `h` (`IBCM_CONNECT_MANUAL_RTU`).
     pub(crate) fn establish(&self, h: u64, private_data: Vec<u8>) -> Result<()> {
-        let p = match self.take(h, "ibcm_establish")? {
-            Taken::Pending(p) => p,
+        let (p, active) = match self.take(h, "ibcm_establish")? {
+            Taken::Pending(p, a) => (p, a),
             t @ Taken::Incoming(..) => {
                 self.put_back(h, t);
                 return Err(Error::new(
@@ -477,7 +501,7 @@ impl Context {
             }
         };
         let s = self.shared.clone();
-        self.block_on(async move { s.establish_pending(h, *p, private_data).await })?
+        self.block_on(async move { s.establish_pending(h, *p, active, private_data).await })?
     }
 
     /// Ends `h`: a DREQ when established (REJ while being set up); its final event follows.
@@ -498,7 +522,7 @@ impl Context {
                 })
             }
             Entry::Busy => Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
-            Entry::Incoming { .. } | Entry::Pending(_) => {
+            Entry::Incoming { .. } | Entry::Pending(..) => {
                 drop(conns);
                 self.reject(h, RejReason::ConsumerReject.raw(), &[])
             }
@@ -522,11 +546,11 @@ impl Context {
         };
         let (port, link) = params::local_port(port)?;
         let conns = lock(&self.shared.conns);
-        let (req, rep, side) = match conns.get(&h).ok_or_else(|| Self::unknown(h))? {
-            Entry::Open(o) => (o.req.clone(), o.rep.clone(), o.side),
-            Entry::Pending(p) => (p.req().clone(), p.rep().rep.clone(), Side::Active),
+        let (req, rep, side, active) = match conns.get(&h).ok_or_else(|| Self::unknown(h))? {
+            Entry::Open(o) => (o.req.clone(), o.rep.clone(), o.side, o.active),
+            Entry::Pending(p, a) => (p.req().clone(), p.rep().rep.clone(), Side::Active, Some(*a)),
             Entry::Incoming { req, .. } => match accept {
-                Some(a) => (req.req.clone(), a.rep_fields(), Side::Passive),
+                Some(a) => (req.req.clone(), a.rep_fields(), Side::Passive, None),
                 None => {
                     return Err(Error::new(
                         IBCM_EINVAL,
@@ -540,7 +564,11 @@ impl Context {
             Entry::Busy => return Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
         };
         drop(conns);
-        let c = QpConn::new(&req, &rep, side, link, port);
+        let mut c = QpConn::new(&req, &rep, side, link, port);
+        if let Some(a) = active {
+            c.retry_count = Some(a.retry_count);
+            c.packet_life_time = Some(a.packet_life_time);
+        }
         let (a, m) = qp_attr(&c, state).map_err(|e| Error::new(IBCM_EINVAL, e.to_string()))?;
         let t = c
             .qp_type()
