@@ -235,7 +235,7 @@ impl Shared {
         active: Active,
         private_data: Vec<u8>,
     ) -> Result<()> {
-        let (req, rep) = (p.req().clone(), p.rep().rep.clone());
+        let (req, rep) = (*p.req(), p.rep().rep);
         let id = p.id().0;
         match p.establish(&private_data).await {
             Ok(conn) => {
@@ -547,10 +547,10 @@ impl Context {
         let (port, link) = params::local_port(port)?;
         let conns = lock(&self.shared.conns);
         let (req, rep, side, active) = match conns.get(&h).ok_or_else(|| Self::unknown(h))? {
-            Entry::Open(o) => (o.req.clone(), o.rep.clone(), o.side, o.active),
-            Entry::Pending(p, a) => (p.req().clone(), p.rep().rep.clone(), Side::Active, Some(*a)),
+            Entry::Open(o) => (o.req, o.rep, o.side, o.active),
+            Entry::Pending(p, a) => (*p.req(), p.rep().rep, Side::Active, Some(*a)),
             Entry::Incoming { req, .. } => match accept {
-                Some(a) => (req.req.clone(), a.rep_fields(), Side::Passive, None),
+                Some(a) => (req.req, a.rep_fields(), Side::Passive, None),
                 None => {
                     return Err(Error::new(
                         IBCM_EINVAL,

@@ -275,12 +275,16 @@ mod tests {
     #[test]
     fn qp_attr_maps_field_for_field() {
         use ibcm::qp_attr::{qp_attr, Connection, QpState, Side};
-        let mut req = ibcm_mad::Req::default();
-        req.local_qpn = Qpn::masked(0x18);
-        req.starting_psn = Psn::masked(0x647bbb);
-        let mut rep = ibcm_mad::Rep::default();
-        rep.starting_psn = Psn::masked(0x0fd2ad);
-        rep.responder_resources = 1;
+        let req = ibcm_mad::Req {
+            local_qpn: Qpn::masked(0x18),
+            starting_psn: Psn::masked(0x647bbb),
+            ..Default::default()
+        };
+        let rep = ibcm_mad::Rep {
+            starting_psn: Psn::masked(0x0fd2ad),
+            responder_resources: 1,
+            ..Default::default()
+        };
         let (port, link) = local_port(None).unwrap();
         let conn = Connection::new(&req, &rep, Side::Passive, link, port);
         let (a, m) = qp_attr(&conn, QpState::Rtr).unwrap();

@@ -14,7 +14,7 @@ fn st(c: c_int) -> ibcm_status {
 }
 
 fn last() -> String {
-    // SAFETY (test): ibcm_last_error returns a NUL-terminated string of this thread.
+    // SAFETY: (test) ibcm_last_error returns a NUL-terminated string of this thread.
     unsafe { CStr::from_ptr(ibcm_last_error()) }
         .to_string_lossy()
         .into_owned()
@@ -23,16 +23,16 @@ fn last() -> String {
 #[test]
 fn strerror_names_every_code() {
     for c in crate::error::ALL {
-        // SAFETY (test): static NUL-terminated strings.
+        // SAFETY: (test) static NUL-terminated strings.
         let t = unsafe { CStr::from_ptr(ibcm_strerror(c as c_int)) };
         assert!(!t.to_bytes().is_empty(), "{c:?}");
         assert_ne!(t.to_str().unwrap(), "unknown ibcm status", "{c:?}");
     }
-    // SAFETY (test): as above.
+    // SAFETY: (test) as above.
     let t = unsafe { CStr::from_ptr(ibcm_strerror(42)) };
     assert_eq!(t.to_str().unwrap(), "unknown ibcm status");
     for e in 1..=9 {
-        // SAFETY (test): as above.
+        // SAFETY: (test) as above.
         let t = unsafe { CStr::from_ptr(ibcm_event_str(e)) };
         assert_ne!(t.to_str().unwrap(), "UNKNOWN", "{e}");
     }
@@ -49,7 +49,7 @@ fn null_context_is_einval_everywhere() {
     let p = crate::params::conn_param_default();
     let a = crate::params::accept_param_default();
     let mut ap = a;
-    // SAFETY (test): every pointer is NULL or points to a live local.
+    // SAFETY: (test) every pointer is NULL or points to a live local.
     let codes = unsafe {
         [
             ibcm_close(ctx),
@@ -81,7 +81,7 @@ fn null_context_is_einval_everywhere() {
 #[test]
 fn null_out_pointers_and_paths_are_einval() {
     let mut ctx = null_mut();
-    // SAFETY (test): NULL or live locals.
+    // SAFETY: (test) NULL or live locals.
     unsafe {
         assert_eq!(st(ibcm_open(null(), &mut ctx)), IBCM_EINVAL);
         assert_eq!(last(), "socket_path is NULL");
@@ -97,7 +97,7 @@ fn no_daemon_is_eattach() {
     let sock = dir.join("none.sock");
     let path = std::ffi::CString::new(sock.to_str().unwrap()).unwrap();
     let mut ctx = null_mut();
-    // SAFETY (test): a NUL-terminated path and a live local.
+    // SAFETY: (test) a NUL-terminated path and a live local.
     let c = unsafe { ibcm_open(path.as_ptr(), &mut ctx) };
     assert_eq!(st(c), IBCM_EATTACH);
     assert!(last().contains("none.sock"), "{}", last());
@@ -107,7 +107,7 @@ fn no_daemon_is_eattach() {
 #[test]
 fn conn_param_init_sets_the_defaults() {
     let mut p = std::mem::MaybeUninit::<ibcm_conn_param>::uninit();
-    // SAFETY (test): a writable local; init writes the whole struct.
+    // SAFETY: (test) a writable local; init writes the whole struct.
     let p = unsafe {
         assert_eq!(st(ibcm_conn_param_init(p.as_mut_ptr())), IBCM_OK);
         p.assume_init()
@@ -150,7 +150,7 @@ mod attached {
         let daemon = serve(sock.clone());
         let path = std::ffi::CString::new(sock.to_str().unwrap()).unwrap();
         let mut ctx = null_mut();
-        // SAFETY (test): live locals and the context ibcm_open returns, closed once at the end.
+        // SAFETY: (test) live locals and the context ibcm_open returns, closed once at the end.
         unsafe {
             assert_eq!(st(ibcm_open(path.as_ptr(), &mut ctx)), IBCM_OK, "{}", last());
             assert!(ibcm_get_fd(ctx) >= 0);

@@ -407,3 +407,9 @@ pub struct ibcm_ctx {
 pub(crate) fn code(s: ibcm_status) -> c_int {
     s as c_int
 }
+
+// The header promises that a context may be used from any thread, concurrently.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<ibcm_ctx>();
+};
