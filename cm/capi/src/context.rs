@@ -445,7 +445,10 @@ impl Context {
             Taken::Incoming(inc, req) => (inc, req),
             t @ Taken::Pending(..) => {
                 self.put_back(h, t);
-                return Err(Error::new(IBCM_ESTATE, "ibcm_accept on an active connection"));
+                return Err(Error::new(
+                    IBCM_ESTATE,
+                    "ibcm_accept on an active connection",
+                ));
             }
         };
         let rep = params.rep_fields();
@@ -542,7 +545,12 @@ impl Context {
             1 => QpState::Init,
             2 => QpState::Rtr,
             3 => QpState::Rts,
-            s => return Err(Error::new(IBCM_EINVAL, format!("QP state {s} (1 INIT, 2 RTR, 3 RTS)"))),
+            s => {
+                return Err(Error::new(
+                    IBCM_EINVAL,
+                    format!("QP state {s} (1 INIT, 2 RTR, 3 RTS)"),
+                ))
+            }
         };
         let (port, link) = params::local_port(port)?;
         let conns = lock(&self.shared.conns);
@@ -559,7 +567,10 @@ impl Context {
                 }
             },
             Entry::Connecting { .. } => {
-                return Err(Error::new(IBCM_ESTATE, "no REP yet: wait for CONNECT_RESPONSE"))
+                return Err(Error::new(
+                    IBCM_ESTATE,
+                    "no REP yet: wait for CONNECT_RESPONSE",
+                ))
             }
             Entry::Busy => return Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
         };

@@ -143,7 +143,10 @@ mod tests {
         let e: Error = CmError::DriverGone.into();
         assert_eq!(e.code, IBCM_EGONE);
         let e: Error = CmError::Refused("taken".into()).into();
-        assert_eq!((e.code, e.msg.as_str()), (IBCM_EREFUSED, "the node service refused the request: taken"));
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (IBCM_EREFUSED, "the node service refused the request: taken")
+        );
         let e: Error = ConnectError::PrivateDataTooLong { len: 93, max: 92 }.into();
         assert_eq!(e.code, IBCM_ETOOLONG);
         let e: Error = CallError::UnknownConnection(ibcm_mad::CommId(7)).into();

@@ -293,7 +293,10 @@ mod tests {
             private_data: vec![1, 2],
         };
         let ev = Event::ended(3, 0x10, false, &rej);
-        assert_eq!((ev.kind, ev.rej_reason, ev.target_gone), (IBCM_EVENT_REJECTED, 28, false));
+        assert_eq!(
+            (ev.kind, ev.rej_reason, ev.target_gone),
+            (IBCM_EVENT_REJECTED, 28, false)
+        );
         assert_eq!(ev.private_data, [1, 2]);
         let ev = Event::xrc("established conn=0x1 tgt_qpn=0x48".into());
         assert_eq!(ev.xrc_report, IBCM_XRC_ESTABLISHED);

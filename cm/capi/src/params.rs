@@ -101,7 +101,11 @@ pub(crate) fn connect_params(
     if p.flags & !known != 0 {
         return Err(invalid(format!("unknown flags {:#x}", p.flags & !known)));
     }
-    too_long("REQ private data", private_data.len(), IBCM_REQ_PRIVATE_DATA_MAX)?;
+    too_long(
+        "REQ private data",
+        private_data.len(),
+        IBCM_REQ_PRIVATE_DATA_MAX,
+    )?;
     let mut c = ConnectParams::new(
         peer_addr(peer)?,
         ServiceId(p.service_id),
@@ -121,8 +125,7 @@ pub(crate) fn connect_params(
     }
     c.allow_shared_qpn = p.flags & IBCM_CONNECT_SHARED_QPN != 0;
     c.private_data = private_data;
-    c.connect_timeout =
-        (p.timeout_ms != 0).then(|| Duration::from_millis(u64::from(p.timeout_ms)));
+    c.connect_timeout = (p.timeout_ms != 0).then(|| Duration::from_millis(u64::from(p.timeout_ms)));
     c.responder_resources = p.responder_resources;
     c.initiator_depth = p.initiator_depth;
     c.retry_count = u3(p.retry_count, "retry_count")?;
@@ -137,7 +140,11 @@ pub(crate) fn connect_params(
 
 /// The accept parameters.
 pub(crate) fn accept_params(p: &ibcm_accept_param, private_data: Vec<u8>) -> Result<AcceptParams> {
-    too_long("REP private data", private_data.len(), IBCM_REP_PRIVATE_DATA_MAX)?;
+    too_long(
+        "REP private data",
+        private_data.len(),
+        IBCM_REP_PRIVATE_DATA_MAX,
+    )?;
     let mut a = AcceptParams::new(qpn(p.qp_num, "qp_num")?);
     a.starting_psn = psn(p.starting_psn)?;
     a.private_data = private_data;
@@ -156,7 +163,11 @@ pub(crate) fn local_port(p: Option<&ibcm_port>) -> Result<(LocalPort, LinkLayer)
     let link = match p.link_layer {
         1 => LinkLayer::InfiniBand,
         2 => LinkLayer::Ethernet,
-        l => return Err(invalid(format!("link_layer {l} (1 InfiniBand, 2 Ethernet)"))),
+        l => {
+            return Err(invalid(format!(
+                "link_layer {l} (1 InfiniBand, 2 Ethernet)"
+            )))
+        }
     };
     let port = LocalPort {
         port_num: p.port_num,
@@ -232,10 +243,23 @@ mod tests {
         let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new()).unwrap();
         assert!(!manual);
         let d = ConnectParams::new(c.peer, ServiceId(0), Qpn::masked(0x11));
-        assert_eq!(c.peer, ibcm::proto::PeerAddr::Udp("10.0.0.2:4791".parse().unwrap()));
         assert_eq!(
-            (c.responder_resources, c.initiator_depth, c.path_mtu, c.retry_count),
-            (d.responder_resources, d.initiator_depth, d.path_mtu, d.retry_count)
+            c.peer,
+            ibcm::proto::PeerAddr::Udp("10.0.0.2:4791".parse().unwrap())
+        );
+        assert_eq!(
+            (
+                c.responder_resources,
+                c.initiator_depth,
+                c.path_mtu,
+                c.retry_count
+            ),
+            (
+                d.responder_resources,
+                d.initiator_depth,
+                d.path_mtu,
+                d.retry_count
+            )
         );
         assert_eq!(c.connect_timeout, Some(DEFAULT_CONNECT_TIMEOUT));
         assert_eq!(c.starting_psn, None);
@@ -247,29 +271,50 @@ mod tests {
         let e = connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err();
         assert_eq!(e.code, IBCM_EINVAL, "QPN 0");
         p.qp_num = 1 << 24;
-        assert_eq!(connect_params(&p, "x", Vec::new()).unwrap_err().code, IBCM_EINVAL);
+        assert_eq!(
+            connect_params(&p, "x", Vec::new()).unwrap_err().code,
+            IBCM_EINVAL
+        );
         p.qp_num = 5;
-        assert_eq!(connect_params(&p, "nowhere", Vec::new()).unwrap_err().code, IBCM_EINVAL);
+        assert_eq!(
+            connect_params(&p, "nowhere", Vec::new()).unwrap_err().code,
+            IBCM_EINVAL
+        );
         let e = connect_params(&p, "10.0.0.2:7", vec![0; 93]).unwrap_err();
         assert_eq!(e.code, IBCM_ETOOLONG);
         p.transport = 7;
-        assert_eq!(connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err().code, IBCM_EINVAL);
+        assert_eq!(
+            connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err().code,
+            IBCM_EINVAL
+        );
         p.transport = 2;
         p.flags = IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_SHARED_QPN | IBCM_CONNECT_PSN;
         p.starting_psn = 0x123;
         let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new()).unwrap();
         assert!(manual && c.allow_shared_qpn);
-        assert_eq!((c.transport, c.starting_psn), (ReqTransport::Xrc, Psn::new(0x123)));
+        assert_eq!(
+            (c.transport, c.starting_psn),
+            (ReqTransport::Xrc, Psn::new(0x123))
+        );
         p.flags = 0x80;
-        assert_eq!(connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err().code, IBCM_EINVAL);
+        assert_eq!(
+            connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err().code,
+            IBCM_EINVAL
+        );
         let mut a = accept_param_default();
         assert_eq!(accept_params(&a, Vec::new()).unwrap_err().code, IBCM_EINVAL);
         a.qp_num = 9;
         a.rnr_retry_count = 8;
         assert_eq!(accept_params(&a, Vec::new()).unwrap_err().code, IBCM_EINVAL);
         a.rnr_retry_count = 7;
-        assert_eq!(accept_params(&a, vec![0; 197]).unwrap_err().code, IBCM_ETOOLONG);
-        assert_eq!(accept_params(&a, Vec::new()).unwrap().local_qpn, Qpn::masked(9));
+        assert_eq!(
+            accept_params(&a, vec![0; 197]).unwrap_err().code,
+            IBCM_ETOOLONG
+        );
+        assert_eq!(
+            accept_params(&a, Vec::new()).unwrap().local_qpn,
+            Qpn::masked(9)
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! * `types`: the C types of `ibcm.h` (no code);
 //! * `api`: the context, the event channel, listeners, XRC services, error texts;
 //! * `conn`: connections (connect, accept, reject, establish, disconnect) and QP attributes;
-//! * here: the boundary helpers — [`guard`] (no panic crosses into C; the error's message is
+//! * here: the boundary helpers — `guard` (no panic crosses into C; the error's message is
 //!   kept for `ibcm_last_error`) and the pointer checks (null pointers are `IBCM_EINVAL`).
 
 pub mod api;

@@ -85,7 +85,10 @@ fn null_out_pointers_and_paths_are_einval() {
     unsafe {
         assert_eq!(st(ibcm_open(null(), &mut ctx)), IBCM_EINVAL);
         assert_eq!(last(), "socket_path is NULL");
-        assert_eq!(st(ibcm_open(c"/nonexistent".as_ptr(), null_mut())), IBCM_EINVAL);
+        assert_eq!(
+            st(ibcm_open(c"/nonexistent".as_ptr(), null_mut())),
+            IBCM_EINVAL
+        );
         assert_eq!(st(ibcm_conn_param_init(null_mut())), IBCM_EINVAL);
     }
     assert!(ctx.is_null());
@@ -112,7 +115,10 @@ fn conn_param_init_sets_the_defaults() {
         assert_eq!(st(ibcm_conn_param_init(p.as_mut_ptr())), IBCM_OK);
         p.assume_init()
     };
-    assert_eq!((p.responder_resources, p.retry_count, p.path_mtu), (16, 7, 3));
+    assert_eq!(
+        (p.responder_resources, p.retry_count, p.path_mtu),
+        (16, 7, 3)
+    );
     assert_eq!((p.timeout_ms, p.flags, p.transport), (10_000, 0, 0));
     assert!(p.peer.is_null() && p.private_data.is_null());
 }
@@ -121,20 +127,30 @@ fn conn_param_init_sets_the_defaults() {
 /// that need no further answer can be tried.
 mod attached {
     use super::*;
-    use ibcm::rt::node::proto::{encode_frame, read_frame, write_frame, ClientMsg, DaemonMsg, WireResult};
+    use ibcm::rt::node::proto::{
+        encode_frame, read_frame, write_frame, ClientMsg, DaemonMsg, WireResult,
+    };
 
     fn serve(sock: std::path::PathBuf) -> std::thread::JoinHandle<()> {
         let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             let (s, _) = l.accept().unwrap();
             s.set_nonblocking(true).unwrap();
             rt.block_on(async move {
                 let s = tokio::net::UnixStream::from_std(s).unwrap();
                 let (mut rd, mut wr) = s.into_split();
                 let hello: ClientMsg = read_frame(&mut rd).await.unwrap();
-                let ok = DaemonMsg::Reply { seq: hello.seq, result: WireResult::Ok };
-                write_frame(&mut wr, &encode_frame(&ok).unwrap()).await.unwrap();
+                let ok = DaemonMsg::Reply {
+                    seq: hello.seq,
+                    result: WireResult::Ok,
+                };
+                write_frame(&mut wr, &encode_frame(&ok).unwrap())
+                    .await
+                    .unwrap();
                 // Until the client closes the socket.
                 while read_frame::<ClientMsg, _>(&mut rd).await.is_ok() {}
             });
@@ -152,7 +168,12 @@ mod attached {
         let mut ctx = null_mut();
         // SAFETY: (test) live locals and the context ibcm_open returns, closed once at the end.
         unsafe {
-            assert_eq!(st(ibcm_open(path.as_ptr(), &mut ctx)), IBCM_OK, "{}", last());
+            assert_eq!(
+                st(ibcm_open(path.as_ptr(), &mut ctx)),
+                IBCM_OK,
+                "{}",
+                last()
+            );
             assert!(ibcm_get_fd(ctx) >= 0);
             let mut ev = null_mut();
             assert_eq!(st(ibcm_get_event(ctx, &mut ev)), IBCM_EAGAIN);
@@ -175,15 +196,26 @@ mod attached {
             assert_eq!(st(ibcm_reject(ctx, 77, 28, null(), 149)), IBCM_ETOOLONG);
             assert_eq!(st(ibcm_disconnect(ctx, 77, null(), 4)), IBCM_EINVAL);
             assert_eq!(st(ibcm_unlisten(ctx, 5)), IBCM_ENOENT);
-            assert_eq!(st(ibcm_xrc_listen(ctx, 5, 9, [16u32].as_ptr(), 1)), IBCM_EINVAL);
+            assert_eq!(
+                st(ibcm_xrc_listen(ctx, 5, 9, [16u32].as_ptr(), 1)),
+                IBCM_EINVAL
+            );
             assert_eq!(st(ibcm_xrc_listen(ctx, 5, 2, null(), 0)), IBCM_EINVAL);
             let mut p = crate::params::conn_param_default();
             let mut conn = 0u64;
-            assert_eq!(st(ibcm_connect(ctx, &p, &mut conn)), IBCM_EINVAL, "peer NULL");
+            assert_eq!(
+                st(ibcm_connect(ctx, &p, &mut conn)),
+                IBCM_EINVAL,
+                "peer NULL"
+            );
             p.peer = c"10.0.0.2".as_ptr();
             p.qp_num = 0x11;
             p.private_data_len = 3;
-            assert_eq!(st(ibcm_connect(ctx, &p, &mut conn)), IBCM_EINVAL, "data NULL");
+            assert_eq!(
+                st(ibcm_connect(ctx, &p, &mut conn)),
+                IBCM_EINVAL,
+                "data NULL"
+            );
             assert_eq!(st(ibcm_connect(ctx, &p, null_mut())), IBCM_EINVAL);
             assert_eq!(conn, 0);
             assert_eq!(st(ibcm_close(ctx)), IBCM_OK);
