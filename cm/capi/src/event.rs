@@ -111,6 +111,11 @@ impl Event {
                 }
             }
             ConnectionError::LocallyRejected { reason } => ev.rej_reason = reason.raw(),
+            // What the client reports for every connection when the daemon goes away.
+            ConnectionError::LocallyClosed if established => {
+                ev.status = IBCM_EGONE;
+                ev.reason = "ended here: the node service connection is gone".into();
+            }
             _ => {}
         }
         ev

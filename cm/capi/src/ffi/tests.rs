@@ -218,6 +218,31 @@ mod attached {
             );
             assert_eq!(st(ibcm_connect(ctx, &p, null_mut())), IBCM_EINVAL);
             assert_eq!(conn, 0);
+            // An event lent and given back once; its strings and data live until then.
+            let mut e = crate::event::Event::new(ibcm_event_type::IBCM_EVENT_DISCONNECTED, 5);
+            e.reason = "target gone (creator exited)".into();
+            e.private_data = vec![1, 2, 3];
+            let c = &*ctx;
+            c.inner.shared.events.push(e.clone());
+            c.inner.shared.events.push(e);
+            let mut ev = null_mut();
+            assert_eq!(st(ibcm_get_event(ctx, &mut ev)), IBCM_OK);
+            let r = &*ev;
+            assert_eq!(
+                (r.event, r.conn),
+                (ibcm_event_type::IBCM_EVENT_DISCONNECTED, 5)
+            );
+            assert_eq!(
+                CStr::from_ptr(r.reason).to_str(),
+                Ok("target gone (creator exited)")
+            );
+            assert_eq!(CStr::from_ptr(r.peer).to_str(), Ok(""));
+            let pd = std::slice::from_raw_parts(r.private_data, r.private_data_len as usize);
+            assert_eq!(pd, [1, 2, 3]);
+            assert_eq!(st(ibcm_ack_event(ctx, ev)), IBCM_OK);
+            assert_eq!(st(ibcm_ack_event(ctx, ev)), IBCM_EINVAL);
+            // The second stays unacknowledged: ibcm_close frees it.
+            assert_eq!(st(ibcm_wait_event(ctx, -1, &mut ev)), IBCM_OK);
             assert_eq!(st(ibcm_close(ctx)), IBCM_OK);
         }
         daemon.join().unwrap();
