@@ -4,11 +4,12 @@
  *   errors SERVER_SOCKET CLIENT_SOCKET SERVER_IP SILENT_IP QPN_BASE
  *
  * SILENT_IP is a loopback address where no CM listens. Checks, each printing "checked: ...":
- * a second client's listen on a taken service ID is refused; a REQ the server rejects reaches
- * the client as REJECTED with the reason and private data, and the server's handle ends with
- * CONNECT_ERROR; a connect to SILENT_IP ends UNREACHABLE after its timeout; a connect
- * cancelled with ibcm_disconnect ends with CONNECT_ERROR; bad arguments, unknown handles and
- * a second ack are refused with their codes. Anything else fails with exit status 1.
+ * a second client's listen on a taken service ID is refused; a REQ the server rejects
+ * reaches the client as REJECTED with the reason and private data, and the server's handle
+ * ends with CONNECT_ERROR, as when it disconnects an unanswered REQ; a connect to SILENT_IP
+ * ends UNREACHABLE after its timeout; a connect cancelled with ibcm_disconnect ends with
+ * CONNECT_ERROR; bad arguments, unknown handles and a second ack are refused with their
+ * codes. Anything else fails with exit status 1.
  */
 #include "example.h"
 
@@ -89,6 +90,26 @@ int main(int argc, char **argv)
            ev->reason);
     check(ibcm_ack_event(ctx[1], ev), "ack");
     want(ibcm_disconnect(ctx[1], h, NULL, 0), IBCM_ENOENT, "a call on an ended handle");
+
+    /* ibcm_disconnect on an unanswered REQ rejects it (REJ 28) without waiting: the two
+     * contexts' final events come in either order. */
+    h = connect_to(argv[3], base + 5, 10000);
+    ev = expect(0, IBCM_EVENT_CONNECT_REQUEST);
+    srv = ev->conn;
+    check(ibcm_ack_event(ctx[0], ev), "ack");
+    check(ibcm_disconnect(ctx[0], srv, NULL, 0), "ibcm_disconnect (a REQ)");
+    int seen[2] = {0, 0};
+    while (!seen[0] || !seen[1]) {
+        int which;
+        ev = next_event(ctx, 2, 30000, &which);
+        int ok = which == 0 ? ev->event == IBCM_EVENT_CONNECT_ERROR && ev->conn == srv
+                            : ev->event == IBCM_EVENT_REJECTED && ev->conn == h;
+        if (!ok || seen[which] || ev->rej_reason != 28)
+            fail("unexpected event %s after disconnecting a REQ", ibcm_event_str(ev->event));
+        seen[which] = 1;
+        check(ibcm_ack_event(ctx[which], ev), "ack");
+    }
+    printf("checked: ibcm_disconnect on an unanswered REQ -> REJECTED 28 at the client\n");
 
     /* Nobody answers: UNREACHABLE after the connect timeout. */
     h = connect_to(argv[4], base + 1, 500);

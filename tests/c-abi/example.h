@@ -31,7 +31,8 @@ static inline void fail(const char *fmt, const char *detail)
 
 /* One event of any of the `n` contexts, waiting up to `timeout_ms` in poll(2) on their fds;
  * `*which` says whose. Fails when nothing comes in time. The event is acked by the caller. */
-static inline struct ibcm_event *next_event(struct ibcm_ctx **ctxs, int n, int timeout_ms, int *which)
+static inline struct ibcm_event *next_event(struct ibcm_ctx **ctxs, int n, int timeout_ms,
+                                            int *which)
 {
     struct pollfd fds[8];
     if (n > 8)
@@ -68,8 +69,8 @@ static inline int is_final(const struct ibcm_event *ev)
 }
 
 /* Prints the attributes a verbs runtime would hand to ibv_modify_qp. */
-static inline void show_attr(const char *who, int i, const char *state, const struct ibcm_qp_attr *a,
-                      int mask)
+static inline void show_attr(const char *who, int i, const char *state,
+                             const struct ibcm_qp_attr *a, int mask)
 {
     printf("%s conn %d %s: mask=%#x qp_type=%u dest_qpn=%#x rq_psn=%#x sq_psn=%#x "
            "mtu=%u timeout=%u retry=%u rnr_retry=%u rd_atomic=%u/%u grh=%u hop_limit=%u\n",

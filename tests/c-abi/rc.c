@@ -19,8 +19,8 @@
  * as a verbs runtime would pass them to ibv_modify_qp (no QP exists: the daemons run the
  * simulated backend). The client's QPNs are QPN_BASE (default 0x100) + i, the server's
  * QPN_BASE + 0x1000 + i: a QPN is quarantined while its last connection is in TimeWait, so
- * runs against the same daemons use different bases. Each connection that both sides saw established and ended prints
- * "torn down: ..."; anything else fails with exit status 1.
+ * runs against the same daemons use different bases. Each connection that both sides saw
+ * established and ended prints "torn down: ..."; anything else fails with exit status 1.
  */
 #include "example.h"
 
@@ -86,7 +86,8 @@ static void on_server(struct ibcm_ctx *s, struct ibcm_event *ev)
         show_attr("server", i, "INIT", &a, mask);
         check(ibcm_init_qp_attr(s, ev->conn, IBCM_QPS_RTR, NULL, &ap, &a, &mask), "RTR attr");
         show_attr("server", i, "RTR", &a, mask);
-        if ((mask & (MASK_AV | MASK_DEST_QPN | MASK_RQ_PSN)) != (MASK_AV | MASK_DEST_QPN | MASK_RQ_PSN) ||
+        const int rtr = MASK_AV | MASK_DEST_QPN | MASK_RQ_PSN;
+        if ((mask & rtr) != rtr ||
             a.dest_qp_num != ev->remote_qpn || a.rq_psn != ap.starting_psn ||
             a.qp_type != IBCM_QPT_RC)
             fail("%s", "server RTR attributes do not match the REQ and REP");

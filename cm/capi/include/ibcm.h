@@ -12,9 +12,10 @@
  * different contexts, except ibcm_close, which must be the last call on its context (no
  * other call on it may run or follow). Each event is returned to exactly one caller. The
  * library runs one thread of its own per context (a tokio runtime) that talks to ibcmd;
- * calls that need the daemon's answer (listen, accept, reject, establish, XRC) block the
- * calling thread until it arrives; ibcm_connect, ibcm_disconnect, ibcm_get_event never wait
- * on the network. No callback ever runs on the caller's threads.
+ * calls that need the daemon's answer (ibcm_open, ibcm_listen, ibcm_unlisten, ibcm_accept,
+ * ibcm_accept_param_init, ibcm_reject, ibcm_establish, the XRC calls) block the calling
+ * thread until it arrives; ibcm_connect, ibcm_disconnect, ibcm_get_event, ibcm_init_qp_attr
+ * return without waiting for the daemon. No callback ever runs on the caller's threads.
  *
  * Docs: docs/capi.md. Build: pkg-config --cflags --libs ibcm.
  */

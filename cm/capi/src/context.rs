@@ -280,6 +280,15 @@ async fn pump(shared: Arc<Shared>, mut listener: Listener, mut stop: oneshot::Re
     }
 }
 
+/// The final event of a handle this side rejected.
+fn rejected_locally(h: u64, reason: RejReason) -> Event {
+    let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+    ev.status = IBCM_ECLOSED;
+    ev.rej_reason = reason.raw();
+    ev.reason = format!("rejected locally: {reason} ({})", reason.raw());
+    ev
+}
+
 /// Which entry a call found.
 enum Taken {
     Incoming(Box<Incoming>, Box<ReqInfo>),
@@ -483,11 +492,7 @@ impl Context {
             Taken::Incoming(inc, _) => self.block_on(inc.reject(reason, &[], private_data))?,
             Taken::Pending(p, _) => self.block_on(p.reject(reason, &[], private_data))?,
         };
-        let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
-        ev.status = IBCM_ECLOSED;
-        ev.rej_reason = reason.raw();
-        ev.reason = format!("rejected locally: {reason} ({})", reason.raw());
-        self.shared.finish(h, ev);
+        self.shared.finish(h, rejected_locally(h, reason));
         r.map_err(Error::from)
     }
 
@@ -527,7 +532,18 @@ impl Context {
             Entry::Busy => Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
             Entry::Incoming { .. } | Entry::Pending(..) => {
                 drop(conns);
-                self.reject(h, RejReason::ConsumerReject.raw(), &[])
+                // A REJ (consumer reject), sent without waiting for the daemon's answer.
+                let t = self.take(h, "ibcm_disconnect")?;
+                let s = self.shared.clone();
+                self.spawn(async move {
+                    let reason = RejReason::ConsumerReject;
+                    // Refused only when the REQ or REP is gone already: it ends either way.
+                    let _ = match t {
+                        Taken::Incoming(inc, _) => inc.reject(reason, &[], &[]).await,
+                        Taken::Pending(p, _) => p.reject(reason, &[], &[]).await,
+                    };
+                    s.finish(h, rejected_locally(h, reason));
+                })
             }
         }
     }
