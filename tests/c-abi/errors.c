@@ -76,6 +76,9 @@ int main(int argc, char **argv)
     struct ibcm_event *ev = expect(0, IBCM_EVENT_CONNECT_REQUEST);
     uint64_t srv = ev->conn;
     check(ibcm_ack_event(ctx[0], ev), "ack");
+    /* An MRA first (the answer will take a while), then the reject. */
+    want(ibcm_mra(ctx[0], srv, 20), IBCM_OK, "an MRA for the REQ");
+    want(ibcm_mra(ctx[0], srv, 32), IBCM_EINVAL, "an MRA with service timeout 32");
     const uint8_t why[] = "busy";
     check(ibcm_reject(ctx[0], srv, 28, why, sizeof why), "ibcm_reject");
     ev = expect(0, IBCM_EVENT_CONNECT_ERROR);

@@ -13,8 +13,8 @@
  * other call on it may run or follow). Each event is returned to exactly one caller. The
  * library runs one thread of its own per context (a tokio runtime) that talks to ibcmd;
  * calls that need the daemon's answer (ibcm_open, ibcm_listen, ibcm_unlisten, ibcm_accept,
- * ibcm_accept_param_init, ibcm_reject, ibcm_establish, the XRC calls) block the calling
- * thread until it arrives; ibcm_connect, ibcm_disconnect, ibcm_get_event, ibcm_init_qp_attr
+ * ibcm_accept_param_init, ibcm_reject, ibcm_mra, ibcm_establish, the XRC calls) block the
+ * calling thread until it arrives; ibcm_connect, ibcm_disconnect, ibcm_get_event, ibcm_init_qp_attr
  * return without waiting for the daemon. No callback ever runs on the caller's threads.
  *
  * Docs: docs/capi.md. Build: pkg-config --cflags --libs ibcm.
@@ -869,6 +869,16 @@ int ibcm_connect(struct ibcm_ctx *ctx, const struct ibcm_conn_param *param, uint
  * field docs say.
  */
 int ibcm_accept(struct ibcm_ctx *ctx, uint64_t conn, const struct ibcm_accept_param *param);
+
+/**
+ * Sends an MRA for the REQ of a `CONNECT_REQUEST` handle: the answer (accept or reject)
+ * will take up to 4.096 µs × 2^`service_timeout` (0..31), so the initiator waits that long
+ * instead of retransmitting its REQ. The REQ stays to be answered.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context.
+ */
+int ibcm_mra(struct ibcm_ctx *ctx, uint64_t conn, uint8_t service_timeout);
 
 /**
  * Rejects the REQ of a `CONNECT_REQUEST` handle, or the REP of a `CONNECT_RESPONSE` one,

@@ -496,6 +496,27 @@ impl Context {
         r.map_err(Error::from)
     }
 
+    /// Sends an MRA for the REQ of `h`: the answer will take up to 4.096 µs × 2^`timeout`.
+    /// The REQ stays to be answered.
+    pub(crate) fn mra(&self, h: u64, timeout: u8) -> Result<()> {
+        let t = ibcm_mad::TimeoutExp::new(timeout).ok_or_else(|| {
+            Error::new(
+                IBCM_EINVAL,
+                format!("service timeout {timeout} is above 31"),
+            )
+        })?;
+        let (inc, req) = match self.take(h, "ibcm_mra")? {
+            Taken::Incoming(inc, req) => (inc, req),
+            p @ Taken::Pending(..) => {
+                self.put_back(h, p);
+                return Err(Error::new(IBCM_ESTATE, "ibcm_mra on an active connection"));
+            }
+        };
+        let r = self.block_on(inc.mra(t));
+        self.put_back(h, Taken::Incoming(inc, req));
+        Ok(r??)
+    }
+
     /// Sends the RTU of `h` (`IBCM_CONNECT_MANUAL_RTU`).
     pub(crate) fn establish(&self, h: u64, private_data: Vec<u8>) -> Result<()> {
         let (p, active) = match self.take(h, "ibcm_establish")? {

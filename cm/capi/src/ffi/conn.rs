@@ -129,6 +129,18 @@ unsafe fn accept_param(p: *const ibcm_accept_param) -> Result<Option<ibcm::proto
     params::accept_params(p, pd).map(Some)
 }
 
+/// Sends an MRA for the REQ of a `CONNECT_REQUEST` handle: the answer (accept or reject)
+/// will take up to 4.096 µs × 2^`service_timeout` (0..31), so the initiator waits that long
+/// instead of retransmitting its REQ. The REQ stays to be answered.
+///
+/// # Safety
+/// `ctx` is NULL or a live context.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_mra(ctx: *mut ibcm_ctx, conn: u64, service_timeout: u8) -> c_int {
+    // SAFETY: the caller's contract.
+    guard(|| unsafe { context(ctx) }?.mra(conn, service_timeout))
+}
+
 /// Rejects the REQ of a `CONNECT_REQUEST` handle, or the REP of a `CONNECT_RESPONSE` one,
 /// with `reason` (IBTA table 112; 28 = consumer reject) and up to 148 bytes of private data.
 /// The handle ends (`CONNECT_ERROR`, "rejected locally").

@@ -66,6 +66,7 @@ fn null_context_is_einval_everywhere() {
             ibcm_connect(ctx, &p, &mut conn),
             ibcm_accept(ctx, 1, &a),
             ibcm_reject(ctx, 1, 28, null(), 0),
+            ibcm_mra(ctx, 1, 20),
             ibcm_establish(ctx, 1, null(), 0),
             ibcm_disconnect(ctx, 1, null(), 0),
             ibcm_init_qp_attr(ctx, 1, 2, null(), null(), &mut attr, &mut mask),
@@ -193,6 +194,8 @@ mod attached {
             assert_eq!(st(ibcm_establish(ctx, 77, null(), 0)), IBCM_ENOENT);
             assert_eq!(st(ibcm_accept(ctx, 77, null())), IBCM_EINVAL);
             assert_eq!(st(ibcm_reject(ctx, 77, 28, null(), 0)), IBCM_ENOENT);
+            assert_eq!(st(ibcm_mra(ctx, 77, 20)), IBCM_ENOENT);
+            assert_eq!(st(ibcm_mra(ctx, 77, 32)), IBCM_EINVAL);
             assert_eq!(st(ibcm_reject(ctx, 77, 28, null(), 149)), IBCM_ETOOLONG);
             assert_eq!(st(ibcm_disconnect(ctx, 77, null(), 4)), IBCM_EINVAL);
             assert_eq!(st(ibcm_unlisten(ctx, 5)), IBCM_ENOENT);
