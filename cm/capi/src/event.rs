@@ -277,6 +277,34 @@ mod tests {
     }
 
     #[test]
+    fn each_event_goes_to_exactly_one_taker() {
+        let c = std::sync::Arc::new(Channel::new().unwrap());
+        let takers: Vec<_> = (0..4)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    // Until a stop mark (one per taker).
+                    let mut got = Vec::new();
+                    while let Some(e) = c.wait(None) {
+                        if e.conn == u64::MAX {
+                            break;
+                        }
+                        got.push(e.conn);
+                    }
+                    got
+                })
+            })
+            .collect();
+        for n in (0..1000).chain([u64::MAX; 4]) {
+            c.push(Event::new(IBCM_EVENT_ESTABLISHED, n));
+        }
+        let mut all: Vec<u64> = takers.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..1000).collect::<Vec<_>>());
+        assert!(!readable(&c));
+    }
+
+    #[test]
     fn final_events_say_why() {
         let tg = TargetGone {
             kind: RejectKind::Gone(GoneCause::CreatorExited),
