@@ -1,0 +1,663 @@
+//! One attachment to `ibcmd` ([`Context`]): the library's tokio runtime, the [`Cm`] and
+//! [`Node`] handles of `ibcm::rt::node::attach`, the connection handles the C side names by
+//! number, and the tasks that turn what happens to them into events. Safe code; the FFI layer
+//! (`crate::ffi`) calls it.
+//!
+//! A connection handle lives from its `CONNECT_REQUEST` event or `ibcm_connect` until its
+//! final event is queued (`REJECTED`, `UNREACHABLE`, `CONNECT_ERROR`, `DISCONNECTED`): every
+//! handle gets exactly one final event, whoever ends it.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ibcm::proto::{AcceptParams, ConnectParams, ListenOptions, ReqInfo};
+use ibcm::qp_attr::{qp_attr, Connection as QpConn, QpState, Side};
+use ibcm::rt::node::{attach, Node};
+use ibcm::rt::{Cm, CmError, Connection, Incoming, Listener, PendingConnection};
+use ibcm_mad::{RejReason, Rep, Req, ReqTransport, ServiceId};
+use tokio::runtime::Runtime;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::error::{Error, Result};
+use crate::event::{Channel, Event};
+use crate::ffi::types::ibcm_event_type::*;
+use crate::ffi::types::ibcm_status::*;
+use crate::ffi::types::{ibcm_port, ibcm_qp_attr};
+use crate::params;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A connection handle's state.
+enum Entry {
+    /// `ibcm_connect`: waiting for the REP; `cancel` until ibcm_disconnect used it.
+    Connecting { cancel: Option<oneshot::Sender<()>> },
+    /// A REQ waiting for ibcm_accept / ibcm_reject.
+    Incoming {
+        inc: Box<Incoming>,
+        req: Box<ReqInfo>,
+    },
+    /// `IBCM_CONNECT_MANUAL_RTU`: the REP is here, waiting for ibcm_establish / ibcm_reject.
+    Pending(Box<PendingConnection>, Active),
+    /// Accepted or established: the messages for the QP attributes.
+    Open(Box<Open>),
+    /// A call on it is in progress.
+    Busy,
+}
+
+struct Open {
+    conn: Connection,
+    req: Req,
+    rep: Rep,
+    side: Side,
+    /// The active side's facts the REQ does not carry.
+    active: Option<Active>,
+}
+
+/// What the active side's QP attributes need beyond the REQ: the retry count asked for (an
+/// XRC INI's REQ carries 0) and the path's packet life time.
+#[derive(Debug, Clone, Copy)]
+struct Active {
+    retry_count: u8,
+    packet_life_time: u8,
+}
+
+impl Active {
+    fn of(p: &ConnectParams) -> Self {
+        Active {
+            retry_count: p.retry_count.get(),
+            packet_life_time: p.packet_life_time.get(),
+        }
+    }
+}
+
+/// What the runtime's tasks and the calls share.
+pub(crate) struct Shared {
+    pub(crate) events: Channel,
+    conns: Mutex<HashMap<u64, Entry>>,
+    next: AtomicU64,
+}
+
+struct ListenerTask {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+/// One attachment (`struct ibcm_ctx`).
+pub(crate) struct Context {
+    rt: Option<Runtime>,
+    pub(crate) shared: Arc<Shared>,
+    cm: Cm,
+    node: Node,
+    listeners: Mutex<HashMap<u64, ListenerTask>>,
+}
+
+fn transport_code(t: ReqTransport) -> u32 {
+    match t {
+        ReqTransport::Rc => 0,
+        ReqTransport::Uc => 1,
+        ReqTransport::Xrc => 2,
+        ReqTransport::Other => 3,
+    }
+}
+
+impl Shared {
+    fn new_handle(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Ends handle `h` with its final event.
+    fn finish(&self, h: u64, ev: Event) {
+        lock(&self.conns).remove(&h);
+        self.events.push(ev);
+    }
+
+    /// A REQ reached a listener: a new handle and its event.
+    fn incoming(&self, inc: Incoming) {
+        let Some(req) = inc.request().cloned() else {
+            // A SIDR_REQ: not served to C (dropping it answers "rejected").
+            return;
+        };
+        let h = self.new_handle();
+        let mut ev = Event::new(IBCM_EVENT_CONNECT_REQUEST, h);
+        ev.service_id = req.service_id().0;
+        ev.transport = transport_code(req.transport());
+        ev.remote_qpn = req.remote_qpn().get();
+        ev.remote_psn = req.remote_starting_psn().get();
+        ev.peer = req.peer.to_string();
+        ev.private_data = req.user_private_data().to_vec();
+        lock(&self.conns).insert(
+            h,
+            Entry::Incoming {
+                inc: Box::new(inc),
+                req: Box::new(req),
+            },
+        );
+        self.events.push(ev);
+    }
+
+    /// A connection of handle `h` is accepted or established: keep it and watch it.
+    fn opened(self: &Arc<Self>, h: u64, open: Open, established: bool) {
+        let conn = open.conn.clone();
+        let remote_qpn = match open.side {
+            Side::Active => conn.rep().map_or(0, |r| r.remote_qpn.get()),
+            Side::Passive => open.req.local_qpn.get(),
+        };
+        lock(&self.conns).insert(h, Entry::Open(Box::new(open)));
+        let id = conn.id().0;
+        let established_event = move || {
+            let mut ev = Event::new(IBCM_EVENT_ESTABLISHED, h);
+            ev.comm_id = id;
+            ev.remote_qpn = remote_qpn;
+            ev
+        };
+        if established {
+            self.events.push(established_event());
+        }
+        let s = self.clone();
+        tokio::spawn(async move {
+            if !established {
+                if let Err(why) = conn.established().await {
+                    s.finish(h, Event::ended(h, id, false, &why));
+                    return;
+                }
+                s.events.push(established_event());
+            }
+            let why = conn.closed().await;
+            s.finish(h, Event::ended(h, id, true, &why));
+        });
+    }
+
+    /// The end of an `ibcm_connect`'s wait for the REP (`None`: cancelled).
+    async fn connected(
+        self: Arc<Self>,
+        h: u64,
+        r: Option<std::result::Result<PendingConnection, CmError>>,
+        manual: bool,
+        active: Active,
+    ) {
+        let cancelled = |s: &Self| {
+            let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+            ev.status = IBCM_ECLOSED;
+            ev.reason = "cancelled by ibcm_disconnect".into();
+            s.finish(h, ev);
+        };
+        let p = match r {
+            None => return cancelled(&self),
+            Some(Err(CmError::Connection(why))) => {
+                return self.finish(h, Event::ended(h, 0, false, &why));
+            }
+            Some(Err(e)) => {
+                let e = Error::from(e);
+                let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+                ev.status = e.code;
+                ev.reason = e.msg;
+                return self.finish(h, ev);
+            }
+            Some(Ok(p)) => p,
+        };
+        {
+            let mut conns = lock(&self.conns);
+            let live = matches!(conns.get(&h), Some(Entry::Connecting { cancel: Some(_) }));
+            if !live {
+                drop(conns);
+                // Dropping the pending connection rejects the REP (REJ 28).
+                drop(p);
+                return cancelled(&self);
+            }
+            if manual {
+                let mut ev = Event::new(IBCM_EVENT_CONNECT_RESPONSE, h);
+                ev.comm_id = p.id().0;
+                ev.remote_qpn = p.rep().remote_qpn.get();
+                ev.remote_psn = p.rep().rep.starting_psn.get();
+                ev.private_data = p.rep().rep.private_data.as_bytes().to_vec();
+                conns.insert(h, Entry::Pending(Box::new(p), active));
+                drop(conns);
+                self.events.push(ev);
+                return;
+            }
+            conns.insert(h, Entry::Busy);
+        }
+        self.establish_pending(h, p, active, Vec::new()).await.ok();
+    }
+
+    /// Sends the RTU of `p`; its end (established, or the final event) is queued.
+    async fn establish_pending(
+        self: &Arc<Self>,
+        h: u64,
+        p: PendingConnection,
+        active: Active,
+        private_data: Vec<u8>,
+    ) -> Result<()> {
+        let (req, rep) = (*p.req(), p.rep().rep);
+        let id = p.id().0;
+        match p.establish(&private_data).await {
+            Ok(conn) => {
+                let open = Open {
+                    conn,
+                    req,
+                    rep,
+                    side: Side::Active,
+                    active: Some(active),
+                };
+                self.opened(h, open, true);
+                Ok(())
+            }
+            Err(e) => {
+                let ev = match &e {
+                    CmError::Connection(why) => Event::ended(h, id, false, why),
+                    _ => {
+                        let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+                        ev.comm_id = id;
+                        ev.status = IBCM_ECLOSED;
+                        ev.reason = format!("the RTU could not be sent: {e}");
+                        ev
+                    }
+                };
+                self.finish(h, ev);
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// The listener's task: each REQ becomes a handle and an event, until `stop`.
+async fn pump(shared: Arc<Shared>, mut listener: Listener, mut stop: oneshot::Receiver<()>) {
+    loop {
+        tokio::select! {
+            inc = listener.next() => match inc {
+                Some(inc) => shared.incoming(inc),
+                None => return,
+            },
+            _ = &mut stop => return,
+        }
+    }
+}
+
+/// The final event of a handle this side rejected.
+fn rejected_locally(h: u64, reason: RejReason) -> Event {
+    let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+    ev.status = IBCM_ECLOSED;
+    ev.rej_reason = reason.raw();
+    ev.reason = format!("rejected locally: {reason} ({})", reason.raw());
+    ev
+}
+
+/// Which entry a call found.
+enum Taken {
+    Incoming(Box<Incoming>, Box<ReqInfo>),
+    Pending(Box<PendingConnection>, Active),
+}
+
+impl Context {
+    /// Attaches to the daemon at `path`.
+    pub(crate) fn open(path: &Path) -> Result<Context> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ibcm")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::new(IBCM_EIO, format!("cannot start the library's thread: {e}")))?;
+        let events = Channel::new()
+            .map_err(|e| Error::new(IBCM_EIO, format!("cannot create the event fd: {e}")))?;
+        let a = rt
+            .block_on(attach(path))
+            .map_err(|e| Error::new(IBCM_EATTACH, format!("{}: {e}", path.display())))?;
+        let shared = Arc::new(Shared {
+            events,
+            conns: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        });
+        let s = shared.clone();
+        let task = a.task;
+        rt.spawn(async move {
+            let why = match task.await {
+                Ok(Ok(())) => "the node service connection was closed".to_string(),
+                Ok(Err(e)) => format!("the node service connection is lost: {e}"),
+                Err(e) => format!("the node service client stopped: {e}"),
+            };
+            let mut ev = Event::new(IBCM_EVENT_SERVICE_GONE, 0);
+            ev.status = IBCM_EGONE;
+            ev.reason = why;
+            s.events.push(ev);
+        });
+        let (s, node) = (shared.clone(), a.node.clone());
+        rt.spawn(async move {
+            while let Some(line) = node.xrc_event().await {
+                s.events.push(Event::xrc(line));
+            }
+        });
+        Ok(Context {
+            rt: Some(rt),
+            shared,
+            cm: a.cm,
+            node: a.node,
+            listeners: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn block_on<F: Future>(&self, f: F) -> Result<F::Output> {
+        match &self.rt {
+            Some(rt) => Ok(rt.block_on(f)),
+            None => Err(Error::new(IBCM_EGONE, "the context is closed")),
+        }
+    }
+
+    fn spawn<F: Future<Output = ()> + Send + 'static>(&self, f: F) -> Result<()> {
+        match &self.rt {
+            Some(rt) => {
+                rt.spawn(f);
+                Ok(())
+            }
+            None => Err(Error::new(IBCM_EGONE, "the context is closed")),
+        }
+    }
+
+    /// Listens on `sid` (RC and UC REQs; XRC targets are ibcm_xrc_listen's).
+    pub(crate) fn listen(&self, sid: u64) -> Result<()> {
+        let mut ls = lock(&self.listeners);
+        if ls.contains_key(&sid) {
+            return Err(Error::new(
+                IBCM_EREFUSED,
+                format!("this context listens on {} already", ServiceId(sid)),
+            ));
+        }
+        let opts = ListenOptions {
+            transports: vec![ReqTransport::Rc, ReqTransport::Uc],
+        };
+        let listener = self.block_on(self.cm.listen(ServiceId(sid), opts))??;
+        let (stop, rx) = oneshot::channel();
+        let Some(rt) = &self.rt else {
+            return Err(Error::new(IBCM_EGONE, "the context is closed"));
+        };
+        let task = rt.spawn(pump(self.shared.clone(), listener, rx));
+        ls.insert(sid, ListenerTask { stop, task });
+        Ok(())
+    }
+
+    /// Stops listening on `sid`; the daemon has been told when this returns.
+    pub(crate) fn unlisten(&self, sid: u64) -> Result<()> {
+        let t = lock(&self.listeners).remove(&sid).ok_or_else(|| {
+            Error::new(IBCM_ENOENT, format!("not listening on {}", ServiceId(sid)))
+        })?;
+        let _ = t.stop.send(());
+        // The task drops the listener (its unlisten goes out) as it ends.
+        let _ = self.block_on(t.task)?;
+        Ok(())
+    }
+
+    /// Starts a connection; its events follow.
+    pub(crate) fn connect(&self, params: ConnectParams, manual: bool) -> Result<u64> {
+        let h = self.shared.new_handle();
+        let (cancel, mut cancelled) = oneshot::channel();
+        let active = Active::of(&params);
+        lock(&self.shared.conns).insert(
+            h,
+            Entry::Connecting {
+                cancel: Some(cancel),
+            },
+        );
+        let (cm, s) = (self.cm.clone(), self.shared.clone());
+        let r = self.spawn(async move {
+            let r = tokio::select! {
+                r = cm.connect_manual(params) => Some(r),
+                Ok(()) = &mut cancelled => None,
+            };
+            s.connected(h, r, manual, active).await;
+        });
+        if let Err(e) = r {
+            lock(&self.shared.conns).remove(&h);
+            return Err(e);
+        }
+        Ok(h)
+    }
+
+    fn unknown(h: u64) -> Error {
+        Error::new(IBCM_ENOENT, format!("no connection {h}"))
+    }
+
+    /// Takes the REQ or pending REP of `h`, leaving it busy.
+    fn take(&self, h: u64, op: &str) -> Result<Taken> {
+        let mut conns = lock(&self.shared.conns);
+        let e = conns.get_mut(&h).ok_or_else(|| Self::unknown(h))?;
+        match std::mem::replace(e, Entry::Busy) {
+            Entry::Incoming { inc, req } => Ok(Taken::Incoming(inc, req)),
+            Entry::Pending(p, a) => Ok(Taken::Pending(p, a)),
+            Entry::Busy => Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
+            other => {
+                *e = other;
+                Err(Error::new(
+                    IBCM_ESTATE,
+                    format!("{op}: connection {h} has no request or response to answer"),
+                ))
+            }
+        }
+    }
+
+    fn put_back(&self, h: u64, t: Taken) {
+        let e = match t {
+            Taken::Incoming(inc, req) => Entry::Incoming { inc, req },
+            Taken::Pending(p, a) => Entry::Pending(p, a),
+        };
+        lock(&self.shared.conns).insert(h, e);
+    }
+
+    /// Accepts the REQ of `h` (sends the REP); `ESTABLISHED` follows on the RTU.
+    pub(crate) fn accept(&self, h: u64, params: AcceptParams) -> Result<()> {
+        let (inc, req) = match self.take(h, "ibcm_accept")? {
+            Taken::Incoming(inc, req) => (inc, req),
+            t @ Taken::Pending(..) => {
+                self.put_back(h, t);
+                return Err(Error::new(
+                    IBCM_ESTATE,
+                    "ibcm_accept on an active connection",
+                ));
+            }
+        };
+        let rep = params.rep_fields();
+        match self.block_on(inc.accept(params))? {
+            Ok(conn) => {
+                let open = Open {
+                    conn,
+                    req: req.req,
+                    rep,
+                    side: Side::Passive,
+                    active: None,
+                };
+                let _guard = self.rt.as_ref().map(Runtime::enter);
+                self.shared.opened(h, open, false);
+                Ok(())
+            }
+            Err(e) => {
+                let e = Error::from(e);
+                let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+                ev.status = e.code;
+                ev.reason = format!("accept refused (the REQ was rejected): {}", e.msg);
+                self.shared.finish(h, ev);
+                Err(e)
+            }
+        }
+    }
+
+    /// Rejects the REQ or the REP of `h`.
+    pub(crate) fn reject(&self, h: u64, reason: u16, private_data: &[u8]) -> Result<()> {
+        let reason = RejReason::from_raw(reason);
+        let r = match self.take(h, "ibcm_reject")? {
+            Taken::Incoming(inc, _) => self.block_on(inc.reject(reason, &[], private_data))?,
+            Taken::Pending(p, _) => self.block_on(p.reject(reason, &[], private_data))?,
+        };
+        self.shared.finish(h, rejected_locally(h, reason));
+        r.map_err(Error::from)
+    }
+
+    /// Sends an MRA for the REQ of `h`: the answer will take up to 4.096 µs × 2^`timeout`.
+    /// The REQ stays to be answered.
+    pub(crate) fn mra(&self, h: u64, timeout: u8) -> Result<()> {
+        let t = ibcm_mad::TimeoutExp::new(timeout).ok_or_else(|| {
+            Error::new(
+                IBCM_EINVAL,
+                format!("service timeout {timeout} is above 31"),
+            )
+        })?;
+        let (inc, req) = match self.take(h, "ibcm_mra")? {
+            Taken::Incoming(inc, req) => (inc, req),
+            p @ Taken::Pending(..) => {
+                self.put_back(h, p);
+                return Err(Error::new(IBCM_ESTATE, "ibcm_mra on an active connection"));
+            }
+        };
+        let r = self.block_on(inc.mra(t));
+        self.put_back(h, Taken::Incoming(inc, req));
+        Ok(r??)
+    }
+
+    /// Sends the RTU of `h` (`IBCM_CONNECT_MANUAL_RTU`).
+    pub(crate) fn establish(&self, h: u64, private_data: Vec<u8>) -> Result<()> {
+        let (p, active) = match self.take(h, "ibcm_establish")? {
+            Taken::Pending(p, a) => (p, a),
+            t @ Taken::Incoming(..) => {
+                self.put_back(h, t);
+                return Err(Error::new(
+                    IBCM_ESTATE,
+                    "ibcm_establish on a passive connection",
+                ));
+            }
+        };
+        let s = self.shared.clone();
+        self.block_on(async move { s.establish_pending(h, *p, active, private_data).await })?
+    }
+
+    /// Ends `h`: a DREQ when established (REJ while being set up); its final event follows.
+    pub(crate) fn disconnect(&self, h: u64, private_data: Vec<u8>) -> Result<()> {
+        let mut conns = lock(&self.shared.conns);
+        match conns.get_mut(&h).ok_or_else(|| Self::unknown(h))? {
+            Entry::Connecting { cancel } => {
+                if let Some(c) = cancel.take() {
+                    let _ = c.send(());
+                }
+                Ok(())
+            }
+            Entry::Open(o) => {
+                let conn = o.conn.clone();
+                drop(conns);
+                self.spawn(async move {
+                    conn.disconnect(&private_data).await;
+                })
+            }
+            Entry::Busy => Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
+            Entry::Incoming { .. } | Entry::Pending(..) => {
+                drop(conns);
+                // A REJ (consumer reject), sent without waiting for the daemon's answer.
+                let t = self.take(h, "ibcm_disconnect")?;
+                let s = self.shared.clone();
+                self.spawn(async move {
+                    let reason = RejReason::ConsumerReject;
+                    // Refused only when the REQ or REP is gone already: it ends either way.
+                    let _ = match t {
+                        Taken::Incoming(inc, _) => inc.reject(reason, &[], &[]).await,
+                        Taken::Pending(p, _) => p.reject(reason, &[], &[]).await,
+                    };
+                    s.finish(h, rejected_locally(h, reason));
+                })
+            }
+        }
+    }
+
+    /// The QP attributes of `h` for `state`; a passive side before ibcm_accept gives the
+    /// accept parameters it will use.
+    pub(crate) fn qp_attr(
+        &self,
+        h: u64,
+        state: u32,
+        port: Option<&ibcm_port>,
+        accept: Option<AcceptParams>,
+    ) -> Result<(ibcm_qp_attr, i32)> {
+        let state = match state {
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            s => {
+                return Err(Error::new(
+                    IBCM_EINVAL,
+                    format!("QP state {s} (1 INIT, 2 RTR, 3 RTS)"),
+                ))
+            }
+        };
+        let (port, link) = params::local_port(port)?;
+        let conns = lock(&self.shared.conns);
+        let (req, rep, side, active) = match conns.get(&h).ok_or_else(|| Self::unknown(h))? {
+            Entry::Open(o) => (o.req, o.rep, o.side, o.active),
+            Entry::Pending(p, a) => (*p.req(), p.rep().rep, Side::Active, Some(*a)),
+            Entry::Incoming { req, .. } => match accept {
+                Some(a) => (req.req, a.rep_fields(), Side::Passive, None),
+                None => {
+                    return Err(Error::new(
+                        IBCM_EINVAL,
+                        "before ibcm_accept the QP attributes need the accept parameters",
+                    ))
+                }
+            },
+            Entry::Connecting { .. } => {
+                return Err(Error::new(
+                    IBCM_ESTATE,
+                    "no REP yet: wait for CONNECT_RESPONSE",
+                ))
+            }
+            Entry::Busy => return Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
+        };
+        drop(conns);
+        let mut c = QpConn::new(&req, &rep, side, link, port);
+        if let Some(a) = active {
+            c.retry_count = Some(a.retry_count);
+            c.packet_life_time = Some(a.packet_life_time);
+        }
+        let (a, m) = qp_attr(&c, state).map_err(|e| Error::new(IBCM_EINVAL, e.to_string()))?;
+        let t = c
+            .qp_type()
+            .ok_or_else(|| Error::new(IBCM_EINVAL, "the REQ's transport has no connected QP"))?;
+        Ok(params::qp_attr_c(&a, m, t))
+    }
+
+    /// A random PSN from the daemon's endpoint.
+    pub(crate) fn random_psn(&self) -> Result<u32> {
+        Ok(self.block_on(self.cm.random_psn())??.get())
+    }
+
+    /// Has the daemon serve `sid` as an XRC target of this context.
+    pub(crate) fn xrc_listen(&self, sid: u64, policy: &str, srqns: &[u32]) -> Result<()> {
+        Ok(self.block_on(self.node.xrc_listen(ServiceId(sid), policy, srqns))??)
+    }
+
+    /// Stops serving `sid` as an XRC target.
+    pub(crate) fn xrc_unlisten(&self, sid: u64) -> Result<()> {
+        Ok(self.block_on(self.node.xrc_unlisten(ServiceId(sid)))??)
+    }
+
+    /// Destroys this context's TGT QPs as their owner; how many.
+    pub(crate) fn xrc_destroy(&self) -> Result<u64> {
+        Ok(self.block_on(self.node.xrc_destroy())??)
+    }
+
+    /// Waits up to `timeout` for an event.
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> Option<Event> {
+        self.shared.events.wait(timeout)
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // The runtime's tasks own the daemon's socket: shutting it down closes the socket,
+        // and the daemon ends this client's connections (DREQ, REJ) and listeners.
+        lock(&self.listeners).clear();
+        lock(&self.shared.conns).clear();
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The event channel: a queue of [`Event`]s, a condition variable for the blocking wait, and
+//! a socket pair whose read end is the pollable fd (`ibcm_get_fd`). The fd is readable
+//! exactly while the queue is not empty: one byte is written when the queue becomes non-empty
+//! and read back when it becomes empty, both under the queue's lock.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ibcm::proto::ConnectionError;
+use ibcm_mad::xrc::TargetGone;
+
+use crate::ffi::types::ibcm_event_type::{self, *};
+use crate::ffi::types::ibcm_status::{self, *};
+use crate::ffi::types::ibcm_xrc_report::{self, *};
+
+/// One event, owned by Rust (the FFI layer lends a C view of it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Event {
+    pub(crate) kind: ibcm_event_type,
+    pub(crate) status: ibcm_status,
+    pub(crate) conn: u64,
+    pub(crate) comm_id: u32,
+    pub(crate) transport: u32,
+    pub(crate) service_id: u64,
+    pub(crate) remote_qpn: u32,
+    pub(crate) remote_psn: u32,
+    pub(crate) rej_reason: u16,
+    pub(crate) by_peer: bool,
+    pub(crate) target_gone: bool,
+    pub(crate) xrc_report: ibcm_xrc_report,
+    pub(crate) peer: String,
+    pub(crate) reason: String,
+    pub(crate) private_data: Vec<u8>,
+}
+
+impl Event {
+    pub(crate) fn new(kind: ibcm_event_type, conn: u64) -> Self {
+        Event {
+            kind,
+            status: IBCM_OK,
+            conn,
+            comm_id: 0,
+            transport: 0,
+            service_id: 0,
+            remote_qpn: 0,
+            remote_psn: 0,
+            rej_reason: 0,
+            by_peer: false,
+            target_gone: false,
+            xrc_report: IBCM_XRC_NONE,
+            peer: String::new(),
+            reason: String::new(),
+            private_data: Vec::new(),
+        }
+    }
+
+    /// Whether this is a connection's last event.
+    #[cfg(test)]
+    pub(crate) fn is_final(&self) -> bool {
+        matches!(
+            self.kind,
+            IBCM_EVENT_REJECTED
+                | IBCM_EVENT_UNREACHABLE
+                | IBCM_EVENT_CONNECT_ERROR
+                | IBCM_EVENT_DISCONNECTED
+        )
+    }
+
+    /// The final event of connection `conn` that ended with `why`; `established`: whether it
+    /// had been established (then it is `DISCONNECTED` whatever the cause).
+    pub(crate) fn ended(conn: u64, comm_id: u32, established: bool, why: &ConnectionError) -> Self {
+        let kind = match why {
+            _ if established => IBCM_EVENT_DISCONNECTED,
+            ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut => {
+                IBCM_EVENT_DISCONNECTED
+            }
+            ConnectionError::Rejected { .. } => IBCM_EVENT_REJECTED,
+            ConnectionError::TimedOut => IBCM_EVENT_UNREACHABLE,
+            _ => IBCM_EVENT_CONNECT_ERROR,
+        };
+        let mut ev = Event::new(kind, conn);
+        ev.comm_id = comm_id;
+        ev.status = IBCM_ECLOSED;
+        ev.reason = why.to_string();
+        match why {
+            ConnectionError::Disconnected {
+                by_peer,
+                private_data,
+            } => {
+                ev.by_peer = *by_peer;
+                ev.private_data.clone_from(private_data);
+                if let Some(tg) = target_gone(private_data) {
+                    ev.target_gone = true;
+                    ev.reason = tg.kind.to_string();
+                }
+            }
+            ConnectionError::Rejected {
+                reason,
+                ari,
+                private_data,
+            } => {
+                ev.rej_reason = reason.raw();
+                ev.private_data.clone_from(private_data);
+                if let Some(tg) = target_gone(ari).or_else(|| target_gone(private_data)) {
+                    ev.target_gone = true;
+                    ev.reason = format!("{} ({why})", tg.kind);
+                }
+            }
+            ConnectionError::LocallyRejected { reason } => ev.rej_reason = reason.raw(),
+            // What the client reports for every connection when the daemon goes away.
+            ConnectionError::LocallyClosed if established => {
+                ev.status = IBCM_EGONE;
+                ev.reason = "ended here: the node service connection is gone".into();
+            }
+            _ => {}
+        }
+        ev
+    }
+
+    /// An XRC report line of the daemon (its first word says which kind).
+    pub(crate) fn xrc(line: String) -> Self {
+        let mut ev = Event::new(IBCM_EVENT_XRC_REPORT, 0);
+        ev.xrc_report = match line.split_whitespace().next() {
+            Some("accepted") => IBCM_XRC_ACCEPTED,
+            Some("rejected") => IBCM_XRC_REJECTED,
+            Some("established") => IBCM_XRC_ESTABLISHED,
+            Some("teardown") => IBCM_XRC_TEARDOWN,
+            Some("closed") => IBCM_XRC_CLOSED,
+            _ => IBCM_XRC_OTHER,
+        };
+        ev.reason = line;
+        ev
+    }
+}
+
+/// The XRC target-gone block at the start of `data` (trailing zeros the runtime trimmed put
+/// back).
+fn target_gone(data: &[u8]) -> Option<TargetGone> {
+    if data.is_empty() {
+        return None;
+    }
+    let mut v = data.to_vec();
+    if v.len() < TargetGone::LEN {
+        v.resize(TargetGone::LEN, 0);
+    }
+    TargetGone::parse(&v)
+}
+
+/// The queue and its fd.
+#[derive(Debug)]
+pub(crate) struct Channel {
+    queue: Mutex<VecDeque<Event>>,
+    ready: Condvar,
+    rd: UnixStream,
+    wr: UnixStream,
+}
+
+impl Channel {
+    pub(crate) fn new() -> std::io::Result<Self> {
+        let (rd, wr) = UnixStream::pair()?;
+        rd.set_nonblocking(true)?;
+        wr.set_nonblocking(true)?;
+        Ok(Channel {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            rd,
+            wr,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Event>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The fd that is readable while events are queued.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.rd.as_raw_fd()
+    }
+
+    pub(crate) fn push(&self, ev: Event) {
+        let mut q = self.lock();
+        if q.is_empty() {
+            // One byte in the pair while the queue is non-empty; the pair holds far more.
+            let _ = (&self.wr).write(&[1]);
+        }
+        q.push_back(ev);
+        self.ready.notify_one();
+    }
+
+    fn take(&self, q: &mut VecDeque<Event>) -> Option<Event> {
+        let ev = q.pop_front()?;
+        if q.is_empty() {
+            let mut b = [0u8; 8];
+            let _ = (&self.rd).read(&mut b);
+        }
+        Some(ev)
+    }
+
+    /// The next event, without waiting.
+    pub(crate) fn try_pop(&self) -> Option<Event> {
+        let mut q = self.lock();
+        self.take(&mut q)
+    }
+
+    /// The next event, waiting up to `timeout` (`None`: for ever).
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> Option<Event> {
+        let end = timeout.map(|t| Instant::now() + t);
+        let mut q = self.lock();
+        loop {
+            if let Some(ev) = self.take(&mut q) {
+                return Some(ev);
+            }
+            q = match end {
+                None => self.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
+                Some(end) => {
+                    let left = end.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.ready
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ibcm_mad::xrc::{GoneCause, RejectKind};
+
+    /// Whether the fd is readable (test only: reads the byte and puts it back).
+    fn readable(c: &Channel) -> bool {
+        let mut b = [0u8; 8];
+        match (&c.rd).read(&mut b) {
+            Ok(n) => {
+                assert_eq!(n, 1, "one byte while events are queued");
+                (&c.wr).write_all(&b[..1]).unwrap();
+                true
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn fd_is_readable_exactly_while_events_are_queued() {
+        let c = Channel::new().unwrap();
+        assert!(!readable(&c));
+        assert!(c.try_pop().is_none());
+        c.push(Event::new(IBCM_EVENT_ESTABLISHED, 1));
+        c.push(Event::new(IBCM_EVENT_ESTABLISHED, 2));
+        assert!(readable(&c));
+        assert_eq!(c.try_pop().map(|e| e.conn), Some(1));
+        assert!(readable(&c));
+        assert_eq!(c.wait(Some(Duration::ZERO)).map(|e| e.conn), Some(2));
+        assert!(!readable(&c));
+        assert!(c.wait(Some(Duration::from_millis(1))).is_none());
+    }
+
+    #[test]
+    fn wait_wakes_on_push_from_another_thread() {
+        let c = std::sync::Arc::new(Channel::new().unwrap());
+        let c2 = c.clone();
+        let t = std::thread::spawn(move || c2.wait(None).map(|e| e.conn));
+        c.push(Event::new(IBCM_EVENT_ESTABLISHED, 9));
+        assert_eq!(t.join().unwrap(), Some(9));
+    }
+
+    #[test]
+    fn each_event_goes_to_exactly_one_taker() {
+        let c = std::sync::Arc::new(Channel::new().unwrap());
+        let takers: Vec<_> = (0..4)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    // Until a stop mark (one per taker).
+                    let mut got = Vec::new();
+                    while let Some(e) = c.wait(None) {
+                        if e.conn == u64::MAX {
+                            break;
+                        }
+                        got.push(e.conn);
+                    }
+                    got
+                })
+            })
+            .collect();
+        for n in (0..1000).chain([u64::MAX; 4]) {
+            c.push(Event::new(IBCM_EVENT_ESTABLISHED, n));
+        }
+        let mut all: Vec<u64> = takers.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..1000).collect::<Vec<_>>());
+        assert!(!readable(&c));
+    }
+
+    #[test]
+    fn final_events_say_why() {
+        let tg = TargetGone {
+            kind: RejectKind::Gone(GoneCause::CreatorExited),
+            qpn: None,
+        };
+        let why = ConnectionError::Disconnected {
+            by_peer: true,
+            private_data: tg.to_bytes()[..11].to_vec(),
+        };
+        let ev = Event::ended(3, 0x10, true, &why);
+        assert_eq!(ev.kind, IBCM_EVENT_DISCONNECTED);
+        assert!(ev.by_peer && ev.target_gone && ev.is_final());
+        assert_eq!(ev.reason, "target gone (creator exited)");
+        let ev = Event::ended(3, 0x10, false, &ConnectionError::TimedOut);
+        assert_eq!(ev.kind, IBCM_EVENT_UNREACHABLE);
+        let rej = ConnectionError::Rejected {
+            reason: ibcm_mad::RejReason::ConsumerReject,
+            ari: Vec::new(),
+            private_data: vec![1, 2],
+        };
+        let ev = Event::ended(3, 0x10, false, &rej);
+        assert_eq!(
+            (ev.kind, ev.rej_reason, ev.target_gone),
+            (IBCM_EVENT_REJECTED, 28, false)
+        );
+        assert_eq!(ev.private_data, [1, 2]);
+        let ev = Event::xrc("established conn=0x1 tgt_qpn=0x48".into());
+        assert_eq!(ev.xrc_report, IBCM_XRC_ESTABLISHED);
+        assert!(!ev.is_final());
+    }
+}

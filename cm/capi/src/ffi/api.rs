@@ -1,0 +1,336 @@
+//! The context, the event channel, listeners, XRC target services and error texts.
+
+use std::collections::HashSet;
+use std::ffi::{c_char, c_int, CString};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::types::ibcm_status::*;
+use super::types::{ibcm_ctx, ibcm_event};
+use super::{bytes, c_string, context, ctx_ref, guard, put, string};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::event::Event;
+
+/// An event with the storage its pointers point into. `ev` comes first: a pointer to the
+/// box is a pointer to the event.
+#[repr(C)]
+struct EventBox {
+    ev: ibcm_event,
+    peer: CString,
+    reason: CString,
+    private_data: Vec<u8>,
+}
+
+/// Hands `e` to C: boxed, registered as outstanding on `ctx`.
+fn lend(ctx: &ibcm_ctx, e: Event) -> *mut ibcm_event {
+    let mut b = Box::new(EventBox {
+        ev: ibcm_event {
+            event: e.kind,
+            status: e.status,
+            conn: e.conn,
+            comm_id: e.comm_id,
+            transport: e.transport,
+            service_id: e.service_id,
+            remote_qpn: e.remote_qpn,
+            remote_psn: e.remote_psn,
+            rej_reason: e.rej_reason,
+            by_peer: u8::from(e.by_peer),
+            target_gone: u8::from(e.target_gone),
+            xrc_report: e.xrc_report,
+            peer: std::ptr::null(),
+            reason: std::ptr::null(),
+            private_data: std::ptr::null(),
+            private_data_len: u32::try_from(e.private_data.len()).unwrap_or(0),
+        },
+        peer: c_string(&e.peer),
+        reason: c_string(&e.reason),
+        private_data: e.private_data,
+    });
+    // Heap buffers: they stay where they are while the box lives, wherever it moves.
+    b.ev.peer = b.peer.as_ptr();
+    b.ev.reason = b.reason.as_ptr();
+    b.ev.private_data = b.private_data.as_ptr();
+    let p = Box::into_raw(b);
+    outstanding(ctx).insert(p as usize);
+    p.cast()
+}
+
+fn outstanding(ctx: &ibcm_ctx) -> std::sync::MutexGuard<'_, HashSet<usize>> {
+    ctx.outstanding.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Frees an event `lend` made, if `ctx` lent it.
+fn take_back(ctx: &ibcm_ctx, p: *mut ibcm_event) -> Result<()> {
+    if !outstanding(ctx).remove(&(p as usize)) {
+        return Err(Error::new(
+            IBCM_EINVAL,
+            "not an event of this context, or acknowledged already",
+        ));
+    }
+    // SAFETY: `p` came from Box::into_raw of an EventBox in `lend` (registered there, and
+    // removed from the set just now, so it is freed once).
+    drop(unsafe { Box::from_raw(p.cast::<EventBox>()) });
+    Ok(())
+}
+
+/// Attaches to the node's CM service (`ibcmd`) listening on the Unix socket
+/// `socket_path`, and returns the context in `*ctx`. The daemon must run as root or as this
+/// process's user. Errors: `IBCM_EINVAL` (NULL), `IBCM_EATTACH` (no daemon there, another
+/// user's, another protocol version), `IBCM_EIO`.
+///
+/// # Safety
+/// `socket_path` is NULL or a NUL-terminated string; `ctx` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_open(socket_path: *const c_char, ctx: *mut *mut ibcm_ctx) -> c_int {
+    guard(|| {
+        if ctx.is_null() {
+            return Err(Error::new(IBCM_EINVAL, "ctx is NULL"));
+        }
+        // SAFETY: the caller's contract for socket_path.
+        let path = unsafe { string(socket_path, "socket_path") }?;
+        let inner = Context::open(Path::new(&path))?;
+        let b = Box::new(ibcm_ctx {
+            inner,
+            outstanding: Mutex::new(HashSet::new()),
+        });
+        // SAFETY: ctx is non-null and writable by the caller's contract.
+        unsafe { put(ctx, Box::into_raw(b), "ctx") }
+    })
+}
+
+/// Detaches: the daemon ends this context's connections (DREQ, or REJ while being set up),
+/// listeners and XRC holdings (per policy), as when the process exits. Frees the context
+/// and every event not yet acknowledged. It must be the last call on `ctx`: no other call
+/// on it may be running or follow.
+///
+/// # Safety
+/// `ctx` is NULL or a live context from ibcm_open, used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_close(ctx: *mut ibcm_ctx) -> c_int {
+    guard(|| {
+        if ctx.is_null() {
+            return Err(Error::new(IBCM_EINVAL, "ctx is NULL"));
+        }
+        // SAFETY: from Box::into_raw in ibcm_open, not freed yet, used by no one else.
+        let b = unsafe { Box::from_raw(ctx) };
+        let lent: Vec<usize> = outstanding(&b).drain().collect();
+        for p in lent {
+            // SAFETY: each address came from Box::into_raw in `lend` and was still
+            // registered, so it is live and freed here once.
+            drop(unsafe { Box::from_raw(p as *mut EventBox) });
+        }
+        drop(b);
+        Ok(())
+    })
+}
+
+/// The event channel's fd: readable (poll/epoll/select, POLLIN) exactly while events are
+/// queued. Only poll it; never read, write or close it. Returns the fd (>= 0), or
+/// `IBCM_EINVAL` for a NULL context.
+///
+/// # Safety
+/// `ctx` is NULL or a live context.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_get_fd(ctx: *const ibcm_ctx) -> c_int {
+    let mut fd = 0;
+    let r = guard(|| {
+        // SAFETY: the caller's contract.
+        fd = unsafe { context(ctx) }?.shared.events.fd();
+        Ok(())
+    });
+    if r == 0 {
+        fd
+    } else {
+        r
+    }
+}
+
+fn deliver(ctx: &ibcm_ctx, e: Option<Event>, out: *mut *mut ibcm_event) -> Result<()> {
+    let Some(e) = e else {
+        return Err(Error::new(IBCM_EAGAIN, "no event queued"));
+    };
+    let p = lend(ctx, e);
+    // SAFETY: `out` was checked non-null by the caller of deliver and is writable by the
+    // API's contract.
+    unsafe { put(out, p, "event") }
+}
+
+/// Takes the next event without waiting: `IBCM_OK` and `*event`, or `IBCM_EAGAIN` when none
+/// is queued. Each event must be given back with ibcm_ack_event.
+///
+/// # Safety
+/// `ctx` is NULL or a live context; `event` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_get_event(ctx: *mut ibcm_ctx, event: *mut *mut ibcm_event) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { ctx_ref(ctx) }?;
+        if event.is_null() {
+            return Err(Error::new(IBCM_EINVAL, "event is NULL"));
+        }
+        let e = c.inner.shared.events.try_pop();
+        deliver(c, e, event)
+    })
+}
+
+/// Takes the next event, waiting up to `timeout_ms` milliseconds for one (-1: for ever;
+/// 0: as ibcm_get_event). `IBCM_EAGAIN` when none came in time.
+///
+/// # Safety
+/// As ibcm_get_event.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_wait_event(
+    ctx: *mut ibcm_ctx,
+    timeout_ms: c_int,
+    event: *mut *mut ibcm_event,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { ctx_ref(ctx) }?;
+        if event.is_null() {
+            return Err(Error::new(IBCM_EINVAL, "event is NULL"));
+        }
+        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+        let e = c.inner.wait(timeout);
+        deliver(c, e, event)
+    })
+}
+
+/// Gives an event back (frees it). `IBCM_EINVAL` for a pointer this context did not hand
+/// out or that was acknowledged already.
+///
+/// # Safety
+/// `ctx` is NULL or a live context; `event` any pointer (it is only compared until found).
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_ack_event(ctx: *mut ibcm_ctx, event: *mut ibcm_event) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { ctx_ref(ctx) }?;
+        take_back(c, event)
+    })
+}
+
+/// Listens on `service_id` for RC and UC REQs: each arrives as an
+/// `IBCM_EVENT_CONNECT_REQUEST`. `IBCM_EREFUSED` when another client of the daemon (or this
+/// context) listens there.
+///
+/// # Safety
+/// `ctx` is NULL or a live context.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_listen(ctx: *mut ibcm_ctx, service_id: u64) -> c_int {
+    // SAFETY: the caller's contract.
+    guard(|| unsafe { context(ctx) }?.listen(service_id))
+}
+
+/// Stops listening on `service_id` (REQs waiting for an answer stay to be answered).
+///
+/// # Safety
+/// `ctx` is NULL or a live context.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_unlisten(ctx: *mut ibcm_ctx, service_id: u64) -> c_int {
+    // SAFETY: the caller's contract.
+    guard(|| unsafe { context(ctx) }?.unlisten(service_id))
+}
+
+/// Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this
+/// context: the TGT QPs it creates get `policy` (an `ibcm_xrc_policy`) and this context as
+/// their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns` (1..47).
+/// Reports come as `IBCM_EVENT_XRC_REPORT`. `IBCM_EREFUSED`: the service is another client's,
+/// an SRQ number is out of range, a quota.
+///
+/// # Safety
+/// `ctx` is NULL or a live context; `srqns` is NULL or readable for `n_srqns` numbers.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_xrc_listen(
+    ctx: *mut ibcm_ctx,
+    service_id: u64,
+    policy: c_int,
+    srqns: *const u32,
+    n_srqns: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { context(ctx) }?;
+        let policy = match policy {
+            0 => "explicit",
+            1 => "domain",
+            2 => "process",
+            3 => "shared",
+            p => return Err(Error::new(IBCM_EINVAL, format!("XRC policy {p} (0..3)"))),
+        };
+        if n_srqns == 0 || srqns.is_null() {
+            return Err(Error::new(IBCM_EINVAL, "an XRC service needs SRQ numbers"));
+        }
+        let len = n_srqns.saturating_mul(4);
+        // SAFETY: non-null, readable for n_srqns u32s by the caller's contract; read as
+        // bytes (no alignment needed).
+        let raw = unsafe { bytes(srqns.cast::<u8>(), len, "srqns") }?;
+        let srqns: Vec<u32> = raw
+            .chunks_exact(4)
+            .filter_map(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_ne_bytes)
+            .collect();
+        c.xrc_listen(service_id, policy, &srqns)
+    })
+}
+
+/// Stops serving `service_id` as an XRC target (its TGT QPs stay, per their policy).
+///
+/// # Safety
+/// `ctx` is NULL or a live context.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_xrc_unlisten(ctx: *mut ibcm_ctx, service_id: u64) -> c_int {
+    // SAFETY: the caller's contract.
+    guard(|| unsafe { context(ctx) }?.xrc_unlisten(service_id))
+}
+
+/// Destroys every TGT QP this context owns, as their owner: their initiators get a DREQ
+/// with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many.
+///
+/// # Safety
+/// `ctx` is NULL or a live context; `destroyed` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_xrc_destroy(ctx: *mut ibcm_ctx, destroyed: *mut u64) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let n = unsafe { context(ctx) }?.xrc_destroy()?;
+        if destroyed.is_null() {
+            return Ok(());
+        }
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { put(destroyed, n, "destroyed") }
+    })
+}
+
+/// The text of a status code (a static string; "unknown ibcm status" for other values).
+#[no_mangle]
+pub extern "C" fn ibcm_strerror(status: c_int) -> *const c_char {
+    super::strerror(status)
+}
+
+/// What this thread's last failed call said, in words (valid until the thread's next failed
+/// call; "" before any).
+#[no_mangle]
+pub extern "C" fn ibcm_last_error() -> *const c_char {
+    super::last_ptr()
+}
+
+/// The name of an `ibcm_event_type` ("CONNECT_REQUEST", …; "UNKNOWN" for other values).
+#[no_mangle]
+pub extern "C" fn ibcm_event_str(event: c_int) -> *const c_char {
+    let t: &'static str = match event {
+        1 => "CONNECT_REQUEST\0",
+        2 => "CONNECT_RESPONSE\0",
+        3 => "ESTABLISHED\0",
+        4 => "REJECTED\0",
+        5 => "UNREACHABLE\0",
+        6 => "CONNECT_ERROR\0",
+        7 => "DISCONNECTED\0",
+        8 => "XRC_REPORT\0",
+        9 => "SERVICE_GONE\0",
+        _ => "UNKNOWN\0",
+    };
+    t.as_ptr().cast::<c_char>()
+}

@@ -1,0 +1,415 @@
+//! The C types of `ibcm.h`, named as in C. Values coming from C are plain integers (an
+//! out-of-range value in a Rust enum would be undefined behaviour); the enums name them.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int};
+
+/// The result of every call: `IBCM_OK` (0) or a negative error code. `ibcm_strerror` names
+/// each; `ibcm_last_error` gives the calling thread's last failure in words.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_status {
+    /// Success.
+    IBCM_OK = 0,
+    /// No event is queued (ibcm_get_event), or none came in time (ibcm_wait_event).
+    IBCM_EAGAIN = -1,
+    /// A null pointer, a malformed address, an out-of-range value.
+    IBCM_EINVAL = -2,
+    /// No such connection handle or listener (never existed, or ended: its final event was
+    /// queued).
+    IBCM_ENOENT = -3,
+    /// Another call on the same connection is in progress.
+    IBCM_EBUSY = -4,
+    /// The call does not fit the connection's state (say, ibcm_accept on an active
+    /// connection, ibcm_establish before the REP).
+    IBCM_ESTATE = -5,
+    /// Private data or reject information longer than the message carries.
+    IBCM_ETOOLONG = -6,
+    /// The QP number is used by a live connection or quarantined in TimeWait.
+    IBCM_EQPN = -7,
+    /// The node service refused: another client listens there, a quota, an unknown policy…
+    IBCM_EREFUSED = -8,
+    /// ibcm_open: the daemon's socket cannot be reached, it runs as another user (not root),
+    /// or it speaks another protocol version.
+    IBCM_EATTACH = -9,
+    /// The connection to the node service is gone (the daemon stopped or was killed).
+    IBCM_EGONE = -10,
+    /// The connection ended while the call waited (the reason is in ibcm_last_error and in
+    /// the connection's final event).
+    IBCM_ECLOSED = -11,
+    /// Not served through the node service.
+    IBCM_EUNSUPPORTED = -12,
+    /// An operating-system call failed (the event fd, the library's thread).
+    IBCM_EIO = -13,
+    /// A bug in libibcm (a Rust panic was caught at the boundary).
+    IBCM_EINTERNAL = -14,
+}
+
+/// What an event reports (`struct ibcm_event.event`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_event_type {
+    /// Passive side: a REQ reached one of this context's listeners. `conn` is a new handle;
+    /// answer it with ibcm_accept or ibcm_reject.
+    IBCM_EVENT_CONNECT_REQUEST = 1,
+    /// Active side, `IBCM_CONNECT_MANUAL_RTU`: the REP arrived (`remote_qpn`, `remote_psn`).
+    /// Move the QP to RTR and RTS (ibcm_init_qp_attr), then ibcm_establish (or ibcm_reject).
+    IBCM_EVENT_CONNECT_RESPONSE = 2,
+    /// The connection is established: active side, the RTU went out; passive side, the RTU
+    /// arrived (move the QP to RTS now).
+    IBCM_EVENT_ESTABLISHED = 3,
+    /// Final: the peer rejected the connection (`rej_reason`, `private_data`; for XRC
+    /// `target_gone` and `reason` say why in words).
+    IBCM_EVENT_REJECTED = 4,
+    /// Final: the peer never answered (the connect timeout or the REQ retries ran out).
+    IBCM_EVENT_UNREACHABLE = 5,
+    /// Final: the connection failed during setup otherwise (rejected by this side, stale,
+    /// cancelled with ibcm_disconnect, the node service lost); `reason` says which.
+    IBCM_EVENT_CONNECT_ERROR = 6,
+    /// Final: an established connection ended (`by_peer`; the DREQ's `private_data`; for an
+    /// XRC INI whose TGT QP went away, `target_gone` = 1 and `reason` e.g.
+    /// "target gone (creator exited)").
+    IBCM_EVENT_DISCONNECTED = 7,
+    /// A report of the daemon about one of this context's XRC target services
+    /// (`xrc_report`; the line in `reason`, naming the daemon's connection and TGT QP).
+    /// `conn` is 0.
+    IBCM_EVENT_XRC_REPORT = 8,
+    /// The node service connection is gone: every connection of this context has ended
+    /// (each gets its final event), no further call succeeds. `conn` is 0.
+    IBCM_EVENT_SERVICE_GONE = 9,
+}
+
+/// Transports of ibcm_conn_param.transport and ibcm_event.transport.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_transport {
+    /// Reliable connected.
+    IBCM_TRANSPORT_RC = 0,
+    /// Unreliable connected.
+    IBCM_TRANSPORT_UC = 1,
+    /// XRC: this side an XRC INI (active), the peer's daemon an XRC target.
+    IBCM_TRANSPORT_XRC = 2,
+}
+
+/// Ownership policy of the TGT QPs an XRC service creates (ibcm_xrc_listen).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_xrc_policy {
+    /// The QP lives until its owner (this context) destroys it (ibcm_xrc_destroy); it
+    /// survives this process as an orphan.
+    IBCM_XRC_EXPLICIT = 0,
+    /// The QP lives as long as its domain (this context's private domain in the daemon):
+    /// it ends when this context's connection to the daemon ends.
+    IBCM_XRC_DOMAIN = 1,
+    /// The QP ends when its creating process (this context) exits or detaches.
+    IBCM_XRC_PROCESS = 2,
+    /// The QP lives as long as a registration holds it, in the daemon's shared domain.
+    IBCM_XRC_SHARED = 3,
+}
+
+/// What an `IBCM_EVENT_XRC_REPORT` reports (`struct ibcm_event.xrc_report`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_xrc_report {
+    /// Not an XRC report.
+    IBCM_XRC_NONE = 0,
+    /// The daemon accepted a REQ onto a TGT QP (created or attached).
+    IBCM_XRC_ACCEPTED = 1,
+    /// The daemon rejected a REQ for the service.
+    IBCM_XRC_REJECTED = 2,
+    /// A connection on a TGT QP is established (the RTU arrived).
+    IBCM_XRC_ESTABLISHED = 3,
+    /// A TGT QP went away and its connections got a DREQ or REJ saying why.
+    IBCM_XRC_TEARDOWN = 4,
+    /// A connection on a TGT QP closed.
+    IBCM_XRC_CLOSED = 5,
+    /// Another report (the line says what).
+    IBCM_XRC_OTHER = 6,
+}
+
+/// Target states of ibcm_init_qp_attr (`enum ibv_qp_state` values).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_qp_state {
+    /// `IBV_QPS_INIT`.
+    IBCM_QPS_INIT = 1,
+    /// `IBV_QPS_RTR`.
+    IBCM_QPS_RTR = 2,
+    /// `IBV_QPS_RTS`.
+    IBCM_QPS_RTS = 3,
+}
+
+/// Link layer of the local port (`IBV_LINK_LAYER_*` values).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_link_layer {
+    /// Native InfiniBand.
+    IBCM_LINK_LAYER_INFINIBAND = 1,
+    /// RoCE.
+    IBCM_LINK_LAYER_ETHERNET = 2,
+}
+
+/// The QP type of this side of a connection (`enum ibv_qp_type` values).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_qp_type {
+    /// `IBV_QPT_RC`.
+    IBCM_QPT_RC = 2,
+    /// `IBV_QPT_UC`.
+    IBCM_QPT_UC = 3,
+    /// `IBV_QPT_XRC_SEND` (the XRC INI).
+    IBCM_QPT_XRC_SEND = 9,
+    /// `IBV_QPT_XRC_RECV` (the XRC TGT).
+    IBCM_QPT_XRC_RECV = 10,
+}
+
+/// ibcm_conn_param.flags: stop at the REP (`IBCM_EVENT_CONNECT_RESPONSE`) so that the QP
+/// can be moved to RTR and RTS before the RTU (ibcm_establish sends it). Without it the RTU
+/// goes out as soon as the REP arrives and the first event is `IBCM_EVENT_ESTABLISHED`.
+pub const IBCM_CONNECT_MANUAL_RTU: u32 = 1;
+/// ibcm_conn_param.flags: use `starting_psn` (else the endpoint draws a random one).
+pub const IBCM_CONNECT_PSN: u32 = 2;
+/// ibcm_conn_param.flags: the local QPN may be shared with other live connections (an XRC
+/// INI QP used for several targets or services).
+pub const IBCM_CONNECT_SHARED_QPN: u32 = 4;
+
+/// The largest private data of a REQ (`ibcm_conn_param`).
+pub const IBCM_REQ_PRIVATE_DATA_MAX: u32 = 92;
+/// The largest private data of a REP (`ibcm_accept_param`).
+pub const IBCM_REP_PRIVATE_DATA_MAX: u32 = 196;
+/// The largest private data of a REJ (ibcm_reject).
+pub const IBCM_REJ_PRIVATE_DATA_MAX: u32 = 148;
+/// The largest private data of an RTU (ibcm_establish).
+pub const IBCM_RTU_PRIVATE_DATA_MAX: u32 = 224;
+/// The largest private data of a DREQ (ibcm_disconnect).
+pub const IBCM_DREQ_PRIVATE_DATA_MAX: u32 = 220;
+
+/// What ibcm_connect asks for. Fill it with ibcm_conn_param_init first: it sets rdma_cm's
+/// defaults, which a zeroed struct does not have.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibcm_conn_param {
+    /// The peer's CM: its IP address ("10.0.0.2": UDP port 4791, RoCEv2) or "IP:PORT".
+    pub peer: *const c_char,
+    /// The service ID to connect to.
+    pub service_id: u64,
+    /// The local QP number (24 bits, not 0); for XRC the INI QP.
+    pub qp_num: u32,
+    /// `ibcm_transport` (default RC).
+    pub transport: u32,
+    /// `IBCM_CONNECT_*` bits (default 0).
+    pub flags: u32,
+    /// With `IBCM_CONNECT_PSN`: the PSN the local QP expects first (24 bits).
+    pub starting_psn: u32,
+    /// REQ private data (`private_data_len` bytes, at most `IBCM_REQ_PRIVATE_DATA_MAX`);
+    /// may be NULL when the length is 0. Copied by ibcm_connect.
+    pub private_data: *const u8,
+    /// Length of `private_data`.
+    pub private_data_len: u32,
+    /// Give up when the peer has not answered after this many milliseconds (default
+    /// 10000); 0: only the REQ retries bound the wait (about 100 s).
+    pub timeout_ms: u32,
+    /// RDMA read/atomic responder resources offered (default 16).
+    pub responder_resources: u8,
+    /// RDMA read/atomic initiator depth wanted (default 16).
+    pub initiator_depth: u8,
+    /// Transport retry count, 0..7 (default 7).
+    pub retry_count: u8,
+    /// RNR retry count, 0..7, 7 = infinite (default 7).
+    pub rnr_retry_count: u8,
+    /// Path MTU as `enum ibv_mtu` (1 = 256 … 5 = 4096; default 3 = 1024).
+    pub path_mtu: u8,
+    /// Non-zero: the local QP uses an SRQ (default 0).
+    pub srq: u8,
+}
+
+/// What ibcm_accept puts in the REP. Fill it with ibcm_accept_param_init first.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibcm_accept_param {
+    /// The local QP number (24 bits, not 0).
+    pub qp_num: u32,
+    /// The PSN the local QP expects first (24 bits; ibcm_accept_param_init draws one).
+    pub starting_psn: u32,
+    /// REP private data (at most `IBCM_REP_PRIVATE_DATA_MAX` bytes); may be NULL when the
+    /// length is 0. Copied by ibcm_accept.
+    pub private_data: *const u8,
+    /// Length of `private_data`.
+    pub private_data_len: u32,
+    /// Responder resources (default 16).
+    pub responder_resources: u8,
+    /// Initiator depth (default 16).
+    pub initiator_depth: u8,
+    /// RNR retry count, 0..7 (default 7).
+    pub rnr_retry_count: u8,
+    /// Non-zero: the local QP uses an SRQ (default 0).
+    pub srq: u8,
+}
+
+/// What ibcm_init_qp_attr needs to know about the local port that the messages do not say.
+/// NULL stands for port 1, P_Key index 0, GID index 0, LMC 0, RoCE.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibcm_port {
+    /// Port number (1-based).
+    pub port_num: u8,
+    /// Index of the local GID in the port's GID table.
+    pub sgid_index: u8,
+    /// The port's LID mask control (IB; 0 on RoCE).
+    pub lmc: u8,
+    /// Index of the connection's P_Key in the port's P_Key table.
+    pub pkey_index: u16,
+    /// `ibcm_link_layer`.
+    pub link_layer: u32,
+}
+
+/// The global route of an address vector (`struct ibv_global_route`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibcm_global_route {
+    /// Destination GID.
+    pub dgid: [u8; 16],
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+    /// Source GID index.
+    pub sgid_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+}
+
+/// An address vector (`struct ibv_ah_attr`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibcm_ah_attr {
+    /// The GRH; meaningful when `is_global` is 1.
+    pub grh: ibcm_global_route,
+    /// Destination LID (0 on RoCE).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate (`enum ibv_rate`).
+    pub static_rate: u8,
+    /// 1 when the path has a GRH.
+    pub is_global: u8,
+    /// Local port.
+    pub port_num: u8,
+}
+
+/// QP attributes for one transition (the fields of `struct ibv_qp_attr` the CM sets). Only
+/// the fields named by the mask ibcm_init_qp_attr returns are meaningful; the mask bits are
+/// `enum ibv_qp_attr_mask`'s (`IBV_QP_STATE` = 1 << 0 … `IBV_QP_DEST_QPN` = 1 << 20).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibcm_qp_attr {
+    /// Target state (`enum ibv_qp_state`).
+    pub qp_state: u32,
+    /// `enum ibv_access_flags` bits (INIT).
+    pub qp_access_flags: u32,
+    /// P_Key index (INIT).
+    pub pkey_index: u16,
+    /// Local port (INIT).
+    pub port_num: u8,
+    /// Path MTU, `enum ibv_mtu` (RTR).
+    pub path_mtu: u8,
+    /// Primary path (RTR).
+    pub ah_attr: ibcm_ah_attr,
+    /// Remote QP number (RTR; an XRC INI's is the TGT QPN).
+    pub dest_qp_num: u32,
+    /// First PSN received (RTR).
+    pub rq_psn: u32,
+    /// RDMA reads / atomics answered at once (RTR).
+    pub max_dest_rd_atomic: u8,
+    /// Minimum RNR NAK timer code (RTR).
+    pub min_rnr_timer: u8,
+    /// P_Key index of the alternate path.
+    pub alt_pkey_index: u16,
+    /// Alternate path.
+    pub alt_ah_attr: ibcm_ah_attr,
+    /// Local port of the alternate path.
+    pub alt_port_num: u8,
+    /// ACK timeout of the alternate path.
+    pub alt_timeout: u8,
+    /// ACK timeout exponent (RTS).
+    pub timeout: u8,
+    /// Transport retries (RTS).
+    pub retry_cnt: u8,
+    /// First PSN sent (RTS).
+    pub sq_psn: u32,
+    /// RNR retries (RTS).
+    pub rnr_retry: u8,
+    /// RDMA reads / atomics outstanding at once (RTS).
+    pub max_rd_atomic: u8,
+    /// `enum ibv_mig_state` (RTS with an alternate path).
+    pub path_mig_state: u8,
+    /// This side's QP type (`ibcm_qp_type`).
+    pub qp_type: u8,
+}
+
+/// An event. Owned by the library from ibcm_get_event until ibcm_ack_event; its pointers
+/// stay valid until then.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibcm_event {
+    /// What happened.
+    pub event: ibcm_event_type,
+    /// For failures: the class as an `ibcm_status` (`IBCM_ECLOSED`, `IBCM_EGONE`, …);
+    /// `IBCM_OK` otherwise.
+    pub status: ibcm_status,
+    /// The connection handle (0 for context events: XRC reports, service gone).
+    pub conn: u64,
+    /// The local communication ID of the connection, once known (0 in CONNECT_REQUEST and
+    /// context events).
+    pub comm_id: u32,
+    /// CONNECT_REQUEST: the transport asked for (`ibcm_transport`).
+    pub transport: u32,
+    /// CONNECT_REQUEST: the service ID asked for.
+    pub service_id: u64,
+    /// CONNECT_REQUEST: the initiator's QPN; CONNECT_RESPONSE / ESTABLISHED (active): the
+    /// peer's QPN (XRC: the TGT QPN).
+    pub remote_qpn: u32,
+    /// CONNECT_REQUEST: the PSN the initiator expects first; CONNECT_RESPONSE: the REP's
+    /// starting PSN.
+    pub remote_psn: u32,
+    /// REJECTED / CONNECT_ERROR: the REJ reason (IBTA table 112), 0 when none.
+    pub rej_reason: u16,
+    /// DISCONNECTED: 1 when the peer sent the DREQ.
+    pub by_peer: u8,
+    /// DISCONNECTED / REJECTED: 1 when the DREQ or REJ carried ibcm's XRC "target gone"
+    /// block.
+    pub target_gone: u8,
+    /// XRC_REPORT: which kind.
+    pub xrc_report: ibcm_xrc_report,
+    /// The peer's CM address ("IP:PORT"), or "" when unknown. NUL-terminated.
+    pub peer: *const c_char,
+    /// Why, in words: the final event's cause, the XRC report line; "" otherwise.
+    /// NUL-terminated.
+    pub reason: *const c_char,
+    /// Private data of the REQ / REP / REJ / DREQ (the application's part: after the
+    /// rdma_cm header when there is one; trailing zeros of REJ and DREQ trimmed).
+    pub private_data: *const u8,
+    /// Length of `private_data`.
+    pub private_data_len: u32,
+}
+
+/// Opaque: one attachment to a node's `ibcmd` (ibcm_open … ibcm_close).
+pub struct ibcm_ctx {
+    pub(crate) inner: crate::context::Context,
+    /// The events handed out and not yet acknowledged (their addresses).
+    pub(crate) outstanding: std::sync::Mutex<std::collections::HashSet<usize>>,
+}
+
+/// A C `int` status of a call.
+pub(crate) fn code(s: ibcm_status) -> c_int {
+    s as c_int
+}
+
+// The header promises that a context may be used from any thread, concurrently.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<ibcm_ctx>();
+};

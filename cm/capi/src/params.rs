@@ -1,0 +1,350 @@
+//! The C parameter structs as ibcm's Rust parameters, and ibcm's QP attributes as the C
+//! struct. Safe code: the FFI layer has copied everything behind the structs' pointers.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use ibcm::proto::{AcceptParams, ConnectParams, DEFAULT_CONNECT_TIMEOUT};
+use ibcm::qp_attr::{AhAttr, LinkLayer, LocalPort, QpAttr, QpAttrMask, QpType};
+use ibcm_mad::{Mtu, Psn, Qpn, ReqTransport, ServiceId, U3};
+
+use crate::error::{Error, Result};
+use crate::ffi::types::ibcm_status::*;
+use crate::ffi::types::*;
+
+/// ibcm_conn_param_init's values: ibcm's (rdma_cm's) defaults.
+pub(crate) fn conn_param_default() -> ibcm_conn_param {
+    let d = ConnectParams::new(
+        SocketAddr::from(([127, 0, 0, 1], 4791)),
+        ServiceId(0),
+        Qpn::masked(1),
+    );
+    ibcm_conn_param {
+        peer: std::ptr::null(),
+        service_id: 0,
+        qp_num: 0,
+        transport: ibcm_transport::IBCM_TRANSPORT_RC as u32,
+        flags: 0,
+        starting_psn: 0,
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        timeout_ms: u32::try_from(DEFAULT_CONNECT_TIMEOUT.as_millis()).unwrap_or(u32::MAX),
+        responder_resources: d.responder_resources,
+        initiator_depth: d.initiator_depth,
+        retry_count: d.retry_count.get(),
+        rnr_retry_count: d.rnr_retry_count.get(),
+        path_mtu: d.path_mtu.raw(),
+        srq: u8::from(d.srq),
+    }
+}
+
+/// ibcm_accept_param_init's values (the PSN is drawn by the caller).
+pub(crate) fn accept_param_default() -> ibcm_accept_param {
+    let d = AcceptParams::new(Qpn::masked(1));
+    ibcm_accept_param {
+        qp_num: 0,
+        starting_psn: 0,
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: d.responder_resources,
+        initiator_depth: d.initiator_depth,
+        rnr_retry_count: d.rnr_retry_count.get(),
+        srq: u8::from(d.srq),
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::new(IBCM_EINVAL, msg)
+}
+
+/// The peer's CM address: "IP" (UDP 4791) or "IP:PORT".
+pub(crate) fn peer_addr(s: &str) -> Result<SocketAddr> {
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Ok(sa);
+    }
+    s.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, ibcm_mad::frame::ROCEV2_UDP_PORT))
+        .map_err(|_| invalid(format!("peer {s:?} is not an IP address or IP:PORT")))
+}
+
+fn qpn(n: u32, what: &str) -> Result<Qpn> {
+    Qpn::new(n)
+        .filter(|q| q.get() != 0)
+        .ok_or_else(|| invalid(format!("{what} {n:#x} is not a 24-bit QP number above 0")))
+}
+
+fn psn(n: u32) -> Result<Psn> {
+    Psn::new(n).ok_or_else(|| invalid(format!("PSN {n:#x} is not 24 bits")))
+}
+
+fn u3(n: u8, what: &str) -> Result<U3> {
+    U3::new(n).ok_or_else(|| invalid(format!("{what} {n} is above 7")))
+}
+
+fn too_long(what: &str, len: usize, max: u32) -> Result<()> {
+    if len > max as usize {
+        return Err(Error::new(
+            IBCM_ETOOLONG,
+            format!("{what} of {len} bytes exceeds the {max}-byte limit"),
+        ));
+    }
+    Ok(())
+}
+
+/// The connect parameters, and whether the RTU waits for ibcm_establish.
+pub(crate) fn connect_params(
+    p: &ibcm_conn_param,
+    peer: &str,
+    private_data: Vec<u8>,
+) -> Result<(ConnectParams, bool)> {
+    let known = IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_PSN | IBCM_CONNECT_SHARED_QPN;
+    if p.flags & !known != 0 {
+        return Err(invalid(format!("unknown flags {:#x}", p.flags & !known)));
+    }
+    too_long(
+        "REQ private data",
+        private_data.len(),
+        IBCM_REQ_PRIVATE_DATA_MAX,
+    )?;
+    let mut c = ConnectParams::new(
+        peer_addr(peer)?,
+        ServiceId(p.service_id),
+        qpn(p.qp_num, "qp_num")?,
+    );
+    c = match p.transport {
+        0 => c,
+        1 => {
+            c.transport = ReqTransport::Uc;
+            c
+        }
+        2 => c.xrc(),
+        t => return Err(invalid(format!("transport {t} (0 RC, 1 UC, 2 XRC)"))),
+    };
+    if p.flags & IBCM_CONNECT_PSN != 0 {
+        c.starting_psn = Some(psn(p.starting_psn)?);
+    }
+    c.allow_shared_qpn = p.flags & IBCM_CONNECT_SHARED_QPN != 0;
+    c.private_data = private_data;
+    c.connect_timeout = (p.timeout_ms != 0).then(|| Duration::from_millis(u64::from(p.timeout_ms)));
+    c.responder_resources = p.responder_resources;
+    c.initiator_depth = p.initiator_depth;
+    c.retry_count = u3(p.retry_count, "retry_count")?;
+    c.rnr_retry_count = u3(p.rnr_retry_count, "rnr_retry_count")?;
+    c.path_mtu = match Mtu::from_raw(p.path_mtu) {
+        m if m.is_known() => m,
+        _ => return Err(invalid(format!("path_mtu {} (1..5)", p.path_mtu))),
+    };
+    c.srq = p.srq != 0;
+    Ok((c, p.flags & IBCM_CONNECT_MANUAL_RTU != 0))
+}
+
+/// The accept parameters.
+pub(crate) fn accept_params(p: &ibcm_accept_param, private_data: Vec<u8>) -> Result<AcceptParams> {
+    too_long(
+        "REP private data",
+        private_data.len(),
+        IBCM_REP_PRIVATE_DATA_MAX,
+    )?;
+    let mut a = AcceptParams::new(qpn(p.qp_num, "qp_num")?);
+    a.starting_psn = psn(p.starting_psn)?;
+    a.private_data = private_data;
+    a.responder_resources = p.responder_resources;
+    a.initiator_depth = p.initiator_depth;
+    a.rnr_retry_count = u3(p.rnr_retry_count, "rnr_retry_count")?;
+    a.srq = p.srq != 0;
+    Ok(a)
+}
+
+/// The local port, NULL = [`LocalPort::default`] on RoCE.
+pub(crate) fn local_port(p: Option<&ibcm_port>) -> Result<(LocalPort, LinkLayer)> {
+    let Some(p) = p else {
+        return Ok((LocalPort::default(), LinkLayer::Ethernet));
+    };
+    let link = match p.link_layer {
+        1 => LinkLayer::InfiniBand,
+        2 => LinkLayer::Ethernet,
+        l => {
+            return Err(invalid(format!(
+                "link_layer {l} (1 InfiniBand, 2 Ethernet)"
+            )))
+        }
+    };
+    let port = LocalPort {
+        port_num: p.port_num,
+        pkey_index: p.pkey_index,
+        sgid_index: p.sgid_index,
+        lmc: p.lmc,
+    };
+    Ok((port, link))
+}
+
+fn ah(a: &AhAttr) -> ibcm_ah_attr {
+    let grh = a.grh.unwrap_or_default();
+    ibcm_ah_attr {
+        grh: ibcm_global_route {
+            dgid: grh.dgid.0,
+            flow_label: grh.flow_label.get(),
+            sgid_index: grh.sgid_index,
+            hop_limit: grh.hop_limit,
+            traffic_class: grh.traffic_class,
+        },
+        dlid: a.dlid.get(),
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: u8::from(a.grh.is_some()),
+        port_num: a.port_num,
+    }
+}
+
+/// ibcm's attributes as the C struct, and the mask as `int`.
+pub(crate) fn qp_attr_c(a: &QpAttr, mask: QpAttrMask, t: QpType) -> (ibcm_qp_attr, i32) {
+    let qp_type = match t {
+        QpType::Rc => ibcm_qp_type::IBCM_QPT_RC,
+        QpType::Uc => ibcm_qp_type::IBCM_QPT_UC,
+        QpType::XrcIni => ibcm_qp_type::IBCM_QPT_XRC_SEND,
+        QpType::XrcTgt => ibcm_qp_type::IBCM_QPT_XRC_RECV,
+    };
+    let c = ibcm_qp_attr {
+        qp_state: a.qp_state.ibv(),
+        qp_access_flags: a.qp_access_flags.bits(),
+        pkey_index: a.pkey_index,
+        port_num: a.port_num,
+        path_mtu: a.path_mtu.raw(),
+        ah_attr: ah(&a.ah_attr),
+        dest_qp_num: a.dest_qp_num.get(),
+        rq_psn: a.rq_psn.get(),
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        alt_pkey_index: a.alt_pkey_index,
+        alt_ah_attr: ah(&a.alt_ah_attr),
+        alt_port_num: a.alt_port_num,
+        alt_timeout: a.alt_timeout,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        sq_psn: a.sq_psn.get(),
+        rnr_retry: a.rnr_retry,
+        max_rd_atomic: a.max_rd_atomic,
+        path_mig_state: u8::try_from(a.path_mig_state.ibv()).unwrap_or(0),
+        qp_type: qp_type as u8,
+    };
+    // The mask has 21 bits: it fits an int.
+    (c, i32::try_from(mask.bits()).unwrap_or(i32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_ibcms() {
+        let mut p = conn_param_default();
+        p.qp_num = 0x11;
+        let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new()).unwrap();
+        assert!(!manual);
+        let d = ConnectParams::new(c.peer, ServiceId(0), Qpn::masked(0x11));
+        assert_eq!(
+            c.peer,
+            ibcm::proto::PeerAddr::Udp("10.0.0.2:4791".parse().unwrap())
+        );
+        assert_eq!(
+            (
+                c.responder_resources,
+                c.initiator_depth,
+                c.path_mtu,
+                c.retry_count
+            ),
+            (
+                d.responder_resources,
+                d.initiator_depth,
+                d.path_mtu,
+                d.retry_count
+            )
+        );
+        assert_eq!(c.connect_timeout, Some(DEFAULT_CONNECT_TIMEOUT));
+        assert_eq!(c.starting_psn, None);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let mut p = conn_param_default();
+        let e = connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err();
+        assert_eq!(e.code, IBCM_EINVAL, "QPN 0");
+        p.qp_num = 1 << 24;
+        assert_eq!(
+            connect_params(&p, "x", Vec::new()).unwrap_err().code,
+            IBCM_EINVAL
+        );
+        p.qp_num = 5;
+        assert_eq!(
+            connect_params(&p, "nowhere", Vec::new()).unwrap_err().code,
+            IBCM_EINVAL
+        );
+        let e = connect_params(&p, "10.0.0.2:7", vec![0; 93]).unwrap_err();
+        assert_eq!(e.code, IBCM_ETOOLONG);
+        p.transport = 7;
+        assert_eq!(
+            connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err().code,
+            IBCM_EINVAL
+        );
+        p.transport = 2;
+        p.flags = IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_SHARED_QPN | IBCM_CONNECT_PSN;
+        p.starting_psn = 0x123;
+        let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new()).unwrap();
+        assert!(manual && c.allow_shared_qpn);
+        assert_eq!(
+            (c.transport, c.starting_psn),
+            (ReqTransport::Xrc, Psn::new(0x123))
+        );
+        p.flags = 0x80;
+        assert_eq!(
+            connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err().code,
+            IBCM_EINVAL
+        );
+        let mut a = accept_param_default();
+        assert_eq!(accept_params(&a, Vec::new()).unwrap_err().code, IBCM_EINVAL);
+        a.qp_num = 9;
+        a.rnr_retry_count = 8;
+        assert_eq!(accept_params(&a, Vec::new()).unwrap_err().code, IBCM_EINVAL);
+        a.rnr_retry_count = 7;
+        assert_eq!(
+            accept_params(&a, vec![0; 197]).unwrap_err().code,
+            IBCM_ETOOLONG
+        );
+        assert_eq!(
+            accept_params(&a, Vec::new()).unwrap().local_qpn,
+            Qpn::masked(9)
+        );
+    }
+
+    #[test]
+    fn qp_attr_maps_field_for_field() {
+        use ibcm::qp_attr::{qp_attr, Connection, QpState, Side};
+        let req = ibcm_mad::Req {
+            local_qpn: Qpn::masked(0x18),
+            starting_psn: Psn::masked(0x647bbb),
+            ..Default::default()
+        };
+        let rep = ibcm_mad::Rep {
+            starting_psn: Psn::masked(0x0fd2ad),
+            responder_resources: 1,
+            ..Default::default()
+        };
+        let (port, link) = local_port(None).unwrap();
+        let conn = Connection::new(&req, &rep, Side::Passive, link, port);
+        let (a, m) = qp_attr(&conn, QpState::Rtr).unwrap();
+        let (c, mask) = qp_attr_c(&a, m, conn.qp_type().unwrap());
+        assert_eq!(mask as u32, m.bits());
+        assert_eq!((c.qp_state, c.dest_qp_num, c.rq_psn), (2, 0x18, 0x0fd2ad));
+        assert_eq!((c.max_dest_rd_atomic, c.ah_attr.is_global), (1, 1));
+        assert_eq!(c.qp_type, ibcm_qp_type::IBCM_QPT_RC as u8);
+        let bad = ibcm_port {
+            port_num: 1,
+            sgid_index: 0,
+            lmc: 0,
+            pkey_index: 0,
+            link_layer: 3,
+        };
+        assert_eq!(local_port(Some(&bad)).unwrap_err().code, IBCM_EINVAL);
+    }
+}
