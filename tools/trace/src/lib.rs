@@ -18,7 +18,9 @@
 //!   [`TrackerConfig`]) and [`Outcomes`]; [`parse_msg`] and [`parse_u64`] read the filter
 //!   arguments; [`ColorChoice`] is `--color`.
 //! * Generated captures: [`generate`] from [`Template`]s ([`load_template`],
-//!   [`default_template_paths`]) with a [`GenConfig`], giving a [`GenSummary`].
+//!   [`default_template_paths`]) with a [`GenConfig`], giving a [`GenSummary`];
+//!   [`data_scenario`] ([`DATA_SCENARIO`]): XRC traffic by SRQ number and UD traffic on a
+//!   SIDR-resolved QP.
 //!
 //! # Inside
 //! * `capture`: pcap / pcapng / raw ERF reading and the pcap writer.
@@ -73,7 +75,10 @@ pub use capture::{
 pub use conn::TrackerConfig;
 pub use expr::{field_table, ExprError, FilterExpr};
 pub use filter::{parse_msg, parse_u64, AddrMatch, Filter, TimeBound};
-pub use gen::{default_template_paths, generate, load_template, GenConfig, GenSummary, Template};
+pub use gen::{
+    data_scenario, default_template_paths, generate, load_template, GenConfig, GenSummary, Template,
+    DATA_SCENARIO,
+};
 #[cfg(feature = "live")]
 pub use live::FILTER as LIVE_FILTER;
 pub use style::ColorChoice;

@@ -121,13 +121,13 @@ impl Tracker {
             self.ended.pop_front();
             let finish = self.conn(slot).is_some_and(|c| {
                 // Still the same connection, and no message since it ended.
-                c.id == id && c.ended.is_some_and(|e| c.last <= e)
+                c.id == id && c.ended.is_some_and(|e| c.activity() <= e)
             });
             if finish {
                 self.finish(slot);
             } else if let Some(c) = self.conn(slot).filter(|c| c.id == id) {
                 // A message arrived after the end: wait again from that message.
-                let again = c.last;
+                let again = c.activity();
                 self.ended.push_back((again, slot, id));
                 if let Some(c) = self.conn_mut(slot) {
                     c.ended = Some(again);
@@ -145,7 +145,7 @@ impl Tracker {
                 // eviction when the table is full, or at the end of the file).
                 .filter(|(i, c)| {
                     self.is_live(*i)
-                        && c.last + self.cfg.idle < self.now
+                        && c.activity() + self.cfg.idle < self.now
                         && !(c.established() && c.dreq.is_none() && c.ended.is_none())
                 })
                 .map(|(i, _)| i)
