@@ -25,7 +25,8 @@
 //! # Inside
 //! * `capture`: pcap / pcapng / raw ERF reading and the pcap writer.
 //! * `input`: opens a file or standard input and sniffs its format; `live` (feature `live`):
-//!   `-i IFACE` through libpcap.
+//!   `-i IFACE` through libpcap; `interrupt`: Ctrl-C ends a live capture or pipe read with
+//!   the final summary (a pipe is read on a thread of its own).
 //! * `trace`: capture record → CM event; `conn`: connection tracking (REQ … DREP by CA GUID
 //!   and comm IDs) in bounded memory, over the `hash` table.
 //! * Views: `render` (one line per MAD, JSON lines), `verbose` (`-V`), `ladder` (`--ladder`),
@@ -53,6 +54,7 @@ mod filter;
 mod gen;
 mod hash;
 mod input;
+mod interrupt;
 mod json_full;
 mod ladder;
 #[cfg(feature = "live")]

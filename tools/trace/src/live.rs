@@ -66,7 +66,7 @@ impl Live {
 
     /// The next packet; `None` after `--count` packets or when the capture ends.
     pub(crate) fn next_record(&mut self) -> Option<Result<Record<'_>, RecordError>> {
-        if self.left == Some(0) {
+        if self.left == Some(0) || crate::interrupt::requested() {
             return None;
         }
         let (ts, orig_len) = loop {
@@ -87,8 +87,10 @@ impl Live {
                     self.buf.extend_from_slice(p.data);
                     break (Duration::new(secs, nanos.min(999_999_999)), p.header.len);
                 }
-                // No packet within the read timeout: wait on.
+                // No packet within the read timeout: wait on, unless interrupted.
+                Err(pcap::Error::TimeoutExpired) if crate::interrupt::requested() => return None,
                 Err(pcap::Error::TimeoutExpired) => {}
+                Err(_) if crate::interrupt::requested() => return None,
                 Err(pcap::Error::NoMorePackets) => return None,
                 Err(e) => {
                     return Some(Err(RecordError {

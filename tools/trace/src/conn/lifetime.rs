@@ -156,6 +156,26 @@ impl Tracker {
         }
     }
 
+    /// Calls `f` with a copy of every live connection, in order of first appearance, its
+    /// outcome settled as if the capture ended now (the live `--stats` refresh).
+    pub(crate) fn each_live_settled(&self, mut f: impl FnMut(&Conn)) {
+        let mut slots: Vec<(u64, usize)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.is_live(*i))
+            .map(|(i, c)| (c.id, i))
+            .collect();
+        slots.sort_unstable();
+        for (_, slot) in slots {
+            if let Some(c) = self.slots.get(slot) {
+                let mut c = c.clone();
+                c.settle(self.now);
+                f(&c);
+            }
+        }
+    }
+
     /// Finishes every connection (end of file), in order of first appearance; then
     /// [`Tracker::drain_finished`] hands them over.
     pub(crate) fn finish_all(&mut self) {
