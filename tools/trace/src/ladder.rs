@@ -53,7 +53,8 @@ use std::io::Write;
 use ibcm_mad::AttrId;
 
 use crate::conn::{
-    Conn, ConnKind, DataStats, Detail, End, LadderEntry, Outcome, Side, Verdict, FAMILIES, NAK_CODES,
+    Conn, ConnKind, DataStats, Detail, End, LadderEntry, Outcome, Side, Verdict, FAMILIES,
+    NAK_CODES,
 };
 use crate::render::{human, put_secs, put_wire_addr, Obj, JSON_SCHEMA_VERSION};
 use crate::stats::SLOW;
@@ -338,7 +339,9 @@ fn data_lines(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
             Verdict::Broken | Verdict::NoData => Role::Bad,
         };
         let text = match (c.kind, v) {
-            (ConnKind::Sidr, Verdict::Broken) => "resolved but broken (UD SENDs under another Q_Key)",
+            (ConnKind::Sidr, Verdict::Broken) => {
+                "resolved but broken (UD SENDs under another Q_Key)"
+            }
             _ => v.text(),
         };
         pal.paint(out, role, text);

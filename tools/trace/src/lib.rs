@@ -78,8 +78,8 @@ pub use conn::TrackerConfig;
 pub use expr::{field_table, ExprError, FilterExpr};
 pub use filter::{parse_msg, parse_u64, AddrMatch, Filter, TimeBound};
 pub use gen::{
-    data_scenario, default_template_paths, generate, load_template, GenConfig, GenSummary, Template,
-    DATA_SCENARIO,
+    data_scenario, default_template_paths, generate, load_template, GenConfig, GenSummary,
+    Template, DATA_SCENARIO,
 };
 #[cfg(feature = "live")]
 pub use live::FILTER as LIVE_FILTER;

@@ -46,7 +46,10 @@ fn read_until(r: &mut impl BufRead, done: impl Fn(&str) -> bool) -> Vec<String> 
     loop {
         let mut l = String::new();
         let n = r.read_line(&mut l).unwrap();
-        assert!(n > 0, "output ended before the expected line; read: {lines:#?}");
+        assert!(
+            n > 0,
+            "output ended before the expected line; read: {lines:#?}"
+        );
         let hit = done(&l);
         lines.push(l);
         if hit {
@@ -80,7 +83,12 @@ fn sigint_ends_a_pipe_read_with_the_summary() {
     out.read_to_string(&mut rest).unwrap();
     let status = child.wait().unwrap();
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(status.success(), "{status:?}; stderr: {err}");
     assert!(
         rest.contains("-- 5 frames: 5 CM, 0 non-CM, 0 malformed"),
@@ -145,10 +153,7 @@ fn stats_refresh_on_a_pipe_then_sigint() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}; stderr: {rest}");
     assert!(out.starts_with("Capture\n"), "{out}");
-    assert!(
-        out.contains("1 file(s), 5 frames: 5 CM MADs"),
-        "{out}"
-    );
+    assert!(out.contains("1 file(s), 5 frames: 5 CM MADs"), "{out}");
     assert!(out.contains("  established             1"), "{out}");
     assert!(rest.contains("interrupted"), "{rest}");
     drop(stdin);

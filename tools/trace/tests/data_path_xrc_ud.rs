@@ -51,7 +51,10 @@ fn xrc_requests_go_to_the_connection_that_announced_the_srq() {
     let c = conns(&cap(SCENARIO));
     assert_eq!(c.len(), 3);
     let (a, b) = (&c[0], &c[1]);
-    assert_eq!((a["kind"].as_str(), b["kind"].as_str()), (Some("XRC"), Some("XRC")));
+    assert_eq!(
+        (a["kind"].as_str(), b["kind"].as_str()),
+        (Some("XRC"), Some("XRC"))
+    );
     assert_eq!(a["passive"]["qpn"], b["passive"]["qpn"], "one TGT QP");
     let d = &a["data"];
     assert_eq!(d["srqns"], serde_json::json!([0x300, 0x301]), "{d}");
@@ -195,7 +198,7 @@ fn sidr_ud_counts_agree_with_tshark() {
 /// Every frame of the scenario decodes, with a correct ICRC.
 #[test]
 fn scenario_frames_have_valid_icrcs() {
-    let mut r = ibcm_trace::CaptureReader::open(&cap(SCENARIO)).unwrap();
+    let mut r = ibcm_trace::CaptureReader::open(cap(SCENARIO)).unwrap();
     let mut n = 0;
     while let Some(rec) = r.next_record() {
         let rec = rec.unwrap();
@@ -203,7 +206,12 @@ fn scenario_frames_have_valid_icrcs() {
         else {
             panic!("frame {} does not decode", rec.number);
         };
-        assert_eq!(p.icrc, ibcm_mad::frame::IcrcStatus::Ok, "frame {}", rec.number);
+        assert_eq!(
+            p.icrc,
+            ibcm_mad::frame::IcrcStatus::Ok,
+            "frame {}",
+            rec.number
+        );
         n += 1;
     }
     assert_eq!(n, 28);

@@ -205,8 +205,8 @@ impl DataStats {
         match ibcm_mad::xrc::XrcRepData::parse(private) {
             Ok((x, _)) => x.srqns.iter().for_each(|s| put(s.get())),
             Err(_) => {
-                if let Some(s) = ibcm_mad::xrc::XrcRepData::first_srqn_compat(private)
-                    .filter(|s| s.get() != 0)
+                if let Some(s) =
+                    ibcm_mad::xrc::XrcRepData::first_srqn_compat(private).filter(|s| s.get() != 0)
                 {
                     put(s.get());
                 }

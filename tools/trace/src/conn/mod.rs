@@ -558,7 +558,10 @@ impl Tracker {
     /// A UD SEND: to a SIDR exchange's QP, or from it back to the requester.
     fn observe_ud(&mut self, p: &RcPacket, src_qp: u32) {
         if let Some(&(slot, g, _)) = self.data_index.get(&(p.dst, p.dest_qp.get())) {
-            if let Some(c) = self.keyed_conn((slot, g)).filter(|c| c.kind == ConnKind::Sidr) {
+            if let Some(c) = self
+                .keyed_conn((slot, g))
+                .filter(|c| c.kind == ConnKind::Sidr)
+            {
                 if let Some(d) = c.data.as_deref_mut() {
                     let qkey = d.ud_qkey;
                     d.add_ud(p, false, qkey);

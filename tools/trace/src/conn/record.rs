@@ -328,8 +328,7 @@ impl Conn {
     pub fn data_verdict(&self) -> Option<Verdict> {
         let d = self.data.as_deref()?;
         let up = if self.kind == ConnKind::Sidr {
-            self.sidr_rep
-                .is_some_and(|(_, s)| s == SidrStatus::Success)
+            self.sidr_rep.is_some_and(|(_, s)| s == SidrStatus::Success)
         } else {
             self.established()
         };

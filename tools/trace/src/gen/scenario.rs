@@ -79,12 +79,7 @@ impl Hosts {
 
 /// A RoCEv2/IPv4 frame: `bth` (its PadCnt set here), then `body` (extension headers and
 /// payload), pad bytes and the ICRC.
-fn data_frame(
-    h: &Hosts,
-    to_tgt: bool,
-    bth_repr: BthRepr,
-    body: &[u8],
-) -> Result<Vec<u8>, String> {
+fn data_frame(h: &Hosts, to_tgt: bool, bth_repr: BthRepr, body: &[u8]) -> Result<Vec<u8>, String> {
     let pad = (4 - body.len() % 4) % 4;
     let udp_payload = bth::HEADER_LEN + body.len() + pad + icrc::ICRC_LEN;
     let (src, dst) = h.ips(to_tgt);
@@ -186,14 +181,8 @@ fn ud_send(
 /// A CM MAD between the hosts (GSI QP1 to QP1).
 fn cm_frame(h: &Hosts, to_tgt: bool, mad: &Mad, psn: u32) -> Result<Vec<u8>, String> {
     let (src, dst) = h.ips(to_tgt);
-    let roce = RoceV2UdRepr::gsi(
-        IpAddr::V4(src),
-        IpAddr::V4(dst),
-        0,
-        49153,
-        Psn::masked(psn),
-    )
-    .map_err(|e| e.to_string())?;
+    let roce = RoceV2UdRepr::gsi(IpAddr::V4(src), IpAddr::V4(dst), 0, 49153, Psn::masked(psn))
+        .map_err(|e| e.to_string())?;
     let bytes = mad.to_bytes();
     let eth = h.eth(to_tgt);
     let mut f = vec![0u8; roce.frame_len(eth, bytes.len())];
