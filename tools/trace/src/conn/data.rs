@@ -409,4 +409,32 @@ mod tests {
         assert_eq!(none.verdict(true), Some(Verdict::NoData));
         assert_eq!(DataStats::default().verdict(true), None);
     }
+
+    #[test]
+    fn srqns_from_either_rep_format_and_ud_qkey_mismatches() {
+        let mut d = DataStats::default();
+        // rdma_xserver: a bare 4-byte big-endian SRQN.
+        d.set_srqns(&[0x00, 0x01, 0x02, 0x03, 0, 0, 0, 0]);
+        assert_eq!(d.srqns(), &[0x0001_0203]);
+        // Nothing that looks like one: none.
+        d.set_srqns(&[0xff, 0, 0, 1]);
+        assert!(d.srqns().is_empty());
+        d.set_srqns(&[0, 0, 0, 0]);
+        assert!(d.srqns().is_empty());
+
+        let mut u = DataStats {
+            ud_qkey: Some(7),
+            ..DataStats::default()
+        };
+        let mut p = pkt(0x64, 1, None);
+        p.deth = Some((Qpn::masked(9), ibcm_mad::Qkey(7)));
+        u.add_ud(&p, false, u.ud_qkey);
+        p.psn = Psn::masked(2);
+        p.deth = Some((Qpn::masked(9), ibcm_mad::Qkey(8)));
+        u.add_ud(&p, false, u.ud_qkey);
+        // The same packet again within 1 ms: a duplicate capture.
+        u.add_ud(&p, false, u.ud_qkey);
+        assert_eq!((u.packets, u.qkey_mismatches, u.duplicates), (2, 1, 1));
+        assert_eq!(u.verdict(true), Some(Verdict::Broken));
+    }
 }

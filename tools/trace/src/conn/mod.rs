@@ -70,14 +70,20 @@ pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Phase
 
 impl Conn {
     /// Whether the connection's data-path keys can be made (both ends' addresses and its
-    /// QPNs known; for SIDR, the responder's address and the resolved QPN) and are not made
+    /// QPNs known; for SIDR, the responder's address and the QPN and Q_Key of a SIDR_REP with
+    /// status 0) and are not made
     /// yet; if so it is marked keyed and its counters are allocated.
     fn keyable(&mut self) -> bool {
         if self.data_keyed || self.passive.addr.is_none() || self.passive.qpn.is_none() {
             return false;
         }
-        if self.kind != ConnKind::Sidr && (self.active.addr.is_none() || self.active.qpn.is_none())
-        {
+        let ready = if self.kind == ConnKind::Sidr {
+            // Only a SIDR_REP with status 0 resolves a QPN and Q_Key.
+            self.data.as_deref().is_some_and(|d| d.ud_qkey.is_some())
+        } else {
+            self.active.addr.is_some() && self.active.qpn.is_some()
+        };
+        if !ready {
             return false;
         }
         self.data_keyed = true;
