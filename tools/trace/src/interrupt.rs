@@ -5,7 +5,8 @@
 //!
 //! The handlers are installed only when an input arrives over time (`-i`, a pipe): reading a
 //! file, Ctrl-C kills as usual. A pipe is read on a thread of its own ([`Pump`]) so that the
-//! reading loop is not stuck in a `read` the signal does not interrupt.
+//! reading loop is not stuck in a `read` the signal does not interrupt; a live capture's wait
+//! for packets is broken off by a thread that receives the signal (`crate::live`).
 
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -53,6 +53,29 @@ impl Live {
         };
         cap.filter(FILTER, true)
             .map_err(|e| format!("BPF filter {FILTER:?}: {e}"))?;
+        // libpcap's wait for packets is not ended by a signal (nor, in immediate mode, by its
+        // read timeout): a thread that receives Ctrl-C / SIGTERM breaks it off
+        // (`pcap_breakloop`), and the next read ends the capture.
+        let brk = cap.breakloop_handle();
+        let sigs = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ]);
+        let spawned = sigs.and_then(|mut sigs| {
+            std::thread::Builder::new()
+                .name("cm-trace-signals".to_string())
+                .spawn(move || {
+                    for _ in sigs.forever() {
+                        brk.breakloop();
+                    }
+                })
+        });
+        if let Err(e) = spawned {
+            eprintln!(
+                "cm-trace: Ctrl-C cannot interrupt a wait for packets ({e}): it acts at the next \
+                 packet"
+            );
+        }
         let link_type = u32::try_from(cap.get_datalink().0).unwrap_or(0);
         Ok(Live {
             cap,
