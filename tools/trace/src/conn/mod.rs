@@ -26,7 +26,7 @@
 //!
 //! Each connection keeps at most [`TrackerConfig::max_events`] ladder entries (only when
 //! [`TrackerConfig::record_events`] is set), so its size is bounded too: about 700 bytes, plus
-//! 40 bytes per recorded event, plus about 520 bytes of data-path counters (boxed, only when
+//! 40 bytes per recorded event, plus about 600 bytes of data-path counters (boxed, only when
 //! [`TrackerConfig::data`] is set).
 //!
 //! # Inside
@@ -71,8 +71,8 @@ pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Phase
 impl Conn {
     /// Whether the connection's data-path keys can be made (both ends' addresses and its
     /// QPNs known; for SIDR, the responder's address and the QPN and Q_Key of a SIDR_REP with
-    /// status 0) and are not made
-    /// yet; if so it is marked keyed and its counters are allocated.
+    /// status 0) and are not made yet; if so it is marked keyed and its counters are
+    /// allocated.
     fn keyable(&mut self) -> bool {
         if self.data_keyed || self.passive.addr.is_none() || self.passive.qpn.is_none() {
             return false;
