@@ -9,8 +9,12 @@
 //!   transport type, REJ reason, ICRC),
 //!
 //! both writing into a pipe that this process drains and counts, and prints
-//! `cm-trace: X s; tshark: Y s; ratio: Z`, with the load averages before and after (the
-//! machine may be shared). The capture is deleted afterwards.
+//! `cm-trace: X s; tshark: Y s; ratio: Z` (wall-clock times), with the load averages before
+//! and after (the machine may be shared). On a loaded machine the wall-clock ratio swings with
+//! the other processes, so the CPU time (user + system) of each command, from this process's
+//! children times in `/proc/self/stat`, is printed too, as `cpu ratio`: cm-trace's two threads
+//! both count there, so it is the ratio of work, not of waiting. The capture is deleted
+//! afterwards.
 //!
 //! `CM_TRACE_BENCH_PACKETS=N` changes the size. Without `--bench` (as `cargo test --benches`
 //! runs it) it is a smoke run with 2,000 packets.
@@ -54,8 +58,34 @@ const FIELDS: &[&str] = &[
     "infiniband.invariant.crc",
 ];
 
-/// Runs a command with stdout into a pipe drained here; returns (wall time, lines, ok).
-fn timed(cmd: &mut Command) -> Result<(Duration, u64), String> {
+/// Clock ticks per second of `/proc` times (`getconf CLK_TCK`), when it can be asked.
+fn clock_ticks() -> Option<u64> {
+    let o = Command::new("getconf").arg("CLK_TCK").output().ok()?;
+    String::from_utf8(o.stdout).ok()?.trim().parse().ok()
+}
+
+/// CPU time (user + system) of this process's waited-for children, from `/proc/self/stat`
+/// (fields 16 and 17, after the command name in parentheses).
+fn children_cpu(ticks: Option<u64>) -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // `after` starts at field 3 (the state): cutime is field 16, cstime 17.
+    let cutime: u64 = f.get(13)?.parse().ok()?;
+    let cstime: u64 = f.get(14)?.parse().ok()?;
+    let hz = ticks.filter(|&t| t > 0)?;
+    Some(Duration::from_secs_f64(
+        (cutime + cstime) as f64 / hz as f64,
+    ))
+}
+
+/// Runs a command with stdout into a pipe drained here; returns (wall time, lines, CPU time
+/// when known).
+fn timed(
+    cmd: &mut Command,
+    ticks: Option<u64>,
+) -> Result<(Duration, u64, Option<Duration>), String> {
+    let cpu0 = children_cpu(ticks);
     let start = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -82,7 +112,11 @@ fn timed(cmd: &mut Command) -> Result<(Duration, u64), String> {
     if !status.success() {
         return Err(format!("exit status {status}"));
     }
-    Ok((t, lines))
+    let cpu = match (cpu0, children_cpu(ticks)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    Ok((t, lines, cpu))
 }
 
 fn have_tshark() -> bool {
@@ -150,22 +184,38 @@ fn load_average() -> String {
 fn compare(path: &Path, packets: u64) -> Result<(), String> {
     let file = path.to_str().ok_or("temporary path is not UTF-8")?;
     println!("load average before: {}", load_average());
+    let ticks = clock_ticks();
+    if ticks.is_none() {
+        println!("*** `getconf CLK_TCK` failed: CPU times are not shown");
+    }
     // Warm the page cache, then take the best of three cm-trace runs.
     let _ = std::fs::read(path);
     let mut best = Duration::MAX;
+    let mut best_cpu: Option<Duration> = None;
     for _ in 0..3 {
-        let (t, lines) = timed(Command::new(CM_TRACE).args(["--json", file]))?;
+        let (t, lines, cpu) = timed(Command::new(CM_TRACE).args(["--json", file]), ticks)?;
         if lines != packets {
             return Err(format!(
                 "cm-trace printed {lines} lines for {packets} packets"
             ));
         }
         best = best.min(t);
+        best_cpu = match (best_cpu, cpu) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
     let ct = best.as_secs_f64();
+    let cpu_text = |c: Option<Duration>| {
+        c.map_or_else(
+            || "unknown".to_string(),
+            |c| format!("{:.2} s", c.as_secs_f64()),
+        )
+    };
     println!(
-        "cm-trace --json: {ct:.3} s ({:.0} packets/s)",
-        packets as f64 / ct
+        "cm-trace --json: {ct:.3} s ({:.0} packets/s); CPU {}",
+        packets as f64 / ct,
+        cpu_text(best_cpu)
     );
     if !have_tshark() {
         if std::env::var_os("IBCM_REQUIRE_TSHARK").is_some_and(|v| v != "0") {
@@ -182,7 +232,7 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
     for f in FIELDS {
         cmd.args(["-e", f]);
     }
-    let (tt, lines) = timed(&mut cmd)?;
+    let (tt, lines, tcpu) = timed(&mut cmd, ticks)?;
     if lines != packets {
         return Err(format!(
             "tshark printed {lines} lines for {packets} packets"
@@ -190,10 +240,21 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
     }
     let ts = tt.as_secs_f64();
     println!(
-        "tshark -T fields ({} fields): {ts:.3} s ({:.0} packets/s)",
+        "tshark -T fields ({} fields): {ts:.3} s ({:.0} packets/s); CPU {}",
         FIELDS.len(),
-        packets as f64 / ts
+        packets as f64 / ts,
+        cpu_text(tcpu)
     );
+    if let (Some(c), Some(t)) = (best_cpu, tcpu) {
+        if c > Duration::ZERO {
+            println!(
+                "cpu: cm-trace {:.2} s; tshark {:.2} s; cpu ratio: {:.1}",
+                c.as_secs_f64(),
+                t.as_secs_f64(),
+                t.as_secs_f64() / c.as_secs_f64()
+            );
+        }
+    }
     println!(
         "cm-trace: {ct:.3} s; tshark: {ts:.3} s; ratio: {:.1}",
         ts / ct

@@ -131,7 +131,13 @@ impl Source {
         let (reader, size, pipe): (Boxed, Option<u64>, bool) = if path == "-" {
             // Standard input's type, from its descriptor (/dev/stdin names it on Linux).
             let pipe = std::fs::metadata("/dev/stdin").is_ok_and(|m| is_pipe(m.file_type()));
-            (Box::new(io::stdin()), None, pipe)
+            if pipe {
+                crate::interrupt::install();
+                let pump = crate::interrupt::Pump::start(io::stdin()).map_err(OpenError::Io)?;
+                (Box::new(pump), None, pipe)
+            } else {
+                (Box::new(io::stdin()), None, pipe)
+            }
         } else {
             let f = File::open(path).map_err(OpenError::Io)?;
             let meta = f.metadata().map_err(OpenError::Io)?;
@@ -140,7 +146,13 @@ impl Source {
             }
             let pipe = is_pipe(meta.file_type());
             let size = (!pipe).then_some(meta.len());
-            (Box::new(f), size, pipe)
+            if pipe {
+                crate::interrupt::install();
+                let pump = crate::interrupt::Pump::start(f).map_err(OpenError::Io)?;
+                (Box::new(pump), size, pipe)
+            } else {
+                (Box::new(f), size, pipe)
+            }
         };
         Self::from_reader(reader).map(|(src, counter)| Opened {
             src,
@@ -158,6 +170,7 @@ impl Source {
         #[cfg(feature = "live")]
         {
             let live = crate::live::Live::open(iface, count).map_err(OpenError::Format)?;
+            crate::interrupt::install();
             Ok(Opened {
                 src: Source::Live(live),
                 counter: Arc::new(AtomicU64::new(0)),

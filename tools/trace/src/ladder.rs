@@ -32,8 +32,8 @@
 //! `service_timeout` / `sidr_status` where they apply; `events_dropped` counts entries beyond
 //! the per-connection limit.
 //!
-//! `data` (every connection but SIDR; added in schema 3): the RC traffic on the connection's
-//! QPNs, both directions (`crate::conn` `data` module): `packets`, `bytes` (wire length),
+//! `data` (added in schema 3): the RC traffic on the connection's QPNs, both directions
+//! (`crate::conn` `data` module): `packets`, `bytes` (wire length),
 //! packets by family `send`, `write`, `read_req`, `read_resp`, `ack`, `atomic`, `cnp`;
 //! `acks`, `naks` (RNR NAKs included), `rnr_naks`, NAKs by code `psn_sequence_error`,
 //! `invalid_request`, `remote_access_error`, `remote_operational_error`,
@@ -41,14 +41,20 @@
 //! `duplicates` (packets captured twice, not counted);
 //! `first` and `last` (capture time of the first and last packet, when any); `verdict`:
 //! `ok`, `broken` (NAKs or retransmissions), `no_data`, or `null` (not established, or no RC
-//! traffic in the capture at all).
+//! traffic in the capture at all). XRC connections add `srqns` (the SRQ numbers the REP
+//! announced in its private data) and `srq_packets` (requests counted by their XRCETH SRQ
+//! number). SIDR exchanges (since the SIDR data path) count UD SENDs to and from the QP the
+//! SIDR_REP resolved: `packets`, `bytes`, `send`, `duplicates`, `ecn_ce`, `qkey` (the
+//! SIDR_REP's, `null` unless status 0), `qkey_mismatches` (SENDs to the QP under another
+//! Q_Key); the verdict is for a resolved exchange (`broken`: a Q_Key mismatch).
 
 use std::io::Write;
 
 use ibcm_mad::AttrId;
 
 use crate::conn::{
-    Conn, ConnKind, Detail, End, LadderEntry, Outcome, Side, Verdict, FAMILIES, NAK_CODES,
+    Conn, ConnKind, DataStats, Detail, End, LadderEntry, Outcome, Side, Verdict, FAMILIES,
+    NAK_CODES,
 };
 use crate::render::{human, put_secs, put_wire_addr, Obj, JSON_SCHEMA_VERSION};
 use crate::stats::SLOW;
@@ -312,15 +318,65 @@ pub(crate) fn ladder(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
     out.push(b'\n');
 }
 
-/// The data-path lines of the ladder: counts, then the verdict. Nothing for a SIDR exchange,
-/// or when the capture had no RC traffic and none on this connection.
+/// The data-path lines of the ladder: counts, then the verdict. Nothing when the capture had
+/// no RC traffic (SIDR: UD traffic) and none on this connection.
 fn data_lines(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
     let Some(d) = c.data.as_deref() else {
         return;
     };
-    if c.kind == ConnKind::Sidr || !(d.capture_has_rc || d.packets > 0) {
+    if !(d.capture_has_rc || d.packets > 0) {
         return;
     }
+    if c.kind == ConnKind::Sidr {
+        ud_line(out, c, d);
+    } else {
+        rc_line(out, c, d);
+    }
+    if let Some(v) = c.data_verdict() {
+        out.extend_from_slice(b"  verdict: ");
+        let role = match v {
+            Verdict::Ok => Role::Setup,
+            Verdict::Broken | Verdict::NoData => Role::Bad,
+        };
+        let text = match (c.kind, v) {
+            (ConnKind::Sidr, Verdict::Broken) => {
+                "resolved but broken (UD SENDs under another Q_Key)"
+            }
+            _ => v.text(),
+        };
+        pal.paint(out, role, text);
+        out.push(b'\n');
+    }
+}
+
+/// A SIDR exchange's UD line: packets to and from the QP its SIDR_REP resolved.
+fn ud_line(out: &mut Vec<u8>, c: &Conn, d: &DataStats) {
+    let _ = write!(out, "  data: {} UD packets, {} bytes", d.packets, d.bytes);
+    if let (Some(q), Some(k)) = (c.passive.qpn, d.ud_qkey) {
+        let _ = write!(out, " (QPN {:#08x}, Q_Key {k:#010x})", q.get());
+    }
+    if d.qkey_mismatches > 0 {
+        let _ = write!(out, "; {} with another Q_Key", d.qkey_mismatches);
+    }
+    if d.duplicates > 0 {
+        let _ = write!(out, ", {} duplicate capture(s)", d.duplicates);
+    }
+    first_last(out, c, d);
+    out.push(b'\n');
+}
+
+/// `; first +…, last +…` when packets were seen.
+fn first_last(out: &mut Vec<u8>, c: &Conn, d: &DataStats) {
+    if let (Some(f), Some(l)) = (d.first, d.last) {
+        out.extend_from_slice(b"; first +");
+        put_secs(out, f.checked_sub(c.first).unwrap_or_default(), 1);
+        out.extend_from_slice(b", last +");
+        put_secs(out, l.checked_sub(c.first).unwrap_or_default(), 1);
+    }
+}
+
+/// An RC / XRC connection's data line.
+fn rc_line(out: &mut Vec<u8>, c: &Conn, d: &DataStats) {
     let _ = write!(out, "  data: {} packets, {} bytes", d.packets, d.bytes);
     if d.packets > 0 {
         let fams: Vec<String> = FAMILY_NAMES
@@ -358,21 +414,14 @@ fn data_lines(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
     if d.duplicates > 0 {
         let _ = write!(out, ", {} duplicate capture(s)", d.duplicates);
     }
-    if let (Some(f), Some(l)) = (d.first, d.last) {
-        out.extend_from_slice(b"; first +");
-        put_secs(out, f.checked_sub(c.first).unwrap_or_default(), 1);
-        out.extend_from_slice(b", last +");
-        put_secs(out, l.checked_sub(c.first).unwrap_or_default(), 1);
-    }
+    first_last(out, c, d);
     out.push(b'\n');
-    if let Some(v) = d.verdict(c.established()) {
-        out.extend_from_slice(b"  verdict: ");
-        let role = match v {
-            Verdict::Ok => Role::Setup,
-            Verdict::Broken | Verdict::NoData => Role::Bad,
-        };
-        pal.paint(out, role, v.text());
-        out.push(b'\n');
+    if !d.srqns().is_empty() {
+        out.extend_from_slice(b"  XRC SRQs announced:");
+        for (i, s) in d.srqns().iter().enumerate() {
+            let _ = write!(out, "{} {s:#08x}", if i == 0 { "" } else { "," });
+        }
+        let _ = writeln!(out, "; {} request(s) by SRQ number", d.srq_packets);
     }
 }
 
@@ -416,11 +465,30 @@ fn data_obj(o: &mut Obj<'_>, c: &Conn) {
     inner.u64("psn_gaps", d.psn_gaps);
     inner.u64("ecn_ce", d.ecn_ce);
     inner.u64("duplicates", d.duplicates);
+    if c.kind == ConnKind::Xrc {
+        let key = inner.key("srqns");
+        key.push(b'[');
+        for (i, s) in d.srqns().iter().enumerate() {
+            if i > 0 {
+                key.push(b',');
+            }
+            let _ = write!(key, "{s}");
+        }
+        key.push(b']');
+        inner.u64("srq_packets", d.srq_packets);
+    }
+    if c.kind == ConnKind::Sidr {
+        match d.ud_qkey {
+            Some(q) => inner.u64("qkey", u64::from(q)),
+            None => inner.key("qkey").extend_from_slice(b"null"),
+        }
+        inner.u64("qkey_mismatches", d.qkey_mismatches);
+    }
     if let (Some(f), Some(l)) = (d.first, d.last) {
         inner.f64("first", f.as_secs_f64());
         inner.f64("last", l.as_secs_f64());
     }
-    match d.verdict(c.established()) {
+    match c.data_verdict() {
         Some(v) => inner.name("verdict", v.as_str()),
         None => inner.key("verdict").extend_from_slice(b"null"),
     }
@@ -514,9 +582,7 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
     o.u64("mras", u64::from(c.mras));
     o.u64("bad_icrc", u64::from(c.bad_icrc));
     o.bool("evicted", c.evicted);
-    if c.kind != ConnKind::Sidr {
-        data_obj(&mut o, c);
-    }
+    data_obj(&mut o, c);
     if !c.events.is_empty() {
         let out = o.key("events");
         out.push(b'[');

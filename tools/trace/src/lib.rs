@@ -18,12 +18,15 @@
 //!   [`TrackerConfig`]) and [`Outcomes`]; [`parse_msg`] and [`parse_u64`] read the filter
 //!   arguments; [`ColorChoice`] is `--color`.
 //! * Generated captures: [`generate`] from [`Template`]s ([`load_template`],
-//!   [`default_template_paths`]) with a [`GenConfig`], giving a [`GenSummary`].
+//!   [`default_template_paths`]) with a [`GenConfig`], giving a [`GenSummary`];
+//!   [`data_scenario`] ([`DATA_SCENARIO`]): XRC traffic by SRQ number and UD traffic on a
+//!   SIDR-resolved QP.
 //!
 //! # Inside
 //! * `capture`: pcap / pcapng / raw ERF reading and the pcap writer.
 //! * `input`: opens a file or standard input and sniffs its format; `live` (feature `live`):
-//!   `-i IFACE` through libpcap.
+//!   `-i IFACE` through libpcap; `interrupt`: Ctrl-C ends a live capture or pipe read with
+//!   the final summary (a pipe is read on a thread of its own).
 //! * `trace`: capture record → CM event; `conn`: connection tracking (REQ … DREP by CA GUID
 //!   and comm IDs) in bounded memory, over the `hash` table.
 //! * Views: `render` (one line per MAD, JSON lines), `verbose` (`-V`), `ladder` (`--ladder`),
@@ -51,6 +54,7 @@ mod filter;
 mod gen;
 mod hash;
 mod input;
+mod interrupt;
 mod json_full;
 mod ladder;
 #[cfg(feature = "live")]
@@ -73,7 +77,10 @@ pub use capture::{
 pub use conn::TrackerConfig;
 pub use expr::{field_table, ExprError, FilterExpr};
 pub use filter::{parse_msg, parse_u64, AddrMatch, Filter, TimeBound};
-pub use gen::{default_template_paths, generate, load_template, GenConfig, GenSummary, Template};
+pub use gen::{
+    data_scenario, default_template_paths, generate, load_template, GenConfig, GenSummary,
+    Template, DATA_SCENARIO,
+};
 #[cfg(feature = "live")]
 pub use live::FILTER as LIVE_FILTER;
 pub use style::ColorChoice;

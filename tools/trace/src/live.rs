@@ -53,6 +53,29 @@ impl Live {
         };
         cap.filter(FILTER, true)
             .map_err(|e| format!("BPF filter {FILTER:?}: {e}"))?;
+        // libpcap's wait for packets is not ended by a signal (nor, in immediate mode, by its
+        // read timeout): a thread that receives Ctrl-C / SIGTERM breaks it off
+        // (`pcap_breakloop`), and the next read ends the capture.
+        let brk = cap.breakloop_handle();
+        let sigs = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ]);
+        let spawned = sigs.and_then(|mut sigs| {
+            std::thread::Builder::new()
+                .name("cm-trace-signals".to_string())
+                .spawn(move || {
+                    for _ in sigs.forever() {
+                        brk.breakloop();
+                    }
+                })
+        });
+        if let Err(e) = spawned {
+            eprintln!(
+                "cm-trace: Ctrl-C cannot interrupt a wait for packets ({e}): it acts at the next \
+                 packet"
+            );
+        }
         let link_type = u32::try_from(cap.get_datalink().0).unwrap_or(0);
         Ok(Live {
             cap,
@@ -66,7 +89,7 @@ impl Live {
 
     /// The next packet; `None` after `--count` packets or when the capture ends.
     pub(crate) fn next_record(&mut self) -> Option<Result<Record<'_>, RecordError>> {
-        if self.left == Some(0) {
+        if self.left == Some(0) || crate::interrupt::requested() {
             return None;
         }
         let (ts, orig_len) = loop {
@@ -87,8 +110,10 @@ impl Live {
                     self.buf.extend_from_slice(p.data);
                     break (Duration::new(secs, nanos.min(999_999_999)), p.header.len);
                 }
-                // No packet within the read timeout: wait on.
+                // No packet within the read timeout: wait on, unless interrupted.
+                Err(pcap::Error::TimeoutExpired) if crate::interrupt::requested() => return None,
                 Err(pcap::Error::TimeoutExpired) => {}
+                Err(_) if crate::interrupt::requested() => return None,
                 Err(pcap::Error::NoMorePackets) => return None,
                 Err(e) => {
                     return Some(Err(RecordError {

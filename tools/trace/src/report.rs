@@ -168,6 +168,11 @@ pub(crate) fn stats_json(out: &mut Vec<u8>, s: &TraceStats) {
         dobj.u64("ok", d.ok);
         dobj.u64("broken", d.broken);
         dobj.u64("no_data", d.no_data);
+        dobj.u64("srq_packets", d.srq_packets);
+        dobj.bool("capture_has_ud", d.capture_has_ud);
+        dobj.u64("ud_packets", d.ud_packets);
+        dobj.u64("ud_bytes", d.ud_bytes);
+        dobj.u64("qkey_mismatches", d.qkey_mismatches);
         dobj.close();
     }
     {
@@ -333,6 +338,9 @@ pub(crate) fn stats_text(out: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
             rows.push(("CNPs", d.cnps.to_string()));
             rows.push(("ECN-CE marks", d.ecn_ce.to_string()));
         }
+        if d.srq_packets > 0 {
+            rows.push(("XRC reqs by SRQ number", d.srq_packets.to_string()));
+        }
         for (label, v) in rows {
             let _ = writeln!(out, "  {label:<22}{v:>8}");
         }
@@ -347,6 +355,21 @@ pub(crate) fn stats_text(out: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
             out.extend_from_slice(b"0 established but broken");
         }
         let _ = writeln!(out, ", {} no data", d.no_data);
+    }
+    if d.capture_has_ud && s.sidr.requests > 0 {
+        out.push(b'\n');
+        pal.paint(out, Role::Head, "UD on the QPs SIDR resolved");
+        out.push(b'\n');
+        let _ = writeln!(out, "  {:<22}{:>8}", "packets", d.ud_packets);
+        let _ = writeln!(out, "  {:<22}{:>8}", "bytes", d.ud_bytes);
+        let _ = write!(out, "  {:<22}", "with another Q_Key");
+        let n = format!("{:>8}", d.qkey_mismatches);
+        if d.qkey_mismatches > 0 {
+            pal.paint(out, Role::Bad, &n);
+        } else {
+            out.extend_from_slice(n.as_bytes());
+        }
+        out.push(b'\n');
     }
     if !s.by_service.is_empty() {
         out.push(b'\n');

@@ -319,6 +319,16 @@ pub struct DataTotals {
     pub broken: u64,
     /// Established, no data.
     pub no_data: u64,
+    /// XRC requests counted by their XRC SRQ number.
+    pub srq_packets: u64,
+    /// SIDR: the capture had UD traffic (not to QP0/QP1).
+    pub capture_has_ud: bool,
+    /// SIDR: UD packets to and from the QPs SIDR exchanges resolved.
+    pub ud_packets: u64,
+    /// SIDR: their bytes.
+    pub ud_bytes: u64,
+    /// SIDR: UD SENDs to a resolved QP under another Q_Key.
+    pub qkey_mismatches: u64,
 }
 
 impl DataTotals {
@@ -326,6 +336,14 @@ impl DataTotals {
         let Some(d) = c.data.as_deref() else {
             return;
         };
+        if c.kind == ConnKind::Sidr {
+            self.capture_has_ud |= d.capture_has_rc || d.packets > 0;
+            self.ud_packets += d.packets;
+            self.ud_bytes += d.bytes;
+            self.qkey_mismatches += d.qkey_mismatches;
+            return;
+        }
+        self.srq_packets += d.srq_packets;
         self.capture_has_rc |= d.capture_has_rc || d.packets > 0;
         self.connections += u64::from(d.packets > 0);
         self.packets += d.packets;
@@ -336,7 +354,7 @@ impl DataTotals {
         self.psn_gaps += d.psn_gaps;
         self.cnps += d.cnps;
         self.ecn_ce += d.ecn_ce;
-        match d.verdict(c.established()) {
+        match c.data_verdict() {
             Some(Verdict::Ok) => self.ok += 1,
             Some(Verdict::Broken) => self.broken += 1,
             Some(Verdict::NoData) => self.no_data += 1,
@@ -358,6 +376,11 @@ impl DataTotals {
         self.ok += o.ok;
         self.broken += o.broken;
         self.no_data += o.no_data;
+        self.srq_packets += o.srq_packets;
+        self.capture_has_ud |= o.capture_has_ud;
+        self.ud_packets += o.ud_packets;
+        self.ud_bytes += o.ud_bytes;
+        self.qkey_mismatches += o.qkey_mismatches;
     }
 }
 
@@ -424,6 +447,7 @@ impl TraceStats {
                 Outcome::Resolved { .. } => self.sidr.failed += 1,
                 _ => self.sidr.unanswered += u64::from(c.req.is_some()),
             }
+            self.data.add(c);
             return;
         }
         self.all.add(c);

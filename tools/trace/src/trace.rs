@@ -176,8 +176,9 @@ impl fmt::Display for NonCm {
     }
 }
 
-/// An RC or XRC transport packet (a request, an ACK/NAK, a READ response, an atomic ACK) or a
-/// CNP: what the data-path accounting of a connection (its QPNs from the CM exchange) needs.
+/// An RC or XRC transport packet (a request, an ACK/NAK, a READ response, an atomic ACK), a
+/// CNP, or a UD SEND on a QP other than 0 and 1: what the data-path accounting of a connection
+/// (its QPNs from the CM exchange, or the QPN and Q_Key of a SIDR_REP) needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RcPacket {
     /// Capture timestamp.
@@ -198,6 +199,10 @@ pub struct RcPacket {
     pub len: u32,
     /// IP ECN (or GRH traffic class low bits) is Congestion Experienced (0b11).
     pub ce: bool,
+    /// XRC requests: the XRC SRQ number of the XRCETH (24 bits).
+    pub srqn: Option<u32>,
+    /// UD SENDs: the DETH source QP and Q_Key.
+    pub deth: Option<(Qpn, Qkey)>,
 }
 
 /// What a capture record was.
@@ -335,15 +340,24 @@ fn decode_cut(rec: &Record<'_>, padded: &[u8]) -> Item {
     }
 }
 
-/// The data-path fields of an RC / XRC packet or a CNP; `None` for other transports.
+/// The data-path fields of an RC / XRC packet, a CNP, or a UD SEND to a QP other than the
+/// SMI's and the GSI's; `None` for other transports.
 fn rc_packet(rec: &Record<'_>, p: &IbPacket<'_>) -> Option<RcPacket> {
     let op = p.bth.opcode;
-    if !matches!(
-        op.transport(),
-        Transport::Rc | Transport::Xrc | Transport::Cnp
-    ) {
-        return None;
-    }
+    let deth = match op.transport() {
+        Transport::Rc | Transport::Xrc | Transport::Cnp => None,
+        Transport::Ud if p.bth.dest_qp.get() > 1 => Some(p.deth.map(|d| (d.src_qp, d.qkey))?),
+        _ => return None,
+    };
+    // The XRCETH comes first in the extension headers of XRC requests.
+    let srqn = match (op.transport(), op.0 & 0x1f) {
+        (Transport::Xrc, 0x0d..=0x12) => None,
+        (Transport::Xrc, _) => p
+            .ext_headers
+            .first_chunk::<4>()
+            .map(|b| u32::from_be_bytes(*b) & 0x00ff_ffff),
+        _ => None,
+    };
     // The AETH comes first in the extension headers of the responses that carry one.
     let syndrome = match op.transport() {
         Transport::Rc | Transport::Xrc
@@ -369,6 +383,8 @@ fn rc_packet(rec: &Record<'_>, p: &IbPacket<'_>) -> Option<RcPacket> {
         syndrome,
         len: rec.orig_len,
         ce: tc.is_some_and(|t| t & 0x03 == 0x03),
+        srqn,
+        deth,
     })
 }
 

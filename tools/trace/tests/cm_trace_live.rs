@@ -63,6 +63,99 @@ for f in frames[4:7]:
     s.sendto(f[42:], ('127.0.0.1', 4791))
 "#;
 
+/// `-i lo --stats --refresh 0` without `--count`: the statistics so far on standard error as
+/// the packets arrive, then Ctrl-C (SIGINT) ends the capture with the final report on
+/// standard output and exit status 0.
+#[cfg(feature = "live")]
+#[test]
+fn live_stats_refresh_then_sigint() {
+    if !run_ok(&["ip", "-V"]) || !run_ok(&["python3", "-c", "pass"]) {
+        return skip("`ip` (iproute2) or `python3` not found");
+    }
+    let name = format!("cmtrace-sig-{}", std::process::id());
+    if !run_ok(&["ip", "netns", "add", &name]) {
+        return skip("cannot create a network namespace (not root?)");
+    }
+    let ns = Netns(name);
+    assert!(run_ok(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]));
+    // `ip netns exec` execs cm-trace: the child's PID is cm-trace's.
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            BIN,
+            "-i",
+            "lo",
+            "--stats",
+            "--refresh",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (done, guard) = std::sync::mpsc::channel::<()>();
+    let pid = child.id().to_string();
+    let kill_pid = pid.clone();
+    let watchdog = std::thread::spawn(move || {
+        if guard
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_err()
+        {
+            let _ = Command::new("kill").args(["-9", &kill_pid]).status();
+        }
+    });
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert_eq!(
+        line,
+        "cm-trace: capturing on lo (RoCEv2 UDP 4791 and RoCEv1)\n"
+    );
+    let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/captures/real/rocev2_mlx_nvme-discover.pcap");
+    let sent = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "python3", "-c", SENDER])
+        .arg(&capture)
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    // The refresh after the third packet shows the three messages.
+    let mut seen = String::new();
+    loop {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "{seen}");
+        seen.push_str(&l);
+        if l.contains("CM messages: REQ 1 REP 1 RTU 1") {
+            break;
+        }
+    }
+    assert!(seen.contains("cm-trace: lo: statistics so far"), "{seen}");
+    let ok = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let _ = done.send(());
+    watchdog.join().unwrap();
+    assert!(status.success(), "{status:?} {rest}");
+    assert!(out.contains("3 frames: 3 CM MADs"), "{out}");
+    assert!(out.contains("  established             1"), "{out}");
+    assert!(rest.contains("cm-trace: lo: interrupted"), "{rest}");
+}
+
 #[cfg(feature = "live")]
 #[test]
 fn live_capture_on_loopback_in_a_netns() {

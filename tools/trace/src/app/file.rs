@@ -20,6 +20,7 @@ use crate::trace::{classify, Icrc, Item};
 use crate::verbose::verbose;
 
 use super::json::{threaded_loop, Helper};
+use super::refresh::Refresh;
 use super::{Options, View, PROGRESS_MIN_BYTES};
 
 /// Said on standard error after a damaged record.
@@ -198,7 +199,7 @@ pub(super) struct LoopState {
     pub(super) tracker: Tracker,
     /// CM messages by attribute ID (the common ones; added to the statistics at the end).
     pub(super) msg_counts: [u64; 0x20],
-    t0: Option<Duration>,
+    pub(super) t0: Option<Duration>,
     pub(super) last: Duration,
     /// The previous record's time, and the previous shown MAD's (for `-t d` / `-t dd`).
     prev: Option<Duration>,
@@ -208,6 +209,14 @@ pub(super) struct LoopState {
     pub(super) filter_empty: bool,
     /// The view counts each connection's data path (not the per-MAD views).
     pub(super) data: bool,
+}
+
+impl LoopState {
+    /// The capture time covered so far.
+    pub(super) fn span(&self) -> Duration {
+        self.t0
+            .map_or(Duration::ZERO, |t| self.last.saturating_sub(t))
+    }
 }
 
 /// Counts a record and tracks its CM MAD; returns the MAD's note when the per-MAD view shows
@@ -289,6 +298,7 @@ fn inline_loop<W: Write>(
     let opts = ctx.opts;
     let file = ctx.multi.then_some(ctx.file);
     let mut records = 0u64;
+    let mut refresh = Refresh::new();
     loop {
         let (ts, item) = match src.next_record() {
             None => return Ok(()),
@@ -328,6 +338,7 @@ fn inline_loop<W: Write>(
         if records.is_multiple_of(4096) {
             progress();
         }
+        refresh.tick(ctx, st);
     }
 }
 

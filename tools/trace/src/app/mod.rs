@@ -4,6 +4,7 @@
 
 mod file;
 mod json;
+mod refresh;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -90,6 +91,10 @@ pub struct Options {
     /// `-t`: the time column of the text views (`None`: relative), and the extra time key of
     /// the JSON lines (`None`: only `time`).
     pub time: Option<TimeFormat>,
+    /// `--refresh`: with `--stats` on a live input (`-i`, a pipe, `-l`), the statistics so far
+    /// go to standard error at most this often while packets arrive (zero: after every
+    /// packet). [`Options::default`] has zero; the binary's default is 1 s.
+    pub refresh: std::time::Duration,
 }
 
 /// Files larger than this get a progress bar (when enabled).
@@ -218,6 +223,13 @@ pub fn run<W: Write + Send>(
         }
         let stats = std::mem::take(&mut ctx.stats);
         result.stats.merge(&stats);
+        if crate::interrupt::requested() {
+            let _ = writeln!(
+                err,
+                "cm-trace: {file}: interrupted: the input ends here (the summary is of what was read)"
+            );
+            break;
+        }
     }
     let mut buf = Vec::new();
     match opts.view {

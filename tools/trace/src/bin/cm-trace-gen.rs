@@ -4,6 +4,7 @@
 //! ```text
 //! cm-trace-gen --packets 1000000 -o /tmp/cm-1m.pcap          # default template mix
 //! cm-trace-gen --packets 50000 -o out.pcap a.pcap b.pcap      # own templates
+//! cm-trace-gen --scenario xrc-srq-sidr-ud -o data.pcap         # XRC SRQs, SIDR + UD data
 //! ```
 
 use std::io::BufWriter;
@@ -27,16 +28,45 @@ struct Args {
     /// Output pcap.
     #[arg(short = 'o', long)]
     output: PathBuf,
+    /// Instead of the template mix, write a small scenario with data traffic:
+    /// `xrc-srq-sidr-ud` (two XRC connections on one TGT QP told apart by the SRQ numbers
+    /// their REPs announced, a SIDR exchange and UD SENDs on the QP it resolved).
+    #[arg(long, value_name = "NAME", value_parser = [ibcm_trace::DATA_SCENARIO])]
+    scenario: Option<String>,
     /// Template captures (Ethernet, one connection each); default: the fixture mix.
     templates: Vec<PathBuf>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/captures");
+    if args.scenario.is_some() {
+        let out = match std::fs::File::create(&args.output) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("cm-trace-gen: {}: {e}", args.output.display());
+                return ExitCode::FAILURE;
+            }
+        };
+        return match ibcm_trace::data_scenario(&fixtures, &GenConfig::default(), out) {
+            Ok(s) => {
+                eprintln!(
+                    "cm-trace-gen: {}: scenario {}: {} packets, {} bytes of frames",
+                    args.output.display(),
+                    ibcm_trace::DATA_SCENARIO,
+                    s.packets,
+                    s.bytes
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("cm-trace-gen: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let paths = if args.templates.is_empty() {
-        default_template_paths(
-            &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/captures"),
-        )
+        default_template_paths(&fixtures)
     } else {
         args.templates.clone()
     };

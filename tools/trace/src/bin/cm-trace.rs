@@ -10,7 +10,8 @@
 //! cm-trace --timeline out.svg ... one row per connection, as SVG (or .html)
 //! ```
 //! `-` reads standard input; a pipe is a live view (the output is flushed after every packet;
-//! `-l` does it for any input). Malformed frames are reported with their number and reason and
+//! `-l` does it for any input; `--stats` shows the statistics so far on standard error every
+//! `--refresh` seconds; Ctrl-C ends the input with the final summary). Malformed frames are reported with their number and reason and
 //! never stop the run; frames cut by the snaplen are decoded as far as captured. The exit
 //! status is non-zero only when an input cannot be read at all, or has a damaged record header
 //! before its end: the message gives the record number, its byte offset and the bytes skipped
@@ -124,6 +125,9 @@ struct Args {
         conflicts_with = "files"
     )]
     interface: Option<String>,
+    /// With --stats on a live input (-i, a pipe, -l): show the statistics so far on standard error at most every SECS seconds while packets arrive (0: after every packet; a terminal is redrawn). Ctrl-C ends a live capture or pipe read with the final report.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    refresh: f64,
     /// With -i: stop after this many packets (that passed the filter).
     #[arg(long, value_name = "N", requires = "interface")]
     count: Option<u64>,
@@ -178,6 +182,9 @@ fn build(args: &Args) -> Result<Options, String> {
     if !(args.grace.is_finite() && args.grace >= 0.0) {
         return Err(format!("bad --grace {}", args.grace));
     }
+    if !(args.refresh.is_finite() && args.refresh >= 0.0) {
+        return Err(format!("bad --refresh {}", args.refresh));
+    }
     let choice = match args.color {
         Color::Auto => ColorChoice::Auto,
         Color::Always => ColorChoice::Always,
@@ -195,6 +202,7 @@ fn build(args: &Args) -> Result<Options, String> {
         time: args.time,
         interface: args.interface.clone(),
         count: args.count,
+        refresh: Duration::from_secs_f64(args.refresh.min(1e9)),
         tracker: TrackerConfig {
             max_live: args.max_conns,
             grace: Duration::from_secs_f64(args.grace.min(1e9)),

@@ -16,8 +16,21 @@
 //! (A resend of the very last packet within 1 ms of it, without a NAK, would be taken for one
 //! too; RC retransmission timers are longer.)
 //!
-//! The verdict: `broken` for an established connection whose QPs NAKed or retransmitted;
-//! `no data` for an established connection without a packet while the capture had RC traffic
+//! XRC requests carry the receiving process's XRC SRQ number (XRCETH). When the connection's
+//! REP announced SRQ numbers in its private data (ibcm's XRC REP format, or the 4-byte SRQN
+//! `rdma_xserver` sends), an XRC request from the active end's address to the passive end's
+//! address with one of them is counted on that connection (`srq_packets`), even when several
+//! INI QPs share one TGT QP (the TGT QPN alone cannot tell them apart).
+//!
+//! A SIDR exchange has a data path too: the UD SENDs to the QPN its SIDR_REP announced, at the
+//! responder's address (to the passive end; `qkey_mismatches` counts those whose DETH Q_Key
+//! is not the SIDR_REP's: the receiving QP drops them), and the UD SENDs from that QP (DETH
+//! source QPN) back to the requester's address (to the active end). UD has no ACKs, so only
+//! packets, bytes, ECN marks, duplicates and times are counted.
+//!
+//! The verdict: `broken` for an established connection whose QPs NAKed or retransmitted, or a
+//! resolved SIDR exchange with UD SENDs under another Q_Key; `no data` for an established
+//! connection (resolved SIDR exchange) without a packet while the capture had RC (UD) traffic
 //! (a capture of the CM's QP1 alone gets no verdict).
 
 use std::time::Duration;
@@ -64,6 +77,9 @@ pub(crate) const NAK_CODES: [&str; 5] = [
     "remote_operational_error",
     "invalid_rd_request",
 ];
+
+/// How many of the SRQ numbers a REP announces (up to 47) are kept.
+pub(crate) const MAX_SRQNS: usize = 16;
 
 /// How many recent packets per direction are remembered to recognise duplicate captures.
 const RECENT: usize = 4;
@@ -120,6 +136,16 @@ pub struct DataStats {
     pub first: Option<Duration>,
     /// Last packet.
     pub last: Option<Duration>,
+    /// XRC requests counted by their XRC SRQ number (one the REP announced).
+    pub srq_packets: u64,
+    /// SIDR: UD SENDs to the announced QPN with another Q_Key than the SIDR_REP's.
+    pub qkey_mismatches: u64,
+    /// XRC: the SRQ numbers the REP announced (the first [`MAX_SRQNS`]).
+    pub srqns: [u32; MAX_SRQNS],
+    /// How many of `srqns` are set.
+    pub srqn_count: u8,
+    /// SIDR: the Q_Key of a SIDR_REP with status 0.
+    pub ud_qkey: Option<u32>,
     /// Per direction: to the passive end, to the active end.
     dirs: [Dir; 2],
     /// The capture had RC traffic (on any QP) when the connection finished.
@@ -131,7 +157,8 @@ pub struct DataStats {
 pub enum Verdict {
     /// Data flowed without NAKs or retransmissions.
     Ok,
-    /// The QPs NAKed or retransmitted after the CM said established.
+    /// The QPs NAKed or retransmitted after the CM said established (SIDR: UD SENDs under
+    /// another Q_Key).
     Broken,
     /// Nothing flowed.
     NoData,
@@ -158,24 +185,90 @@ impl Verdict {
 }
 
 impl DataStats {
+    /// The SRQ numbers the REP announced (the first [`MAX_SRQNS`]).
+    pub fn srqns(&self) -> &[u32] {
+        self.srqns
+            .get(..usize::from(self.srqn_count))
+            .unwrap_or(&[])
+    }
+
+    /// Takes the SRQ numbers a REP announced in its private data: ibcm's XRC REP format, or
+    /// else the 4-byte big-endian SRQN `rdma_xserver` sends (top byte zero, not zero).
+    pub(crate) fn set_srqns(&mut self, private: &[u8]) {
+        let mut n = 0;
+        let mut put = |v: u32| {
+            if let Some(slot) = self.srqns.get_mut(n) {
+                *slot = v;
+                n += 1;
+            }
+        };
+        match ibcm_mad::xrc::XrcRepData::parse(private) {
+            Ok((x, _)) => x.srqns.iter().for_each(|s| put(s.get())),
+            Err(_) => {
+                if let Some(s) =
+                    ibcm_mad::xrc::XrcRepData::first_srqn_compat(private).filter(|s| s.get() != 0)
+                {
+                    put(s.get());
+                }
+            }
+        }
+        self.srqn_count = u8::try_from(n).unwrap_or(0);
+    }
+    /// Whether `p` is a second copy of a recent packet in its direction (then counted in
+    /// `duplicates`); otherwise remembers it.
+    fn duplicate(&mut self, p: &RcPacket, d: usize) -> bool {
+        let seen: Seen = (p.opcode.0, p.psn.get(), p.len, p.syndrome, p.time);
+        let Some(dir) = self.dirs.get_mut(d) else {
+            return false;
+        };
+        let dup = dir.recent.iter().flatten().any(|&(o, psn, len, syn, t)| {
+            (o, psn, len, syn) == (seen.0, seen.1, seen.2, seen.3)
+                && p.time.checked_sub(t).is_some_and(|dt| dt <= DUP_WINDOW)
+        });
+        if dup {
+            self.duplicates += 1;
+            return true;
+        }
+        if let Some(slot) = dir.recent.get_mut(dir.next % RECENT) {
+            *slot = Some(seen);
+        }
+        dir.next = (dir.next + 1) % RECENT;
+        false
+    }
+
+    /// Counts the packet, its bytes, times and ECN mark.
+    fn count(&mut self, p: &RcPacket) {
+        self.packets += 1;
+        self.bytes += u64::from(p.len);
+        self.first.get_or_insert(p.time);
+        self.last = Some(self.last.map_or(p.time, |l| l.max(p.time)));
+        if p.ce {
+            self.ecn_ce += 1;
+        }
+    }
+
+    /// Counts one UD SEND of a SIDR exchange: to the announced QPN (`to_active` false; `qkey`
+    /// is the SIDR_REP's Q_Key) or from it back to the requester.
+    pub(crate) fn add_ud(&mut self, p: &RcPacket, to_active: bool, qkey: Option<u32>) {
+        if self.duplicate(p, usize::from(to_active)) {
+            return;
+        }
+        self.count(p);
+        if let Some(f) = self.families.first_mut() {
+            *f += 1;
+        }
+        let sent = p.deth.map(|(_, q)| q.0);
+        if !to_active && qkey.is_some() && sent != qkey {
+            self.qkey_mismatches += 1;
+        }
+    }
+
     /// Counts one packet going to the passive end (`to_active` false) or the active end.
     pub(crate) fn add(&mut self, p: &RcPacket, to_active: bool) {
         let op = p.opcode.0;
-        let seen: Seen = (op, p.psn.get(), p.len, p.syndrome, p.time);
         let d = usize::from(to_active);
-        if let Some(dir) = self.dirs.get_mut(d) {
-            let dup = dir.recent.iter().flatten().any(|&(o, psn, len, syn, t)| {
-                (o, psn, len, syn) == (seen.0, seen.1, seen.2, seen.3)
-                    && p.time.checked_sub(t).is_some_and(|dt| dt <= DUP_WINDOW)
-            });
-            if dup {
-                self.duplicates += 1;
-                return;
-            }
-            if let Some(slot) = dir.recent.get_mut(dir.next % RECENT) {
-                *slot = Some(seen);
-            }
-            dir.next = (dir.next + 1) % RECENT;
+        if self.duplicate(p, d) {
+            return;
         }
         // A NAK asks for a resend: what follows in the other direction is not a duplicate.
         if p.syndrome.is_some_and(|s| (s >> 5) & 0x03 != 0) {
@@ -183,18 +276,12 @@ impl DataStats {
                 other.recent = [None; RECENT];
             }
         }
-        self.packets += 1;
-        self.bytes += u64::from(p.len);
-        self.first.get_or_insert(p.time);
-        self.last = Some(self.last.map_or(p.time, |l| l.max(p.time)));
+        self.count(p);
         if let Some(f) = self.families.get_mut(family(op)) {
             *f += 1;
         }
         if op == 0x81 {
             self.cnps += 1;
-        }
-        if p.ce {
-            self.ecn_ce += 1;
         }
         if let Some(s) = p.syndrome {
             match (s >> 5) & 0x03 {
@@ -248,7 +335,7 @@ impl DataStats {
         }
         Some(if self.packets == 0 {
             Verdict::NoData
-        } else if self.naks > 0 || self.retransmissions > 0 {
+        } else if self.naks > 0 || self.retransmissions > 0 || self.qkey_mismatches > 0 {
             Verdict::Broken
         } else {
             Verdict::Ok
@@ -274,6 +361,8 @@ mod tests {
             syndrome,
             len: 100,
             ce: false,
+            srqn: None,
+            deth: None,
         }
     }
 
@@ -319,5 +408,33 @@ mod tests {
         };
         assert_eq!(none.verdict(true), Some(Verdict::NoData));
         assert_eq!(DataStats::default().verdict(true), None);
+    }
+
+    #[test]
+    fn srqns_from_either_rep_format_and_ud_qkey_mismatches() {
+        let mut d = DataStats::default();
+        // rdma_xserver: a bare 4-byte big-endian SRQN.
+        d.set_srqns(&[0x00, 0x01, 0x02, 0x03, 0, 0, 0, 0]);
+        assert_eq!(d.srqns(), &[0x0001_0203]);
+        // Nothing that looks like one: none.
+        d.set_srqns(&[0xff, 0, 0, 1]);
+        assert!(d.srqns().is_empty());
+        d.set_srqns(&[0, 0, 0, 0]);
+        assert!(d.srqns().is_empty());
+
+        let mut u = DataStats {
+            ud_qkey: Some(7),
+            ..DataStats::default()
+        };
+        let mut p = pkt(0x64, 1, None);
+        p.deth = Some((Qpn::masked(9), ibcm_mad::Qkey(7)));
+        u.add_ud(&p, false, u.ud_qkey);
+        p.psn = Psn::masked(2);
+        p.deth = Some((Qpn::masked(9), ibcm_mad::Qkey(8)));
+        u.add_ud(&p, false, u.ud_qkey);
+        // The same packet again within 1 ms: a duplicate capture.
+        u.add_ud(&p, false, u.ud_qkey);
+        assert_eq!((u.packets, u.qkey_mismatches, u.duplicates), (2, 1, 1));
+        assert_eq!(u.verdict(true), Some(Verdict::Broken));
     }
 }

@@ -121,13 +121,13 @@ impl Tracker {
             self.ended.pop_front();
             let finish = self.conn(slot).is_some_and(|c| {
                 // Still the same connection, and no message since it ended.
-                c.id == id && c.ended.is_some_and(|e| c.last <= e)
+                c.id == id && c.ended.is_some_and(|e| c.activity() <= e)
             });
             if finish {
                 self.finish(slot);
             } else if let Some(c) = self.conn(slot).filter(|c| c.id == id) {
                 // A message arrived after the end: wait again from that message.
-                let again = c.last;
+                let again = c.activity();
                 self.ended.push_back((again, slot, id));
                 if let Some(c) = self.conn_mut(slot) {
                     c.ended = Some(again);
@@ -145,13 +145,33 @@ impl Tracker {
                 // eviction when the table is full, or at the end of the file).
                 .filter(|(i, c)| {
                     self.is_live(*i)
-                        && c.last + self.cfg.idle < self.now
+                        && c.activity() + self.cfg.idle < self.now
                         && !(c.established() && c.dreq.is_none() && c.ended.is_none())
                 })
                 .map(|(i, _)| i)
                 .collect();
             for slot in idle {
                 self.finish(slot);
+            }
+        }
+    }
+
+    /// Calls `f` with a copy of every live connection, in order of first appearance, its
+    /// outcome settled as if the capture ended now (the live `--stats` refresh).
+    pub(crate) fn each_live_settled(&self, mut f: impl FnMut(&Conn)) {
+        let mut slots: Vec<(u64, usize)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.is_live(*i))
+            .map(|(i, c)| (c.id, i))
+            .collect();
+        slots.sort_unstable();
+        for (_, slot) in slots {
+            if let Some(c) = self.slots.get(slot) {
+                let mut c = c.clone();
+                c.settle(self.now);
+                f(&c);
             }
         }
     }

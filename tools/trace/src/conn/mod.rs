@@ -26,7 +26,7 @@
 //!
 //! Each connection keeps at most [`TrackerConfig::max_events`] ladder entries (only when
 //! [`TrackerConfig::record_events`] is set), so its size is bounded too: about 700 bytes, plus
-//! 40 bytes per recorded event, plus about 520 bytes of data-path counters (boxed, only when
+//! 40 bytes per recorded event, plus about 600 bytes of data-path counters (boxed, only when
 //! [`TrackerConfig::data`] is set).
 //!
 //! # Inside
@@ -56,35 +56,39 @@ const REQ_QPN_END: usize = 59;
 const REQ_TRANSPORT_END: u16 = 76;
 const REQ_PATH_GIDS_END: usize = 112;
 const REQ_TIMEOUTS_END: usize = 120;
+/// Where the REP's private data starts (MAD byte).
+const REP_PRIVATE_DATA: usize = 60;
 
-use ibcm_mad::{CmMessage, CommId, Gid, ReqTransport, ServiceId};
+use ibcm_mad::{CmMessage, CommId, Gid, ReqTransport, ServiceId, SidrStatus};
 
 use crate::hash::{FastMap, SlotIndex};
 use crate::trace::{CmEvent, Icrc, RcPacket, WireAddr};
 
-pub(crate) use data::{Verdict, FAMILIES, NAK_CODES};
+pub(crate) use data::{DataStats, Verdict, FAMILIES, NAK_CODES};
 use matching::{Repeat, Sig};
 pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Phase, Side};
 
-/// A connection's data-path keys: (address, QPN) of its active end, then of its passive end.
-type DataKeys = ((WireAddr, u32), (WireAddr, u32));
-
 impl Conn {
-    /// The data-path keys, when both ends' addresses and QPNs are known and the connection is
-    /// not keyed yet (it is marked keyed, and its counters are allocated).
-    fn data_keys(&mut self) -> Option<DataKeys> {
-        if self.data_keyed || self.kind == ConnKind::Sidr {
-            return None;
+    /// Whether the connection's data-path keys can be made (both ends' addresses and its
+    /// QPNs known; for SIDR, the responder's address and the QPN and Q_Key of a SIDR_REP with
+    /// status 0) and are not made yet; if so it is marked keyed and its counters are
+    /// allocated.
+    fn keyable(&mut self) -> bool {
+        if self.data_keyed || self.passive.addr.is_none() || self.passive.qpn.is_none() {
+            return false;
         }
-        let (a, aq, p, pq) = (
-            self.active.addr?,
-            self.active.qpn?,
-            self.passive.addr?,
-            self.passive.qpn?,
-        );
+        let ready = if self.kind == ConnKind::Sidr {
+            // Only a SIDR_REP with status 0 resolves a QPN and Q_Key.
+            self.data.as_deref().is_some_and(|d| d.ud_qkey.is_some())
+        } else {
+            self.active.addr.is_some() && self.active.qpn.is_some()
+        };
+        if !ready {
+            return false;
+        }
         self.data_keyed = true;
         self.data.get_or_insert_with(Box::default);
-        Some(((a, aq.get()), (p, pq.get())))
+        true
     }
 }
 
@@ -179,8 +183,16 @@ pub(crate) struct Tracker {
     /// (receiving end's address, its QPN) → (slot, generation, the end is the active one):
     /// where the data-path packets of live connections are counted.
     data_index: FastMap<(WireAddr, u32), (usize, u32, bool)>,
+    /// (active end's address, passive end's address, XRC SRQ number the REP announced) →
+    /// (slot, generation).
+    srq_index: FastMap<(WireAddr, WireAddr, u32), (usize, u32)>,
+    /// (SIDR responder's address, the QPN its SIDR_REP announced) → (slot, generation): the
+    /// UD SENDs from that QP.
+    ud_src_index: FastMap<(WireAddr, u32), (usize, u32)>,
     /// An RC / XRC packet or CNP was seen in this file.
     rc_seen: bool,
+    /// A UD SEND (not to QP0/QP1) was seen in this file.
+    ud_seen: bool,
     /// When the next idle sweep is due.
     next_sweep: Duration,
     now: Duration,
@@ -208,7 +220,10 @@ impl Tracker {
             evicted: evicted::Evicted::new(cfg.max_live.max(8).saturating_mul(8).max(4096)),
             evicted_hit: None,
             data_index: FastMap::default(),
+            srq_index: FastMap::default(),
+            ud_src_index: FastMap::default(),
             rc_seen: false,
+            ud_seen: false,
             next_sweep: Duration::ZERO,
             now: Duration::ZERO,
             stats: TrackerStats::default(),
@@ -233,9 +248,10 @@ impl Tracker {
         };
         let record = self.cfg.record_events;
         let max_events = self.cfg.max_events;
-        // Data-path keys only once the file has shown RC traffic: a CM-only capture pays
-        // nothing for them.
-        let data = self.cfg.data && self.rc_seen;
+        // Data-path keys only once the file has shown RC or UD traffic: a CM-only capture
+        // pays nothing for them.
+        let data = self.cfg.data && (self.rc_seen || self.ud_seen);
+        let counting = self.cfg.data;
         let now = self.now;
         let Some(c) = self.conn_mut(slot) else {
             return Note::default();
@@ -355,6 +371,12 @@ impl Tracker {
                 {
                     c.kind = ConnKind::Xrc;
                 }
+                // The XRC SRQ numbers announced in the private data (MAD byte 60 on).
+                if counting && c.kind == ConnKind::Xrc && have >= REP_PRIVATE_DATA + 4 {
+                    let n = have.saturating_sub(REP_PRIVATE_DATA);
+                    let private = r.private_data.0.get(..n).unwrap_or(&r.private_data.0);
+                    c.data.get_or_insert_with(Box::default).set_srqns(private);
+                }
             }
             CmMessage::Rtu(_) => {
                 c.rtu.get_or_insert(t);
@@ -389,6 +411,10 @@ impl Tracker {
             CmMessage::SidrRep(s) => {
                 c.sidr_rep.get_or_insert((t, s.status));
                 c.passive.qpn = Some(s.qpn);
+                // The QPN and Q_Key are valid with status 0 only; its UD traffic is counted.
+                if counting && s.status == SidrStatus::Success && ev.captured.is_none() {
+                    c.data.get_or_insert_with(Box::default).ud_qkey = Some(s.qkey.0);
+                }
                 detail = Detail::Sidr(s.status);
                 ended = true;
             }
@@ -417,7 +443,7 @@ impl Tracker {
             }
         }
         // Both ends' addresses and QPNs known: the connection's data path can be found.
-        let data_keys = if data { c.data_keys() } else { None };
+        let data_keys = data && c.keyable();
         let note = Note {
             conn: Some(c.id),
             from: Some(from),
@@ -435,75 +461,183 @@ impl Tracker {
             c.ended = Some(now);
             self.ended.push_back((now, slot, id));
         }
-        if let Some(keys) = data_keys {
-            self.key_data(slot, keys);
+        if data_keys {
+            self.key_data(slot);
         }
         note
     }
 
-    /// Puts a connection's data-path keys into the index.
-    fn key_data(&mut self, slot: usize, (active, passive): DataKeys) {
-        let g = self.gens.get(slot).copied().unwrap_or(0);
-        self.data_index.insert(active, (slot, g, true));
-        self.data_index.insert(passive, (slot, g, false));
+    /// The data-path keys of the connection in `slot`: (address, QPN) of its active and
+    /// passive ends (SIDR: of the responder), its XRC SRQ keys, its SIDR UD source key.
+    fn data_keys(&self, slot: usize) -> Vec<DataKey> {
+        let mut keys = Vec::new();
+        let Some(c) = self.slots.get(slot) else {
+            return keys;
+        };
+        let end = |e: &End| Some((e.addr?, e.qpn?.get()));
+        if c.kind == ConnKind::Sidr {
+            if let (Some(p), true) = (end(&c.passive), c.data_keyed) {
+                keys.push(DataKey::Dst(p, false));
+                keys.push(DataKey::UdSrc(p));
+            }
+            return keys;
+        }
+        if let (Some(a), Some(p), true) = (end(&c.active), end(&c.passive), c.data_keyed) {
+            keys.push(DataKey::Dst(a, true));
+            keys.push(DataKey::Dst(p, false));
+            if let Some(d) = c.data.as_deref() {
+                for &srqn in d.srqns() {
+                    keys.push(DataKey::Srq((a.0, p.0, srqn)));
+                }
+            }
+        }
+        keys
     }
 
-    /// Counts an RC / XRC packet or CNP on the connection whose end it goes to (by address and
-    /// destination QP), if any is live.
+    /// Puts a connection's data-path keys into the indexes.
+    fn key_data(&mut self, slot: usize) {
+        let g = self.gens.get(slot).copied().unwrap_or(0);
+        for k in self.data_keys(slot) {
+            match k {
+                DataKey::Dst(key, active) => {
+                    self.data_index.insert(key, (slot, g, active));
+                }
+                DataKey::Srq(key) => {
+                    self.srq_index.insert(key, (slot, g));
+                }
+                DataKey::UdSrc(key) => {
+                    self.ud_src_index.insert(key, (slot, g));
+                }
+            }
+        }
+    }
+
+    /// The live connection behind an index entry.
+    fn keyed_conn(&mut self, (slot, g): (usize, u32)) -> Option<&mut Conn> {
+        if self.gens.get(slot) != Some(&g) {
+            return None;
+        }
+        self.slots.get_mut(slot)
+    }
+
+    /// Counts an RC / XRC packet, CNP or UD SEND on the connection whose end it goes to (by
+    /// address and destination QP, or for XRC requests by the XRC SRQ number; UD: a SIDR
+    /// exchange's QP, either way), if any is live.
     pub(crate) fn observe_data(&mut self, p: &RcPacket) {
-        if !self.rc_seen {
-            // The first RC packet of the file: the live connections get their keys now.
-            self.rc_seen = true;
+        if !(self.rc_seen || self.ud_seen) {
+            // The first data packet of the file: the live connections get their keys now.
             for slot in 0..self.slots.len() {
-                if self.gens.get(slot).is_some_and(|&g| g != 0) {
-                    if let Some(keys) = self.slots.get_mut(slot).and_then(Conn::data_keys) {
-                        self.key_data(slot, keys);
-                    }
+                let live = self.gens.get(slot).is_some_and(|&g| g != 0);
+                if live && self.slots.get_mut(slot).is_some_and(Conn::keyable) {
+                    self.key_data(slot);
+                }
+            }
+        }
+        if let Some((src_qp, _)) = p.deth {
+            self.ud_seen = true;
+            self.observe_ud(p, src_qp.get());
+            return;
+        }
+        self.rc_seen = true;
+        if let Some(srqn) = p.srqn {
+            if let Some(&hit) = self.srq_index.get(&(p.src, p.dst, srqn)) {
+                if let Some(d) = self.keyed_conn(hit).and_then(|c| c.data.as_deref_mut()) {
+                    d.srq_packets += 1;
+                    d.add(p, false);
+                    return;
                 }
             }
         }
         let Some(&(slot, g, to_active)) = self.data_index.get(&(p.dst, p.dest_qp.get())) else {
             return;
         };
-        if self.gens.get(slot) != Some(&g) {
-            return;
-        }
-        if let Some(c) = self.slots.get_mut(slot) {
+        if let Some(c) = self.keyed_conn((slot, g)) {
+            if c.kind == ConnKind::Sidr {
+                return;
+            }
             if let Some(d) = c.data.as_deref_mut() {
                 d.add(p, to_active);
             }
         }
     }
 
+    /// A UD SEND: to a SIDR exchange's QP, or from it back to the requester.
+    fn observe_ud(&mut self, p: &RcPacket, src_qp: u32) {
+        if let Some(&(slot, g, _)) = self.data_index.get(&(p.dst, p.dest_qp.get())) {
+            if let Some(c) = self
+                .keyed_conn((slot, g))
+                .filter(|c| c.kind == ConnKind::Sidr)
+            {
+                if let Some(d) = c.data.as_deref_mut() {
+                    let qkey = d.ud_qkey;
+                    d.add_ud(p, false, qkey);
+                }
+                return;
+            }
+        }
+        if let Some(&hit) = self.ud_src_index.get(&(p.src, src_qp)) {
+            if let Some(c) = self.keyed_conn(hit) {
+                if c.active.addr == Some(p.dst) {
+                    if let Some(d) = c.data.as_deref_mut() {
+                        d.add_ud(p, true, None);
+                    }
+                }
+            }
+        }
+    }
+
     /// Forgets the data-path keys of the connection in `slot` (it is being finished), and
-    /// notes whether the capture had RC traffic by then.
+    /// notes whether the capture had RC (for SIDR: UD) traffic by then.
     fn unkey_data(&mut self, slot: usize) {
         let g = self.gens.get(slot).copied().unwrap_or(0);
-        let rc_seen = self.rc_seen;
         let data = self.cfg.data;
+        let (rc_seen, ud_seen) = (self.rc_seen, self.ud_seen);
         let Some(c) = self.slots.get_mut(slot) else {
             return;
         };
-        if data && rc_seen && c.kind != ConnKind::Sidr {
+        let seen = if c.kind == ConnKind::Sidr {
+            ud_seen
+        } else {
+            rc_seen
+        };
+        if data && seen {
             c.data.get_or_insert_with(Box::default).capture_has_rc = true;
         }
         if !c.data_keyed {
             return;
         }
-        for (addr, qpn) in [
-            (c.active.addr, c.active.qpn),
-            (c.passive.addr, c.passive.qpn),
-        ] {
-            if let (Some(a), Some(q)) = (addr, qpn) {
-                let key = (a, q.get());
-                if self
-                    .data_index
-                    .get(&key)
-                    .is_some_and(|&(s, gen, _)| s == slot && gen == g)
-                {
-                    self.data_index.remove(&key);
+        for k in self.data_keys(slot) {
+            match k {
+                DataKey::Dst(key, _) => {
+                    if self
+                        .data_index
+                        .get(&key)
+                        .is_some_and(|&(s, gen, _)| s == slot && gen == g)
+                    {
+                        self.data_index.remove(&key);
+                    }
+                }
+                DataKey::Srq(key) => {
+                    if self.srq_index.get(&key) == Some(&(slot, g)) {
+                        self.srq_index.remove(&key);
+                    }
+                }
+                DataKey::UdSrc(key) => {
+                    if self.ud_src_index.get(&key) == Some(&(slot, g)) {
+                        self.ud_src_index.remove(&key);
+                    }
                 }
             }
         }
     }
+}
+
+/// One data-path index entry of a connection.
+enum DataKey {
+    /// (address, QPN) of a receiving end, and whether it is the active end.
+    Dst((WireAddr, u32), bool),
+    /// (active address, passive address, XRC SRQ number).
+    Srq((WireAddr, WireAddr, u32)),
+    /// (SIDR responder's address, resolved QPN): UD SENDs from it.
+    UdSrc((WireAddr, u32)),
 }

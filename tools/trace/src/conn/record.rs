@@ -7,7 +7,7 @@ use ibcm_mad::{
     AttrId, CommId, Gid, Guid, MsgKind, Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp,
 };
 
-use super::data::DataStats;
+use super::data::{DataStats, Verdict};
 use crate::trace::{CmEvent, Icrc, WireAddr};
 
 /// Which end of a connection sent a message (the workspace's one `Side`, from the codec).
@@ -320,6 +320,27 @@ impl Conn {
             outcome: Outcome::Partial,
             data: None,
             data_keyed: false,
+        }
+    }
+
+    /// The data-path verdict (`crate::conn` `data` module): for a connection that was
+    /// established, or a SIDR exchange that resolved (status 0).
+    pub fn data_verdict(&self) -> Option<Verdict> {
+        let d = self.data.as_deref()?;
+        let up = if self.kind == ConnKind::Sidr {
+            self.sidr_rep.is_some_and(|(_, s)| s == SidrStatus::Success)
+        } else {
+            self.established()
+        };
+        d.verdict(up)
+    }
+
+    /// The last sign of life: the last message, or for a SIDR exchange (which has no
+    /// teardown) also the last UD packet on the QP it resolved.
+    pub(super) fn activity(&self) -> Duration {
+        match (&self.data, self.kind) {
+            (Some(d), ConnKind::Sidr) => d.last.map_or(self.last, |l| l.max(self.last)),
+            _ => self.last,
         }
     }
 

@@ -15,6 +15,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod scenario;
+
+pub use scenario::{data_scenario, NAME as DATA_SCENARIO};
+
 use crate::capture::{CaptureReader, PcapFileWriter, TsResolution};
 use ibcm_mad::frame::{self, EthernetRepr, RoceV2UdRepr, L2};
 use ibcm_mad::{CmMessage, CommId, Mad, Tid};
@@ -183,6 +187,31 @@ fn new_id(i: u64, k: usize) -> u32 {
     n.wrapping_mul(0x9e37_79b1)
 }
 
+/// Frame `k` of `tp` as instance `inst` sends it: its comm IDs replaced by the instance's
+/// (and the TIDs that carry a comm ID rewritten to match).
+fn instance_mad(tp: &Template, inst: u64, k: usize) -> Option<(&TFrame, Mad)> {
+    let f = tp.frames.get(k)?;
+    let mut mad = f.mad;
+    let map = |old: u32| -> u32 {
+        match tp.ids.iter().position(|&x| x == old) {
+            Some(slot) => new_id(inst, slot),
+            None => old,
+        }
+    };
+    for id in comm_ids_mut(&mut mad.msg) {
+        if id.0 != 0 {
+            id.0 = map(id.0);
+        }
+    }
+    // Linux TIDs end in the byte-swapped comm ID of the sender.
+    let low = (mad.header.tid.0 as u32).swap_bytes();
+    if tp.ids.contains(&low) {
+        mad.header.tid =
+            Tid((mad.header.tid.0 & 0xffff_ffff_0000_0000) | u64::from(map(low).swap_bytes()));
+    }
+    Some((f, mad))
+}
+
 /// Writes a pcap (Ethernet, microsecond timestamps) with at least `cfg.packets` CM packets
 /// built from `templates` (used in turn).
 ///
@@ -235,25 +264,9 @@ pub fn generate<W: Write>(
             break;
         };
         let Some(tp) = tmpl(inst) else { continue };
-        let Some(f) = tp.frames.get(k) else { continue };
-        let mut mad = f.mad;
-        let map = |old: u32| -> u32 {
-            match tp.ids.iter().position(|&x| x == old) {
-                Some(slot) => new_id(inst, slot),
-                None => old,
-            }
+        let Some((f, mad)) = instance_mad(tp, inst, k) else {
+            continue;
         };
-        for id in comm_ids_mut(&mut mad.msg) {
-            if id.0 != 0 {
-                id.0 = map(id.0);
-            }
-        }
-        // Linux TIDs end in the byte-swapped comm ID of the sender.
-        let low = (mad.header.tid.0 as u32).swap_bytes();
-        if tp.ids.contains(&low) {
-            mad.header.tid =
-                Tid((mad.header.tid.0 & 0xffff_ffff_0000_0000) | u64::from(map(low).swap_bytes()));
-        }
         let bytes = mad.to_bytes();
         let n = f.roce.frame_len(&f.eth, bytes.len());
         if buf.len() < n {

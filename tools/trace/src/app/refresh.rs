@@ -1,0 +1,91 @@
+//! `--stats` on a live input (`-i`, a pipe): the statistics so far, on standard error, at
+//! most every [`Options::refresh`](super::Options::refresh) (default 1 s) while packets
+//! arrive (nothing changes in between). The connections still open are counted as they stand
+//! (as if the capture ended there); the final report on standard output at the end (or at
+//! Ctrl-C) is the same as for a file. On a terminal each refresh redraws the screen.
+
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+use crate::ladder::has_msg;
+use crate::report::{stats_json, stats_text};
+use crate::style::Palette;
+
+use super::file::{FileCtx, LoopState};
+use super::View;
+
+/// When the statistics were last shown.
+pub(super) struct Refresh {
+    last: Option<Instant>,
+    tty: bool,
+}
+
+impl Refresh {
+    pub(super) fn new() -> Self {
+        Refresh {
+            last: None,
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Shows the statistics so far when the view is `--stats`, the input live, and the
+    /// interval since the last time passed.
+    #[inline]
+    pub(super) fn tick(&mut self, ctx: &mut FileCtx<'_>, st: &LoopState) {
+        if !ctx.live || !matches!(ctx.opts.view, View::Stats | View::StatsJson) {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|l| now.duration_since(l) < ctx.opts.refresh)
+        {
+            return;
+        }
+        self.last = Some(now);
+        self.show(ctx, st);
+    }
+
+    fn show(&self, ctx: &mut FileCtx<'_>, st: &LoopState) {
+        let mut s = ctx.stats.clone();
+        for (attr, &n) in (0u16..).zip(st.msg_counts.iter()) {
+            if n > 0 {
+                *s.messages.entry(attr).or_default() += n;
+            }
+        }
+        let f = &ctx.opts.filter;
+        let expr = &ctx.expr_conns;
+        let t0 = ctx.t0;
+        st.tracker.each_live_settled(|c| {
+            if f.expr.is_some() && !expr.contains(&c.id) {
+                return;
+            }
+            if f.is_empty()
+                || (f.matches_conn(c, |a| has_msg(c, a)) && f.in_window(c.first, c.last, t0))
+            {
+                s.add_conn(c);
+            }
+        });
+        s.evicted = st.tracker.stats.evicted;
+        s.peak_live = st.tracker.stats.peak_live;
+        s.span = st.span();
+        let mut buf = Vec::new();
+        if ctx.opts.view == View::StatsJson {
+            stats_json(&mut buf, &s);
+        } else {
+            if self.tty {
+                // Home and clear: the report is redrawn in place.
+                buf.extend_from_slice(b"\x1b[H\x1b[2J");
+            }
+            let _ = writeln!(
+                buf,
+                "cm-trace: {}: statistics so far ({} frames; the final report follows at the end \
+                 or at Ctrl-C)",
+                ctx.file, s.frames
+            );
+            stats_text(&mut buf, &s, &Palette { on: ctx.pal.on });
+        }
+        let _ = ctx.err.write_all(&buf);
+        let _ = ctx.err.flush();
+    }
+}

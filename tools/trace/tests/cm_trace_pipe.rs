@@ -1,0 +1,160 @@
+//! A pipe as the input (`tcpdump -U -w - | cm-trace -`), its writer kept open: `--stats`
+//! shows the statistics so far on standard error as packets arrive (`--refresh`), and Ctrl-C
+//! (SIGINT) ends the read with the normal final summary and exit status 0. The test is the
+//! writer; it learns cm-trace's state from its output lines, never from waiting.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+mod common;
+use common::{cap, BIN};
+
+/// The pcap file header and its records (header + data each), in order.
+fn split_pcap(bytes: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut off = 24;
+    let mut recs = Vec::new();
+    while off < bytes.len() {
+        let cap = u32::from_le_bytes(bytes[off + 8..off + 12].try_into().unwrap()) as usize;
+        recs.push(bytes[off..off + 16 + cap].to_vec());
+        off += 16 + cap;
+    }
+    (bytes[..24].to_vec(), recs)
+}
+
+fn spawn(args: &[&str]) -> (Child, ChildStdin) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    (child, stdin)
+}
+
+/// Reads lines from `r` until one satisfies `done`; all lines read.
+fn read_until(r: &mut impl BufRead, done: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        let n = r.read_line(&mut l).unwrap();
+        assert!(
+            n > 0,
+            "output ended before the expected line; read: {lines:#?}"
+        );
+        let hit = done(&l);
+        lines.push(l);
+        if hit {
+            return lines;
+        }
+    }
+}
+
+fn sigint(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -INT failed");
+}
+
+/// Per-MAD lines while the writer stays open; SIGINT: the summary of the 5 frames, exit 0.
+#[test]
+fn sigint_ends_a_pipe_read_with_the_summary() {
+    let bytes = std::fs::read(cap("kernel/establish_dreq_active.pcap")).unwrap();
+    let (mut child, mut stdin) = spawn(&["-"]);
+    stdin.write_all(&bytes).unwrap();
+    stdin.flush().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    // The five MAD lines (flushed one by one: the input is a pipe).
+    let lines = read_until(&mut out, |l| l.contains(" DREP "));
+    assert_eq!(lines.len(), 5, "{lines:#?}");
+    sigint(&child);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{status:?}; stderr: {err}");
+    assert!(
+        rest.contains("-- 5 frames: 5 CM, 0 non-CM, 0 malformed"),
+        "{rest}"
+    );
+    assert!(
+        rest.contains("-- connections: 1 attempted, 1 established"),
+        "{rest}"
+    );
+    assert!(
+        err.contains("cm-trace: -: interrupted: the input ends here"),
+        "{err}"
+    );
+    drop(stdin);
+}
+
+/// `--stats --refresh 0`: the statistics so far after every packet on standard error (the
+/// open connection counted as it stands); then SIGINT: the final report on standard output.
+#[test]
+fn stats_refresh_on_a_pipe_then_sigint() {
+    let bytes = std::fs::read(cap("kernel/establish_dreq_active.pcap")).unwrap();
+    let (head, recs) = split_pcap(&bytes);
+    assert_eq!(recs.len(), 5);
+    let (mut child, mut stdin) = spawn(&["--stats", "--refresh", "0", "-"]);
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    // REQ, REP, RTU: established so far.
+    stdin.write_all(&head).unwrap();
+    for r in &recs[..3] {
+        stdin.write_all(r).unwrap();
+    }
+    stdin.flush().unwrap();
+    let first = read_until(&mut err, |l| l.contains("CM messages: REQ 1 REP 1 RTU 1"));
+    assert!(
+        first
+            .iter()
+            .any(|l| l.starts_with("cm-trace: -: statistics so far (1 frames")),
+        "{first:#?}"
+    );
+    let block = read_until(&mut err, |l| l.trim_start().starts_with("established"));
+    assert!(
+        block.last().unwrap().trim_end().ends_with(" 1"),
+        "{block:#?}"
+    );
+    // DREQ, DREP.
+    for r in &recs[3..] {
+        stdin.write_all(r).unwrap();
+    }
+    stdin.flush().unwrap();
+    read_until(&mut err, |l| {
+        l.contains("CM messages: REQ 1 REP 1 RTU 1 DREQ 1 DREP 1")
+    });
+    sigint(&child);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}; stderr: {rest}");
+    assert!(out.starts_with("Capture\n"), "{out}");
+    assert!(out.contains("1 file(s), 5 frames: 5 CM MADs"), "{out}");
+    assert!(out.contains("  established             1"), "{out}");
+    assert!(rest.contains("interrupted"), "{rest}");
+    drop(stdin);
+}
