@@ -347,15 +347,18 @@ impl WireupApp {
             if worker.outstanding >= self.fab.window {
                 return;
             }
-            let op = match worker.again.pop() {
-                Some(op) => op,
+            // A restart after a failure is not mirrored again: the mirrored peer's own
+            // operation is independent and restarts itself when it fails.
+            let (op, fresh) = match worker.again.pop() {
+                Some(op) => (op, false),
                 None => match s.next_op(self.node, w as u32, &mut worker.cursor) {
-                    Some(op) => op,
+                    Some(op) => (op, true),
                     None => return,
                 },
             };
             worker.outstanding += 1;
-            if !self.issue(ep, now, op) {
+            let mirror = self.mirroring && fresh;
+            if matches!(self.start(ep, now, op, mirror, false), Err(false)) {
                 if let Some(worker) = self.workers.get_mut(w) {
                     worker.outstanding = worker.outstanding.saturating_sub(1);
                 }
