@@ -55,6 +55,10 @@ impl Drop for Keeper {
 /// A keeper run by `as_nobody` or by this process's user, its socket `chmod 0777` (as in
 /// the issue: every user may connect; the keeper's own rules must hold).
 fn start_keeper(socket: &Path, as_nobody: bool) -> Keeper {
+    start_keeper_with(socket, as_nobody, &[])
+}
+
+fn start_keeper_with(socket: &Path, as_nobody: bool, extra: &[&str]) -> Keeper {
     let mut cmd = if as_nobody {
         let mut c = Command::new("setpriv");
         c.args(nobody_args()).arg(BIN);
@@ -66,6 +70,7 @@ fn start_keeper(socket: &Path, as_nobody: bool) -> Keeper {
         .args(["serve", "--socket"])
         .arg(socket)
         .args(["--backend", "sim", "--quarantine-ms", "200"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -365,7 +370,12 @@ fn a_client_not_reading_freezes_nobody() {
 /// `status` with 3,000 connected clients: one reply of ≈ 150 kB, read and printed.
 #[test]
 fn status_with_3000_sessions() {
-    let k = start_keeper(&socket_path("many"), false);
+    // More sessions than one user may have by default.
+    let k = start_keeper_with(
+        &socket_path("many"),
+        false,
+        &["--max-clients-per-user", "4000"],
+    );
     let clients: Vec<UnixStream> = (0..3000)
         .map(|i| {
             let mut s = UnixStream::connect(&k.socket).unwrap();
@@ -395,4 +405,53 @@ fn status_with_3000_sessions() {
     );
     assert!(text.contains("name=client-2999"));
     drop(clients);
+}
+
+/// A user over its session quota is told so in one line and its socket is closed; its other
+/// sessions keep working.
+#[test]
+fn sessions_over_the_user_quota_are_refused() {
+    let k = start_keeper_with(
+        &socket_path("quota"),
+        false,
+        &["--max-clients-per-user", "2"],
+    );
+    let hello = |s: &mut UnixStream| {
+        // A refused session may be closed before the hello is written: its refusal is
+        // read all the same.
+        let _ = writeln!(s, "{{\"op\":\"hello\"}}");
+        let mut line = String::new();
+        BufReader::new(s.try_clone().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line
+    };
+    let mut a = UnixStream::connect(&k.socket).unwrap();
+    let mut b = UnixStream::connect(&k.socket).unwrap();
+    assert!(hello(&mut a).contains("\"ok\":true"));
+    assert!(hello(&mut b).contains("\"ok\":true"));
+    let c = UnixStream::connect(&k.socket).unwrap();
+    let mut r = BufReader::new(c);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.contains("\"kind\":\"quota-exceeded\""), "{line}");
+    assert!(line.contains("2 sessions open"), "{line}");
+    line.clear();
+    assert_eq!(
+        r.read_line(&mut line).unwrap(),
+        0,
+        "closed after the refusal"
+    );
+    assert!(hello(&mut a).contains("\"ok\":true"));
+    // One session gone: a new one is served.
+    drop(b);
+    loop {
+        let mut d = UnixStream::connect(&k.socket).unwrap();
+        let l = hello(&mut d);
+        if l.contains("\"ok\":true") {
+            break;
+        }
+        // The keeper has not seen the close yet.
+        assert!(l.contains("quota-exceeded"), "{l}");
+    }
 }

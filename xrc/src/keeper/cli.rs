@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::keeper::client::{ClientError, KeeperClient};
 use crate::keeper::proto::{HolderView, KeeperEvent, LeakView, Request, StatusReport};
-use crate::keeper::server::{serve, Backend, ServerConfig};
+use crate::keeper::server::{serve, Backend, KeeperLimits, ServerConfig};
 use crate::verbs::model::ModelConfig;
 use crate::RegistryConfig;
 use anyhow::{bail, Context, Result};
@@ -51,6 +51,15 @@ enum Cmd {
         /// Quarantine of a released QPN when no connection tells a longer CM TimeWait.
         #[arg(long, default_value_t = 4295)]
         quarantine_ms: u64,
+        /// Sessions one Unix user may have open at once.
+        #[arg(long, default_value_t = KeeperLimits::default().sessions_per_user)]
+        max_clients_per_user: usize,
+        /// Domains one Unix user may create.
+        #[arg(long, default_value_t = KeeperLimits::default().domains_per_user)]
+        max_domains_per_user: usize,
+        /// TGT QPs one Unix user may create.
+        #[arg(long, default_value_t = KeeperLimits::default().qps_per_user)]
+        max_qps_per_user: usize,
     },
     /// Print domains, TGT QPs, their policy and holders, one per line.
     Status {
@@ -126,6 +135,9 @@ fn run(args: Args) -> Result<ExitCode> {
             backend,
             device,
             quarantine_ms,
+            max_clients_per_user,
+            max_domains_per_user,
+            max_qps_per_user,
         } => {
             let mut registry = RegistryConfig::default();
             registry.policy.default_timewait = Duration::from_millis(quarantine_ms);
@@ -137,6 +149,11 @@ fn run(args: Args) -> Result<ExitCode> {
                 socket,
                 backend,
                 registry,
+                limits: KeeperLimits {
+                    sessions_per_user: max_clients_per_user,
+                    domains_per_user: max_domains_per_user,
+                    qps_per_user: max_qps_per_user,
+                },
             })?;
             Ok(ExitCode::SUCCESS)
         }

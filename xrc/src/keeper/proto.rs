@@ -331,6 +331,9 @@ error_kinds! {
     /// admit this client (a domain name held by another uid, another uid's private domain or
     /// non-Shared QP, a domain file the client could not open itself).
     PermissionDenied => "permission-denied",
+    /// `quota-exceeded`: the client's user holds as many sessions, domains or TGT QPs as the
+    /// keeper allows one user ([`KeeperLimits`](crate::keeper::server::KeeperLimits)).
+    QuotaExceeded => "quota-exceeded",
 }
 
 impl From<ErrorKind> for String {
@@ -511,6 +514,7 @@ mod tests {
             "bad-request",
             "error",
             "permission-denied",
+            "quota-exceeded",
         ];
         assert_eq!(ErrorKind::KNOWN.len(), old.len());
         for (k, s) in ErrorKind::KNOWN.iter().zip(old) {
@@ -524,11 +528,11 @@ mod tests {
             assert_eq!(*k, s);
         }
         let future: ErrorBody =
-            serde_json::from_str(r#"{"kind":"quota-exceeded","message":"m"}"#).unwrap();
-        assert_eq!(future.kind, ErrorKind::Other("quota-exceeded".into()));
+            serde_json::from_str(r#"{"kind":"from-the-future","message":"m"}"#).unwrap();
+        assert_eq!(future.kind, ErrorKind::Other("from-the-future".into()));
         assert_eq!(
             serde_json::to_string(&future).unwrap(),
-            r#"{"kind":"quota-exceeded","message":"m"}"#
+            r#"{"kind":"from-the-future","message":"m"}"#
         );
     }
 

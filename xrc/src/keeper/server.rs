@@ -58,6 +58,31 @@ pub struct ServerConfig {
     pub backend: Backend,
     /// Registry settings.
     pub registry: RegistryConfig,
+    /// What one user may hold.
+    pub limits: KeeperLimits,
+}
+
+/// What one Unix user (by `SO_PEERCRED` uid, over all its sessions) may hold in a keeper; more
+/// is refused with `quota-exceeded`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeeperLimits {
+    /// Sessions open at once (each costs the keeper two threads).
+    pub sessions_per_user: usize,
+    /// Domains the user created.
+    pub domains_per_user: usize,
+    /// TGT QPs the user created (`create`, `create-or-register`, an `accept-req` that may
+    /// create one).
+    pub qps_per_user: usize,
+}
+
+impl Default for KeeperLimits {
+    fn default() -> Self {
+        KeeperLimits {
+            sessions_per_user: 256,
+            domains_per_user: 1024,
+            qps_per_user: 16_384,
+        }
+    }
 }
 
 /// Errors starting or running the keeper.
@@ -335,7 +360,8 @@ pub fn serve(cfg: &ServerConfig) -> Result<(), ServeError> {
     };
     let device = verbs.device().name;
     let epoch = new_epoch();
-    let core = KeeperCore::new(verbs, cfg.registry, epoch.clone(), backend, Instant::now());
+    let mut core = KeeperCore::new(verbs, cfg.registry, epoch.clone(), backend, Instant::now());
+    core.set_limits(cfg.limits);
     let listener = UnixListener::bind(&cfg.socket).map_err(|source| ServeError::Io {
         path: cfg.socket.clone(),
         source,
@@ -366,6 +392,20 @@ pub fn serve(cfg: &ServerConfig) -> Result<(), ServeError> {
             eprintln!("xrcd-keeper: refusing a client whose credentials cannot be read");
             continue;
         };
+        let refused = lock(&shared).core.session_quota(cred);
+        if let Some(reply) = refused {
+            // Told why, then closed: one user cannot exhaust the keeper's threads.
+            eprintln!(
+                "xrcd-keeper: uid {} refused: {}",
+                cred.uid,
+                quota_text(&reply)
+            );
+            let mut w = &stream;
+            if let Ok(line) = serde_json::to_string(&reply) {
+                let _ = writeln!(w, "{line}");
+            }
+            continue;
+        }
         let (tx, rx) = sync_channel(OUT_QUEUE);
         let session = {
             let mut sh = lock(&shared);
@@ -395,4 +435,10 @@ pub fn serve(cfg: &ServerConfig) -> Result<(), ServeError> {
         }
     }
     Ok(())
+}
+
+fn quota_text(r: &super::proto::Reply) -> String {
+    r.error
+        .as_ref()
+        .map_or_else(String::new, |e| e.message.clone())
 }

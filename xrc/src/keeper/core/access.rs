@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::keeper::proto::{ErrorBody, ErrorKind};
+use crate::keeper::proto::{ErrorBody, ErrorKind, Reply};
 use crate::registry::DomainId;
 use crate::types::{DomainSpec, Qpn};
 
@@ -79,6 +79,10 @@ impl Owners {
 
 pub(super) fn denied(message: String) -> ErrorBody {
     err(ErrorKind::PermissionDenied, message)
+}
+
+fn quota(message: String) -> ErrorBody {
+    err(ErrorKind::QuotaExceeded, message)
 }
 
 /// Unix permission check of `mode`/`owner`/`group` for `who` (the bits a non-root process is
@@ -225,6 +229,54 @@ impl KeeperCore {
         )))
     }
 
+    /// Sets what one user may hold.
+    pub(in crate::keeper) fn set_limits(&mut self, l: crate::keeper::server::KeeperLimits) {
+        self.limits = l;
+    }
+
+    /// A `quota-exceeded` reply if `cred`'s user already has as many sessions as allowed.
+    pub(in crate::keeper) fn session_quota(&self, cred: Cred) -> Option<Reply> {
+        let n = self
+            .sessions
+            .values()
+            .filter(|s| s.cred.uid == cred.uid)
+            .count();
+        (n >= self.limits.sessions_per_user).then(|| Reply {
+            id: None,
+            epoch: self.epoch.clone(),
+            ok: false,
+            result: None,
+            error: Some(quota(format!(
+                "uid {} has {n} sessions open, the most one user may have",
+                cred.uid
+            ))),
+        })
+    }
+
+    /// `quota-exceeded` if session `s`'s user created as many TGT QPs as allowed.
+    pub(super) fn qp_quota(&self, s: SessionId) -> Result<(), ErrorBody> {
+        let who = self.who(s)?;
+        // Live ones: a destroyed QP in its quarantine is given back.
+        let live = |q: &Qpn| {
+            self.reg
+                .query(*q)
+                .is_ok_and(|t| t.life == crate::registry::QpLife::Live)
+        };
+        let n = self
+            .owners
+            .qps
+            .iter()
+            .filter(|(q, u)| **u == who.uid && live(q))
+            .count();
+        if n >= self.limits.qps_per_user {
+            return Err(quota(format!(
+                "uid {} created {n} TGT QPs, the most one user may hold",
+                who.uid
+            )));
+        }
+        Ok(())
+    }
+
     /// Records `qpn` as created by session `s`.
     pub(super) fn own_qp(&mut self, s: SessionId, qpn: Qpn) {
         if let Some(c) = self.cred(s) {
@@ -282,6 +334,18 @@ impl KeeperCore {
                 a.users.insert(who.uid);
             }
             return Ok(id);
+        }
+        let mine = self
+            .owners
+            .domains
+            .values()
+            .filter(|a| a.owner == who.uid)
+            .count();
+        if mine >= self.limits.domains_per_user {
+            return Err(quota(format!(
+                "uid {} created {mine} domains, the most one user may hold",
+                who.uid
+            )));
         }
         let created = match path {
             Some(p) if self.backend == "verbs" => check_path(Path::new(p), who, create)?,

@@ -400,3 +400,62 @@ fn status_of_3000_sessions_is_one_reply() {
     assert!(line.len() < crate::keeper::client::MAX_REPLY_LINE);
     assert_eq!(v["sessions"].as_array().map(Vec::len), Some(3000));
 }
+
+fn quota_hit(r: Result<Value, ErrorBody>) -> String {
+    match r {
+        Err(e) if e.kind == ErrorKind::QuotaExceeded => e.message,
+        other => panic!("expected quota-exceeded, got {other:?}"),
+    }
+}
+
+/// One user's sessions, domains and TGT QPs are bounded (over all its sessions); another
+/// user is not affected, and what a user gives back counts no more.
+#[test]
+fn one_user_cannot_take_more_than_its_quota() {
+    let (mut k, now) = keeper("sim");
+    k.set_limits(crate::keeper::server::KeeperLimits {
+        sessions_per_user: 2,
+        domains_per_user: 2,
+        qps_per_user: 3,
+    });
+    let a = k.open_session_as(Some(1), NOBODY);
+    let b = k.open_session_as(Some(2), NOBODY);
+    let third = k.session_quota(NOBODY).unwrap();
+    assert_eq!(third.error.unwrap().kind, ErrorKind::QuotaExceeded);
+    assert!(k.session_quota(ROOT).is_none());
+    call(&mut k, now, a, open("d1", None)).unwrap();
+    call(&mut k, now, b, open("d2", None)).unwrap();
+    let m = quota_hit(call(&mut k, now, a, open("d3", None)));
+    assert!(m.contains("2 domains"), "{m}");
+    // Joining a domain the user already holds is no new domain.
+    call(&mut k, now, b, open("d1", None)).unwrap();
+    let create = |d: &str| Request::Create {
+        domain: d.into(),
+        policy: "explicit".into(),
+    };
+    let q = call(&mut k, now, a, create("d1")).unwrap()["qpn"]
+        .as_u64()
+        .unwrap() as u32;
+    call(&mut k, now, b, create("d2")).unwrap();
+    let slot = Request::CreateOrRegister {
+        domain: "d2".into(),
+        key: "k".into(),
+    };
+    call(&mut k, now, b, slot.clone()).unwrap();
+    let m = quota_hit(call(&mut k, now, a, create("d1")));
+    assert!(m.contains("3 TGT QPs"), "{m}");
+    let other_key = Request::CreateOrRegister {
+        domain: "d2".into(),
+        key: "k2".into(),
+    };
+    quota_hit(call(&mut k, now, b, other_key.clone()));
+    // Registering on an existing slot creates nothing: allowed.
+    call(&mut k, now, a, Request::Register { qpn: q }).unwrap();
+    // Root is not counted against nobody.
+    let r = k.open_session_as(Some(3), ROOT);
+    call(&mut k, now, r, open("rootd", None)).unwrap();
+    call(&mut k, now, r, create("rootd")).unwrap();
+    // A destroyed QP frees its share.
+    call(&mut k, now, a, Request::Destroy { qpn: q }).unwrap();
+    call(&mut k, now, b, other_key).unwrap();
+}

@@ -75,6 +75,7 @@ impl KeeperCore {
             Request::Create { domain, policy } => {
                 let id = self.usable_domain(s, &domain)?;
                 let policy = policy_arg(&policy)?;
+                self.qp_quota(s)?;
                 let qpn = self
                     .reg
                     .create_tgt_qp(now, id, policy, me)
@@ -97,6 +98,7 @@ impl KeeperCore {
                         Ok(json!({ "qpn": qpn.get(), "created": false }))
                     }
                     None => {
+                        self.qp_quota(s)?;
                         let qpn = self
                             .reg
                             .create_tgt_qp(now, id, OwnershipPolicy::Shared, me)
@@ -189,6 +191,10 @@ impl KeeperCore {
                     }
                 };
                 let policy = policy.as_deref().map(policy_arg).transpose()?;
+                if !matches!(mode, ReqMode::Attach(_)) {
+                    // It may create a TGT QP (`any` too, when none fits): within the quota.
+                    self.qp_quota(s)?;
+                }
                 let srqns = srqns
                     .into_iter()
                     .map(|v| {

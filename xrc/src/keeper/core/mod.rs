@@ -79,6 +79,8 @@ pub(super) struct KeeperCore {
     owners: Owners,
     /// Something was released or closed since the last [`KeeperCore::prune`].
     dirty: bool,
+    /// What one user may hold.
+    limits: crate::keeper::server::KeeperLimits,
     log: Vec<String>,
     started: Instant,
 }
@@ -104,6 +106,7 @@ impl KeeperCore {
             slots: BTreeMap::new(),
             owners: Owners::default(),
             dirty: false,
+            limits: crate::keeper::server::KeeperLimits::default(),
             log: Vec::new(),
             started: now,
         }
