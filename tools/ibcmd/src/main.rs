@@ -6,7 +6,7 @@
 //! ```text
 //! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
 //!       [--state PATH] [--umad DEV --gid-index N] [--max-conns-per-client N]
-//!       [--max-conns-per-user N] [--max-clients-per-user N]
+//!       [--max-conns-per-user N] [--max-clients-per-user N] [--reserve RANGE=UID]…
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
 //!
@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use ibcm::proto::{EndpointConfig, PeerAddr};
-use ibcm::rt::node::{stale_dreq, Journal, JournalEntry, NodeServer, ServerConfig};
+use ibcm::rt::node::{stale_dreq, Journal, JournalEntry, NodeServer, Reservation, ServerConfig};
 use ibcm::rt::{DatagramTransport, UdpTransport, UmadTransport};
 use ibcm_mad::xrc::{GoneCause, RejectKind, TargetGone};
 use ibcm_mad::{Gid, Guid};
@@ -84,6 +84,10 @@ struct Args {
     /// Clients (sessions) one Unix user may have attached at once.
     #[arg(long, default_value_t = ServerConfig::default().max_sessions_per_user)]
     max_clients_per_user: usize,
+    /// Service IDs only one user may listen on: `SID=UID` or `FIRST-LAST=UID` (hex with 0x,
+    /// or decimal); repeatable.
+    #[arg(long, value_name = "RANGE=UID")]
+    reserve: Vec<Reservation>,
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -283,6 +287,7 @@ async fn run(args: Args) -> Result<()> {
             max_connections: args.max_conns_per_client,
             max_connections_per_user: args.max_conns_per_user,
             max_sessions_per_user: args.max_clients_per_user,
+            reserved: args.reserve.clone(),
             ..ServerConfig::default()
         },
         Some(journal),

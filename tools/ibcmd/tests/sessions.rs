@@ -313,6 +313,49 @@ async fn quotas_hold_per_client_and_per_user() {
     let _c1 = go(&c, 0x301).await.unwrap();
 }
 
+/// A reserved service ID range belongs to its user: another user's listen there is refused
+/// (tests/users.rs runs the other user); the owner listens, CM and XRC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_service_id_is_its_user_s() {
+    let dir = scratch("reserve");
+    let me = std::fs::metadata("/proc/self").map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid()
+    });
+    let me = me.unwrap();
+    let other = me.wrapping_add(1);
+    let r1 = format!("0x60-0x6f={other}");
+    let r2 = format!("0x70={me}");
+    let extra = ["--reserve", &r1, "--reserve", &r2];
+    let (_d, sock) = common::daemon_with(&dir, "a", "127.0.0.86", &extra);
+    let (cm, _task) = Cm::attach(&sock).await.unwrap();
+    match cm.listen(ServiceId(0x65), ListenOptions::default()).await {
+        Err(ibcm::rt::CmError::Refused(why)) => {
+            assert!(why.contains(&format!("reserved for uid {other}")), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut s = raw(&sock).await;
+    let xrc = Op::XrcListen {
+        service_id: 0x6f,
+        policy: "explicit".into(),
+        srqns: vec![1],
+    };
+    assert!(matches!(
+        ask(&mut s, 1, xrc).await,
+        WireResult::Refused { .. }
+    ));
+    // Outside the range, and the range reserved for this user: served.
+    let _l1 = cm
+        .listen(ServiceId(0x5f), ListenOptions::default())
+        .await
+        .unwrap();
+    let _l2 = cm
+        .listen(ServiceId(0x70), ListenOptions::default())
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_acts_only_on_its_own_objects() {
     let dir = scratch("owner");

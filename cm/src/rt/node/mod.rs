@@ -26,4 +26,6 @@ mod wire;
 
 pub use client::{attach, Attached, Node, NodeError};
 pub use journal::{stale_dreq, Journal, JournalEntry, JournalTx};
-pub use server::{EventSink, HookFuture, NodeHooks, NodeServer, ServerConfig, SessionInfo};
+pub use server::{
+    EventSink, HookFuture, NodeHooks, NodeServer, Reservation, ServerConfig, SessionInfo,
+};

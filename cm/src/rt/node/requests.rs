@@ -317,6 +317,20 @@ impl NodeServer {
 
     /// Takes `service_id` for `s`, or says why not.
     fn claim(&self, s: &Session, service_id: u64) -> Option<WireResult> {
+        let held = self
+            .cfg
+            .reserved
+            .iter()
+            .find(|r| (r.first..=r.last).contains(&service_id) && r.uid != s.info.uid);
+        if let Some(r) = held {
+            return Some(WireResult::Refused {
+                why: format!(
+                    "service ID {} is reserved for uid {}",
+                    ServiceId(service_id),
+                    r.uid
+                ),
+            });
+        }
         {
             let st = s.lock();
             if st.listens.len() + st.xrc.len() >= self.cfg.max_listeners {

@@ -85,8 +85,49 @@ pub trait NodeHooks: Send + Sync + 'static {
     fn session_ended(&self, session: SessionInfo) -> HookFuture<'_, ()>;
 }
 
+/// A range of service IDs only one Unix user may listen on (`ibcmd --reserve`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// First service ID of the range.
+    pub first: u64,
+    /// Last service ID of the range (inclusive).
+    pub last: u64,
+    /// The user.
+    pub uid: u32,
+}
+
+impl std::str::FromStr for Reservation {
+    type Err = String;
+
+    /// `SID=UID` or `FIRST-LAST=UID`, service IDs in hex with `0x` or decimal, e.g.
+    /// `0x0000000001061144=0` (rdma_cm TCP port 4420, NVMe-oF, for root).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not SID=UID or FIRST-LAST=UID");
+        let (range, uid) = s.split_once('=').ok_or_else(bad)?;
+        let num = |t: &str| {
+            let t = t.trim();
+            match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => t.parse().ok(),
+            }
+        };
+        let (first, last) = match range.split_once('-') {
+            Some((a, b)) => (num(a).ok_or_else(bad)?, num(b).ok_or_else(bad)?),
+            None => {
+                let v = num(range).ok_or_else(bad)?;
+                (v, v)
+            }
+        };
+        if first > last {
+            return Err(format!("{s:?}: the range is empty"));
+        }
+        let uid = uid.trim().parse().map_err(|_| bad())?;
+        Ok(Reservation { first, last, uid })
+    }
+}
+
 /// Limits per session.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Connections (live, TimeWait excluded) a session may hold.
     pub max_connections: usize,
@@ -99,6 +140,8 @@ pub struct ServerConfig {
     pub max_sessions_per_user: usize,
     /// Connections one Unix user may hold over all its sessions (as `max_connections`).
     pub max_connections_per_user: usize,
+    /// Service IDs reserved for one user: another user's listen (CM or XRC) there is refused.
+    pub reserved: Vec<Reservation>,
     /// Messages queued towards a client before it counts as stuck and is dropped.
     pub queue: usize,
     /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
@@ -114,6 +157,7 @@ impl Default for ServerConfig {
             max_sidr: 1024,
             max_sessions_per_user: 1024,
             max_connections_per_user: 262_144,
+            reserved: Vec::new(),
             queue: 8192,
             shutdown_grace: std::time::Duration::from_secs(2),
         }
