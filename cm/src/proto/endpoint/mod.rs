@@ -11,6 +11,8 @@
 //! |---|---|---|
 //! | `connect` (→ REQ) | `setup.rs` | [`Endpoint::connect`] |
 //! | REQ | `setup.rs` | `on_req` (duplicates, stale QPN, listener checks; refusals via `reject_req` in `io.rs`) |
+//! | REQ under pressure, stateless (cookie REP) | `cookie.rs` | `stateless_req` |
+//! | RTU naming a cookie (→ ESTABLISHED, recreated) | `cookie.rs` | `stateless_rtu` |
 //! | REQ admission (caps, eviction of the oldest half-open entry, → REJ 3) | `guard.rs` | `admit` (`evict`) |
 //! | `accept` (→ REP) | `setup.rs` | [`Endpoint::accept`] |
 //! | REP | `setup.rs` | `on_rep`, duplicate REP: `on_dup_rep` |
@@ -53,6 +55,7 @@
 //! `sidr.rs`, `lap.rs`, `guard.rs`) add methods to [`Endpoint`] and never import from each
 //! other.
 
+mod cookie;
 mod guard;
 mod io;
 mod lap;
@@ -153,6 +156,8 @@ pub struct Endpoint {
     sidr_in_keys: HashSet<(RequestId, PeerAddr)>,
     /// `sidr_in` by expiry, oldest first (for eviction under pressure).
     sidr_in_order: BTreeSet<(Instant, CommId)>,
+    /// The stateless mode's keys, templates and REQ table (`cookie.rs`).
+    cookies: cookie::Cookies,
     io: Io,
 }
 
@@ -166,6 +171,7 @@ impl Endpoint {
         let keys: [u64; 8] = rng.random();
         let start: u32 = rng.random();
         let seed: u64 = rng.random();
+        let cookies = cookie::Cookies::new(&rng);
         Endpoint {
             cfg,
             ids: IdAllocator::new(start, keys),
@@ -184,6 +190,7 @@ impl Endpoint {
                 foldhash::SharedSeed::global_fixed(),
             )),
             sidr_in_order: BTreeSet::new(),
+            cookies,
             io: Io::new(seed),
         }
     }
@@ -317,6 +324,7 @@ impl Endpoint {
 
     /// Stops listening. Returns whether there was a listener.
     pub fn unlisten(&mut self, service_id: ServiceId) -> bool {
+        self.cookies.forget(service_id);
         self.listeners.remove(&service_id).is_some()
     }
 
