@@ -153,7 +153,14 @@ fn qpn_of(t: &StatelessAccept, h: u64) -> Qpn {
 }
 
 /// The REP answering `req` with template `t`, cookie, PSN and QPN.
-fn build_rep(t: &StatelessAccept, guid: ibcm_mad::Guid, req: &Req, cookie: CommId, psn: Psn, qpn: Qpn) -> Rep {
+fn build_rep(
+    t: &StatelessAccept,
+    guid: ibcm_mad::Guid,
+    req: &Req,
+    cookie: CommId,
+    psn: Psn,
+    qpn: Qpn,
+) -> Rep {
     Rep {
         local_comm_id: cookie,
         remote_comm_id: req.local_comm_id,
@@ -183,7 +190,11 @@ impl Endpoint {
     ) -> Result<(), CallError> {
         match template {
             Some(t) => {
-                check_len("REP private data", &t.rep.private_data, Rep::PRIVATE_DATA_LEN)?;
+                check_len(
+                    "REP private data",
+                    &t.rep.private_data,
+                    Rep::PRIVATE_DATA_LEN,
+                )?;
                 self.cookies.templates.insert(service_id, t);
             }
             None => self.cookies.forget(service_id),
@@ -225,7 +236,13 @@ impl Endpoint {
     /// table slot (a repeat gets the same REP from the slot it already holds). Returns `false`
     /// (nothing sent) when the cookie is the ID of a live connection: the caller then takes
     /// the stateful path.
-    pub(super) fn stateless_req(&mut self, now: Instant, from: PeerAddr, tid: Tid, req: Req) -> bool {
+    pub(super) fn stateless_req(
+        &mut self,
+        now: Instant,
+        from: PeerAddr,
+        tid: Tid,
+        req: Req,
+    ) -> bool {
         let repeat = self.repeat_of(now, from, &req);
         let current = self.cookies.slot(now, self.cfg.stateless_period);
         let slot = match repeat.and_then(|i| self.cookies.table.get(i)?.as_ref()) {
@@ -350,8 +367,7 @@ impl Endpoint {
             match self.conns.get_mut(&old) {
                 Some(c) if c.state.is_half_open_passive() => {
                     self.io.cancel_request(old, c);
-                    self.io
-                        .close(old, c, crate::proto::ConnectionError::Stale);
+                    self.io.close(old, c, crate::proto::ConnectionError::Stale);
                     self.remove(old);
                 }
                 _ => {
@@ -360,7 +376,10 @@ impl Endpoint {
                 }
             }
         }
-        if self.by_qpn.contains_key(&(req.local_qpn, req.local_ca_guid)) {
+        if self
+            .by_qpn
+            .contains_key(&(req.local_qpn, req.local_ca_guid))
+        {
             self.io.stats.stale += 1;
             refuse(self, RejReason::StaleConn);
             return;
@@ -405,7 +424,8 @@ impl Endpoint {
         self.io.set_state(cookie, &mut conn, State::Established);
         self.use_qpn(qpn);
         self.by_remote.insert(key, cookie);
-        self.by_qpn.insert((req.local_qpn, req.local_ca_guid), cookie);
+        self.by_qpn
+            .insert((req.local_qpn, req.local_ca_guid), cookie);
         self.conns.insert(cookie, conn);
         self.io.stats.stateless_established += 1;
         let cma_header = req
