@@ -95,7 +95,7 @@ pub struct EndpointConfig {
     /// pressure (tests, or a listener that wants it always). Default `false`.
     pub stateless_always: bool,
     /// Slots of the table of REQs answered statelessly (rounded up to a power of two; each
-    /// holds one REQ as received, about 260 bytes, so 65 536 slots are ~17 MB, allocated when
+    /// holds one REQ as received, 280 bytes, so 65 536 slots are ~18 MB, allocated when
     /// the first stateless REP goes out). A newer REQ overwrites the slot an older one hashed
     /// to: its RTU then finds nothing (docs/protocol.md §5.12). Default 65 536.
     pub stateless_slots: usize,

@@ -321,7 +321,7 @@ impl Endpoint {
             self.io.stats.drop(r);
             return;
         }
-        let (req, tid) = (d.req.clone(), d.tid);
+        let (req, tid) = (d.req, d.tid);
         if let Some(Some(d)) = self.cookies.table.get_mut(i) {
             d.used = true;
         }
@@ -444,5 +444,18 @@ impl Endpoint {
                 rtu_private_data: trimmed(m.private_data.as_bytes()),
             })),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table slot: the REQ as received and what the RTU lacks, 280 bytes; the docs of
+    /// `stateless_slots` (docs/protocol.md §7) quote its size.
+    #[test]
+    fn slot_size() {
+        let n = core::mem::size_of::<Option<Digest>>();
+        assert!(n <= 280, "{n}");
     }
 }
