@@ -72,13 +72,17 @@ fn send_req(p: &mut Pair) -> (ConnId, Vec<Transmit>) {
 fn cookie_rep_then_rtu_establishes_with_the_req_fields() {
     let mut p = pair(cfg(true));
     let (ca, out) = send_req(&mut p);
-    // A REP at once, and nothing kept: no connection, no half-open entry, no timer, no event.
+    // A REP at once, and no connection kept: no connection, no half-open entry, no event;
+    // the one deadline is the REP's retransmission.
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].to, a_addr());
     let rep = rep_of(&out[0]);
     assert_eq!(p.l.len(), 0);
     assert_eq!(p.l.half_open(), 0);
-    assert_eq!(p.l.poll_timeout(), None);
+    assert_eq!(
+        p.l.poll_timeout(),
+        Some(p.now + EndpointConfig::default().stateless_resend.unwrap())
+    );
     assert!(events(&mut p.l).is_empty());
     assert_eq!(p.l.stats().stateless_replies, 1);
     let qpn = rep.local_qpn.get();
@@ -259,9 +263,10 @@ fn repeated_req_after_a_lost_rep_gets_the_same_rep() {
     );
 }
 
-/// A spoofed REQ costs one REP and nothing else: no retransmission, no REJ, no timer.
+/// A spoofed REQ costs its REP and one retransmission, nothing else: no REJ, no MRA, no
+/// timer left (2×, whatever the REQ's timeouts and retries ask for).
 #[test]
-fn stateless_answers_do_not_amplify() {
+fn stateless_answers_amplify_at_most_twice() {
     let mut p = pair(cfg(true));
     let victim = addr("192.0.2.7:4791");
     for i in 0..100u32 {
@@ -271,11 +276,47 @@ fn stateless_answers_do_not_amplify() {
             &hostile_req(0x100 + i, 0xbad, 0x200 + i, 0, 15),
         );
     }
-    assert_eq!(drain(&mut p.l).len(), 100);
-    assert_eq!(p.l.poll_timeout(), None);
-    p.advance(Duration::from_secs(120));
+    let first = drain(&mut p.l);
+    assert_eq!(first.len(), 100);
+    p.now += Duration::from_secs(1);
+    p.l.handle_timeout(p.now);
+    let again = drain(&mut p.l);
+    assert_eq!(again.len(), 100);
+    assert!(again.iter().zip(&first).all(|(a, b)| a == b));
+    p.now += Duration::from_secs(120);
+    p.l.handle_timeout(p.now);
     assert!(drain(&mut p.l).is_empty());
     assert!(p.l.is_empty());
+    assert_eq!(p.l.stats().stateless_replies, 200);
+}
+
+/// A lost RTU: the client is ESTABLISHED, the listener has nothing. The REP's one
+/// retransmission makes the client send its RTU again (a duplicate REP in ESTABLISHED), which
+/// establishes the listener's side. Once the RTU is in, nothing is retransmitted.
+#[test]
+fn lost_rtu_is_recovered_by_the_rep_retransmission() {
+    let mut p = pair(cfg(true));
+    let (ca, out) = send_req(&mut p);
+    p.a.handle_datagram(p.now, l_addr(), &out[0].mad);
+    assert_eq!(p.a.state(ca), Some(State::Established));
+    let lost = drain(&mut p.a);
+    assert!(matches!(parse(&lost[0].mad), CmMessage::Rtu(_)));
+    let due = p.l.poll_timeout().unwrap();
+    p.now = due;
+    p.l.handle_timeout(p.now);
+    let again = drain(&mut p.l);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].mad, out[0].mad);
+    p.a.handle_datagram(p.now, l_addr(), &again[0].mad);
+    let rtu = drain(&mut p.a);
+    assert!(matches!(parse(&rtu[0].mad), CmMessage::Rtu(_)));
+    p.l.handle_datagram(p.now, a_addr(), &rtu[0].mad);
+    let cookie = rep_of(&out[0]).local_comm_id;
+    assert_eq!(p.l.state(cookie), Some(State::Established));
+    // Taken: the retransmission was the only one.
+    p.now += Duration::from_secs(10);
+    p.l.handle_timeout(p.now);
+    assert!(drain(&mut p.l).is_empty());
 }
 
 /// Below the threshold REQs take the stateful path (the application decides); at it they are
@@ -366,16 +407,28 @@ fn cookie_rtu_supersedes_a_stateful_entry_for_the_same_req() {
     assert_eq!(p.l.half_open(), 0);
 }
 
-/// A newer REQ that hashes to the same table slot overwrites an unanswered one (counted); the
-/// older REQ's RTU then names nothing.
+/// A full set of the table (8 ways) gives its oldest unanswered REQ up to a newer one
+/// (counted); that REQ's RTU then names nothing. Seven newer REQs do not push it out.
 #[test]
-fn overwritten_slot_is_counted_and_its_rtu_finds_nothing() {
+fn oldest_of_a_full_set_is_overwritten_and_its_rtu_finds_nothing() {
     let mut p = pair(EndpointConfig {
-        stateless_slots: 1,
+        stateless_slots: 8, // one set
         ..cfg(true)
     });
     let (_, out) = send_req(&mut p);
-    p.l.handle_datagram(p.now, addr("10.0.0.9:4791"), &hostile_req(9, 9, 9, 20, 15));
+    for i in 0..7u32 {
+        p.l.handle_datagram(
+            p.now,
+            addr("10.0.0.9:4791"),
+            &hostile_req(9 + i, 9, 9 + i, 20, 15),
+        );
+    }
+    assert_eq!(p.l.stats().stateless_overwritten, 0);
+    p.l.handle_datagram(
+        p.now,
+        addr("10.0.0.9:4791"),
+        &hostile_req(99, 9, 99, 20, 15),
+    );
     drain(&mut p.l);
     assert_eq!(p.l.stats().stateless_overwritten, 1);
     p.a.handle_datagram(p.now, l_addr(), &out[0].mad);

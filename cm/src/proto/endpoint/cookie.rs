@@ -8,8 +8,10 @@
 //! private data): the connection also needs the peer's QPN, start PSN, CA GUID, path values,
 //! timeouts and the REQ's private data — 112 bits and more that a Linux peer sends only in its
 //! REQ. So, unlike a TCP SYN cookie, ibcm's cookie cannot hold everything: the REQ itself is
-//! kept in a fixed, preallocated table (`Digests`), one slot per keyed hash of (peer address,
-//! peer's comm ID), newest REQ wins. The cookie is a keyed MAC (SipHash-2-4, key from the
+//! kept in a fixed, preallocated table (`Cookies`): 8-way sets chosen by a keyed hash of (peer
+//! address, peer's comm ID), a new REQ taking a free, used or expired way, else the oldest of
+//! its set (with 8 ways a legitimate REQ is lost only if 8 newer REQs land in its set before
+//! its RTU comes back, instead of any one with a single way). The cookie is a keyed MAC (SipHash-2-4, key from the
 //! endpoint's RNG: OS randomness, or the fixed seed in tests) over the time slot, the peer
 //! address and the REQ's comm ID, CA GUID, QPN, start PSN, service ID and transport; the REP's
 //! start PSN and local QPN are derived from the same MAC. An RTU is accepted only if its slot
@@ -20,7 +22,7 @@
 //! repeated REQ with the same REP) and `stateless_rtu` (verify, recreate, report
 //! [`EventKind::StatelessEstablished`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
@@ -61,15 +63,26 @@ struct Digest {
     slot: u32,
     /// Its RTU was taken (or refused) already: another one is a replay.
     used: bool,
+    /// Insertion order (the oldest way of a full set is replaced).
+    seq: u64,
 }
+
+/// Ways per set of the table.
+const WAYS: usize = 8;
 
 /// The stateless mode's keys, templates and REQ table.
 #[derive(Debug)]
 pub(super) struct Cookies {
     mac_key: (u64, u64),
     index_key: (u64, u64),
-    /// One slot per keyed hash of (peer, peer's comm ID); empty until the first stateless REP.
+    /// Sets of [`WAYS`] slots, one set per keyed hash of (peer, peer's comm ID); empty until
+    /// the first stateless REP.
     table: Vec<Option<Digest>>,
+    /// Insertions so far.
+    seq: u64,
+    /// The one REP retransmission of each stateless answer, in due order: (due, slot, its
+    /// insertion number, where to), at most one per slot.
+    resend: VecDeque<(Instant, u32, u64, PeerAddr)>,
     /// The instant time slots count from (the first stateless REP's).
     epoch: Option<Instant>,
     templates: BTreeMap<ServiceId, StatelessAccept>,
@@ -85,6 +98,8 @@ impl Cookies {
             mac_key: (k.random(), k.random()),
             index_key: (k.random(), k.random()),
             table: Vec::new(),
+            seq: 0,
+            resend: VecDeque::new(),
             epoch: None,
             templates: BTreeMap::new(),
         }
@@ -93,6 +108,11 @@ impl Cookies {
     /// Whether stateless REPs have gone out (the table exists).
     pub(super) fn in_use(&self) -> bool {
         !self.table.is_empty()
+    }
+
+    /// When the next REP retransmission is due.
+    pub(super) fn next_resend(&self) -> Option<Instant> {
+        self.resend.front().map(|r| r.0)
     }
 
     /// Forgets a service's template (its listener is gone).
@@ -106,11 +126,41 @@ impl Cookies {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    fn index(&self, peer: PeerAddr, theirs: CommId) -> usize {
+    /// The first slot of the set of (peer, their comm ID).
+    fn set_of(&self, peer: PeerAddr, theirs: CommId) -> usize {
         let mut h = SipHasher24::new_with_keys(self.index_key.0, self.index_key.1);
         peer.hash(&mut h);
         h.write_u32(theirs.0);
-        (h.finish() as usize) & self.table.len().saturating_sub(1)
+        let sets = self.table.len() / WAYS;
+        ((h.finish() as usize) & sets.saturating_sub(1)) * WAYS
+    }
+
+    /// The slot holding a REQ from the peer with fingerprint `fp` and comm ID `theirs`.
+    fn find(&self, set: usize, fp: u64, theirs: CommId) -> Option<usize> {
+        (set..set + WAYS).find(|&i| {
+            self.table
+                .get(i)
+                .and_then(Option::as_ref)
+                .is_some_and(|d| d.peer_fp == fp && d.req.local_comm_id == theirs)
+        })
+    }
+
+    /// Where a new REQ goes in its set: its own earlier slot, else a free one, else a used or
+    /// expired one, else the oldest. `true` with it when an unanswered REQ in time is lost.
+    fn victim(&self, set: usize, fp: u64, theirs: CommId, current: u32) -> (usize, bool) {
+        if let Some(i) = self.find(set, fp, theirs) {
+            return (i, false);
+        }
+        let mut oldest = (u64::MAX, set);
+        for i in set..set + WAYS {
+            match self.table.get(i).and_then(Option::as_ref) {
+                None => return (i, false),
+                Some(d) if d.used || current.saturating_sub(d.slot) > 1 => return (i, false),
+                Some(d) if d.seq < oldest.0 => oldest = (d.seq, i),
+                Some(_) => {}
+            }
+        }
+        (oldest.1, true)
     }
 
     fn fingerprint(&self, peer: PeerAddr) -> u64 {
@@ -136,13 +186,13 @@ impl Cookies {
         (CommId(cookie), Psn::masked((m.h1 >> 32) as u32), m.h2)
     }
 
-    /// The slot a REQ from `peer` goes to, allocating the table on first use.
-    fn slot_for(&mut self, peer: PeerAddr, theirs: CommId, slots: usize) -> usize {
+    /// Allocates the table on first use: `slots` rounded up to a power of two, one set at
+    /// least.
+    fn allocate(&mut self, slots: usize) {
         if self.table.is_empty() {
-            let n = slots.clamp(1, 1 << 24).next_power_of_two();
+            let n = slots.clamp(WAYS, 1 << 24).next_power_of_two();
             self.table = vec![None; n];
         }
-        self.index(peer, theirs)
     }
 }
 
@@ -225,11 +275,11 @@ impl Endpoint {
             return None;
         }
         let current = self.cookies.slot(now, self.cfg.stateless_period);
-        let i = self.cookies.index(from, req.local_comm_id);
+        let set = self.cookies.set_of(from, req.local_comm_id);
         let fp = self.cookies.fingerprint(from);
+        let i = self.cookies.find(set, fp, req.local_comm_id)?;
         let d = self.cookies.table.get(i)?.as_ref()?;
-        (d.peer_fp == fp && d.req == *req && !d.used && current.saturating_sub(d.slot) <= 1)
-            .then_some(i)
+        (d.req == *req && !d.used && current.saturating_sub(d.slot) <= 1).then_some(i)
     }
 
     /// Answers a REQ statelessly: the cookie REP goes out at once and the REQ is kept in its
@@ -263,26 +313,72 @@ impl Endpoint {
             self.io.stats.duplicate_replies += 1;
             return true;
         }
-        let i = self
-            .cookies
-            .slot_for(from, req.local_comm_id, self.cfg.stateless_slots);
+        self.cookies.allocate(self.cfg.stateless_slots);
+        let set = self.cookies.set_of(from, req.local_comm_id);
         let fp = self.cookies.fingerprint(from);
+        let (i, lost) = self.cookies.victim(set, fp, req.local_comm_id, current);
+        if lost {
+            self.io.stats.stateless_overwritten += 1;
+        }
+        self.cookies.seq += 1;
+        let seq = self.cookies.seq;
         if let Some(cell) = self.cookies.table.get_mut(i) {
-            if cell
-                .as_ref()
-                .is_some_and(|d| !d.used && current.saturating_sub(d.slot) <= 1)
-            {
-                self.io.stats.stateless_overwritten += 1;
-            }
             *cell = Some(Digest {
                 req,
                 peer_fp: fp,
                 tid,
                 slot: current,
                 used: false,
+                seq,
             });
         }
+        if let Some(d) = self.cfg.stateless_resend {
+            let q = &mut self.cookies.resend;
+            if q.len() >= self.cookies.table.len() {
+                q.pop_front();
+            }
+            q.push_back((now + d, i as u32, seq, from));
+        }
         true
+    }
+
+    /// The REP retransmissions due at `now`: each stateless answer whose RTU has not come
+    /// (its slot still holds it, unused and in time) gets its REP once more, the same bytes
+    /// (a lost REP, or a lost RTU: a peer in ESTABLISHED answers a repeated REP with its RTU
+    /// again, docs/protocol.md §5.12).
+    pub(super) fn stateless_resend_due(&mut self, now: Instant) {
+        let current = self.cookies.slot(now, self.cfg.stateless_period);
+        while let Some(&(due, i, seq, to)) = self.cookies.resend.front() {
+            if due > now {
+                return;
+            }
+            self.cookies.resend.pop_front();
+            let Some(d) = self
+                .cookies
+                .table
+                .get(i as usize)
+                .and_then(Option::as_ref)
+                .filter(|d| d.seq == seq && !d.used && current.saturating_sub(d.slot) <= 1)
+            else {
+                continue;
+            };
+            let (cookie, psn, qh) = self.cookies.mac(d.slot, to, &d.req);
+            let Some(t) = self.cookies.templates.get(&d.req.service_id) else {
+                continue;
+            };
+            let rep = build_rep(
+                t,
+                self.cfg.local_ca_guid,
+                &d.req,
+                cookie,
+                psn,
+                qpn_of(t, qh),
+            );
+            let tid = d.tid;
+            self.io.stats.retransmits += 1;
+            self.io.stats.stateless_replies += 1;
+            self.io.send(to, tid, CmMessage::Rep(rep));
+        }
     }
 
     /// An RTU naming no connection, while stateless REPs are out: verifies its cookie and
@@ -295,14 +391,10 @@ impl Endpoint {
             return;
         };
         let current = self.cookies.slot(now, self.cfg.stateless_period);
-        let i = self.cookies.index(from, m.local_comm_id);
+        let set = self.cookies.set_of(from, m.local_comm_id);
         let fp = self.cookies.fingerprint(from);
-        let Some(d) = self
-            .cookies
-            .table
-            .get(i)
-            .and_then(Option::as_ref)
-            .filter(|d| d.peer_fp == fp && d.req.local_comm_id == m.local_comm_id)
+        let found = self.cookies.find(set, fp, m.local_comm_id);
+        let Some((i, d)) = found.and_then(|i| Some((i, self.cookies.table.get(i)?.as_ref()?)))
         else {
             self.io.stats.drop(DropReason::UnknownCommId);
             return;
@@ -451,11 +543,11 @@ impl Endpoint {
 mod tests {
     use super::*;
 
-    /// A table slot: the REQ as received and what the RTU lacks, 280 bytes; the docs of
+    /// A table slot: the REQ as received and what the RTU lacks, 288 bytes; the docs of
     /// `stateless_slots` (docs/protocol.md §7) quote its size.
     #[test]
     fn slot_size() {
         let n = core::mem::size_of::<Option<Digest>>();
-        assert!(n <= 280, "{n}");
+        assert!(n <= 288, "{n}");
     }
 }

@@ -249,6 +249,7 @@ impl Endpoint {
             && self.sidr_out.is_empty()
             && self.sidr_in.is_empty()
             && self.io.timers.is_empty()
+            && self.cookies.next_resend().is_none()
     }
 
     /// Passive connections not yet established.
@@ -299,7 +300,11 @@ impl Endpoint {
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.io.timers.next_deadline()
+        let t = self.io.timers.next_deadline();
+        match (t, self.cookies.next_resend()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next event for the application.
@@ -516,6 +521,7 @@ impl Endpoint {
     /// with nothing due is a no-op.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.io.now = Some(now);
+        self.stateless_resend_due(now);
         while let Some(expired) = self.io.timers.pop_due(now) {
             match expired {
                 Expired::Sidr { id, at } => self.on_sidr_timer(now, id, at),

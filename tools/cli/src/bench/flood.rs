@@ -83,7 +83,7 @@ pub(crate) struct FloodOpts {
 pub(crate) const LEGIT_CONNECT_TIMEOUT: Duration = DEFAULT_CONNECT_TIMEOUT;
 
 /// What one run measured.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct FloodReport {
     legit_ok: u64,
     legit: u64,
@@ -95,6 +95,8 @@ pub(crate) struct FloodReport {
     /// The listener's stateless counters: REPs sent, connections made.
     stateless_replies: u64,
     stateless_established: u64,
+    /// The listener's counters after the flood phase (`CmStats::to_json`).
+    listener_json: String,
     reqs: u64,
     flood_secs: f64,
     bytes_in: u64,
@@ -137,8 +139,9 @@ pub(crate) fn flood(o: FloodOpts) -> Result<()> {
         o.connect_timeout.as_secs_f64()
     );
     println!(
-        "listener: {mode}; {} stateless REPs, {} stateless connections",
-        r.stateless_replies, r.stateless_established
+        "listener: {mode}; {} stateless REPs, {} stateless connections; counters after the \
+         flood: {}",
+        r.stateless_replies, r.stateless_established, r.listener_json
     );
     println!(
         "amplification: {} bytes to the spoofed sources for {} bytes from them ({} s after \
@@ -276,6 +279,9 @@ async fn run(o: FloodOpts) -> Result<FloodReport> {
         .map(|(&t, _)| t)
         .collect();
     ok_times.sort();
+    if let Ok(st) = listener_cm.stats().await {
+        r.listener_json = st.to_json();
+    }
     r.legit_ok = ok_times.len() as u64;
     r.legit_client_only = legit_conns.len() as u64 - r.legit_ok;
     r.connect_p50 = percentile_ms(&ok_times, 0.50);
