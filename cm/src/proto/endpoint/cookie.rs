@@ -18,8 +18,9 @@
 //! holds the REQ it answers, from the RTU's source, with exactly that cookie, in time, and not
 //! used before.
 //!
-//! The file holds the table and the two handlers: `stateless_req` (answer, or re-answer a
-//! repeated REQ with the same REP) and `stateless_rtu` (verify, recreate, report
+//! The file holds the table and the handlers: `stateless_req` (answer, or re-answer a
+//! repeated REQ with the same REP), `stateless_resend_due` (the one REP retransmission, from
+//! a bounded queue) and `stateless_rtu` (verify, recreate, report
 //! [`EventKind::StatelessEstablished`]).
 
 use std::collections::{BTreeMap, VecDeque};

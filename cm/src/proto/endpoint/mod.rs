@@ -13,6 +13,7 @@
 //! | REQ | `setup.rs` | `on_req` (duplicates, stale QPN, listener checks; refusals via `reject_req` in `io.rs`) |
 //! | REQ under pressure, stateless (cookie REP) | `cookie.rs` | `stateless_req` |
 //! | RTU naming a cookie (→ ESTABLISHED, recreated) | `cookie.rs` | `stateless_rtu` |
+//! | stateless REP retransmission (once, `stateless_resend`) | `cookie.rs` | `stateless_resend_due` |
 //! | REQ admission (caps, eviction of the oldest half-open entry, → REJ 3) | `guard.rs` | `admit` (`evict`) |
 //! | `accept` (→ REP) | `setup.rs` | [`Endpoint::accept`] |
 //! | REP | `setup.rs` | `on_rep`, duplicate REP: `on_dup_rep` |
