@@ -6,6 +6,12 @@
 //! flood. (The stateful listener's legitimate entries are evicted by the flood's, oldest
 //! first, when its application is slower than the flood: how many get through depends on the
 //! machine, so that run only prints its figure.)
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::process::Command;
 

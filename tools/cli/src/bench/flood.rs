@@ -265,7 +265,10 @@ async fn run(o: FloodOpts) -> Result<FloodReport> {
     loop {
         confirmed = {
             let m = established.lock().map_err(|_| anyhow!("poisoned"))?;
-            legit_conns.iter().map(|c| both(&m, c)).collect::<Vec<bool>>()
+            legit_conns
+                .iter()
+                .map(|c| both(&m, c))
+                .collect::<Vec<bool>>()
         };
         if confirmed.iter().all(|&b| b) || tokio::time::Instant::now() >= confirm_by {
             break;
@@ -439,9 +442,7 @@ fn percentile_ms(sorted: &[Duration], q: f64) -> f64 {
         return 0.0;
     }
     let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted
-        .get(i)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 async fn connect(cm: &Cm, srv: SocketAddr, q: Qpn) -> Result<Connection> {
