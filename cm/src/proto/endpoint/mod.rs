@@ -92,7 +92,8 @@ use io::Io;
 ///   [`reject`](Self::reject), [`mra`](Self::mra), [`establish`](Self::establish),
 ///   [`notify_established`](Self::notify_established), [`disconnect`](Self::disconnect),
 ///   [`sidr_request`](Self::sidr_request), [`sidr_reply`](Self::sidr_reply),
-///   [`load_alternate_path`](Self::load_alternate_path), [`apr`](Self::apr);
+///   [`load_alternate_path`](Self::load_alternate_path), [`apr`](Self::apr),
+///   [`set_stateless`](Self::set_stateless) (the stateless mode under pressure);
 /// * outputs: [`poll_transmit`](Self::poll_transmit), [`poll_timeout`](Self::poll_timeout),
 ///   [`poll_event`](Self::poll_event);
 /// * getters: [`stats`](Self::stats), [`state`](Self::state), [`len`](Self::len), ….
