@@ -1,6 +1,7 @@
 //! `cm-bench flood`: an off-path attacker against a listening endpoint, on loopback only.
 //!
-//! In one process: a listener (`ibcm::rt` over RoCEv2/UDP on 127.0.0.2:PORT, default
+//! In one process: a listener (on a tokio runtime of its own, one worker thread; `ibcm::rt`
+//! over RoCEv2/UDP on 127.0.0.2:PORT, default
 //! configuration, accepting every REQ as `cm-ping --listen` does; with `--stateless` it listens
 //! with a stateless template, `Cm::listen_stateless`, so that under pressure REQs are answered
 //! with cookie REPs: docs/protocol.md §5.12); a legitimate client on
@@ -10,8 +11,9 @@
 //!
 //! 1. **Flood**: one thread sends REQs (valid ICRC, fresh comm ID and QPN each, half with CM
 //!    response timeout 0 — the worst case for amplification —, half with 31, all with 15
-//!    retries) round-robin from the K sources as fast as it can, while the client connects N
-//!    times (all attempts in flight at once; REQ timeout ≈ 268 ms, 15 retries, and the
+//!    retries) round-robin from the K sources as fast as it can; after `--warmup` seconds
+//!    (default 1) of flood alone the client connects N
+//!    times (all attempts in flight at once; REQ timeout ≈ 300 ms, 15 retries, and the
 //!    connect timeout `--connect-timeout`, default [`DEFAULT_CONNECT_TIMEOUT`], 10 s). The
 //!    flood lasts until every attempt ended or `--secs` passed (unfinished attempts count as
 //!    failures). An attempt succeeds when the client is established **and** the listener
@@ -71,6 +73,8 @@ pub(crate) struct FloodOpts {
     pub(crate) port: u16,
     /// The legitimate clients' connect timeout.
     pub(crate) connect_timeout: Duration,
+    /// How long the flood runs before the legitimate clients start.
+    pub(crate) warmup: Duration,
     /// The listener answers statelessly under pressure (`Cm::listen_stateless`).
     pub(crate) stateless: bool,
     /// Its `stateless_threshold` (`None`: the default).
@@ -116,12 +120,19 @@ pub(crate) fn flood(o: FloodOpts) -> Result<()> {
         o.sources >= 1 && o.legit >= 1,
         "--sources and --legit must be at least 1"
     );
+    // The listener on a runtime of its own, as if on another host: a flooded listener must
+    // not take the client's worker threads (nor the client the listener's).
+    let lrt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let r = rt.block_on(run(o))?;
+    let r = rt.block_on(run(o, lrt.handle().clone()))?;
     drop(rt);
+    drop(lrt);
     let success = r.legit_ok as f64 / r.legit as f64;
     let amp = r.bytes_out as f64 / (r.bytes_in as f64).max(1.0);
     let mode = if o.stateless { "stateless" } else { "stateful" };
@@ -168,14 +179,17 @@ pub(crate) fn flood(o: FloodOpts) -> Result<()> {
 /// Server-side connections that got established, by the listener's comm ID.
 type Established = Arc<Mutex<HashMap<ConnId, (PeerAddr, Connection)>>>;
 
-async fn run(o: FloodOpts) -> Result<FloodReport> {
+async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
     let lo = |a: [u8; 4]| IpAddr::V4(Ipv4Addr::from(a));
     let srv = SocketAddr::new(lo([127, 0, 0, 2]), o.port);
     let cli = SocketAddr::new(lo([127, 0, 0, 1]), o.port);
     for a in [srv, cli] {
         ensure!(a.ip().is_loopback(), "loopback only");
     }
-    let (listener_cm, established) = listener(srv, &o).await?;
+    let (listener_cm, established) = lrt
+        .spawn(listener(srv, o))
+        .await
+        .map_err(|e| anyhow!("listener task: {e}"))??;
     let t = UdpTransport::bind_port(cli)
         .await
         .with_context(|| format!("bind {cli}"))?;
@@ -220,16 +234,19 @@ async fn run(o: FloodOpts) -> Result<FloodReport> {
         std::thread::spawn(move || flood_reqs(&socks, srv, &stop, &sent, max))
     };
     let start = Instant::now();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The flood alone first: the legitimate clients come into a listener already flooded.
+    tokio::time::sleep(o.warmup).await;
     let mut attempts = Vec::new();
     for _ in 0..o.legit {
         let (client, q, limit) = (client.clone(), qpns.next(), o.connect_timeout);
         attempts.push(tokio::spawn(async move {
             let mut p = ConnectParams::new(PeerAddr::Udp(srv), SID, q);
-            // ~268 ms per try, 15 retries: a client that keeps trying through loss, within
-            // its connect timeout.
+            // ~300 ms per try (2 × packet life time 12, 16.8 ms, + CM response timeout 16,
+            // 268 ms), 15 retries: a client that keeps trying through loss, within its connect
+            // timeout. (With the default packet life time, 18, a try would take 2.4 s.)
             p.remote_cm_response_timeout = TimeoutExp::masked(16);
             p.local_cm_response_timeout = TimeoutExp::masked(16);
+            p.packet_life_time = TimeoutExp::masked(12);
             p.max_cm_retries = U4::masked(15);
             p.connect_timeout = Some(limit);
             let t = Instant::now();
@@ -374,7 +391,7 @@ async fn run(o: FloodOpts) -> Result<FloodReport> {
 /// The listener: accepts every REQ (random QPN and PSN) and records the established ones;
 /// with `--stateless`, under pressure, the endpoint answers from a template instead and the
 /// connections arrive established.
-async fn listener(addr: SocketAddr, o: &FloodOpts) -> Result<(Cm, Established)> {
+async fn listener(addr: SocketAddr, o: FloodOpts) -> Result<(Cm, Established)> {
     let t = UdpTransport::bind_port(addr)
         .await
         .with_context(|| format!("bind {addr}"))?;

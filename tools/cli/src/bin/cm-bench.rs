@@ -147,6 +147,9 @@ enum Cmd {
         /// `DEFAULT_CONNECT_TIMEOUT`, 10 s).
         #[arg(long, default_value_t = flood::LEGIT_CONNECT_TIMEOUT.as_secs_f64())]
         connect_timeout: f64,
+        /// Seconds of flood alone before the legitimate clients start.
+        #[arg(long, default_value_t = 1.0)]
+        warmup: f64,
         /// The listener answers statelessly under pressure (`Cm::listen_stateless`; cookie
         /// REPs, docs/protocol.md §5.12).
         #[arg(long)]
@@ -200,6 +203,7 @@ fn main() -> Result<()> {
             settle,
             port,
             connect_timeout,
+            warmup,
             stateless,
             stateless_threshold,
             stateless_always,
@@ -212,6 +216,7 @@ fn main() -> Result<()> {
             settle,
             port,
             connect_timeout: std::time::Duration::from_secs_f64(connect_timeout.max(0.001)),
+            warmup: std::time::Duration::from_secs_f64(warmup.max(0.0)),
             stateless,
             stateless_threshold,
             stateless_always,
