@@ -71,8 +71,7 @@ struct Digest {
 /// Ways per set of the table.
 const WAYS: usize = 8;
 
-/// The stateless mode's keys, templates and REQ table.
-#[derive(Debug)]
+/// The stateless mode's keys, templates and REQ table (its `Debug` leaves the keys out).
 pub(super) struct Cookies {
     mac_key: (u64, u64),
     index_key: (u64, u64),
@@ -87,6 +86,18 @@ pub(super) struct Cookies {
     /// The instant time slots count from (the first stateless REP's).
     epoch: Option<Instant>,
     templates: BTreeMap<ServiceId, StatelessAccept>,
+}
+
+impl std::fmt::Debug for Cookies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cookies")
+            .field("slots", &self.table.len())
+            .field("inserted", &self.seq)
+            .field("resend", &self.resend.len())
+            .field("epoch", &self.epoch)
+            .field("templates", &self.templates)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Cookies {
