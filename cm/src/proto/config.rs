@@ -84,6 +84,33 @@ pub struct EndpointConfig {
     /// Cap on incoming SIDR_REQs waiting for the application. A new one beyond it evicts the
     /// oldest (which expires at once). Default 1024.
     pub max_sidr_in: usize,
+    /// Half-open pressure at which the stateless mode starts (docs/protocol.md §5.12): a REQ
+    /// for a listener with a [`StatelessAccept`](super::StatelessAccept) template
+    /// ([`Endpoint::set_stateless`](super::Endpoint::set_stateless)) that finds this many
+    /// half-open entries or more is answered with a cookie REP and creates none. Default 1024
+    /// (a quarter of `max_half_open`: a burst of legitimate connects stays stateful, a flood
+    /// switches long before eviction starts).
+    pub stateless_threshold: usize,
+    /// Answer every REQ of a listener with a stateless template statelessly, whatever the
+    /// pressure (tests, or a listener that wants it always). Default `false`.
+    pub stateless_always: bool,
+    /// Slots of the table of REQs answered statelessly (rounded up to a power of two; each
+    /// holds one REQ as received, 288 bytes, so 65 536 slots are ~19 MB, allocated when
+    /// the first stateless REP goes out), in sets of 8: a REQ whose set is full of unanswered
+    /// REQs in time replaces the oldest, whose RTU then finds nothing (docs/protocol.md
+    /// §5.12). Default 65 536.
+    pub stateless_slots: usize,
+    /// Length of a cookie time slot: a cookie is valid in the slot it was made in and the
+    /// next one (between one and two periods), then its RTU is dropped as expired. Default
+    /// 8 s (longer than the kernel's REQ retry interval with rdma_cm's values, ≈ 6.4 s, so a
+    /// REQ repeated after a lost REP still gets the same REP).
+    pub stateless_period: Duration,
+    /// A stateless answer's one REP retransmission, this long after the REP if no RTU came
+    /// (`None`: none). It recovers a lost REP before the peer repeats its REQ, and a lost RTU,
+    /// which nothing else would: a peer already ESTABLISHED answers the repeated REP with its
+    /// RTU again. Two REPs per REQ at most (2×, within the 3× of anti-amplification).
+    /// Default 500 ms (docs/protocol.md §5.12).
+    pub stateless_resend: Option<Duration>,
 }
 
 impl Default for EndpointConfig {
@@ -110,6 +137,11 @@ impl Default for EndpointConfig {
             timewait_slack: Duration::ZERO,
             sidr_in_lifetime: Duration::from_millis(65_536),
             max_sidr_in: 1024,
+            stateless_threshold: 1024,
+            stateless_always: false,
+            stateless_slots: 65_536,
+            stateless_period: Duration::from_secs(8),
+            stateless_resend: Some(Duration::from_millis(500)),
         }
     }
 }

@@ -100,6 +100,11 @@ pub enum EventKind {
     },
     /// Our LAP was never answered.
     LapTimedOut,
+    /// Passive: a connection answered statelessly under pressure (docs/protocol.md §5.12) was
+    /// established by its RTU: the REQ, the REP sent and the RTU's private data. The
+    /// connection is ESTABLISHED already (no [`EventKind::Established`] follows); bring its QP
+    /// to RTR and RTS now.
+    StatelessEstablished(Box<super::StatelessInfo>),
 }
 
 /// Why a connection ended.

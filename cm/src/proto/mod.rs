@@ -16,6 +16,7 @@ mod event;
 mod ids;
 mod peers;
 mod state;
+mod stateless;
 mod stats;
 mod timer;
 mod util;
@@ -31,4 +32,5 @@ pub use event::{
     ConnId, ConnectionError, Event, EventKind, RepInfo, ReqInfo, SidrReqInfo, Transmit,
 };
 pub use state::{LapState, Side, State};
+pub use stateless::{StatelessAccept, StatelessInfo};
 pub use stats::{DropReason, Stats};

@@ -26,11 +26,18 @@ pub enum DropReason {
     WrongPeer,
     /// A SIDR message matching no request.
     UnknownSidr,
+    /// An RTU for a REQ answered statelessly whose cookie is not that REQ's (forged, or
+    /// guessed): docs/protocol.md §5.12.
+    BadCookie,
+    /// An RTU with a valid cookie whose time slot is over (`stateless_period`).
+    ExpiredCookie,
+    /// An RTU with a valid cookie that was taken (or refused) already: a replay.
+    ReplayedCookie,
 }
 
 impl DropReason {
     /// Every reason, in order.
-    pub const ALL: [DropReason; 9] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::Malformed,
         DropReason::Unsupported,
         DropReason::UnknownCommId,
@@ -40,6 +47,9 @@ impl DropReason {
         DropReason::QpnMismatch,
         DropReason::WrongPeer,
         DropReason::UnknownSidr,
+        DropReason::BadCookie,
+        DropReason::ExpiredCookie,
+        DropReason::ReplayedCookie,
     ];
 
     /// Name for display.
@@ -54,6 +64,9 @@ impl DropReason {
             DropReason::QpnMismatch => "qpn_mismatch",
             DropReason::WrongPeer => "wrong_peer",
             DropReason::UnknownSidr => "unknown_sidr",
+            DropReason::BadCookie => "bad_cookie",
+            DropReason::ExpiredCookie => "expired_cookie",
+            DropReason::ReplayedCookie => "replayed_cookie",
         }
     }
 }
@@ -102,6 +115,16 @@ pub struct Stats {
     pub log_suppressed: u64,
     /// Incoming SIDR_REQs forgotten unanswered (lifetime over, or evicted by the cap).
     pub sidr_in_expired: u64,
+    /// REPs sent statelessly (docs/protocol.md §5.12), repeats for a repeated REQ included.
+    pub stateless_replies: u64,
+    /// Connections established from a cookie RTU.
+    pub stateless_established: u64,
+    /// Cookie RTUs refused with a REJ although their cookie was valid (listener gone, stale
+    /// QPN, a limit, the REP's QPN in use).
+    pub stateless_refused: u64,
+    /// Unanswered REQs in the stateless table overwritten by a newer one in their time slot
+    /// (their RTU, if it comes, finds nothing).
+    pub stateless_overwritten: u64,
     /// Dropped MADs by reason (indexed by `DropReason as usize`).
     pub dropped: [u64; DropReason::ALL.len()],
 }
@@ -119,7 +142,7 @@ impl Stats {
 
     /// Every counter but the drops, by name (the names of [`CmStats::to_json`](crate::rt::CmStats::to_json)
     /// where it has them).
-    pub fn counters(&self) -> [(&'static str, u64); 19] {
+    pub fn counters(&self) -> [(&'static str, u64); 23] {
         [
             ("rx", self.rx),
             ("tx", self.tx),
@@ -140,6 +163,10 @@ impl Stats {
             ("orphan_dreps", self.orphan_dreps),
             ("log_suppressed", self.log_suppressed),
             ("sidr_in_expired", self.sidr_in_expired),
+            ("stateless_replies", self.stateless_replies),
+            ("stateless_established", self.stateless_established),
+            ("stateless_refused", self.stateless_refused),
+            ("stateless_overwritten", self.stateless_overwritten),
         ]
     }
 
@@ -165,6 +192,10 @@ impl Stats {
             "orphan_dreps" => &mut self.orphan_dreps,
             "log_suppressed" => &mut self.log_suppressed,
             "sidr_in_expired" => &mut self.sidr_in_expired,
+            "stateless_replies" => &mut self.stateless_replies,
+            "stateless_established" => &mut self.stateless_established,
+            "stateless_refused" => &mut self.stateless_refused,
+            "stateless_overwritten" => &mut self.stateless_overwritten,
             _ => return false,
         };
         *c = v;
@@ -185,7 +216,8 @@ impl fmt::Display for Stats {
             "rx={} tx={} retransmits={} dup_replies={} established={} rej_sent={} rej_rcvd={} \
              mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} half_open_evicted={} \
              half_open_expired={} established_limit={} amplification_limited={} stale={} orphan_dreps={} sidr_in_expired={} \
-             log_suppressed={}",
+             log_suppressed={} stateless_replies={} stateless_established={} stateless_refused={} \
+             stateless_overwritten={}",
             self.rx,
             self.tx,
             self.retransmits,
@@ -204,7 +236,11 @@ impl fmt::Display for Stats {
             self.stale,
             self.orphan_dreps,
             self.sidr_in_expired,
-            self.log_suppressed
+            self.log_suppressed,
+            self.stateless_replies,
+            self.stateless_established,
+            self.stateless_refused,
+            self.stateless_overwritten
         )?;
         for r in DropReason::ALL {
             let n = self.dropped(r);

@@ -14,7 +14,7 @@ use super::stats::CmStats;
 use super::types::{CmError, IncomingKind, SidrAnswer};
 use crate::proto::{
     AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, ListenOptions,
-    SidrRepParams, SidrReqParams,
+    SidrRepParams, SidrReqParams, StatelessAccept, StatelessInfo,
 };
 
 /// A new active connection: its ID, its slot, and the REQ as sent.
@@ -34,6 +34,16 @@ pub(crate) enum Command {
         options: ListenOptions,
         tx: mpsc::UnboundedSender<(ConnId, IncomingKind)>,
         /// The listener's token (its [`Command::Unlisten`] names it).
+        reply: Reply<Result<u64, CmError>>,
+    },
+    /// [`Cm::listen_stateless`](super::Cm::listen_stateless): `Listen` with a stateless
+    /// template, and the channel its established connections go to.
+    ListenStateless {
+        service_id: ServiceId,
+        options: ListenOptions,
+        template: StatelessAccept,
+        tx: mpsc::UnboundedSender<(ConnId, IncomingKind)>,
+        stateless: mpsc::UnboundedSender<(ConnId, Box<StatelessInfo>)>,
         reply: Reply<Result<u64, CmError>>,
     },
     /// A [`Listener`](super::Listener) dropped: removes its own registration only.

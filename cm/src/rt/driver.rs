@@ -22,7 +22,7 @@ use crate::app::{due, earliest, DynApp};
 use crate::log_limit::LogLimit;
 use crate::proto::{
     CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, PeerAddr, SidrRepParams, State,
-    Transmit,
+    StatelessInfo, Transmit,
 };
 
 /// The application a driver runs (sent to its task: `Send`).
@@ -36,6 +36,9 @@ fn sidr_status(status: ibcm_mad::SidrStatus) -> SidrRepParams {
     }
 }
 
+/// The channel of a stateless listener's established connections.
+type StatelessTx = mpsc::UnboundedSender<(ConnId, Box<StatelessInfo>)>;
+
 /// The driver: one task, one endpoint, one timer.
 pub(crate) struct Driver<T> {
     ep: Endpoint,
@@ -44,6 +47,9 @@ pub(crate) struct Driver<T> {
     registry: Registry,
     /// Each listener with the token its `Listener` handle holds.
     listeners: BTreeMap<ServiceId, (u64, mpsc::UnboundedSender<(ConnId, IncomingKind)>)>,
+    /// Where the connections a listener's stateless template established go
+    /// ([`Cm::listen_stateless`](super::Cm::listen_stateless)), by service ID.
+    stateless: BTreeMap<ServiceId, StatelessTx>,
     next_listener: u64,
     sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
     app: Option<BoxApp>,
@@ -83,6 +89,7 @@ impl<T: DatagramTransport> Driver<T> {
             rx,
             registry,
             listeners: BTreeMap::new(),
+            stateless: BTreeMap::new(),
             next_listener: 1,
             sidr: BTreeMap::new(),
             app,
@@ -314,6 +321,20 @@ impl<T: DatagramTransport> Driver<T> {
                     let _ = self.ep.sidr_reply(now(), ev.conn, p);
                 }
             }
+            EventKind::StatelessEstablished(info) => {
+                let slot = Slot::new();
+                slot.set(ConnStatus::Established);
+                self.registry.insert(ev.conn, slot);
+                let sid = info.req.service_id();
+                let delivered = self
+                    .stateless
+                    .get(&sid)
+                    .is_some_and(|tx| tx.send((ev.conn, info)).is_ok());
+                if !delivered {
+                    // Its listener is gone: end it as a dropped connection would be.
+                    let _ = self.ep.disconnect(now(), ev.conn, &[]);
+                }
+            }
             EventKind::RepReceived(rep) => {
                 if let Some(slot) = self.registry.get(&ev.conn) {
                     slot.set_rep(&rep);
@@ -414,6 +435,29 @@ impl<T: DatagramTransport> Driver<T> {
                 self.listeners.insert(service_id, (token, tx));
                 let _ = reply.send(Ok(token));
             }
+            Command::ListenStateless {
+                service_id,
+                options,
+                template,
+                tx,
+                stateless,
+                reply,
+            } => {
+                if self.ep.is_listening(service_id) {
+                    let _ = reply.send(Err(CmError::AlreadyListening(service_id)));
+                    return;
+                }
+                if let Err(e) = self.ep.set_stateless(service_id, Some(template)) {
+                    let _ = reply.send(Err(e.into()));
+                    return;
+                }
+                self.ep.listen(service_id, options);
+                let token = self.next_listener;
+                self.next_listener = self.next_listener.wrapping_add(1);
+                self.listeners.insert(service_id, (token, tx));
+                self.stateless.insert(service_id, stateless);
+                let _ = reply.send(Ok(token));
+            }
             Command::Unlisten { service_id, token } => {
                 if self
                     .listeners
@@ -422,6 +466,7 @@ impl<T: DatagramTransport> Driver<T> {
                 {
                     self.ep.unlisten(service_id);
                     self.listeners.remove(&service_id);
+                    self.stateless.remove(&service_id);
                 }
             }
             Command::Accept {

@@ -19,7 +19,7 @@ use super::DatagramTransport;
 use crate::app::App;
 use crate::proto::{
     AcceptParams, ConnId, ConnectParams, ConnectionError, Endpoint, EndpointConfig, ListenOptions,
-    PeerAddr, ReqInfo, SidrRepParams, SidrReqParams,
+    PeerAddr, ReqInfo, SidrRepParams, SidrReqParams, StatelessInfo,
 };
 
 /// A cloneable handle to a CM endpoint running in a tokio task.
@@ -149,7 +149,7 @@ impl Cm {
         r.ok_or(CmError::NoApp)
     }
 
-    pub(super) async fn call<R>(
+    pub(crate) async fn call<R>(
         &self,
         f: impl FnOnce(oneshot::Sender<R>) -> Command,
     ) -> Result<R, CmError> {
@@ -161,7 +161,7 @@ impl Cm {
         rx.await.map_err(|_| CmError::DriverGone)
     }
 
-    fn slot(&self, id: ConnId) -> Option<Arc<Slot>> {
+    pub(super) fn slot(&self, id: ConnId) -> Option<Arc<Slot>> {
         self.shared.registry.get(&id).map(|s| s.clone())
     }
 
@@ -230,6 +230,7 @@ impl Cm {
             cm: self.clone(),
             service_id,
             token,
+            stateless: None,
         })
     }
 
@@ -398,6 +399,15 @@ pub struct Incoming {
 }
 
 impl Incoming {
+    pub(super) fn new(id: ConnId, cm: Cm, kind: IncomingKind) -> Self {
+        Incoming {
+            id,
+            cm,
+            kind,
+            answered: false,
+        }
+    }
+
     /// What arrived.
     pub fn kind(&self) -> &IncomingKind {
         &self.kind
@@ -528,11 +538,13 @@ impl Drop for Incoming {
 /// the service ID's listener).
 #[derive(Debug)]
 pub struct Listener {
-    rx: mpsc::UnboundedReceiver<(ConnId, IncomingKind)>,
-    cm: Cm,
-    service_id: ServiceId,
+    pub(super) rx: mpsc::UnboundedReceiver<(ConnId, IncomingKind)>,
+    pub(super) cm: Cm,
+    pub(super) service_id: ServiceId,
     /// Names this listener's registration in the driver.
-    token: u64,
+    pub(super) token: u64,
+    /// The connections established statelessly ([`Cm::listen_stateless`]).
+    pub(super) stateless: Option<mpsc::UnboundedReceiver<(ConnId, Box<StatelessInfo>)>>,
 }
 
 impl Listener {
@@ -546,12 +558,7 @@ impl Listener {
             {
                 continue;
             }
-            return Some(Incoming {
-                id,
-                cm: self.cm.clone(),
-                kind,
-                answered: false,
-            });
+            return Some(Incoming::new(id, self.cm.clone(), kind));
         }
     }
 

@@ -26,6 +26,7 @@ mod handle;
 pub mod node;
 mod pending;
 mod slot;
+mod stateless;
 mod stats;
 mod sys;
 mod transport;
@@ -35,6 +36,7 @@ pub mod umad;
 
 pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT, SHUTDOWN_LINGER};
 pub use pending::PendingConnection;
+pub use stateless::Arrival;
 pub use stats::{CmStats, TransportStats};
 pub use transport::{DatagramTransport, MemNetwork, MemTransport};
 pub use types::{CmError, ConnStatus, IncomingKind, SidrAnswer};

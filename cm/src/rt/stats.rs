@@ -82,7 +82,7 @@ impl CmStats {
     /// other counters, and the gauges `connections`, `half_open`, `established_now`.
     pub fn to_json(&self) -> String {
         let e = &self.endpoint;
-        let fields: [(&str, u64); 23] = [
+        let fields: [(&str, u64); 27] = [
             ("established", e.established),
             ("closed", self.closed),
             ("rejected", e.rej_sent),
@@ -103,6 +103,10 @@ impl CmStats {
             ("orphan_dreps", e.orphan_dreps),
             ("sidr_in_expired", e.sidr_in_expired),
             ("log_suppressed", e.log_suppressed + self.log_suppressed),
+            ("stateless_replies", e.stateless_replies),
+            ("stateless_established", e.stateless_established),
+            ("stateless_refused", e.stateless_refused),
+            ("stateless_overwritten", e.stateless_overwritten),
             ("connections", self.connections as u64),
             ("half_open", self.half_open as u64),
             ("established_now", self.established_now as u64),

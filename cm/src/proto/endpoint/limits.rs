@@ -94,15 +94,8 @@ impl Guard {
         source: PeerAddr,
         service: ServiceId,
     ) -> Admit {
-        let est_src = self
-            .established_by_source
-            .get(&source)
-            .copied()
-            .unwrap_or(0) as usize;
         let half_src = self.half_by_source.get(&source).copied().unwrap_or(0) as usize;
-        if self.established.saturating_add(self.half.len()) >= cfg.max_established
-            || est_src.saturating_add(half_src) >= cfg.max_established_per_peer
-        {
+        if !self.established_room(cfg, source) {
             return Admit::EstablishedFull;
         }
         if half_src >= cfg.max_half_open_per_source {
@@ -121,6 +114,19 @@ impl Guard {
             }
         }
         Admit::Yes
+    }
+
+    /// Whether one more connection from `source` fits `max_established` and
+    /// `max_established_per_peer` (half-open entries count).
+    pub(super) fn established_room(&self, cfg: &EndpointConfig, source: PeerAddr) -> bool {
+        let est_src = self
+            .established_by_source
+            .get(&source)
+            .copied()
+            .unwrap_or(0) as usize;
+        let half_src = self.half_by_source.get(&source).copied().unwrap_or(0) as usize;
+        self.established.saturating_add(self.half.len()) < cfg.max_established
+            && est_src.saturating_add(half_src) < cfg.max_established_per_peer
     }
 
     /// Records a new half-open entry.

@@ -11,6 +11,9 @@
 //! |---|---|---|
 //! | `connect` (→ REQ) | `setup.rs` | [`Endpoint::connect`] |
 //! | REQ | `setup.rs` | `on_req` (duplicates, stale QPN, listener checks; refusals via `reject_req` in `io.rs`) |
+//! | REQ under pressure, stateless (cookie REP) | `cookie.rs` | `stateless_req` |
+//! | RTU naming a cookie (→ ESTABLISHED, recreated) | `cookie.rs` | `stateless_rtu` |
+//! | stateless REP retransmission (once, `stateless_resend`) | `cookie.rs` | `stateless_resend_due` |
 //! | REQ admission (caps, eviction of the oldest half-open entry, → REJ 3) | `guard.rs` | `admit` (`evict`) |
 //! | `accept` (→ REP) | `setup.rs` | [`Endpoint::accept`] |
 //! | REP | `setup.rs` | `on_rep`, duplicate REP: `on_dup_rep` |
@@ -53,6 +56,7 @@
 //! `sidr.rs`, `lap.rs`, `guard.rs`) add methods to [`Endpoint`] and never import from each
 //! other.
 
+mod cookie;
 mod guard;
 mod io;
 mod lap;
@@ -88,7 +92,8 @@ use io::Io;
 ///   [`reject`](Self::reject), [`mra`](Self::mra), [`establish`](Self::establish),
 ///   [`notify_established`](Self::notify_established), [`disconnect`](Self::disconnect),
 ///   [`sidr_request`](Self::sidr_request), [`sidr_reply`](Self::sidr_reply),
-///   [`load_alternate_path`](Self::load_alternate_path), [`apr`](Self::apr);
+///   [`load_alternate_path`](Self::load_alternate_path), [`apr`](Self::apr),
+///   [`set_stateless`](Self::set_stateless) (the stateless mode under pressure);
 /// * outputs: [`poll_transmit`](Self::poll_transmit), [`poll_timeout`](Self::poll_timeout),
 ///   [`poll_event`](Self::poll_event);
 /// * getters: [`stats`](Self::stats), [`state`](Self::state), [`len`](Self::len), ….
@@ -153,6 +158,8 @@ pub struct Endpoint {
     sidr_in_keys: HashSet<(RequestId, PeerAddr)>,
     /// `sidr_in` by expiry, oldest first (for eviction under pressure).
     sidr_in_order: BTreeSet<(Instant, CommId)>,
+    /// The stateless mode's keys, templates and REQ table (`cookie.rs`).
+    cookies: cookie::Cookies,
     io: Io,
 }
 
@@ -166,6 +173,7 @@ impl Endpoint {
         let keys: [u64; 8] = rng.random();
         let start: u32 = rng.random();
         let seed: u64 = rng.random();
+        let cookies = cookie::Cookies::new(&rng);
         Endpoint {
             cfg,
             ids: IdAllocator::new(start, keys),
@@ -184,6 +192,7 @@ impl Endpoint {
                 foldhash::SharedSeed::global_fixed(),
             )),
             sidr_in_order: BTreeSet::new(),
+            cookies,
             io: Io::new(seed),
         }
     }
@@ -242,6 +251,7 @@ impl Endpoint {
             && self.sidr_out.is_empty()
             && self.sidr_in.is_empty()
             && self.io.timers.is_empty()
+            && self.cookies.next_resend().is_none()
     }
 
     /// Passive connections not yet established.
@@ -292,7 +302,11 @@ impl Endpoint {
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.io.timers.next_deadline()
+        let t = self.io.timers.next_deadline();
+        match (t, self.cookies.next_resend()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next event for the application.
@@ -317,6 +331,7 @@ impl Endpoint {
 
     /// Stops listening. Returns whether there was a listener.
     pub fn unlisten(&mut self, service_id: ServiceId) -> bool {
+        self.cookies.forget(service_id);
         self.listeners.remove(&service_id).is_some()
     }
 
@@ -508,6 +523,7 @@ impl Endpoint {
     /// with nothing due is a no-op.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.io.now = Some(now);
+        self.stateless_resend_due(now);
         while let Some(expired) = self.io.timers.pop_due(now) {
             match expired {
                 Expired::Sidr { id, at } => self.on_sidr_timer(now, id, at),

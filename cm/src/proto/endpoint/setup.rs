@@ -387,6 +387,10 @@ impl Endpoint {
             reject_req(&mut self.io, from, tid, &req, RejReason::ConsumerReject);
             return;
         }
+        // Under pressure, a listener with a stateless template answers from it (cookie.rs).
+        if self.stateless_wanted(now, from, &req) && self.stateless_req(now, from, tid, req) {
+            return;
+        }
         if !self.admit(now, from, tid, &req) {
             return;
         }
@@ -691,6 +695,10 @@ impl Endpoint {
     }
 
     pub(super) fn on_rtu(&mut self, from: PeerAddr, m: Rtu) {
+        if self.cookies.in_use() && !self.conns.contains_key(&m.remote_comm_id) {
+            self.stateless_rtu(from, m);
+            return;
+        }
         let Some((c, io)) = self.lookup(from, m.remote_comm_id, m.local_comm_id, false) else {
             return;
         };

@@ -430,6 +430,11 @@ impl Client {
                 self.request(Op::RandomPsn, Some(Waiter::Psn(reply))).await
             }
             Command::Len { reply } => self.request(Op::Len, Some(Waiter::Len(reply))).await,
+            Command::ListenStateless { reply, .. } => {
+                let why = "the stateless mode is not served through the node service";
+                let _ = reply.send(Err(CmError::Refused(why.into())));
+                Ok(())
+            }
             Command::Sidr { params, reply } => {
                 // The answer comes later, in its own reply; the caller waits on `rx`.
                 let (tx, rx) = oneshot::channel();

@@ -419,6 +419,15 @@ mod tests {
         assert_eq!(t.to_json(), s.to_json());
     }
 
+    /// Every `u64` counter of [`Stats`] is named by [`Stats::counters`] (the wire would lose
+    /// one that is not).
+    #[test]
+    fn every_counter_has_a_name() {
+        let dbg = format!("{:?}", Stats::default());
+        let fields = dbg.matches(": 0").count();
+        assert_eq!(Stats::default().counters().len(), fields, "{dbg}");
+    }
+
     #[test]
     fn a_counter_this_build_does_not_know_is_named() {
         let w = WireStats {

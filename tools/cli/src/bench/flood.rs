@@ -1,16 +1,25 @@
 //! `cm-bench flood`: an off-path attacker against a listening endpoint, on loopback only.
 //!
-//! In one process: a listener (`ibcm::rt` over RoCEv2/UDP on 127.0.0.2:PORT, default
-//! configuration, accepting every REQ as `cm-ping --listen` does); a legitimate client on
+//! In one process: a listener (on a tokio runtime of its own, one worker thread; `ibcm::rt`
+//! over RoCEv2/UDP on 127.0.0.2:PORT, default
+//! configuration, accepting every REQ as `cm-ping --listen` does; with `--stateless` it listens
+//! with a stateless template, `Cm::listen_stateless`, so that under pressure REQs are answered
+//! with cookie REPs: docs/protocol.md §5.12); a legitimate client on
 //! 127.0.0.1:PORT; and an attacker owning the "spoofed" source addresses 127.0.3.1..K:PORT (on
 //! loopback a sender can only use addresses it can bind; owning them also lets this tool count
 //! every byte the listener sends to them — the attacker logic never reads them).
 //!
 //! 1. **Flood**: one thread sends REQs (valid ICRC, fresh comm ID and QPN each, half with CM
 //!    response timeout 0 — the worst case for amplification —, half with 31, all with 15
-//!    retries) round-robin from the K sources as fast as it can, while the client connects N
-//!    times (all attempts in flight at once). The flood lasts until every attempt ended or
-//!    `--secs` passed (unfinished attempts count as failures).
+//!    retries) round-robin from the K sources as fast as it can; after `--warmup` seconds
+//!    (default 1) of flood alone the client connects N
+//!    times (all attempts in flight at once; REQ timeout ≈ 300 ms, 15 retries, and the
+//!    connect timeout `--connect-timeout`, default [`DEFAULT_CONNECT_TIMEOUT`], 10 s). The
+//!    flood lasts until every attempt ended or `--secs` passed (unfinished attempts count as
+//!    failures). An attempt succeeds when the client is established **and** the listener
+//!    has the connection established too (a client can be established alone: its RTU lost,
+//!    or dropped by the listener); the time to connect is from the connect call to the
+//!    client's ESTABLISHED.
 //! 2. **Blind RTU**: per attempt the attacker learns a real comm ID of the listener (its own
 //!    connection), sends a REQ from a spoofed source and 32 RTUs guessing the listener's comm
 //!    ID from it (neighbours and the `2^k − 1` differences of a counter XOR a constant). Success:
@@ -22,8 +31,8 @@
 //!
 //! Amplification is the bytes the listener sent to the spoofed sources over the bytes they
 //! sent, counted until `--settle` seconds after the last attack. Last line:
-//! `flood: success <r> (<ok>/<n>); amplification <x>; blind-rtu <s>/<n>; teardown <s>/<n>;
-//! reqs <count> at <rate>/s`.
+//! `flood: success <r> (<ok>/<n>); connect ms p50 <a> p99 <b>; amplification <x>; blind-rtu
+//! <s>/<n>; teardown <s>/<n>; reqs <count> at <rate>/s; mode <stateful|stateless>`.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -34,8 +43,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, ensure, Context, Result};
 use ibcm::proto::{
     AcceptParams, ConnId, ConnectParams, Endpoint, EndpointConfig, ListenOptions, PeerAddr,
+    StatelessAccept, DEFAULT_CONNECT_TIMEOUT,
 };
-use ibcm::rt::{Cm, ConnStatus, Connection, UdpTransport};
+use ibcm::rt::{Arrival, Cm, ConnStatus, Connection, UdpTransport};
 use ibcm_mad::frame::RoceV2UdRepr;
 use ibcm_mad::{
     CmMessage, CommId, Dreq, Guid, Mad, MsgKind, PrivateData, Psn, Qpn, Rej, RejReason, Rtu,
@@ -61,13 +71,36 @@ pub(crate) struct FloodOpts {
     pub(crate) settle: f64,
     /// UDP port of every endpoint.
     pub(crate) port: u16,
+    /// The legitimate clients' connect timeout.
+    pub(crate) connect_timeout: Duration,
+    /// How long the flood runs before the legitimate clients start.
+    pub(crate) warmup: Duration,
+    /// The listener answers statelessly under pressure (`Cm::listen_stateless`).
+    pub(crate) stateless: bool,
+    /// Its `stateless_threshold` (`None`: the default).
+    pub(crate) stateless_threshold: Option<usize>,
+    /// Its `stateless_always`.
+    pub(crate) stateless_always: bool,
 }
 
+/// The legitimate clients' connect timeout when none is given: the library's default.
+pub(crate) const LEGIT_CONNECT_TIMEOUT: Duration = DEFAULT_CONNECT_TIMEOUT;
+
 /// What one run measured.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct FloodReport {
     legit_ok: u64,
     legit: u64,
+    /// Clients established whose connection the listener did not have established.
+    legit_client_only: u64,
+    /// Time to connect of the successful attempts, p50 and p99, in ms.
+    connect_p50: f64,
+    connect_p99: f64,
+    /// The listener's stateless counters: REPs sent, connections made.
+    stateless_replies: u64,
+    stateless_established: u64,
+    /// The listener's counters after the flood phase (`CmStats::to_json`).
+    listener_json: String,
     reqs: u64,
     flood_secs: f64,
     bytes_in: u64,
@@ -87,23 +120,39 @@ pub(crate) fn flood(o: FloodOpts) -> Result<()> {
         o.sources >= 1 && o.legit >= 1,
         "--sources and --legit must be at least 1"
     );
+    // The listener on a runtime of its own, as if on another host: a flooded listener must
+    // not take the client's worker threads (nor the client the listener's).
+    let lrt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let r = rt.block_on(run(o))?;
+    let r = rt.block_on(run(o, lrt.handle().clone()))?;
     drop(rt);
+    drop(lrt);
     let success = r.legit_ok as f64 / r.legit as f64;
     let amp = r.bytes_out as f64 / (r.bytes_in as f64).max(1.0);
+    let mode = if o.stateless { "stateless" } else { "stateful" };
     println!(
         "flood: {} REQs in {:.2} s ({:.0} REQ/s) from {} spoofed sources; legitimate: {}/{} \
-         established during the flood",
+         established on both sides during the flood ({} on the client's side only), connect \
+         timeout {:.1} s",
         r.reqs,
         r.flood_secs,
         r.reqs as f64 / r.flood_secs.max(1e-9),
         o.sources,
         r.legit_ok,
-        r.legit
+        r.legit,
+        r.legit_client_only,
+        o.connect_timeout.as_secs_f64()
+    );
+    println!(
+        "listener: {mode}; {} stateless REPs, {} stateless connections; counters after the \
+         flood: {}",
+        r.stateless_replies, r.stateless_established, r.listener_json
     );
     println!(
         "amplification: {} bytes to the spoofed sources for {} bytes from them ({} s after \
@@ -111,10 +160,12 @@ pub(crate) fn flood(o: FloodOpts) -> Result<()> {
         r.bytes_out, r.bytes_in, o.settle
     );
     println!(
-        "flood: success {success:.4} ({}/{}); amplification {amp:.2}; blind-rtu {}/{}; \
-         teardown {}/{}; reqs {} at {:.0}/s",
+        "flood: success {success:.4} ({}/{}); connect ms p50 {:.1} p99 {:.1}; amplification \
+         {amp:.2}; blind-rtu {}/{}; teardown {}/{}; reqs {} at {:.0}/s; mode {mode}",
         r.legit_ok,
         r.legit,
+        r.connect_p50,
+        r.connect_p99,
         r.blind_ok,
         r.blind,
         r.teardown_ok,
@@ -128,14 +179,17 @@ pub(crate) fn flood(o: FloodOpts) -> Result<()> {
 /// Server-side connections that got established, by the listener's comm ID.
 type Established = Arc<Mutex<HashMap<ConnId, (PeerAddr, Connection)>>>;
 
-async fn run(o: FloodOpts) -> Result<FloodReport> {
+async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
     let lo = |a: [u8; 4]| IpAddr::V4(Ipv4Addr::from(a));
     let srv = SocketAddr::new(lo([127, 0, 0, 2]), o.port);
     let cli = SocketAddr::new(lo([127, 0, 0, 1]), o.port);
     for a in [srv, cli] {
         ensure!(a.ip().is_loopback(), "loopback only");
     }
-    let (listener_cm, established) = listener(srv).await?;
+    let (listener_cm, established) = lrt
+        .spawn(listener(srv, o))
+        .await
+        .map_err(|e| anyhow!("listener task: {e}"))??;
     let t = UdpTransport::bind_port(cli)
         .await
         .with_context(|| format!("bind {cli}"))?;
@@ -180,28 +234,35 @@ async fn run(o: FloodOpts) -> Result<FloodReport> {
         std::thread::spawn(move || flood_reqs(&socks, srv, &stop, &sent, max))
     };
     let start = Instant::now();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The flood alone first: the legitimate clients come into a listener already flooded.
+    tokio::time::sleep(o.warmup).await;
     let mut attempts = Vec::new();
     for _ in 0..o.legit {
-        let (client, q) = (client.clone(), qpns.next());
+        let (client, q, limit) = (client.clone(), qpns.next(), o.connect_timeout);
         attempts.push(tokio::spawn(async move {
             let mut p = ConnectParams::new(PeerAddr::Udp(srv), SID, q);
-            // ~268 ms per try, 15 retries: a client that keeps trying through loss.
+            // ~300 ms per try (2 × packet life time 12, 16.8 ms, + CM response timeout 16,
+            // 268 ms), 15 retries: a client that keeps trying through loss, within its connect
+            // timeout. (With the default packet life time, 18, a try would take 2.4 s.)
             p.remote_cm_response_timeout = TimeoutExp::masked(16);
             p.local_cm_response_timeout = TimeoutExp::masked(16);
+            p.packet_life_time = TimeoutExp::masked(12);
             p.max_cm_retries = U4::masked(15);
-            // Bounded by that schedule and by `--secs`, not by the default connect timeout
-            // (10 s), which a client under a flood may well need more than.
-            p.connect_timeout = None;
+            p.connect_timeout = Some(limit);
+            let t = Instant::now();
             let c = client.connect(p).await.ok()?;
-            Some(c)
+            Some((c, t.elapsed()))
         }));
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(o.secs);
     let mut legit_conns = Vec::new();
+    let mut times = Vec::new();
     for a in attempts {
         match tokio::time::timeout_at(deadline, a).await {
-            Ok(Ok(Some(c))) => legit_conns.push(c),
+            Ok(Ok(Some((c, t)))) => {
+                legit_conns.push(c);
+                times.push(t);
+            }
             Ok(_) => {}
             Err(_) => break,
         }
@@ -211,7 +272,40 @@ async fn run(o: FloodOpts) -> Result<FloodReport> {
     r.reqs = flooder
         .join()
         .map_err(|_| anyhow!("flood thread panicked"))??;
-    r.legit_ok = legit_conns.len() as u64;
+    // Both sides: the listener may still be handling the last RTUs; wait up to 5 s for them.
+    let both = |m: &HashMap<ConnId, (PeerAddr, Connection)>, c: &Connection| {
+        c.rep()
+            .is_some_and(|rep| m.get(&rep.rep.local_comm_id).is_some())
+    };
+    let confirm_by = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut confirmed;
+    loop {
+        confirmed = {
+            let m = established.lock().map_err(|_| anyhow!("poisoned"))?;
+            legit_conns
+                .iter()
+                .map(|c| both(&m, c))
+                .collect::<Vec<bool>>()
+        };
+        if confirmed.iter().all(|&b| b) || tokio::time::Instant::now() >= confirm_by {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut ok_times: Vec<Duration> = times
+        .iter()
+        .zip(&confirmed)
+        .filter(|(_, &b)| b)
+        .map(|(&t, _)| t)
+        .collect();
+    ok_times.sort();
+    if let Ok(st) = listener_cm.stats().await {
+        r.listener_json = st.to_json();
+    }
+    r.legit_ok = ok_times.len() as u64;
+    r.legit_client_only = legit_conns.len() as u64 - r.legit_ok;
+    r.connect_p50 = percentile_ms(&ok_times, 0.50);
+    r.connect_p99 = percentile_ms(&ok_times, 0.99);
     for c in legit_conns {
         tokio::spawn(async move { c.disconnect(&[]).await });
     }
@@ -285,51 +379,87 @@ async fn run(o: FloodOpts) -> Result<FloodReport> {
     }
     tokio::time::sleep(Duration::from_secs_f64(o.settle)).await;
     (r.bytes_in, r.bytes_out) = (counter.sent_by_attacker(&sent), counter.stop()?);
+    if let Ok(st) = listener_cm.stats().await {
+        r.stateless_replies = st.endpoint.stateless_replies;
+        r.stateless_established = st.endpoint.stateless_established;
+    }
     client.shutdown();
     listener_cm.shutdown();
     Ok(r)
 }
 
-/// The listener: accepts every REQ (random QPN and PSN) and records the established ones.
-async fn listener(addr: SocketAddr) -> Result<(Cm, Established)> {
+/// The listener: accepts every REQ (random QPN and PSN) and records the established ones;
+/// with `--stateless`, under pressure, the endpoint answers from a template instead and the
+/// connections arrive established.
+async fn listener(addr: SocketAddr, o: FloodOpts) -> Result<(Cm, Established)> {
     let t = UdpTransport::bind_port(addr)
         .await
         .with_context(|| format!("bind {addr}"))?;
-    let (cm, _) = Cm::bind(
-        t,
-        EndpointConfig {
-            local_ca_guid: Guid(0x0002_c903_0000_0002),
-            ..Default::default()
-        },
-    );
-    let mut l = cm.listen(SID, ListenOptions::default()).await?;
+    let mut cfg = EndpointConfig {
+        local_ca_guid: Guid(0x0002_c903_0000_0002),
+        stateless_always: o.stateless_always,
+        ..Default::default()
+    };
+    if let Some(n) = o.stateless_threshold {
+        cfg.stateless_threshold = n;
+    }
+    let (cm, _) = Cm::bind(t, cfg);
+    let mut l = if o.stateless {
+        // Stateless QPNs from the upper half of the space; the stateful accepts draw theirs
+        // at random from all of it (a clash is refused with a REJ 3, and is rare).
+        let template = StatelessAccept::new(
+            AcceptParams::new(Qpn::masked(0)),
+            Qpn::masked(0x80_0000),
+            0x7f_ff00,
+        );
+        cm.listen_stateless(SID, ListenOptions::default(), template)
+            .await?
+    } else {
+        cm.listen(SID, ListenOptions::default()).await?
+    };
     let established: Established = Arc::default();
     let (cm2, est) = (cm.clone(), established.clone());
     tokio::spawn(async move {
         let qpns = Arc::new(QpnAlloc::new());
-        while let Some(inc) = l.next().await {
+        while let Some(arrival) = l.next_arrival().await {
             let (cm, est, q) = (cm2.clone(), est.clone(), qpns.next());
             tokio::spawn(async move {
-                let peer = inc.peer();
-                let mut p = AcceptParams::new(q);
-                p.starting_psn = cm.random_psn().await.unwrap_or_default();
-                let Ok(c) = inc.accept(p).await else {
-                    return;
+                let (peer, c) = match arrival {
+                    Arrival::Request(inc) => {
+                        let peer = inc.peer();
+                        let mut p = AcceptParams::new(q);
+                        p.starting_psn = cm.random_psn().await.unwrap_or_default();
+                        let Ok(c) = inc.accept(p).await else {
+                            return;
+                        };
+                        if c.established().await.is_err() {
+                            return;
+                        }
+                        (peer, c)
+                    }
+                    Arrival::Stateless(c, info) => (info.req.peer, c),
                 };
-                if c.established().await.is_ok() {
-                    let id = c.id();
-                    if let Ok(mut m) = est.lock() {
-                        m.insert(id, (peer, c.clone()));
-                    }
-                    c.closed().await;
-                    if let Ok(mut m) = est.lock() {
-                        m.remove(&id);
-                    }
+                let id = c.id();
+                if let Ok(mut m) = est.lock() {
+                    m.insert(id, (peer, c.clone()));
+                }
+                c.closed().await;
+                if let Ok(mut m) = est.lock() {
+                    m.remove(&id);
                 }
             });
         }
     });
     Ok((cm, established))
+}
+
+/// The `q` quantile of sorted durations, in ms (0 for none).
+fn percentile_ms(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 async fn connect(cm: &Cm, srv: SocketAddr, q: Qpn) -> Result<Connection> {

@@ -26,8 +26,9 @@
 //!   line: `scale-rt: <bytes> B/conn; core: <bytes> B/conn; ratio: <x.xx>`.
 //! * `flood`: a REQ flood at the highest rate one thread can send, from spoofed loopback
 //!   sources, while a client connects N times; then blind-RTU and spoofed-teardown attempts
-//!   ([`flood`] module docs). Last line: `flood: success <r> (<ok>/<n>); amplification <x>;
-//!   blind-rtu <s>/<n>; teardown <s>/<n>; reqs <count> at <rate>/s`.
+//!   ([`flood`] module docs; `--stateless`: the listener's stateless mode). Last line:
+//!   `flood: success <r> (<ok>/<n>); connect ms p50 <a> p99 <b>; amplification <x>;
+//!   blind-rtu <s>/<n>; teardown <s>/<n>; reqs <count> at <rate>/s; mode <m>`.
 //! * `wireup`: every process connects to every process of the other nodes, over the
 //!   simulator ([`wireup`] module docs, docs/scale.md). Last line: `wireup: <mode> N×P:
 //!   <secs> s to full mesh; <qps> QPs/node; <bytes> B CM state/node; <msgs> MADs`.
@@ -142,6 +143,24 @@ enum Cmd {
         /// UDP port of every endpoint (loopback only; 4791 is left to cm-ping).
         #[arg(long, default_value_t = 4799)]
         port: u16,
+        /// The legitimate clients' connect timeout, in seconds (default: the library's
+        /// `DEFAULT_CONNECT_TIMEOUT`, 10 s).
+        #[arg(long, default_value_t = flood::LEGIT_CONNECT_TIMEOUT.as_secs_f64())]
+        connect_timeout: f64,
+        /// Seconds of flood alone before the legitimate clients start.
+        #[arg(long, default_value_t = 1.0)]
+        warmup: f64,
+        /// The listener answers statelessly under pressure (`Cm::listen_stateless`; cookie
+        /// REPs, docs/protocol.md §5.12).
+        #[arg(long)]
+        stateless: bool,
+        /// With --stateless: the half-open count at which it starts (default: the endpoint's
+        /// default, 1024).
+        #[arg(long)]
+        stateless_threshold: Option<usize>,
+        /// With --stateless: answer every REQ statelessly.
+        #[arg(long)]
+        stateless_always: bool,
     },
     /// An all-to-all wire-up of N nodes × P processes (rc, xrc, xrc-sidr) in the simulator.
     Wireup(wireup::WireupArgs),
@@ -183,6 +202,11 @@ fn main() -> Result<()> {
             max_reqs,
             settle,
             port,
+            connect_timeout,
+            warmup,
+            stateless,
+            stateless_threshold,
+            stateless_always,
         } => flood::flood(flood::FloodOpts {
             legit,
             attacks,
@@ -191,6 +215,11 @@ fn main() -> Result<()> {
             max_reqs,
             settle,
             port,
+            connect_timeout: std::time::Duration::from_secs_f64(connect_timeout.max(0.001)),
+            warmup: std::time::Duration::from_secs_f64(warmup.max(0.0)),
+            stateless,
+            stateless_threshold,
+            stateless_always,
         }),
         Cmd::Scale {
             conns,
