@@ -117,3 +117,47 @@ fn lost_reps_to_a_real_client_still_connect() {
     }
     assert_eq!(p.l.state(cl), Some(State::Established));
 }
+
+/// The application's MRAs count too: to a peer that has not proved it receives, an MRA goes
+/// only while room remains for the REP and the REJ that may end the attempt; one more is
+/// refused (`CallError::AmplificationLimited`), and the total stays within 3 × the REQ.
+#[test]
+fn application_mras_stay_within_the_budget() {
+    let mut p = Pair::new(EndpointConfig::default());
+    let victim = addr("198.51.100.7:4791");
+    let req = hostile_req(0x2222, 0x77, 0x77, 0, 15);
+    p.l.handle_datagram(p.now, victim, &req);
+    let mut conn = None;
+    while let Some(ev) = p.l.poll_event() {
+        if let EventKind::ReqReceived(_) = ev.kind {
+            conn = Some(ev.conn);
+        }
+    }
+    let conn = conn.unwrap();
+    let t = TimeoutExp::masked(20);
+    p.l.mra(p.now, conn, t, &[]).unwrap();
+    assert_eq!(
+        p.l.mra(p.now, conn, t, &[]),
+        Err(CallError::AmplificationLimited(conn))
+    );
+    p.l.accept(p.now, conn, AcceptParams::new(Qpn::masked(0x22)))
+        .unwrap();
+    p.advance(Duration::from_secs(3600));
+    let mut sent = 0;
+    while let Some(t) = p.l.poll_transmit() {
+        assert_eq!(t.to, victim);
+        sent += t.mad.len();
+    }
+    sent += p
+        .sent_elsewhere
+        .iter()
+        .filter(|(a, _)| *a == victim)
+        .map(|(_, n)| n)
+        .sum::<usize>();
+    assert!(
+        sent <= 3 * req.len(),
+        "{sent} bytes for a {}-byte REQ",
+        req.len()
+    );
+    assert!(p.l.stats().amplification_limited > 0);
+}

@@ -282,8 +282,12 @@ impl Endpoint {
             (State::Established, LapState::LapRcvd | LapState::MraLapSent) => MsgKind::Other,
             (state, _) => return Err(CallError::WrongState { op: "mra", state }),
         };
-        // The application's MRA always goes out; it counts against the amplification budget.
-        io.guard.sent(conn, MAD_BYTES);
+        // The application's MRA counts against the amplification budget, keeping room for the
+        // REP and the REJ that may end the attempt: to an unproven peer it goes only within it.
+        if !io.guard.may_send(conn, MAD_BYTES, 2 * MAD_BYTES) {
+            io.stats.amplification_limited += 1;
+            return Err(CallError::AmplificationLimited(conn));
+        }
         send_mra(io, conn, c, kind, service_timeout, private_data);
         Ok(())
     }

@@ -108,6 +108,11 @@ pub enum WireCallError {
         /// QPN.
         qpn: u32,
     },
+    /// `AmplificationLimited`.
+    AmplificationLimited {
+        /// Connection.
+        conn: u32,
+    },
 }
 
 /// The call names the core uses in [`CallError`] (a `&'static str` on the client side too).
@@ -164,6 +169,7 @@ impl WireCallError {
             },
             CallError::QpnInQuarantine { qpn } => Self::QpnInQuarantine { qpn: qpn.get() },
             CallError::QpnInUse { qpn } => Self::QpnInUse { qpn: qpn.get() },
+            CallError::AmplificationLimited(c) => Self::AmplificationLimited { conn: c.0 },
         }
     }
 
@@ -188,6 +194,9 @@ impl WireCallError {
             Self::QpnInUse { qpn } => CallError::QpnInUse {
                 qpn: Qpn::masked(*qpn),
             },
+            Self::AmplificationLimited { conn } => {
+                CallError::AmplificationLimited(ibcm_mad::CommId(*conn))
+            }
         }
     }
 }

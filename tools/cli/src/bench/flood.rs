@@ -26,8 +26,9 @@
 //!    the listener establishes a connection for that source.
 //! 3. **Spoofed teardown**: per victim (an established client connection whose comm IDs, QPNs
 //!    and CA GUID the attacker knows) a DREQ, a REJ 28 and a REJ 4 naming both comm IDs, and a
-//!    stale-connection REQ naming the client's (QPN, CA GUID), all from a wrong source.
-//!    Success: either side leaves ESTABLISHED.
+//!    stale-connection REQ naming the client's (QPN, CA GUID), all from a wrong source, once
+//!    both sides have it established (a victim the listener has not established within 10 s
+//!    is left out and said so). Success: either side leaves ESTABLISHED.
 //!
 //! Amplification is the bytes the listener sent to the spoofed sources over the bytes they
 //! sent, counted until `--settle` seconds after the last attack. Last line:
@@ -109,7 +110,12 @@ pub(crate) struct FloodReport {
     blind: u64,
     teardown_ok: u64,
     teardown: u64,
+    /// Victims the listener had not established within [`VICTIM_READY`] (not attacked).
+    victims_unready: u64,
 }
+
+/// How long a victim may take to be established at the listener before it is left out.
+const VICTIM_READY: Duration = Duration::from_secs(10);
 
 const SID: ServiceId = ServiceId(0x0106_1d2f);
 const CLIENT_GUID: Guid = Guid(0x0002_c903_00c1_1e47);
@@ -159,6 +165,15 @@ pub(crate) fn flood(o: FloodOpts) -> Result<()> {
          the last attack)",
         r.bytes_out, r.bytes_in, o.settle
     );
+    if r.victims_unready > 0 {
+        println!(
+            "teardown: {} of {} victims were not established at the listener within {} s and \
+             were not attacked (their 4 messages are not in the count)",
+            r.victims_unready,
+            o.attacks,
+            VICTIM_READY.as_secs()
+        );
+    }
     println!(
         "flood: success {success:.4} ({}/{}); connect ms p50 {:.1} p99 {:.1}; amplification \
          {amp:.2}; blind-rtu {}/{}; teardown {}/{}; reqs {} at {:.0}/s; mode {mode}",
@@ -344,6 +359,25 @@ async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
         let victim = connect(&client, srv, q).await?;
         let rep = victim.rep().ok_or_else(|| anyhow!("no REP"))?;
         let (cid, sid) = (victim.id(), rep.rep.local_comm_id);
+        // Attacked only once the listener has it established too (its RTU may still be
+        // queued behind the flood): a victim the listener never saw established is not
+        // counted, so that no teardown is credited to the flood's own backlog.
+        let server_up = || {
+            established
+                .lock()
+                .map(|m| m.get(&sid).map(|(_, c)| c.status()) == Some(ConnStatus::Established))
+                .unwrap_or(false)
+        };
+        let ready_by = tokio::time::Instant::now() + VICTIM_READY;
+        while !server_up() && tokio::time::Instant::now() < ready_by {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if !server_up() {
+            r.teardown = r.teardown.saturating_sub(4);
+            r.victims_unready += 1;
+            victim.disconnect(&[]).await;
+            continue;
+        }
         let rej = |reason: u16| {
             mad(CmMessage::Rej(Rej {
                 local_comm_id: cid,
