@@ -17,6 +17,7 @@ mod ids;
 mod peers;
 mod state;
 mod stats;
+mod table;
 mod timer;
 mod util;
 

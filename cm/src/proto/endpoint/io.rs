@@ -15,9 +15,10 @@ use super::limits::{source_of, Guard, MAD_BYTES};
 use crate::log_limit::LogLimit;
 #[cfg(doc)]
 use crate::log_limit::LOG_BURST;
-use crate::proto::conn::{Conn, Pending};
+use crate::proto::conn::{Conn, Extra, Pending};
 use crate::proto::peers::Peers;
 use crate::proto::timer::{TimerKind, Timers};
+use crate::proto::util::{map, HashMap};
 use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
 
 /// Output queues, timers and counters.
@@ -27,6 +28,10 @@ pub(super) struct Io {
     pub(super) outbox: VecDeque<Transmit>,
     pub(super) events: VecDeque<Event>,
     pub(super) timers: Timers,
+    /// The request each connection waits an answer for, while it waits.
+    pub(super) pending: HashMap<CommId, Pending>,
+    /// The rarely needed data of the connections that have any.
+    pub(super) extra: HashMap<CommId, Extra>,
     pub(super) stats: Stats,
     /// Passive connections not yet established (kept by [`Io::set_state`]).
     pub(super) half_open: usize,
@@ -43,7 +48,9 @@ impl Io {
             peers: Peers::new(seed),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
-            timers: Timers::default(),
+            timers: Timers::new(seed),
+            pending: map(seed),
+            extra: map(seed),
             stats: Stats::default(),
             half_open: 0,
             guard: Guard::new(seed),
@@ -118,7 +125,7 @@ impl Io {
     /// Re-sends the MRA stored for a duplicate of the message it acknowledged (nothing if
     /// there is none).
     pub(super) fn resend_mra(&mut self, c: &Conn) {
-        if let Some(mra) = c.extra.as_ref().and_then(|x| x.mra.clone()) {
+        if let Some(mra) = self.extra.get(&c.id).and_then(|x| x.mra.clone()) {
             self.stats.duplicate_replies += 1;
             self.resend_conn(c, mra);
         }
@@ -128,16 +135,26 @@ impl Io {
         self.events.push_back(Event { conn, kind });
     }
 
-    pub(super) fn arm(&mut self, id: CommId, conn: &mut Conn, at: Instant, kind: TimerKind) {
-        self.disarm(id, conn);
-        conn.timer = Some((at, kind));
-        self.timers.insert_conn(at, id, kind);
+    /// The rarely needed data of connection `id`, created on first use.
+    pub(super) fn extra_mut(&mut self, id: CommId) -> &mut Extra {
+        self.extra.entry(id).or_default()
     }
 
-    pub(super) fn disarm(&mut self, id: CommId, conn: &mut Conn) {
-        if let Some((t, k)) = conn.timer.take() {
-            self.timers.remove_conn(t, id, k);
-        }
+    /// Arms connection `id`'s one timer (replacing the one armed before).
+    pub(super) fn arm(&mut self, id: CommId, at: Instant, kind: TimerKind) {
+        self.timers.arm_conn(id, at, kind);
+    }
+
+    pub(super) fn disarm(&mut self, id: CommId) {
+        self.timers.disarm_conn(id);
+    }
+
+    /// Forgets everything kept apart for connection `id` (it leaves the table, or enters
+    /// TimeWait before its timer is armed again): pending request, extra data, timer.
+    pub(super) fn forget(&mut self, id: CommId) {
+        self.pending.remove(&id);
+        self.extra.remove(&id);
+        self.disarm(id);
     }
 
     pub(super) fn set_state(&mut self, id: CommId, conn: &mut Conn, new: State) {
@@ -175,24 +192,27 @@ impl Io {
         &mut self,
         now: Instant,
         id: CommId,
-        conn: &mut Conn,
+        conn: &Conn,
         msg: CmMessage,
         (timeout, retries): (Duration, u8),
     ) {
         let mad = self.send_conn(conn, msg);
-        conn.pending = Some(Box::new(Pending {
-            mad,
-            retries_left: retries,
-            timeout,
-            deadline: None,
-        }));
-        self.arm(id, conn, now + timeout, TimerKind::Resend);
+        self.pending.insert(
+            id,
+            Pending {
+                mad,
+                retries_left: retries,
+                timeout,
+                deadline: None,
+            },
+        );
+        self.arm(id, now + timeout, TimerKind::Resend);
     }
 
-    pub(super) fn cancel_request(&mut self, id: CommId, conn: &mut Conn) {
-        conn.pending = None;
-        if matches!(conn.timer, Some((_, TimerKind::Resend))) {
-            self.disarm(id, conn);
+    pub(super) fn cancel_request(&mut self, id: CommId) {
+        self.pending.remove(&id);
+        if matches!(self.timers.conn(id), Some((_, TimerKind::Resend))) {
+            self.disarm(id);
         }
     }
 }

@@ -1,0 +1,276 @@
+//! The connection table: every connection's record ([`Conn`]) in one dense vector (a slab: a
+//! freed slot is reused by the next connection), found by local comm ID, by (remote comm ID,
+//! remote CA GUID) and by (remote QPN, remote CA GUID) through three hash indexes that hold
+//! nothing but a 4-byte slot number per entry. A lookup hashes the key (seeded, as the
+//! endpoint's other maps: `proto/util.rs`), and compares it with the record the candidate
+//! slots point to, so no key is stored twice. Per connection this costs the record plus
+//! 5 bytes per index bucket (the slot number and hashbrown's control byte), at a load
+//! between 7/16 and 7/8.
+//!
+//! Invariant: every index entry points to an occupied slot whose record has the entry's key
+//! (checked by the lookups, kept by [`ConnTable::remove`], which unindexes the record it
+//! takes out).
+
+use std::hash::BuildHasher;
+
+use foldhash::fast::SeedableRandomState;
+use hashbrown::HashTable;
+use ibcm_mad::{CommId, Guid, Qpn};
+
+use super::conn::Conn;
+
+/// The records and their indexes.
+#[derive(Debug)]
+pub(super) struct ConnTable {
+    slots: Vec<Option<Conn>>,
+    /// Free slots, the most recently freed last (reused first: its memory is warm).
+    free: Vec<u32>,
+    len: usize,
+    /// Local comm ID → slot.
+    by_id: HashTable<u32>,
+    /// (remote comm ID, remote CA GUID) → slot: duplicate detection.
+    by_remote: HashTable<u32>,
+    /// (remote QPN, remote CA GUID) → slot: stale-connection detection.
+    by_qpn: HashTable<u32>,
+    hasher: SeedableRandomState,
+}
+
+/// Which key of a record an index hashes.
+#[derive(Clone, Copy)]
+enum Key {
+    Id,
+    Remote,
+    Qpn,
+}
+
+impl Key {
+    fn hash(self, h: &SeedableRandomState, c: &Conn) -> u64 {
+        match self {
+            Key::Id => hash_id(h, c.id),
+            Key::Remote => hash_remote(h, c.remote_id, c.remote_ca_guid),
+            Key::Qpn => hash_qpn(h, c.remote_qpn, c.remote_ca_guid),
+        }
+    }
+}
+
+fn hash_id(h: &SeedableRandomState, id: CommId) -> u64 {
+    h.hash_one(id.0)
+}
+
+fn hash_remote(h: &SeedableRandomState, id: CommId, guid: Guid) -> u64 {
+    h.hash_one((id.0, guid.0))
+}
+
+fn hash_qpn(h: &SeedableRandomState, qpn: Qpn, guid: Guid) -> u64 {
+    h.hash_one((qpn.get(), guid.0))
+}
+
+/// The record in slot `s`.
+fn at(slots: &[Option<Conn>], s: u32) -> Option<&Conn> {
+    slots.get(s as usize).and_then(Option::as_ref)
+}
+
+/// Rehashes an entry of the index over `key` (hashbrown calls it when the index grows). Every
+/// entry points to a record (the invariant above); 0 would do no harm otherwise.
+fn rehash<'a>(
+    slots: &'a [Option<Conn>],
+    h: &'a SeedableRandomState,
+    key: Key,
+) -> impl Fn(&u32) -> u64 + 'a {
+    move |&s| at(slots, s).map_or(0, |c| key.hash(h, c))
+}
+
+impl ConnTable {
+    pub(super) fn new(seed: u64) -> Self {
+        ConnTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+            by_id: HashTable::new(),
+            by_remote: HashTable::new(),
+            by_qpn: HashTable::new(),
+            hasher: SeedableRandomState::with_seed(seed, foldhash::SharedSeed::global_fixed()),
+        }
+    }
+
+    /// Connections in the table.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn slot_of(&self, id: CommId) -> Option<u32> {
+        let slots = &self.slots;
+        self.by_id
+            .find(hash_id(&self.hasher, id), |&s| {
+                at(slots, s).is_some_and(|c| c.id == id)
+            })
+            .copied()
+    }
+
+    pub(super) fn contains_key(&self, id: &CommId) -> bool {
+        self.slot_of(*id).is_some()
+    }
+
+    pub(super) fn get(&self, id: &CommId) -> Option<&Conn> {
+        let s = self.slot_of(*id)?;
+        at(&self.slots, s)
+    }
+
+    pub(super) fn get_mut(&mut self, id: &CommId) -> Option<&mut Conn> {
+        let s = self.slot_of(*id)?;
+        self.slots.get_mut(s as usize).and_then(Option::as_mut)
+    }
+
+    /// Adds a connection under `id` (its `id` field is set to it), replacing one already
+    /// there.
+    pub(super) fn insert(&mut self, id: CommId, mut conn: Conn) {
+        self.remove(&id);
+        conn.id = id;
+        let s = match self.free.pop() {
+            Some(s) => {
+                if let Some(slot) = self.slots.get_mut(s as usize) {
+                    *slot = Some(conn);
+                }
+                s
+            }
+            None => {
+                self.slots.push(Some(conn));
+                // A slot number is 32 bits: 2³² connections is no limit an endpoint meets
+                // (comm IDs are 32 bits too).
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.len += 1;
+        let h = &self.hasher;
+        self.by_id
+            .insert_unique(hash_id(h, id), s, rehash(&self.slots, h, Key::Id));
+    }
+
+    /// Takes a connection out of the table and out of every index.
+    pub(super) fn remove(&mut self, id: &CommId) -> Option<Conn> {
+        let slots = &self.slots;
+        let entry = self
+            .by_id
+            .find_entry(hash_id(&self.hasher, *id), |&s| {
+                at(slots, s).is_some_and(|c| c.id == *id)
+            })
+            .ok()?;
+        let (s, _) = entry.remove();
+        self.unindex(Key::Remote, s);
+        self.unindex(Key::Qpn, s);
+        let conn = self.slots.get_mut(s as usize).and_then(Option::take)?;
+        self.free.push(s);
+        self.len -= 1;
+        Some(conn)
+    }
+
+    /// The local IDs of all connections (in no particular order).
+    pub(super) fn keys(&self) -> impl Iterator<Item = CommId> + '_ {
+        self.slots.iter().flatten().map(|c| c.id)
+    }
+
+    fn index(&self, key: Key) -> &HashTable<u32> {
+        match key {
+            Key::Id => &self.by_id,
+            Key::Remote => &self.by_remote,
+            Key::Qpn => &self.by_qpn,
+        }
+    }
+
+    /// Indexes connection `id` under its current (remote ID or QPN, CA GUID), replacing the
+    /// connection indexed under that key before, if any.
+    fn index_by(&mut self, key: Key, id: CommId) {
+        let Some(s) = self.slot_of(id) else {
+            return;
+        };
+        let Some(c) = at(&self.slots, s) else {
+            return;
+        };
+        let h = &self.hasher;
+        let hash = key.hash(h, c);
+        let slots = &self.slots;
+        let same = |&e: &u32| at(slots, e).is_some_and(|o| same_key(key, o, c));
+        let index = match key {
+            Key::Id => &mut self.by_id,
+            Key::Remote => &mut self.by_remote,
+            Key::Qpn => &mut self.by_qpn,
+        };
+        match index.find_mut(hash, same) {
+            Some(e) => *e = s,
+            None => {
+                index.insert_unique(hash, s, rehash(slots, h, key));
+            }
+        }
+    }
+
+    /// Removes the entry of slot `s` from an index, if it has one.
+    fn unindex(&mut self, key: Key, s: u32) {
+        let Some(c) = at(&self.slots, s) else {
+            return;
+        };
+        let hash = key.hash(&self.hasher, c);
+        let index = match key {
+            Key::Id => &mut self.by_id,
+            Key::Remote => &mut self.by_remote,
+            Key::Qpn => &mut self.by_qpn,
+        };
+        if let Ok(e) = index.find_entry(hash, |&e| e == s) {
+            e.remove();
+        }
+    }
+
+    fn find_by(&self, key: Key, hash: u64, eq: impl Fn(&Conn) -> bool) -> Option<CommId> {
+        let slots = &self.slots;
+        let s = *self
+            .index(key)
+            .find(hash, |&s| at(slots, s).is_some_and(&eq))?;
+        at(slots, s).map(|c| c.id)
+    }
+
+    /// The connection indexed under (remote comm ID, remote CA GUID).
+    pub(super) fn by_remote(&self, remote: CommId, guid: Guid) -> Option<CommId> {
+        let hash = hash_remote(&self.hasher, remote, guid);
+        self.find_by(Key::Remote, hash, |c| {
+            c.remote_id == remote && c.remote_ca_guid == guid
+        })
+    }
+
+    /// Indexes connection `id` under its (remote comm ID, remote CA GUID).
+    pub(super) fn index_remote(&mut self, id: CommId) {
+        self.index_by(Key::Remote, id);
+    }
+
+    /// The connection indexed under (remote QPN, remote CA GUID).
+    pub(super) fn by_qpn(&self, qpn: Qpn, guid: Guid) -> Option<CommId> {
+        let hash = hash_qpn(&self.hasher, qpn, guid);
+        self.find_by(Key::Qpn, hash, |c| {
+            c.remote_qpn == qpn && c.remote_ca_guid == guid
+        })
+    }
+
+    /// Indexes connection `id` under its (remote QPN, remote CA GUID).
+    pub(super) fn index_qpn(&mut self, id: CommId) {
+        self.index_by(Key::Qpn, id);
+    }
+
+    /// Removes connection `id` from the stale-connection index (if it is the one indexed
+    /// there).
+    pub(super) fn unindex_qpn(&mut self, id: CommId) {
+        if let Some(s) = self.slot_of(id) {
+            self.unindex(Key::Qpn, s);
+        }
+    }
+}
+
+/// Whether two records have the same key for an index.
+fn same_key(key: Key, a: &Conn, b: &Conn) -> bool {
+    match key {
+        Key::Id => a.id == b.id,
+        Key::Remote => a.remote_id == b.remote_id && a.remote_ca_guid == b.remote_ca_guid,
+        Key::Qpn => a.remote_qpn == b.remote_qpn && a.remote_ca_guid == b.remote_ca_guid,
+    }
+}
