@@ -1,11 +1,25 @@
 //! The connection table: every connection's record ([`Conn`]) in one dense vector (a slab: a
 //! freed slot is reused by the next connection), found by local comm ID, by (remote comm ID,
 //! remote CA GUID) and by (remote QPN, remote CA GUID) through three hash indexes that hold
-//! nothing but a 4-byte slot number per entry. A lookup hashes the key (seeded, as the
-//! endpoint's other maps: `proto/util.rs`), and compares it with the record the candidate
-//! slots point to, so no key is stored twice. Per connection this costs the record plus
-//! 5 bytes per index bucket (the slot number and hashbrown's control byte), at a load
-//! between 7/16 and 7/8.
+//! nothing but a 4-byte slot number per entry. A lookup hashes the key and compares it with
+//! the record the candidate slots point to, so no key is stored twice. Per connection this
+//! costs the record plus 5 bytes per index bucket (the slot number and hashbrown's control
+//! byte), at a load between 7/16 and 7/8.
+//!
+//! The hashes keep neighbours together where the keys allow it, so that a table of a million
+//! connections is not one cache and TLB miss per lookup:
+//! * local comm IDs hash by the allocator counter they were made from
+//!   (`IdAllocator::counter_of`): IDs allocated one after the other take neighbouring
+//!   buckets. Only our own IDs are inserted; an ID a peer makes up maps to an unpredictable
+//!   counter value.
+//! * (remote QPN, CA GUID) hashes as the QPN plus a seeded hash of the GUID: the
+//!   (near-)sequential QPNs of one node's HCA take neighbouring buckets, from an offset a peer
+//!   cannot predict. A peer can make its own entries adjacent, no more: it cannot aim them at
+//!   anyone else's, and its entries are capped by the admission limits.
+//! * (remote comm ID, CA GUID) is a seeded hash (`proto/util.rs`): remote IDs have no order
+//!   to keep.
+//!
+//! Each hash's top 7 bits (hashbrown's tag, compared before any record is read) are mixed.
 //!
 //! Invariant: every index entry points to an occupied slot whose record has the entry's key
 //! (checked by the lookups, kept by [`ConnTable::remove`], which unindexes the record it
@@ -18,6 +32,7 @@ use hashbrown::HashTable;
 use ibcm_mad::{CommId, Guid, Qpn};
 
 use super::conn::Conn;
+use super::ids::IdAllocator;
 
 /// The records and their indexes.
 #[derive(Debug)]
@@ -32,7 +47,23 @@ pub(super) struct ConnTable {
     by_remote: HashTable<u32>,
     /// (remote QPN, remote CA GUID) → slot: stale-connection detection.
     by_qpn: HashTable<u32>,
-    hasher: SeedableRandomState,
+    hasher: Hasher,
+}
+
+/// The hash functions of the indexes.
+#[derive(Debug)]
+struct Hasher {
+    seeded: SeedableRandomState,
+    /// The endpoint's comm ID allocator (for its permutation's inverse only).
+    ids: IdAllocator,
+}
+
+/// hashbrown's tag: the top 7 bits.
+const TAG: u64 = 0x7f << 57;
+
+/// A hash whose low bits are `pos` (the bucket) and whose tag is mixed from `mix`.
+fn placed(pos: u64, mix: u64) -> u64 {
+    (pos & !TAG) | (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) & TAG)
 }
 
 /// Which key of a record an index hashes.
@@ -44,7 +75,7 @@ enum Key {
 }
 
 impl Key {
-    fn hash(self, h: &SeedableRandomState, c: &Conn) -> u64 {
+    fn hash(self, h: &Hasher, c: &Conn) -> u64 {
         match self {
             Key::Id => hash_id(h, c.id),
             Key::Remote => hash_remote(h, c.remote_id, c.remote_ca_guid),
@@ -53,16 +84,19 @@ impl Key {
     }
 }
 
-fn hash_id(h: &SeedableRandomState, id: CommId) -> u64 {
-    h.hash_one(id.0)
+fn hash_id(h: &Hasher, id: CommId) -> u64 {
+    let n = u64::from(h.ids.counter_of(id));
+    placed(n, n)
 }
 
-fn hash_remote(h: &SeedableRandomState, id: CommId, guid: Guid) -> u64 {
-    h.hash_one((id.0, guid.0))
+fn hash_remote(h: &Hasher, id: CommId, guid: Guid) -> u64 {
+    h.seeded.hash_one((id.0, guid.0))
 }
 
-fn hash_qpn(h: &SeedableRandomState, qpn: Qpn, guid: Guid) -> u64 {
-    h.hash_one((qpn.get(), guid.0))
+fn hash_qpn(h: &Hasher, qpn: Qpn, guid: Guid) -> u64 {
+    let offset = h.seeded.hash_one(guid.0);
+    let q = u64::from(qpn.get());
+    placed(offset.wrapping_add(q), offset ^ q)
 }
 
 /// The record in slot `s`.
@@ -74,14 +108,15 @@ fn at(slots: &[Option<Conn>], s: u32) -> Option<&Conn> {
 /// entry points to a record (the invariant above); 0 would do no harm otherwise.
 fn rehash<'a>(
     slots: &'a [Option<Conn>],
-    h: &'a SeedableRandomState,
+    h: &'a Hasher,
     key: Key,
 ) -> impl Fn(&u32) -> u64 + 'a {
     move |&s| at(slots, s).map_or(0, |c| key.hash(h, c))
 }
 
 impl ConnTable {
-    pub(super) fn new(seed: u64) -> Self {
+    /// An empty table; `ids` is the endpoint's comm ID allocator.
+    pub(super) fn new(seed: u64, ids: IdAllocator) -> Self {
         ConnTable {
             slots: Vec::new(),
             free: Vec::new(),
@@ -89,7 +124,10 @@ impl ConnTable {
             by_id: HashTable::new(),
             by_remote: HashTable::new(),
             by_qpn: HashTable::new(),
-            hasher: SeedableRandomState::with_seed(seed, foldhash::SharedSeed::global_fixed()),
+            hasher: Hasher {
+                seeded: SeedableRandomState::with_seed(seed, foldhash::SharedSeed::global_fixed()),
+                ids,
+            },
         }
     }
 

@@ -73,7 +73,7 @@ use super::conn::{Conn, SidrIn, SidrOut};
 use super::table::ConnTable;
 use super::ids::{IdAllocator, SidrReqId};
 use super::timer::{Expired, TimerKind};
-use super::util::{map, HashMap, HashSet};
+use super::util::{map, HashMap, HashSet, LocalQpnMap};
 use super::{
     CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, EventKind, LapState,
     ListenOptions, PeerAddr, Side, State, Stats, Transmit,
@@ -140,7 +140,7 @@ pub struct Endpoint {
     /// detection) and (remote QPN, remote CA GUID) (stale-connection detection).
     conns: ConnTable,
     /// Live connections per local QPN.
-    local_qpns: HashMap<Qpn, u32>,
+    local_qpns: LocalQpnMap<u32>,
     /// QPNs of connections in TimeWait, with the time they become free.
     quarantine: HashMap<Qpn, Instant>,
     listeners: BTreeMap<ServiceId, ListenOptions>,
@@ -165,12 +165,13 @@ impl Endpoint {
         let keys: [u64; 8] = rng.random();
         let start: u32 = rng.random();
         let seed: u64 = rng.random();
+        let ids = IdAllocator::new(start, keys);
         Endpoint {
             cfg,
-            ids: IdAllocator::new(start, keys),
+            conns: ConnTable::new(seed, ids.clone()),
+            ids,
             rng,
-            conns: ConnTable::new(seed),
-            local_qpns: map(seed),
+            local_qpns: LocalQpnMap::default(),
             quarantine: map(seed),
             listeners: BTreeMap::new(),
             sidr_out: map(seed),
