@@ -14,6 +14,7 @@ mod endpoint;
 mod error;
 mod event;
 mod ids;
+mod memory;
 mod peers;
 mod state;
 mod stats;
@@ -31,5 +32,6 @@ pub use error::{CallError, ConnectError};
 pub use event::{
     ConnId, ConnectionError, Event, EventKind, RepInfo, ReqInfo, SidrReqInfo, Transmit,
 };
+pub use memory::MemoryUse;
 pub use state::{LapState, Side, State};
 pub use stats::{DropReason, Stats};

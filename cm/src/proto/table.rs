@@ -48,6 +48,10 @@ pub(super) struct ConnTable {
     /// (remote QPN, remote CA GUID) → slot: stale-connection detection.
     by_qpn: HashTable<u32>,
     hasher: Hasher,
+    /// The last (local comm ID, slot) found or inserted through `&mut self`: a handler looks
+    /// its connection up several times, and the comm ID's hash runs the ID permutation
+    /// backwards. Checked against the slot's record before use.
+    last: Option<(CommId, u32)>,
 }
 
 /// The hash functions of the indexes.
@@ -128,6 +132,7 @@ impl ConnTable {
                 seeded: SeedableRandomState::with_seed(seed, foldhash::SharedSeed::global_fixed()),
                 ids,
             },
+            last: None,
         }
     }
 
@@ -142,6 +147,11 @@ impl ConnTable {
 
     fn slot_of(&self, id: CommId) -> Option<u32> {
         let slots = &self.slots;
+        if let Some((last, s)) = self.last {
+            if last == id && at(slots, s).is_some_and(|c| c.id == id) {
+                return Some(s);
+            }
+        }
         self.by_id
             .find(hash_id(&self.hasher, id), |&s| {
                 at(slots, s).is_some_and(|c| c.id == id)
@@ -160,14 +170,23 @@ impl ConnTable {
 
     pub(super) fn get_mut(&mut self, id: &CommId) -> Option<&mut Conn> {
         let s = self.slot_of(*id)?;
+        self.last = Some((*id, s));
         self.slots.get_mut(s as usize).and_then(Option::as_mut)
     }
 
     /// Adds a connection under `id` (its `id` field is set to it), replacing one already
     /// there.
     pub(super) fn insert(&mut self, id: CommId, mut conn: Conn) {
-        self.remove(&id);
         conn.id = id;
+        if let Some(s) = self.slot_of(id) {
+            self.unindex(Key::Remote, s);
+            self.unindex(Key::Qpn, s);
+            if let Some(slot) = self.slots.get_mut(s as usize) {
+                *slot = Some(conn);
+            }
+            self.last = Some((id, s));
+            return;
+        }
         let s = match self.free.pop() {
             Some(s) => {
                 if let Some(slot) = self.slots.get_mut(s as usize) {
@@ -186,6 +205,7 @@ impl ConnTable {
         let h = &self.hasher;
         self.by_id
             .insert_unique(hash_id(h, id), s, rehash(&self.slots, h, Key::Id));
+        self.last = Some((id, s));
     }
 
     /// Takes a connection out of the table and out of every index.
@@ -198,6 +218,7 @@ impl ConnTable {
             })
             .ok()?;
         let (s, _) = entry.remove();
+        self.last = None;
         self.unindex(Key::Remote, s);
         self.unindex(Key::Qpn, s);
         let conn = self.slots.get_mut(s as usize).and_then(Option::take)?;
@@ -225,6 +246,7 @@ impl ConnTable {
         let Some(s) = self.slot_of(id) else {
             return;
         };
+        self.last = Some((id, s));
         let Some(c) = at(&self.slots, s) else {
             return;
         };
@@ -302,6 +324,32 @@ impl ConnTable {
             self.unindex(Key::Qpn, s);
         }
     }
+}
+
+impl ConnTable {
+    /// Heap bytes of the records (free slots included) and of the three indexes, from their
+    /// capacities.
+    pub(super) fn heap_bytes(&self) -> (usize, usize) {
+        let records = self.slots.capacity() * core::mem::size_of::<Option<Conn>>()
+            + self.free.capacity() * core::mem::size_of::<u32>();
+        let indexes = [&self.by_id, &self.by_remote, &self.by_qpn]
+            .iter()
+            .map(|t| table_bytes(t.capacity(), core::mem::size_of::<u32>()))
+            .sum();
+        (records, indexes)
+    }
+}
+
+/// The heap bytes of a hashbrown table (`std`'s `HashMap` is one) of `capacity` entries of
+/// `entry` bytes: its buckets (capacity 7/8 of them, a power of two) with one control byte
+/// each, plus one group of control bytes.
+pub(super) fn table_bytes(capacity: usize, entry: usize) -> usize {
+    let buckets = match capacity {
+        0 => return 0,
+        c if c < 7 => (c + 1).next_power_of_two(),
+        c => (c / 7 * 8).next_power_of_two(),
+    };
+    buckets * (entry + 1) + 16
 }
 
 /// Whether two records have the same key for an index.

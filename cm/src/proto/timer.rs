@@ -105,6 +105,13 @@ impl Timers {
         self.queue.remove(&(at, id.0, TimerKind::SidrIn));
     }
 
+    /// Heap bytes: the per-connection map from its capacity, the queue at its entries' size.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let conn = core::mem::size_of::<(CommId, (Instant, TimerKind))>();
+        super::table::table_bytes(self.conns.capacity(), conn)
+            + self.queue.len() * core::mem::size_of::<(Instant, u32, TimerKind)>()
+    }
+
     /// The earliest deadline.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.queue.first().map(|(t, _, _)| *t)

@@ -18,6 +18,7 @@ use crate::log_limit::LOG_BURST;
 use crate::proto::conn::{Conn, Extra, Pending};
 use crate::proto::peers::Peers;
 use crate::proto::timer::{TimerKind, Timers};
+use crate::proto::table::table_bytes;
 use crate::proto::util::{map, HashMap};
 use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
 
@@ -57,6 +58,15 @@ impl Io {
             now: None,
             log: LogLimit::default(),
         }
+    }
+
+    /// Heap bytes of the side tables (pending requests, extra data, armed timers).
+    pub(super) fn heap_bytes(&self) -> usize {
+        let pending = core::mem::size_of::<(CommId, Pending)>();
+        let extra = core::mem::size_of::<(CommId, Extra)>();
+        table_bytes(self.pending.capacity(), pending)
+            + table_bytes(self.extra.capacity(), extra)
+            + self.timers.heap_bytes()
     }
 
     /// Anti-amplification: whether one more MAD may go to the peer of connection `id` (always,

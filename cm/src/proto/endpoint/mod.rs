@@ -70,13 +70,13 @@ use rand_chacha::ChaCha8Rng;
 use tracing::{debug, trace};
 
 use super::conn::{Conn, SidrIn, SidrOut};
-use super::table::ConnTable;
+use super::table::{table_bytes, ConnTable};
 use super::ids::{IdAllocator, SidrReqId};
 use super::timer::{Expired, TimerKind};
 use super::util::{map, HashMap, HashSet, LocalQpnMap};
 use super::{
     CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, EventKind, LapState,
-    ListenOptions, PeerAddr, Side, State, Stats, Transmit,
+    ListenOptions, MemoryUse, PeerAddr, Side, State, Stats, Transmit,
 };
 use io::Io;
 
@@ -232,6 +232,22 @@ impl Endpoint {
     /// Connections in the table (all states, TimeWait included).
     pub fn len(&self) -> usize {
         self.conns.len()
+    }
+
+    /// Heap bytes held by the connection table and the per-connection side tables, by
+    /// structure, from their capacities ([`MemoryUse`] says what is counted).
+    pub fn memory(&self) -> MemoryUse {
+        let (records, indexes) = self.conns.heap_bytes();
+        let qpn_entry = core::mem::size_of::<(Qpn, u32)>();
+        let quarantine_entry = core::mem::size_of::<(Qpn, Instant)>();
+        MemoryUse {
+            records,
+            indexes,
+            qpns: table_bytes(self.local_qpns.capacity(), qpn_entry)
+                + table_bytes(self.quarantine.capacity(), quarantine_entry),
+            side: self.io.heap_bytes(),
+            peers: self.io.peers.heap_bytes(),
+        }
     }
 
     /// Whether the table is empty (no connection, no pending SIDR, no timer).

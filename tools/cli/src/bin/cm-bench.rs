@@ -233,8 +233,7 @@ fn reexec_with_thp() -> Result<()> {
 
 /// This thread's CPU time (user + system).
 fn thread_cpu() -> Result<std::time::Duration> {
-    let (user, sys) = sys::cpu_time(true).context("getrusage")?;
-    Ok(user + sys)
+    sys::thread_cpu_clock().context("clock_gettime(CLOCK_THREAD_CPUTIME_ID)")
 }
 
 fn rss_bytes() -> u64 {
@@ -366,6 +365,18 @@ fn scale(n: u64) -> Result<()> {
         "held {n} established connections in each of two endpoints; RSS {:.1} MiB -> {:.1} MiB",
         rss0 as f64 / 1048576.0,
         rss1 as f64 / 1048576.0
+    );
+    let (ma, mb) = (p.a.memory(), p.b.memory());
+    let per_conn = |x: usize, y: usize| (x + y) as f64 / (2 * n) as f64;
+    println!(
+        "the core's own count (Endpoint::memory, from capacities): {:.0} B/conn = records {:.0} \
+         + indexes {:.0} + local QPNs {:.0} + side tables {:.0} + peers {:.1}",
+        per_conn(ma.total(), mb.total()),
+        per_conn(ma.records, mb.records),
+        per_conn(ma.indexes, mb.indexes),
+        per_conn(ma.qpns, mb.qpns),
+        per_conn(ma.side, mb.side),
+        per_conn(ma.peers, mb.peers),
     );
     println!(
         "by the clock: rate@1k: {wall_first:.0} conn/s; rate@N: {wall_last:.0} conn/s; \
