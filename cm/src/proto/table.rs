@@ -178,7 +178,13 @@ impl ConnTable {
     /// there.
     pub(super) fn insert(&mut self, id: CommId, mut conn: Conn) {
         conn.id = id;
-        if let Some(s) = self.slot_of(id) {
+        let hash = hash_id(&self.hasher, id);
+        let slots = &self.slots;
+        let old = self
+            .by_id
+            .find(hash, |&s| at(slots, s).is_some_and(|c| c.id == id))
+            .copied();
+        if let Some(s) = old {
             self.unindex(Key::Remote, s);
             self.unindex(Key::Qpn, s);
             if let Some(slot) = self.slots.get_mut(s as usize) {
@@ -204,7 +210,7 @@ impl ConnTable {
         self.len += 1;
         let h = &self.hasher;
         self.by_id
-            .insert_unique(hash_id(h, id), s, rehash(&self.slots, h, Key::Id));
+            .insert_unique(hash, s, rehash(&self.slots, h, Key::Id));
         self.last = Some((id, s));
     }
 
@@ -358,5 +364,77 @@ fn same_key(key: Key, a: &Conn, b: &Conn) -> bool {
         Key::Id => a.id == b.id,
         Key::Remote => a.remote_id == b.remote_id && a.remote_ca_guid == b.remote_ca_guid,
         Key::Qpn => a.remote_qpn == b.remote_qpn && a.remote_ca_guid == b.remote_ca_guid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::conn::Micros;
+    use crate::proto::peers::Peers;
+    use crate::proto::{LapState, PeerAddr, Side, State};
+    use ibcm_mad::{ReqTransport, Tid, TimeoutExp};
+    use std::time::Duration;
+
+    fn conn(peers: &mut Peers, remote: u32, qpn: u32, guid: u64) -> Conn {
+        Conn {
+            id: CommId(0),
+            state: State::Established,
+            lap: LapState::Uninit,
+            side: Side::Passive,
+            transport: ReqTransport::Rc,
+            closed: false,
+            auto_rtu: false,
+            holds_qpn: false,
+            remote_id: CommId(remote),
+            local_qpn: Qpn::masked(1),
+            remote_qpn: Qpn::masked(qpn),
+            remote_ca_guid: Guid(guid),
+            peer: peers.intern(PeerAddr::Udp("127.0.0.1:4791".parse().unwrap())),
+            tid: Tid(0),
+            request_timeout: Micros::from_duration(Duration::from_millis(1)),
+            max_retries: 0,
+            packet_life_time: TimeoutExp::masked(0),
+            timewait: Micros::from_duration(Duration::from_millis(1)),
+        }
+    }
+
+    #[test]
+    fn indexes_follow_the_records() {
+        let mut peers = Peers::new(1);
+        let mut t = ConnTable::new(7, IdAllocator::new(0, [1, 2, 3, 4, 5, 6, 7, 8]));
+        for i in 1..=1000u32 {
+            t.insert(CommId(i * 7), conn(&mut peers, i, i, 9));
+            t.index_remote(CommId(i * 7));
+            t.index_qpn(CommId(i * 7));
+        }
+        assert_eq!(t.len(), 1000);
+        assert_eq!(t.by_remote(CommId(5), Guid(9)), Some(CommId(35)));
+        assert_eq!(t.by_remote(CommId(5), Guid(8)), None);
+        assert_eq!(t.by_qpn(Qpn::masked(6), Guid(9)), Some(CommId(42)));
+        // Leaving the table leaves every index; the slot is reused.
+        let gone = t.remove(&CommId(35)).map(|c| c.remote_id);
+        assert_eq!(gone, Some(CommId(5)));
+        assert_eq!(t.by_remote(CommId(5), Guid(9)), None);
+        assert_eq!(t.by_qpn(Qpn::masked(5), Guid(9)), None);
+        assert!(!t.contains_key(&CommId(35)));
+        t.insert(CommId(3), conn(&mut peers, 5, 5, 9));
+        assert_eq!(t.slots.len(), 1000);
+        assert_eq!(t.by_remote(CommId(5), Guid(9)), None, "not indexed yet");
+        // A newer connection under the same key takes the index entry over; the older one
+        // leaving does not remove it.
+        t.index_qpn(CommId(3));
+        t.insert(CommId(4), conn(&mut peers, 77, 5, 9));
+        t.index_qpn(CommId(4));
+        assert_eq!(t.by_qpn(Qpn::masked(5), Guid(9)), Some(CommId(4)));
+        t.remove(&CommId(3));
+        assert_eq!(t.by_qpn(Qpn::masked(5), Guid(9)), Some(CommId(4)));
+        t.unindex_qpn(CommId(4));
+        assert_eq!(t.by_qpn(Qpn::masked(5), Guid(9)), None);
+        assert_eq!(t.get(&CommId(4)).map(|c| c.remote_id), Some(CommId(77)));
+        let mut ids: Vec<u32> = t.keys().map(|c| c.0).collect();
+        ids.sort_unstable();
+        assert_eq!(ids.len(), t.len());
+        assert_eq!(ids.first(), Some(&4));
     }
 }
