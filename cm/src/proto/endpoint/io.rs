@@ -150,6 +150,17 @@ impl Io {
         self.extra.entry(id).or_default()
     }
 
+    /// Forgets the MRA saved for connection `id` (its extra data with it, if nothing else is
+    /// left).
+    pub(super) fn drop_mra(&mut self, id: CommId) {
+        if let Some(x) = self.extra.get_mut(&id) {
+            x.mra = None;
+            if x.rtu_private_data.is_none() && x.apr.is_none() {
+                self.extra.remove(&id);
+            }
+        }
+    }
+
     /// Arms connection `id`'s one timer (replacing the one armed before).
     pub(super) fn arm(&mut self, id: CommId, at: Instant, kind: TimerKind) {
         self.timers.arm_conn(id, at, kind);

@@ -203,9 +203,7 @@ impl Endpoint {
         }
         c.local_qpn = qpn;
         c.holds_qpn = true;
-        if let Some(x) = io.extra.get_mut(&conn) {
-            x.mra = None;
-        }
+        io.drop_mra(conn);
         io.set_state(conn, c, State::RepSent);
         // The REP answers the REQ: it always goes out, and counts against the budget.
         io.guard.sent(conn, MAD_BYTES);

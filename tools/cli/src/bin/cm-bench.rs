@@ -19,8 +19,10 @@
 //!   datagrams/s (batched); ratio: <x.xx>`.
 //! * `scale`: two sans-IO endpoints exchange MADs in memory (the core without any transport);
 //!   N connections are established and held. Memory is the RSS growth divided by N and by 2
-//!   (both endpoints hold N connections); the setup rate is the median of batches of 1,000
-//!   connections among the first five and among the last five. Last line:
+//!   (both endpoints hold N connections), printed next to the core's own count by structure
+//!   (`Endpoint::memory`, from the capacities); the setup rate is the median of batches of
+//!   1,000 connections among the first five and among the last five, per second of the
+//!   thread's CPU time (by the clock on the line before). Last line:
 //!   `scale: <bytes> B/conn; rate@1k: <conn/s>; rate@N: <conn/s>; ratio: <x.xx>`.
 //! * `scale --rt`: N connections held through the async API ([`scale_rt`] module docs). Last
 //!   line: `scale-rt: <bytes> B/conn; core: <bytes> B/conn; ratio: <x.xx>`.
