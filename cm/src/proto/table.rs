@@ -110,11 +110,7 @@ fn at(slots: &[Option<Conn>], s: u32) -> Option<&Conn> {
 
 /// Rehashes an entry of the index over `key` (hashbrown calls it when the index grows). Every
 /// entry points to a record (the invariant above); 0 would do no harm otherwise.
-fn rehash<'a>(
-    slots: &'a [Option<Conn>],
-    h: &'a Hasher,
-    key: Key,
-) -> impl Fn(&u32) -> u64 + 'a {
+fn rehash<'a>(slots: &'a [Option<Conn>], h: &'a Hasher, key: Key) -> impl Fn(&u32) -> u64 + 'a {
     move |&s| at(slots, s).map_or(0, |c| key.hash(h, c))
 }
 

@@ -70,8 +70,8 @@ use rand_chacha::ChaCha8Rng;
 use tracing::{debug, trace};
 
 use super::conn::{Conn, SidrIn, SidrOut};
-use super::table::{table_bytes, ConnTable};
 use super::ids::{IdAllocator, SidrReqId};
+use super::table::{table_bytes, ConnTable};
 use super::timer::{Expired, TimerKind};
 use super::util::{map, HashMap, HashSet, LocalQpnMap};
 use super::{

@@ -182,5 +182,8 @@ pub(crate) fn thread_cpu_clock() -> io::Result<Duration> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32))
+    Ok(Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    ))
 }
