@@ -7,17 +7,18 @@
 //! byte), at a load between 7/16 and 7/8.
 //!
 //! The hashes keep neighbours together where the keys allow it, so that a table of a million
-//! connections is not one cache and TLB miss per lookup:
-//! * local comm IDs hash by the allocator counter they were made from
-//!   (`IdAllocator::counter_of`): IDs allocated one after the other take neighbouring
-//!   buckets. Only our own IDs are inserted; an ID a peer makes up maps to an unpredictable
-//!   counter value.
-//! * (remote QPN, CA GUID) hashes as the QPN plus a seeded hash of the GUID: the
-//!   (near-)sequential QPNs of one node's HCA take neighbouring buckets, from an offset a peer
-//!   cannot predict. A peer can make its own entries adjacent, no more: it cannot aim them at
-//!   anyone else's, and its entries are capped by the admission limits.
-//! * (remote comm ID, CA GUID) is a seeded hash (`proto/util.rs`): remote IDs have no order
-//!   to keep.
+//! connections is not one cache and TLB miss per lookup ([`blocked`]): keys that differ only
+//! in their low 6 bits take neighbouring buckets of one 64-bucket block, and each block is
+//! placed by a seeded hash of the rest of the key. Blocks, not whole runs: a table filled by
+//! one long sequence of keys would otherwise be one dense run, through which a lookup that
+//! misses (an ID a peer made up) probes to the run's end.
+//! * local comm IDs by the allocator counter they were made from (`IdAllocator::counter_of`):
+//!   IDs allocated one after the other share blocks. Only our own IDs are inserted; an ID a
+//!   peer makes up maps to an unpredictable counter value.
+//! * (remote QPN, CA GUID) by the QPN, the block from the GUID and the QPN's high bits: the
+//!   (near-)sequential QPNs of one node's HCA share blocks, placed where a peer cannot
+//!   predict.
+//! * (remote comm ID, CA GUID) by a seeded hash alone: remote IDs have no order to keep.
 //!
 //! Each hash's top 7 bits (hashbrown's tag, compared before any record is read) are mixed.
 //!
@@ -65,9 +66,17 @@ struct Hasher {
 /// hashbrown's tag: the top 7 bits.
 const TAG: u64 = 0x7f << 57;
 
-/// A hash whose low bits are `pos` (the bucket) and whose tag is mixed from `mix`.
-fn placed(pos: u64, mix: u64) -> u64 {
-    (pos & !TAG) | (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) & TAG)
+/// Keys per block of neighbouring buckets (log2).
+const BLOCK_BITS: u32 = 6;
+
+/// The hash of a key whose low [`BLOCK_BITS`] are `n`'s and whose block is placed by
+/// `block` (a hash of the rest of the key): the bucket is the block's position plus `n`'s low
+/// bits; the tag is mixed from both.
+pub(super) fn blocked(block: u64, n: u64) -> u64 {
+    let low_mask = (1u64 << BLOCK_BITS) - 1;
+    let low = n & low_mask;
+    let tag = (block ^ low).wrapping_mul(0x9e37_79b9_7f4a_7c15) & TAG;
+    (block & !low_mask & !TAG) | low | tag
 }
 
 /// Which key of a record an index hashes.
@@ -90,7 +99,7 @@ impl Key {
 
 fn hash_id(h: &Hasher, id: CommId) -> u64 {
     let n = u64::from(h.ids.counter_of(id));
-    placed(n, n)
+    blocked(h.seeded.hash_one(n >> BLOCK_BITS), n)
 }
 
 fn hash_remote(h: &Hasher, id: CommId, guid: Guid) -> u64 {
@@ -98,9 +107,8 @@ fn hash_remote(h: &Hasher, id: CommId, guid: Guid) -> u64 {
 }
 
 fn hash_qpn(h: &Hasher, qpn: Qpn, guid: Guid) -> u64 {
-    let offset = h.seeded.hash_one(guid.0);
     let q = u64::from(qpn.get());
-    placed(offset.wrapping_add(q), offset ^ q)
+    blocked(h.seeded.hash_one((guid.0, q >> BLOCK_BITS)), q)
 }
 
 /// The record in slot `s`.
@@ -393,6 +401,32 @@ mod tests {
             packet_life_time: TimeoutExp::masked(0),
             timewait: Micros::from_duration(Duration::from_millis(1)),
         }
+    }
+
+    #[test]
+    fn neighbours_share_a_block_and_blocks_scatter() {
+        let mask = (1u64 << 20) - 1;
+        let bucket = |h: u64| h & mask;
+        // 64 neighbours: consecutive buckets of one block.
+        let first = bucket(blocked(0xdead_beef_0000, 0x1000));
+        for i in 0..64 {
+            assert_eq!(bucket(blocked(0xdead_beef_0000, 0x1000 + i)), first + i);
+        }
+        // Every tag of a block's entries is not the same one (hashbrown filters by them).
+        let tags: std::collections::HashSet<u64> = (0..64)
+            .map(|i| blocked(0xdead_beef_0000, i) >> 57)
+            .collect();
+        assert!(tags.len() > 8);
+        // The next block goes elsewhere: where its own hash says.
+        let h = Hasher {
+            seeded: SeedableRandomState::with_seed(3, foldhash::SharedSeed::global_fixed()),
+            ids: IdAllocator::new(0, [1; 8]),
+        };
+        let a = bucket(hash_qpn(&h, Qpn::masked(0x40), Guid(1)));
+        let b = bucket(hash_qpn(&h, Qpn::masked(0x41), Guid(1)));
+        let c = bucket(hash_qpn(&h, Qpn::masked(0x80), Guid(1)));
+        assert_eq!(b, a + 1);
+        assert_ne!(c & !63, a & !63);
     }
 
     #[test]

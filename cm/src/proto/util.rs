@@ -11,13 +11,15 @@ pub(super) type HashMap<K, V> =
 pub(super) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::SeedableRandomState>;
 
 /// A map keyed by local QPNs. The application chooses them (they never come from the wire), so
-/// their hash needs no seed: it is the QPN itself ([`QpnHasher`]), which keeps the
-/// (near-)sequential QPNs of an HCA in neighbouring buckets of a large table.
+/// their hash needs no seed ([`QpnHasher`]); it keeps the (near-)sequential QPNs of an HCA in
+/// neighbouring buckets of a large table, 64 to a block (as the connection table's indexes do,
+/// `proto/table.rs`).
 pub(super) type LocalQpnMap<V> =
     std::collections::HashMap<ibcm_mad::Qpn, V, std::hash::BuildHasherDefault<QpnHasher>>;
 
-/// The hash of [`LocalQpnMap`]: the value written (a QPN's `u32`), with a mixed tag in its top
-/// 7 bits (what hashbrown compares before the key).
+/// The hash of [`LocalQpnMap`]: the value written (a QPN's `u32`) in 64-bucket blocks placed
+/// by a mix of its high bits, with a mixed tag in its top 7 bits (what hashbrown compares
+/// before the key).
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct QpnHasher(u64);
 
@@ -33,8 +35,9 @@ impl std::hash::Hasher for QpnHasher {
     }
 
     fn finish(&self) -> u64 {
-        const TAG: u64 = 0x7f << 57;
-        (self.0 & !TAG) | (self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) & TAG)
+        let mut block = (self.0 >> 6).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        block ^= block >> 31;
+        super::table::blocked(block, self.0)
     }
 }
 
