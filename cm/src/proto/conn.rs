@@ -1,6 +1,7 @@
-//! The endpoint's records: one connection (its state, identifiers, the request waiting for an
-//! answer and its timer), and the outgoing and incoming SIDR requests, which keep no
-//! connection.
+//! The endpoint's records: one connection (what it keeps for its whole life: state,
+//! identifiers, peer, timeouts), the request waiting for an answer and the rarely needed data
+//! (kept apart, only while there is any: `Io::pending`, `Io::extra`), and the outgoing and
+//! incoming SIDR requests, which keep no connection.
 
 use std::time::{Duration, Instant};
 
@@ -8,10 +9,10 @@ use bytes::Bytes;
 use ibcm_mad::{CommId, Guid, Qpn, ReqTransport, RequestId, ServiceId, Tid, TimeoutExp};
 
 use super::peers::PeerId;
-use super::timer::TimerKind;
 use super::{LapState, PeerAddr, Side, State};
 
-/// A request waiting for its answer, retransmitted unchanged.
+/// A request waiting for its answer, retransmitted unchanged (`Io::pending`, by local comm ID:
+/// only connections in setup, DREQ_SENT or a LAP exchange have one).
 #[derive(Debug)]
 pub(super) struct Pending {
     pub(super) mad: Bytes,
@@ -22,7 +23,8 @@ pub(super) struct Pending {
     pub(super) deadline: Option<Instant>,
 }
 
-/// Rarely needed per-connection data, boxed to keep [`Conn`] small.
+/// Rarely needed per-connection data, kept apart from [`Conn`] (`Io::extra`, by local comm
+/// ID) while there is any.
 #[derive(Debug, Default)]
 pub(super) struct Extra {
     /// Private data of our RTU (to rebuild it for a duplicate REP).
@@ -33,9 +35,12 @@ pub(super) struct Extra {
     pub(super) apr: Option<Bytes>,
 }
 
-/// One connection.
+/// One connection: what it keeps from its REQ until it leaves the table. Its timer, pending
+/// request and [`Extra`] live in the endpoint's side tables while it has them.
 #[derive(Debug)]
 pub(super) struct Conn {
+    /// Our comm ID (the key the table finds the record by).
+    pub(super) id: CommId,
     pub(super) state: State,
     pub(super) lap: LapState,
     pub(super) side: Side,
@@ -61,19 +66,9 @@ pub(super) struct Conn {
     pub(super) packet_life_time: TimeoutExp,
     /// TimeWait duration, in µs.
     pub(super) timewait: Micros,
-    /// The one armed timer: its deadline and kind ([`TimerKind::Resend`] while `pending` waits
-    /// for an answer, [`TimerKind::Timewait`] in TimeWait).
-    pub(super) timer: Option<(Instant, TimerKind)>,
-    pub(super) pending: Option<Box<Pending>>,
-    pub(super) extra: Option<Box<Extra>>,
 }
 
 impl Conn {
-    /// The rarely needed data, created on first use.
-    pub(super) fn extra(&mut self) -> &mut Extra {
-        self.extra.get_or_insert_with(Box::default)
-    }
-
     /// The request timeout and retry budget for a request on this connection.
     pub(super) fn request_budget(&self) -> (Duration, u8) {
         (self.request_timeout.get(), self.max_retries)
@@ -118,13 +113,19 @@ impl Micros {
 mod size_tests {
     use super::*;
 
-    /// The per-connection record is what `cm-bench scale` pays for a million connections
-    /// (≤ 512 B per connection including the indexes); keep it from growing unnoticed.
+    /// The per-connection record is most of what `cm-bench scale` pays per established
+    /// connection (docs/scale.md: ≤ 128 B including the indexes); keep it from growing
+    /// unnoticed. A free slot of the table costs nothing more (`Option` uses the state's
+    /// niche).
     #[test]
     fn conn_is_small() {
         assert!(
-            core::mem::size_of::<Conn>() <= 152,
+            core::mem::size_of::<Conn>() <= 56,
             "{}",
+            core::mem::size_of::<Conn>()
+        );
+        assert_eq!(
+            core::mem::size_of::<Option<Conn>>(),
             core::mem::size_of::<Conn>()
         );
     }

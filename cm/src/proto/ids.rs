@@ -31,6 +31,17 @@ impl IdAllocator {
         (u32::from(l) << 16) | u32::from(r)
     }
 
+    /// The counter value `id` is the image of (the permutation run backwards). Consecutive
+    /// allocations give consecutive values: the connection table hashes local IDs by it, so
+    /// that connections made one after the other sit together in its index.
+    pub(crate) fn counter_of(&self, id: CommId) -> u32 {
+        let (mut l, mut r) = ((id.0 >> 16) as u16, id.0 as u16);
+        for &k in self.keys.iter().rev() {
+            (l, r) = (r ^ round(l, k), l);
+        }
+        (u32::from(l) << 16) | u32::from(r)
+    }
+
     /// The next ID for which `in_use` is false (never 0).
     pub(crate) fn alloc(&mut self, mut in_use: impl FnMut(CommId) -> bool) -> CommId {
         loop {
@@ -136,6 +147,14 @@ mod tests {
         let first = b.permute(7);
         let second = b.permute(8);
         assert_eq!(b.alloc(|id| id == CommId(first)), CommId(second));
+    }
+
+    #[test]
+    fn counter_of_inverts() {
+        let a = IdAllocator::new(0, [3, 1, 4, 1, 5, 9, 2, 6]);
+        for x in [0, 1, 2, 0xffff, 0x1_0000, 0xdead_beef, u32::MAX] {
+            assert_eq!(a.counter_of(CommId(a.permute(x))), x);
+        }
     }
 
     #[test]

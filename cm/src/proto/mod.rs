@@ -14,10 +14,12 @@ mod endpoint;
 mod error;
 mod event;
 mod ids;
+mod memory;
 mod peers;
 mod state;
 mod stateless;
 mod stats;
+mod table;
 mod timer;
 mod util;
 
@@ -31,6 +33,7 @@ pub use error::{CallError, ConnectError};
 pub use event::{
     ConnId, ConnectionError, Event, EventKind, RepInfo, ReqInfo, SidrReqInfo, Transmit,
 };
+pub use memory::MemoryUse;
 pub use state::{LapState, Side, State};
 pub use stateless::{StatelessAccept, StatelessInfo};
 pub use stats::{DropReason, Stats};

@@ -68,6 +68,17 @@ impl Peers {
         }
     }
 
+    /// Heap bytes, from the capacities.
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.addrs.capacity() * core::mem::size_of::<PeerAddr>()
+            + self.refs.capacity() * core::mem::size_of::<u32>()
+            + self.free.capacity() * core::mem::size_of::<u32>()
+            + super::table::table_bytes(
+                self.index.capacity(),
+                core::mem::size_of::<(PeerAddr, u32)>(),
+            )
+    }
+
     pub(super) fn addr(&self, id: PeerId) -> PeerAddr {
         self.addrs
             .get(id.0 as usize)

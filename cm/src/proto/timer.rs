@@ -1,10 +1,12 @@
 //! The endpoint's timers: a closed set of kinds, one deadline per armed timer, one queue.
 //!
-//! A connection has at most one timer armed at a time; its deadline and kind live in the
-//! connection (`Conn::timer`). An outgoing SIDR_REQ has its own deadline (`SidrOut::timer`).
-//! [`Timers`] orders every armed deadline so that `poll_timeout` is its first entry. Entries
-//! are never updated in place: re-arming removes the old entry and inserts a new one, and an
-//! entry that fires but no longer matches its owner's deadline is stale and ignored.
+//! A connection has at most one timer armed at a time; its deadline and kind are kept here, by
+//! comm ID, only while it is armed (an established connection with nothing outstanding has
+//! none and pays nothing for it). An outgoing SIDR_REQ has its own deadline
+//! (`SidrOut::timer`). [`Timers`] orders every armed deadline so that `poll_timeout` is its
+//! first entry. Entries are never updated in place: re-arming removes the old entry and
+//! inserts a new one, and an entry that fires but no longer matches its owner's deadline is
+//! stale and ignored.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -12,6 +14,7 @@ use std::time::Instant;
 use ibcm_mad::CommId;
 
 use super::ids::SidrReqId;
+use super::util::{map, HashMap};
 
 /// What a timer does when it fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -46,58 +49,98 @@ pub(crate) enum Expired {
 }
 
 /// Every armed deadline, ordered by (time, owner ID, kind): owners due at the same instant
-/// fire in ID order.
-#[derive(Debug, Default)]
-pub(crate) struct Timers(BTreeSet<(Instant, u32, TimerKind)>);
+/// fire in ID order; and each connection's armed timer.
+#[derive(Debug)]
+pub(crate) struct Timers {
+    queue: BTreeSet<(Instant, u32, TimerKind)>,
+    conns: HashMap<CommId, (Instant, TimerKind)>,
+}
 
 impl Timers {
-    /// Arms a connection timer (`kind` is `Resend`, `Timewait` or `Lifetime`).
-    pub(crate) fn insert_conn(&mut self, at: Instant, id: CommId, kind: TimerKind) {
-        self.0.insert((at, id.0, kind));
+    pub(crate) fn new(seed: u64) -> Self {
+        Timers {
+            queue: BTreeSet::new(),
+            conns: map(seed),
+        }
     }
 
-    /// Removes a connection timer entry.
-    pub(crate) fn remove_conn(&mut self, at: Instant, id: CommId, kind: TimerKind) {
-        self.0.remove(&(at, id.0, kind));
+    /// Arms connection `id`'s timer (`kind` is `Resend`, `Timewait` or `Lifetime`), replacing
+    /// the one armed before.
+    pub(crate) fn arm_conn(&mut self, id: CommId, at: Instant, kind: TimerKind) {
+        if let Some((t, k)) = self.conns.insert(id, (at, kind)) {
+            self.queue.remove(&(t, id.0, k));
+        }
+        self.queue.insert((at, id.0, kind));
+    }
+
+    /// Disarms connection `id`'s timer, if one is armed.
+    pub(crate) fn disarm_conn(&mut self, id: CommId) {
+        if let Some((t, k)) = self.conns.remove(&id) {
+            self.queue.remove(&(t, id.0, k));
+        }
+    }
+
+    /// Connection `id`'s armed timer.
+    pub(crate) fn conn(&self, id: CommId) -> Option<(Instant, TimerKind)> {
+        self.conns.get(&id).copied()
     }
 
     /// Arms a SIDR_REQ timer.
     pub(crate) fn insert_sidr(&mut self, at: Instant, id: SidrReqId) {
-        self.0.insert((at, id.raw(), TimerKind::Sidr));
+        self.queue.insert((at, id.raw(), TimerKind::Sidr));
     }
 
     /// Removes a SIDR_REQ timer entry.
     pub(crate) fn remove_sidr(&mut self, at: Instant, id: SidrReqId) {
-        self.0.remove(&(at, id.raw(), TimerKind::Sidr));
+        self.queue.remove(&(at, id.raw(), TimerKind::Sidr));
     }
 
     /// Arms the expiry of an incoming SIDR_REQ.
     pub(crate) fn insert_sidr_in(&mut self, at: Instant, id: CommId) {
-        self.0.insert((at, id.0, TimerKind::SidrIn));
+        self.queue.insert((at, id.0, TimerKind::SidrIn));
     }
 
     /// Removes the expiry of an incoming SIDR_REQ.
     pub(crate) fn remove_sidr_in(&mut self, at: Instant, id: CommId) {
-        self.0.remove(&(at, id.0, TimerKind::SidrIn));
+        self.queue.remove(&(at, id.0, TimerKind::SidrIn));
+    }
+
+    /// Heap bytes: the per-connection map from its capacity, the queue at its entries' size.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let conn = core::mem::size_of::<(CommId, (Instant, TimerKind))>();
+        super::table::table_bytes(self.conns.capacity(), conn)
+            + self.queue.len() * core::mem::size_of::<(Instant, u32, TimerKind)>()
     }
 
     /// The earliest deadline.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.0.first().map(|(t, _, _)| *t)
+        self.queue.first().map(|(t, _, _)| *t)
     }
 
     /// Whether no timer is armed.
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.queue.is_empty()
     }
 
-    /// Takes the earliest entry if it is due at `now`.
+    /// Takes the earliest entry if it is due at `now` (a connection's timer is disarmed by
+    /// it).
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Expired> {
-        let &(at, raw, kind) = self.0.first()?;
-        if at > now {
-            return None;
-        }
-        self.0.remove(&(at, raw, kind));
+        let (at, raw, kind) = loop {
+            let &(at, raw, kind) = self.queue.first()?;
+            if at > now {
+                return None;
+            }
+            self.queue.remove(&(at, raw, kind));
+            if matches!(kind, TimerKind::Sidr | TimerKind::SidrIn) {
+                break (at, raw, kind);
+            }
+            let id = CommId(raw);
+            if self.conns.get(&id) == Some(&(at, kind)) {
+                self.conns.remove(&id);
+                break (at, raw, kind);
+            }
+            // A connection entry that is not its armed timer: stale, skipped.
+        };
         Some(match kind {
             TimerKind::Sidr => Expired::Sidr {
                 id: SidrReqId::from_raw(raw),
@@ -126,12 +169,12 @@ mod tests {
         // Any instant will do as the origin; the queue never reads the clock.
         #[allow(clippy::disallowed_methods)]
         let t0 = Instant::now();
-        let mut t = Timers::default();
-        t.insert_conn(t0 + Duration::from_millis(2), CommId(1), TimerKind::Resend);
+        let mut t = Timers::new(1);
+        t.arm_conn(CommId(1), t0 + Duration::from_millis(2), TimerKind::Resend);
         t.insert_sidr(t0 + Duration::from_millis(1), SidrReqId::from_raw(9));
-        t.insert_conn(
-            t0 + Duration::from_millis(1),
+        t.arm_conn(
             CommId(3),
+            t0 + Duration::from_millis(1),
             TimerKind::Timewait,
         );
         assert_eq!(t.next_deadline(), Some(t0 + Duration::from_millis(1)));
@@ -153,7 +196,12 @@ mod tests {
             })
         );
         assert_eq!(t.pop_due(due), None);
-        t.remove_conn(t0 + Duration::from_millis(2), CommId(1), TimerKind::Resend);
+        assert_eq!(
+            t.conn(CommId(1)),
+            Some((t0 + Duration::from_millis(2), TimerKind::Resend))
+        );
+        assert_eq!(t.conn(CommId(3)), None);
+        t.disarm_conn(CommId(1));
         assert!(t.is_empty());
     }
 }

@@ -10,6 +10,37 @@ pub(super) type HashMap<K, V> =
     std::collections::HashMap<K, V, foldhash::fast::SeedableRandomState>;
 pub(super) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::SeedableRandomState>;
 
+/// A map keyed by local QPNs. The application chooses them (they never come from the wire), so
+/// their hash needs no seed ([`QpnHasher`]); it keeps the (near-)sequential QPNs of an HCA in
+/// neighbouring buckets of a large table, 64 to a block (as the connection table's indexes do,
+/// `proto/table.rs`).
+pub(super) type LocalQpnMap<V> =
+    std::collections::HashMap<ibcm_mad::Qpn, V, std::hash::BuildHasherDefault<QpnHasher>>;
+
+/// The hash of [`LocalQpnMap`]: the value written (a QPN's `u32`) in 64-bucket blocks placed
+/// by a mix of its high bits, with a mixed tag in its top 7 bits (what hashbrown compares
+/// before the key).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct QpnHasher(u64);
+
+impl std::hash::Hasher for QpnHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = self.0.rotate_left(32) ^ u64::from(n);
+    }
+
+    fn finish(&self) -> u64 {
+        let mut block = (self.0 >> 6).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        block ^= block >> 31;
+        super::table::blocked(block, self.0)
+    }
+}
+
 pub(super) fn map<K, V>(seed: u64) -> HashMap<K, V> {
     HashMap::with_hasher(foldhash::fast::SeedableRandomState::with_seed(
         seed,

@@ -466,11 +466,10 @@ impl Endpoint {
         // A stateful entry for the same REQ (a repeat that came from another address and
         // found no pressure): the peer took our cookie REP (it sent this RTU), so that entry
         // answers nothing any more.
-        let key = (theirs, req.local_ca_guid);
-        if let Some(&old) = self.by_remote.get(&key) {
+        if let Some(old) = self.conns.by_remote(theirs, req.local_ca_guid) {
             match self.conns.get_mut(&old) {
                 Some(c) if c.state.is_half_open_passive() => {
-                    self.io.cancel_request(old, c);
+                    self.io.cancel_request(old);
                     self.io.close(old, c, crate::proto::ConnectionError::Stale);
                     self.remove(old);
                 }
@@ -481,8 +480,9 @@ impl Endpoint {
             }
         }
         if self
-            .by_qpn
-            .contains_key(&(req.local_qpn, req.local_ca_guid))
+            .conns
+            .by_qpn(req.local_qpn, req.local_ca_guid)
+            .is_some()
         {
             self.io.stats.stale += 1;
             refuse(self, RejReason::StaleConn);
@@ -498,6 +498,7 @@ impl Endpoint {
             return;
         }
         let mut conn = Conn {
+            id: cookie,
             state: State::Idle,
             lap: LapState::Uninit,
             side: Side::Passive,
@@ -521,16 +522,12 @@ impl Endpoint {
                 req.primary_path.local_ack_timeout.get().saturating_sub(1),
             ),
             timewait: Micros::from_duration(req.primary_path.local_ack_timeout.to_duration()),
-            timer: None,
-            pending: None,
-            extra: None,
         };
         self.io.set_state(cookie, &mut conn, State::Established);
         self.use_qpn(qpn);
-        self.by_remote.insert(key, cookie);
-        self.by_qpn
-            .insert((req.local_qpn, req.local_ca_guid), cookie);
         self.conns.insert(cookie, conn);
+        self.conns.index_remote(cookie);
+        self.conns.index_qpn(cookie);
         self.io.stats.stateless_established += 1;
         let cma_header = req
             .service_id

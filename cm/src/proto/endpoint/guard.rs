@@ -83,12 +83,9 @@ impl Endpoint {
         let Some(deadline) = self.io.guard.half(id).map(|h| h.deadline) else {
             return;
         };
-        let Some(c) = self.conns.get_mut(&id) else {
-            return;
-        };
-        if let Some((at, kind)) = c.timer {
+        if let Some((at, kind)) = self.io.timers.conn(id) {
             if at > deadline {
-                self.io.arm(id, c, deadline, kind);
+                self.io.arm(id, deadline, kind);
             }
         }
     }

@@ -15,9 +15,11 @@ use super::limits::{source_of, Guard, MAD_BYTES};
 use crate::log_limit::LogLimit;
 #[cfg(doc)]
 use crate::log_limit::LOG_BURST;
-use crate::proto::conn::{Conn, Pending};
+use crate::proto::conn::{Conn, Extra, Pending};
 use crate::proto::peers::Peers;
+use crate::proto::table::table_bytes;
 use crate::proto::timer::{TimerKind, Timers};
+use crate::proto::util::{map, HashMap};
 use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
 
 /// Output queues, timers and counters.
@@ -27,6 +29,10 @@ pub(super) struct Io {
     pub(super) outbox: VecDeque<Transmit>,
     pub(super) events: VecDeque<Event>,
     pub(super) timers: Timers,
+    /// The request each connection waits an answer for, while it waits.
+    pub(super) pending: HashMap<CommId, Pending>,
+    /// The rarely needed data of the connections that have any.
+    pub(super) extra: HashMap<CommId, Extra>,
     pub(super) stats: Stats,
     /// Passive connections not yet established (kept by [`Io::set_state`]).
     pub(super) half_open: usize,
@@ -43,13 +49,24 @@ impl Io {
             peers: Peers::new(seed),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
-            timers: Timers::default(),
+            timers: Timers::new(seed),
+            pending: map(seed),
+            extra: map(seed),
             stats: Stats::default(),
             half_open: 0,
             guard: Guard::new(seed),
             now: None,
             log: LogLimit::default(),
         }
+    }
+
+    /// Heap bytes of the side tables (pending requests, extra data, armed timers).
+    pub(super) fn heap_bytes(&self) -> usize {
+        let pending = core::mem::size_of::<(CommId, Pending)>();
+        let extra = core::mem::size_of::<(CommId, Extra)>();
+        table_bytes(self.pending.capacity(), pending)
+            + table_bytes(self.extra.capacity(), extra)
+            + self.timers.heap_bytes()
     }
 
     /// Anti-amplification: whether one more MAD may go to the peer of connection `id` (always,
@@ -118,7 +135,7 @@ impl Io {
     /// Re-sends the MRA stored for a duplicate of the message it acknowledged (nothing if
     /// there is none).
     pub(super) fn resend_mra(&mut self, c: &Conn) {
-        if let Some(mra) = c.extra.as_ref().and_then(|x| x.mra.clone()) {
+        if let Some(mra) = self.extra.get(&c.id).and_then(|x| x.mra.clone()) {
             self.stats.duplicate_replies += 1;
             self.resend_conn(c, mra);
         }
@@ -128,16 +145,37 @@ impl Io {
         self.events.push_back(Event { conn, kind });
     }
 
-    pub(super) fn arm(&mut self, id: CommId, conn: &mut Conn, at: Instant, kind: TimerKind) {
-        self.disarm(id, conn);
-        conn.timer = Some((at, kind));
-        self.timers.insert_conn(at, id, kind);
+    /// The rarely needed data of connection `id`, created on first use.
+    pub(super) fn extra_mut(&mut self, id: CommId) -> &mut Extra {
+        self.extra.entry(id).or_default()
     }
 
-    pub(super) fn disarm(&mut self, id: CommId, conn: &mut Conn) {
-        if let Some((t, k)) = conn.timer.take() {
-            self.timers.remove_conn(t, id, k);
+    /// Forgets the MRA saved for connection `id` (its extra data with it, if nothing else is
+    /// left).
+    pub(super) fn drop_mra(&mut self, id: CommId) {
+        if let Some(x) = self.extra.get_mut(&id) {
+            x.mra = None;
+            if x.rtu_private_data.is_none() && x.apr.is_none() {
+                self.extra.remove(&id);
+            }
         }
+    }
+
+    /// Arms connection `id`'s one timer (replacing the one armed before).
+    pub(super) fn arm(&mut self, id: CommId, at: Instant, kind: TimerKind) {
+        self.timers.arm_conn(id, at, kind);
+    }
+
+    pub(super) fn disarm(&mut self, id: CommId) {
+        self.timers.disarm_conn(id);
+    }
+
+    /// Forgets everything kept apart for connection `id` (it leaves the table, or enters
+    /// TimeWait before its timer is armed again): pending request, extra data, timer.
+    pub(super) fn forget(&mut self, id: CommId) {
+        self.pending.remove(&id);
+        self.extra.remove(&id);
+        self.disarm(id);
     }
 
     pub(super) fn set_state(&mut self, id: CommId, conn: &mut Conn, new: State) {
@@ -175,24 +213,27 @@ impl Io {
         &mut self,
         now: Instant,
         id: CommId,
-        conn: &mut Conn,
+        conn: &Conn,
         msg: CmMessage,
         (timeout, retries): (Duration, u8),
     ) {
         let mad = self.send_conn(conn, msg);
-        conn.pending = Some(Box::new(Pending {
-            mad,
-            retries_left: retries,
-            timeout,
-            deadline: None,
-        }));
-        self.arm(id, conn, now + timeout, TimerKind::Resend);
+        self.pending.insert(
+            id,
+            Pending {
+                mad,
+                retries_left: retries,
+                timeout,
+                deadline: None,
+            },
+        );
+        self.arm(id, now + timeout, TimerKind::Resend);
     }
 
-    pub(super) fn cancel_request(&mut self, id: CommId, conn: &mut Conn) {
-        conn.pending = None;
-        if matches!(conn.timer, Some((_, TimerKind::Resend))) {
-            self.disarm(id, conn);
+    pub(super) fn cancel_request(&mut self, id: CommId) {
+        self.pending.remove(&id);
+        if matches!(self.timers.conn(id), Some((_, TimerKind::Resend))) {
+            self.disarm(id);
         }
     }
 }

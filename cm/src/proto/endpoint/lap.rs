@@ -98,7 +98,7 @@ impl Endpoint {
             private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
         };
         let bytes = io.send_conn(c, CmMessage::Apr(apr));
-        c.extra().apr = Some(bytes);
+        io.extra_mut(conn).apr = Some(bytes);
         c.lap = LapState::Idle;
         Ok(())
     }
@@ -137,7 +137,7 @@ impl Endpoint {
             io.stats.drop(DropReason::WrongState);
             return;
         }
-        io.cancel_request(id, c);
+        io.cancel_request(id);
         c.lap = LapState::Idle;
         io.event(
             id,

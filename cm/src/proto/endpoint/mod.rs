@@ -68,18 +68,19 @@ mod teardown;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use ibcm_mad::{CmMessage, CommId, Guid, Mad, Qpn, RequestId, ServiceId};
+use ibcm_mad::{CmMessage, CommId, Mad, Qpn, RequestId, ServiceId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tracing::{debug, trace};
 
 use super::conn::{Conn, SidrIn, SidrOut};
 use super::ids::{IdAllocator, SidrReqId};
+use super::table::{table_bytes, ConnTable};
 use super::timer::{Expired, TimerKind};
-use super::util::{map, HashMap, HashSet};
+use super::util::{map, HashMap, HashSet, LocalQpnMap};
 use super::{
     CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, EventKind, LapState,
-    ListenOptions, PeerAddr, Side, State, Stats, Transmit,
+    ListenOptions, MemoryUse, PeerAddr, Side, State, Stats, Transmit,
 };
 use io::Io;
 
@@ -140,13 +141,11 @@ pub struct Endpoint {
     /// The endpoint's RNG (seeded by `rng_seed` or the OS), after the comm-ID keys and the
     /// hash seed were drawn from it: [`Endpoint::random_psn`].
     rng: ChaCha8Rng,
-    conns: HashMap<CommId, Conn>,
-    /// (remote comm ID, remote CA GUID) → connection: duplicate detection.
-    by_remote: HashMap<(CommId, Guid), CommId>,
-    /// (remote QPN, remote CA GUID) → connection: stale-connection detection.
-    by_qpn: HashMap<(Qpn, Guid), CommId>,
+    /// The connections, by local comm ID, (remote comm ID, remote CA GUID) (duplicate
+    /// detection) and (remote QPN, remote CA GUID) (stale-connection detection).
+    conns: ConnTable,
     /// Live connections per local QPN.
-    local_qpns: HashMap<Qpn, u32>,
+    local_qpns: LocalQpnMap<u32>,
     /// QPNs of connections in TimeWait, with the time they become free.
     quarantine: HashMap<Qpn, Instant>,
     listeners: BTreeMap<ServiceId, ListenOptions>,
@@ -174,14 +173,13 @@ impl Endpoint {
         let start: u32 = rng.random();
         let seed: u64 = rng.random();
         let cookies = cookie::Cookies::new(&rng);
+        let ids = IdAllocator::new(start, keys);
         Endpoint {
             cfg,
-            ids: IdAllocator::new(start, keys),
+            conns: ConnTable::new(seed, ids.clone()),
+            ids,
             rng,
-            conns: map(seed),
-            by_remote: map(seed),
-            by_qpn: map(seed),
-            local_qpns: map(seed),
+            local_qpns: LocalQpnMap::default(),
             quarantine: map(seed),
             listeners: BTreeMap::new(),
             sidr_out: map(seed),
@@ -245,6 +243,22 @@ impl Endpoint {
         self.conns.len()
     }
 
+    /// Heap bytes held by the connection table and the per-connection side tables, by
+    /// structure, from their capacities ([`MemoryUse`] says what is counted).
+    pub fn memory(&self) -> MemoryUse {
+        let (records, indexes) = self.conns.heap_bytes();
+        let qpn_entry = core::mem::size_of::<(Qpn, u32)>();
+        let quarantine_entry = core::mem::size_of::<(Qpn, Instant)>();
+        MemoryUse {
+            records,
+            indexes,
+            qpns: table_bytes(self.local_qpns.capacity(), qpn_entry)
+                + table_bytes(self.quarantine.capacity(), quarantine_entry),
+            side: self.io.heap_bytes(),
+            peers: self.io.peers.heap_bytes(),
+        }
+    }
+
     /// Whether the table is empty (no connection, no pending SIDR, no timer).
     pub fn is_empty(&self) -> bool {
         self.conns.is_empty()
@@ -267,7 +281,7 @@ impl Endpoint {
 
     /// The IDs of all connections, sorted.
     pub fn conn_ids(&self) -> Vec<ConnId> {
-        let mut v: Vec<ConnId> = self.conns.keys().copied().collect();
+        let mut v: Vec<ConnId> = self.conns.keys().collect();
         v.sort();
         v
     }
@@ -431,9 +445,8 @@ impl Endpoint {
         let Some(mut c) = self.conns.remove(&id) else {
             return;
         };
-        self.io.disarm(id, &mut c);
+        self.io.forget(id);
         self.io.set_state(id, &mut c, State::Idle);
-        self.unindex(id, &c);
         self.release_qpn_of(&mut c);
         self.io.peers.release(c.peer);
     }
@@ -445,53 +458,36 @@ impl Endpoint {
         }
     }
 
-    fn unindex(&mut self, id: CommId, c: &Conn) {
-        self.unindex_remote(id, c);
-        self.unindex_qpn(id, c);
-    }
-
-    fn unindex_remote(&mut self, id: CommId, c: &Conn) {
-        let key = (c.remote_id, c.remote_ca_guid);
-        if self.by_remote.get(&key) == Some(&id) {
-            self.by_remote.remove(&key);
-        }
-    }
-
-    fn unindex_qpn(&mut self, id: CommId, c: &Conn) {
-        let key = (c.remote_qpn, c.remote_ca_guid);
-        if self.by_qpn.get(&key) == Some(&id) {
-            self.by_qpn.remove(&key);
-        }
-    }
-
     /// Moves a connection to TimeWait: out of the stale-connection index, QPN quarantined,
     /// timer armed. It stays in the duplicate index (`by_remote`, as in Linux) until it leaves
     /// the table, so that a late duplicate of its REQ is recognised instead of creating a
     /// second connection.
     fn enter_timewait(&mut self, now: Instant, id: CommId) {
-        let Some(mut c) = self.conns.remove(&id) else {
+        let Some(c) = self.conns.get(&id) else {
             return;
         };
         if c.state == State::Timewait {
-            self.conns.insert(id, c);
             return;
         }
-        self.unindex_qpn(id, &c);
-        self.io.set_state(id, &mut c, State::Timewait);
-        c.pending = None;
-        c.extra = None;
+        self.conns.unindex_qpn(id);
+        self.io.forget(id);
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        self.io.set_state(id, c, State::Timewait);
         let derived = c.timewait.get().min(self.cfg.max_timewait);
         let dur = self.cfg.timewait.unwrap_or(derived) + self.cfg.timewait_slack;
         let until = now + dur;
-        if c.holds_qpn {
-            let q = self.quarantine.entry(c.local_qpn).or_insert(until);
+        let (holds, qpn) = (c.holds_qpn, c.local_qpn);
+        c.holds_qpn = false;
+        if holds {
+            let q = self.quarantine.entry(qpn).or_insert(until);
             if *q < until {
                 *q = until;
             }
-            self.release_qpn_of(&mut c);
+            self.release_qpn(qpn);
         }
-        self.io.arm(id, &mut c, until, TimerKind::Timewait);
-        self.conns.insert(id, c);
+        self.io.arm(id, until, TimerKind::Timewait);
     }
 
     /// TimeWait is over: the connection leaves the table, its QPN the quarantine.
@@ -499,7 +495,7 @@ impl Endpoint {
         let Some(c) = self.conns.remove(&id) else {
             return;
         };
-        self.unindex_remote(id, &c);
+        self.io.forget(id);
         if self
             .quarantine
             .get(&c.local_qpn)
@@ -528,14 +524,10 @@ impl Endpoint {
             match expired {
                 Expired::Sidr { id, at } => self.on_sidr_timer(now, id, at),
                 Expired::SidrIn { id, at } => self.on_sidr_in_timer(id, at),
-                Expired::Conn { id, at, kind } => {
-                    let Some(c) = self.conns.get_mut(&id) else {
+                Expired::Conn { id, kind, .. } => {
+                    if !self.conns.contains_key(&id) {
                         continue;
-                    };
-                    if c.timer != Some((at, kind)) {
-                        continue; // stale entry
                     }
-                    c.timer = None;
                     match kind {
                         TimerKind::Timewait => self.on_timewait_exit(now, id),
                         TimerKind::Lifetime => self.on_half_open_expired(id),
@@ -555,8 +547,8 @@ impl Endpoint {
         // A half-open entry never outlives its deadline (`max_half_open_lifetime`), an
         // unanswered REQ its `connect_timeout`.
         let half = self.io.guard.half(id).map(|h| h.deadline);
-        let unanswered = c
-            .pending
+        let pending = self.io.pending.get_mut(&id);
+        let unanswered = pending
             .as_ref()
             .and_then(|p| p.deadline)
             .filter(|_| c.state == State::ReqSent);
@@ -564,7 +556,7 @@ impl Endpoint {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        if let Some(p) = c.pending.as_mut() {
+        if let Some(p) = pending {
             if p.retries_left > 0 && deadline.is_none_or(|d| now < d) {
                 p.retries_left -= 1;
                 let (mad, timeout) = (p.mad.clone(), p.timeout);
@@ -575,14 +567,14 @@ impl Endpoint {
                     self.io.resend_conn(c, mad);
                 }
                 let at = deadline.map_or(now + timeout, |d| d.min(now + timeout));
-                self.io.arm(id, c, at, TimerKind::Resend);
+                self.io.arm(id, at, TimerKind::Resend);
                 return;
             }
         }
         if half.is_some_and(|d| now >= d) {
             self.io.stats.half_open_expired += 1;
         }
-        c.pending = None;
+        self.io.pending.remove(&id);
         match c.state {
             State::ReqSent | State::MraReqRcvd | State::RepSent | State::MraRepRcvd => {
                 self.on_setup_timeout(id);

@@ -94,7 +94,8 @@ impl Endpoint {
         };
         let request_timeout =
             p.packet_life_time.to_duration() * 2 + p.remote_cm_response_timeout.to_duration();
-        let mut conn = Conn {
+        let conn = Conn {
+            id,
             state: State::ReqSent,
             lap: LapState::Uninit,
             side: Side::Active,
@@ -112,22 +113,19 @@ impl Endpoint {
             max_retries: p.max_cm_retries.get(),
             packet_life_time: p.packet_life_time,
             timewait: Micros::from_duration(primary_path.local_ack_timeout.to_duration()),
-            timer: None,
-            pending: None,
-            extra: None,
         };
         debug!(conn = %id, peer = %p.peer, sid = %p.service_id, "connect");
         let budget = (request_timeout, p.max_cm_retries.get());
         let sent = Box::new(req);
         self.io
-            .send_request(now, id, &mut conn, CmMessage::Req(req), budget);
+            .send_request(now, id, &conn, CmMessage::Req(req), budget);
         if let Some(limit) = p.connect_timeout {
             let at = now + limit;
-            if let Some(pending) = conn.pending.as_mut() {
+            if let Some(pending) = self.io.pending.get_mut(&id) {
                 pending.deadline = Some(at);
             }
-            if conn.timer.is_some_and(|(t, _)| at < t) {
-                self.io.arm(id, &mut conn, at, TimerKind::Resend);
+            if self.io.timers.conn(id).is_some_and(|(t, _)| at < t) {
+                self.io.arm(id, at, TimerKind::Resend);
             }
         }
         self.use_qpn(p.local_qpn);
@@ -205,9 +203,7 @@ impl Endpoint {
         }
         c.local_qpn = qpn;
         c.holds_qpn = true;
-        if let Some(x) = c.extra.as_mut() {
-            x.mra = None;
-        }
+        io.drop_mra(conn);
         io.set_state(conn, c, State::RepSent);
         // The REP answers the REQ: it always goes out, and counts against the budget.
         io.guard.sent(conn, MAD_BYTES);
@@ -251,7 +247,7 @@ impl Endpoint {
         if io.gate(conn, false) {
             io.send_conn(c, msg);
         }
-        io.cancel_request(conn, c);
+        io.cancel_request(conn);
         io.close(conn, c, ConnectionError::LocallyRejected { reason });
         if timewait {
             self.enter_timewait(now, conn);
@@ -305,7 +301,7 @@ impl Endpoint {
                 state: c.state,
             });
         }
-        io.cancel_request(conn, c);
+        io.cancel_request(conn);
         io.set_state(conn, c, State::Established);
         io.event(conn, EventKind::Established);
         Ok(())
@@ -316,7 +312,7 @@ impl Endpoint {
 
     pub(super) fn on_req(&mut self, now: Instant, from: PeerAddr, tid: Tid, req: Req) {
         // Duplicate?
-        if let Some(&id) = self.by_remote.get(&(req.local_comm_id, req.local_ca_guid)) {
+        if let Some(id) = self.conns.by_remote(req.local_comm_id, req.local_ca_guid) {
             let mra_dup = self.cfg.mra_on_duplicate_req;
             let Some(c) = self.conns.get_mut(&id) else {
                 return;
@@ -336,7 +332,7 @@ impl Endpoint {
                 // waits for its REP timer; answering at once within the budget makes up for
                 // the REPs the limit withheld.
                 State::RepSent if from_peer => {
-                    let rep = c.pending.as_ref().map(|p| p.mad.clone());
+                    let rep = self.io.pending.get(&id).map(|p| p.mad.clone());
                     match rep {
                         Some(rep) if self.io.gate(id, true) => {
                             self.io.stats.duplicate_replies += 1;
@@ -364,9 +360,7 @@ impl Endpoint {
         let stale = if xrc {
             None
         } else {
-            self.by_qpn
-                .get(&(req.local_qpn, req.local_ca_guid))
-                .copied()
+            self.conns.by_qpn(req.local_qpn, req.local_ca_guid)
         };
         if let Some(old) = stale {
             // Only the old connection's own peer may supersede it: a REQ from elsewhere
@@ -400,6 +394,7 @@ impl Endpoint {
         }
         let id = self.alloc_id();
         let mut conn = Conn {
+            id,
             state: State::Idle,
             lap: LapState::Uninit,
             side: Side::Passive,
@@ -423,9 +418,6 @@ impl Endpoint {
                 req.primary_path.local_ack_timeout.get().saturating_sub(1),
             ),
             timewait: Micros::from_duration(req.primary_path.local_ack_timeout.to_duration()),
-            timer: None,
-            pending: None,
-            extra: None,
         };
         self.io.set_state(id, &mut conn, State::ReqRcvd);
         let deadline = now + self.cfg.max_half_open_lifetime;
@@ -433,13 +425,12 @@ impl Endpoint {
         self.io
             .guard
             .enter(id, source, req.service_id, deadline, MAD_BYTES);
-        self.io.arm(id, &mut conn, deadline, TimerKind::Lifetime);
-        self.by_remote
-            .insert((req.local_comm_id, req.local_ca_guid), id);
-        if !xrc {
-            self.by_qpn.insert((req.local_qpn, req.local_ca_guid), id);
-        }
+        self.io.arm(id, deadline, TimerKind::Lifetime);
         self.conns.insert(id, conn);
+        self.conns.index_remote(id);
+        if !xrc {
+            self.conns.index_qpn(id);
+        }
         let cma_header = req
             .service_id
             .rdma_cm_port()
@@ -477,10 +468,7 @@ impl Endpoint {
                 self.io
                     .send_request(now, old, c, CmMessage::Dreq(dreq), budget);
                 // The old connection must not match the new REQ's QPN any more.
-                let key = (c.remote_qpn, c.remote_ca_guid);
-                if self.by_qpn.get(&key) == Some(&old) {
-                    self.by_qpn.remove(&key);
-                }
+                self.conns.unindex_qpn(old);
             }
             s if s.is_setup() => {
                 self.io.close(old, c, ConnectionError::Stale);
@@ -515,8 +503,8 @@ impl Endpoint {
             None => c.lap = LapState::MraLapRcvd,
         }
         let wait = m.service_timeout.to_duration() + c.packet_life_time.to_duration();
-        if c.pending.is_some() {
-            io.arm(id, c, now + wait, TimerKind::Resend);
+        if io.pending.contains_key(&id) {
+            io.arm(id, now + wait, TimerKind::Resend);
         }
         io.event(
             id,
@@ -531,7 +519,7 @@ impl Endpoint {
         // A REJ 4 "timeout" is matched by (ARI = the rejecting CA's GUID, their comm ID).
         let by_ari = if m.reason == RejReason::Timeout {
             m.timeout_ca_guid()
-                .and_then(|g| self.by_remote.get(&(m.local_comm_id, g)).copied())
+                .and_then(|g| self.conns.by_remote(m.local_comm_id, g))
         } else {
             None
         };
@@ -578,7 +566,7 @@ impl Endpoint {
             }
         };
         io.stats.rej_received += 1;
-        io.cancel_request(id, c);
+        io.cancel_request(id);
         io.close(id, c, err);
         if timewait {
             self.enter_timewait(now, id);
@@ -592,7 +580,7 @@ impl Endpoint {
 
     pub(super) fn on_rep(&mut self, now: Instant, from: PeerAddr, m: Rep) {
         let id = m.remote_comm_id;
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = self.conns.get(&id) else {
             self.io.stats.drop(DropReason::UnknownCommId);
             return;
         };
@@ -610,8 +598,9 @@ impl Endpoint {
             return;
         }
         if self
-            .by_remote
-            .contains_key(&(m.local_comm_id, m.local_ca_guid))
+            .conns
+            .by_remote(m.local_comm_id, m.local_ca_guid)
+            .is_some()
         {
             self.io.stats.drop(DropReason::Duplicate);
             return;
@@ -621,7 +610,7 @@ impl Endpoint {
         let stale = if xrc {
             None // shared TGT QPs: see on_req
         } else {
-            self.by_qpn.get(&(remote_qpn, m.local_ca_guid)).copied()
+            self.conns.by_qpn(remote_qpn, m.local_ca_guid)
         };
         if let Some(old) = stale {
             // Their QPN belongs to another live connection: REJ 10 and drop the old one.
@@ -637,13 +626,16 @@ impl Endpoint {
             self.io.send_conn(c, msg);
             self.stale_old(now, old);
             if let Some(c) = self.conns.get_mut(&id) {
-                self.io.cancel_request(id, c);
+                self.io.cancel_request(id);
                 self.io.close(id, c, ConnectionError::Stale);
             }
             self.enter_timewait(now, id);
             return;
         }
-        self.io.cancel_request(id, c);
+        self.io.cancel_request(id);
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
         c.remote_id = m.local_comm_id;
         c.remote_ca_guid = m.local_ca_guid;
         c.remote_qpn = remote_qpn;
@@ -651,17 +643,18 @@ impl Endpoint {
         c.timewait = Micros::from_duration(TimeoutExp::masked(ack).to_duration());
         self.io.set_state(id, c, State::RepRcvd);
         let auto_rtu = c.auto_rtu;
-        self.by_remote
-            .insert((m.local_comm_id, m.local_ca_guid), id);
+        self.conns.index_remote(id);
         if !xrc {
-            self.by_qpn.insert((remote_qpn, m.local_ca_guid), id);
+            self.conns.index_qpn(id);
         }
         self.io.event(
             id,
             EventKind::RepReceived(Box::new(RepInfo { rep: m, remote_qpn })),
         );
         if auto_rtu {
-            send_rtu(&mut self.io, id, c, &[]);
+            if let Some(c) = self.conns.get_mut(&id) {
+                send_rtu(&mut self.io, id, c, &[]);
+            }
         }
     }
 
@@ -673,9 +666,10 @@ impl Endpoint {
         match c.state {
             State::Established => {
                 // Our RTU was lost: build it again.
-                let pd = c
+                let pd = self
+                    .io
                     .extra
-                    .as_ref()
+                    .get(&id)
                     .and_then(|x| x.rtu_private_data.clone())
                     .unwrap_or_default();
                 let rtu = Rtu {
@@ -711,7 +705,7 @@ impl Endpoint {
             io.stats.drop(DropReason::Duplicate);
             return;
         }
-        io.cancel_request(id, c);
+        io.cancel_request(id);
         io.set_state(id, c, State::Established);
         io.event(id, EventKind::Established);
     }
@@ -744,16 +738,17 @@ fn send_rtu(io: &mut Io, id: CommId, c: &mut Conn, private_data: &[u8]) {
     };
     io.send_conn(c, CmMessage::Rtu(rtu));
     if private_data.iter().any(|&b| b != 0) {
-        c.extra().rtu_private_data = Some(private_data.into());
-    } else if let Some(x) = c.extra.as_mut() {
+        io.extra_mut(id).rtu_private_data = Some(private_data.into());
+    } else if let Some(x) = io.extra.get_mut(&id) {
         x.rtu_private_data = None;
         x.mra = None;
     }
-    if c.extra
-        .as_ref()
+    if io
+        .extra
+        .get(&id)
         .is_some_and(|x| x.rtu_private_data.is_none() && x.mra.is_none() && x.apr.is_none())
     {
-        c.extra = None;
+        io.extra.remove(&id);
     }
     io.set_state(id, c, State::Established);
     c.lap = LapState::Uninit;
@@ -778,7 +773,7 @@ fn send_mra(
         private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
     };
     let bytes = io.send_conn(c, CmMessage::Mra(mra));
-    c.extra().mra = Some(bytes);
+    io.extra_mut(id).mra = Some(bytes);
     match kind {
         MsgKind::Req => io.set_state(id, c, State::MraReqSent),
         MsgKind::Rep => io.set_state(id, c, State::MraRepSent),

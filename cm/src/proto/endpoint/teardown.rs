@@ -30,7 +30,7 @@ impl Endpoint {
         let (c, io) = self.conn_mut(conn)?;
         match c.state {
             State::Established => {
-                io.cancel_request(conn, c);
+                io.cancel_request(conn);
                 let dreq = Dreq {
                     local_comm_id: conn,
                     remote_comm_id: c.remote_id,
@@ -45,7 +45,7 @@ impl Endpoint {
             }
             State::ReqSent | State::MraReqRcvd => {
                 io.send_conn(c, timeout_rej(conn, c.remote_id, guid));
-                io.cancel_request(conn, c);
+                io.cancel_request(conn);
                 io.close(conn, c, ConnectionError::LocallyClosed);
                 self.remove(conn);
                 Ok(())
@@ -95,7 +95,7 @@ impl Endpoint {
         });
         match c.state {
             State::Established | State::RepSent | State::MraRepRcvd | State::DreqSent => {
-                self.io.cancel_request(id, c);
+                self.io.cancel_request(id);
                 self.io.set_state(id, c, State::DreqRcvd);
                 self.io.close(
                     id,
@@ -127,7 +127,7 @@ impl Endpoint {
             io.stats.drop(DropReason::WrongState);
             return;
         }
-        io.cancel_request(id, c);
+        io.cancel_request(id);
         let err = ConnectionError::Disconnected {
             by_peer: false,
             private_data: Vec::new(),

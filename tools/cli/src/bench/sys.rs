@@ -1,5 +1,5 @@
 //! The system calls of `cm-bench rate`: `sendmmsg`/`recvmmsg` for its raw UDP baseline (IPv4
-//! only) and `getrusage` for CPU time. This and nothing else in the tools has `unsafe` code:
+//! only) and `getrusage` for CPU time; and the thread's CPU clock of `cm-bench scale`. This and nothing else in the tools has `unsafe` code:
 //! it is the benchmark's sys module, as `cm/src/rt/sys.rs` is ibcm's (where the transport's
 //! own batched calls live).
 #![allow(unsafe_code)]
@@ -169,4 +169,21 @@ pub(crate) fn cpu_time(thread: bool) -> io::Result<(Duration, Duration)> {
         Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
     };
     Ok((d(ru.ru_utime), d(ru.ru_stime)))
+}
+
+/// The calling thread's CPU time from `CLOCK_THREAD_CPUTIME_ID` (nanosecond resolution;
+/// `getrusage` may advance only once per scheduler tick, too coarse for a batch of a few
+/// milliseconds).
+pub(crate) fn thread_cpu_clock() -> io::Result<Duration> {
+    // SAFETY: all-zero bytes are a valid `timespec` (plain integers).
+    let mut ts: libc::timespec = unsafe { core::mem::zeroed() };
+    // SAFETY: `ts` is a live, writable `timespec` for the kernel to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    ))
 }

@@ -34,9 +34,9 @@ use plan::{Mode, Shape};
 /// 6 MADs handled per connection: 300,786 MADs/s.
 pub(crate) const DEFAULT_CM_RATE: f64 = 300_786.0;
 
-/// Bytes of CM state per established connection by default: `cm-bench scale --conns 1000000`
-/// on the same machine (issue 14, §2).
-pub(crate) const DEFAULT_CONN_BYTES: u64 = 383;
+/// Bytes of CM state per established connection by default: `cm-bench scale --no-thp --conns
+/// 1000000` on the same machine (issue 14, §2; 383 before the compact connection table).
+pub(crate) const DEFAULT_CONN_BYTES: u64 = 106;
 
 /// How the whole fabric is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
