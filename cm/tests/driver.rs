@@ -164,6 +164,37 @@ async fn refused_accept_or_reject_still_answers_the_peer() {
     assert!(matches!(e2, CmError::Call(_)), "{e2:?}");
 }
 
+/// An accept (or SIDR reply) whose future is dropped once the command is queued is still the
+/// answer: the drop guard sends no REJ after it (cm-ping's tasks are cancelled this way on
+/// SIGINT; the REJ used to follow the REP and tear the connection down).
+#[tokio::test(start_paused = true)]
+async fn an_accept_dropped_while_it_waits_is_still_the_answer() {
+    use std::future::Future;
+    use std::task::Poll;
+    let net = MemNetwork::new();
+    let (a, b, b_addr) = pair(&net);
+    let mut l = b
+        .listen(ServiceId(0x42), ListenOptions::default())
+        .await
+        .unwrap();
+    let server = tokio::spawn(async move {
+        let inc = l.next().await.unwrap();
+        let mut fut = Box::pin(inc.accept(AcceptParams::new(Qpn::new(0x22).unwrap())));
+        // Polled once: the command is queued, the reply not yet in (the driver has not run:
+        // one thread). Then dropped.
+        let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_pending()));
+        assert!(first.await, "the accept resolved without the driver");
+        drop(fut);
+        l
+    });
+    let c = a.connect(params(b_addr, 0x11)).await.unwrap();
+    assert_eq!(c.status(), ConnStatus::Established);
+    let _l = server.await.unwrap();
+    // Still established a while later: no REJ came after the REP.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(c.status(), ConnStatus::Established);
+}
+
 #[tokio::test(start_paused = true)]
 async fn reject_with_private_data_and_mra_then_accept() {
     let net = MemNetwork::new();

@@ -402,6 +402,17 @@ impl<T: DatagramTransport> Driver<T> {
         }
     }
 
+    /// An answer to the REQ of `conn` was refused: reject the REQ (REJ 28) if it is still
+    /// waiting for one, so that the peer is not left waiting.
+    fn refuse_unanswered(&mut self, t: Instant, conn: ConnId) {
+        if matches!(
+            self.ep.state(conn),
+            Some(State::ReqRcvd | State::MraReqSent)
+        ) {
+            let _ = self.ep.reject(t, conn, RejReason::ConsumerReject, &[], &[]);
+        }
+    }
+
     fn on_command(&mut self, cmd: Command) {
         let t = now();
         match cmd {
@@ -480,6 +491,11 @@ impl<T: DatagramTransport> Driver<T> {
                         .map(|s| s.clone())
                         .ok_or(CallError::UnknownConnection(conn))
                 });
+                if r.is_err() {
+                    // A refused accept still answers the peer (the handle counts the
+                    // accept as its answer once queued).
+                    self.refuse_unanswered(t, conn);
+                }
                 let _ = reply.send(r);
             }
             Command::Reject {
@@ -489,7 +505,12 @@ impl<T: DatagramTransport> Driver<T> {
                 private_data,
                 reply,
             } => {
-                let _ = reply.send(self.ep.reject(t, conn, reason, &ari, &private_data));
+                let r = self.ep.reject(t, conn, reason, &ari, &private_data);
+                if r.is_err() {
+                    // Data that does not fit: rejected all the same, with reason 28.
+                    self.refuse_unanswered(t, conn);
+                }
+                let _ = reply.send(r);
             }
             Command::Establish {
                 conn,
@@ -521,7 +542,14 @@ impl<T: DatagramTransport> Driver<T> {
                 let _ = reply.send(r);
             }
             Command::SidrReply { id, params, reply } => {
-                let _ = reply.send(self.ep.sidr_reply(t, id, params));
+                let r = self.ep.sidr_reply(t, id, params);
+                if r.is_err() {
+                    // The requester still gets an answer: "rejected".
+                    let _ = self
+                        .ep
+                        .sidr_reply(t, id, sidr_status(ibcm_mad::SidrStatus::Rejected));
+                }
+                let _ = reply.send(r);
             }
             Command::Stats { reply } => {
                 let _ = reply.send(CmStats {

@@ -153,12 +153,21 @@ impl Cm {
         &self,
         f: impl FnOnce(oneshot::Sender<R>) -> Command,
     ) -> Result<R, CmError> {
+        self.queue(f)?.await.map_err(|_| CmError::DriverGone)
+    }
+
+    /// Queues a command for the driver; its answer comes on the receiver. Once queued, the
+    /// driver acts on it even if the caller stops waiting.
+    pub(crate) fn queue<R>(
+        &self,
+        f: impl FnOnce(oneshot::Sender<R>) -> Command,
+    ) -> Result<oneshot::Receiver<R>, CmError> {
         let (tx, rx) = oneshot::channel();
         self.shared
             .tx
             .send(f(tx))
             .map_err(|_| CmError::DriverGone)?;
-        rx.await.map_err(|_| CmError::DriverGone)
+        Ok(rx)
     }
 
     pub(super) fn slot(&self, id: ConnId) -> Option<Arc<Slot>> {
@@ -445,16 +454,15 @@ impl Incoming {
     /// unanswered.
     pub async fn accept(mut self, params: AcceptParams) -> Result<Connection, CmError> {
         let id = self.id;
-        // On an error `self` is dropped unanswered, and the drop guard sends the REJ.
-        let slot = self
-            .cm
-            .call(|reply| Command::Accept {
-                conn: id,
-                params,
-                reply,
-            })
-            .await??;
+        // Queued, the accept is the answer, even if this future is dropped before it
+        // resolves (no REJ from the drop guard after it); on an error the driver rejects.
+        let rx = self.cm.queue(|reply| Command::Accept {
+            conn: id,
+            params,
+            reply,
+        })?;
         self.answered = true;
+        let slot = rx.await.map_err(|_| CmError::DriverGone)??;
         Ok(Connection {
             id,
             cm: self.cm.clone(),
@@ -475,16 +483,15 @@ impl Incoming {
     ) -> Result<(), CmError> {
         let id = self.id;
         let (ari, private_data) = (ari.to_vec(), private_data.to_vec());
-        self.cm
-            .call(|reply| Command::Reject {
-                conn: id,
-                reason,
-                ari,
-                private_data,
-                reply,
-            })
-            .await??;
+        let rx = self.cm.queue(|reply| Command::Reject {
+            conn: id,
+            reason,
+            ari,
+            private_data,
+            reply,
+        })?;
         self.answered = true;
+        rx.await.map_err(|_| CmError::DriverGone)??;
         Ok(())
     }
 
@@ -513,10 +520,11 @@ impl Incoming {
     /// "rejected".
     pub async fn sidr_reply(mut self, params: SidrRepParams) -> Result<(), CmError> {
         let id = self.id;
-        self.cm
-            .call(|reply| Command::SidrReply { id, params, reply })
-            .await??;
+        let rx = self
+            .cm
+            .queue(|reply| Command::SidrReply { id, params, reply })?;
         self.answered = true;
+        rx.await.map_err(|_| CmError::DriverGone)??;
         Ok(())
     }
 }
