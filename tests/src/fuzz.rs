@@ -111,7 +111,7 @@ pub fn cm_endpoint(data: &[u8]) {
 
     use ibcm::proto::{
         AcceptParams, ConnId, ConnectParams, Endpoint, EndpointConfig, ListenOptions, PeerAddr,
-        SidrRepParams, SidrReqParams,
+        SidrRepParams, SidrReqParams, StatelessAccept,
     };
     use ibcm_mad::{
         AprStatus, Guid, PathInfo, Qkey, Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp, U4,
@@ -130,6 +130,10 @@ pub fn cm_endpoint(data: &[u8]) {
         max_established: MAX_ESTABLISHED,
         max_sidr_in: MAX_SIDR_IN,
         timewait: Some(Duration::from_millis(20)),
+        // B answers statelessly from half of the half-open cap on (its listener has a
+        // template, below): REQs, floods and RTUs reach the cookie paths too.
+        stateless_threshold: MAX_HALF_OPEN / 2,
+        stateless_slots: 64,
         ..Default::default()
     };
     let mut eps = [Endpoint::new(cfg(1, 1)), Endpoint::new(cfg(2, 2))];
@@ -138,6 +142,14 @@ pub fn cm_endpoint(data: &[u8]) {
     for ep in &mut eps {
         ep.listen(sid, ListenOptions::default());
     }
+    let stateless = StatelessAccept::new(
+        AcceptParams::new(Qpn::masked(0x9000)),
+        Qpn::masked(0x9000),
+        256,
+    );
+    // A valid template: a refusal would only leave B stateful (the replay test would show
+    // no stateless event in its corpus).
+    let _ = eps[1].set_stateless(sid, Some(stateless));
     #[allow(clippy::disallowed_methods)]
     let mut now = Instant::now();
     let template = Mad::new(ibcm_mad::Tid(0), CmMessage::Rtu(ibcm_mad::Rtu::default())).to_bytes();
@@ -430,7 +442,9 @@ impl Harness {
                 let c = ev.conn;
                 match ev.kind {
                     EventKind::ReqReceived(_) => self.pending[i].push(c),
-                    EventKind::Established => self.live[i].push(c),
+                    EventKind::Established | EventKind::StatelessEstablished(_) => {
+                        self.live[i].push(c)
+                    }
                     EventKind::Closed(_) | EventKind::TimewaitExit { .. } => {
                         self.live[i].retain(|x| *x != c);
                         self.pending[i].retain(|x| *x != c);
