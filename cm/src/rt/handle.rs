@@ -549,9 +549,7 @@ impl Listener {
     pub async fn next(&mut self) -> Option<Incoming> {
         loop {
             let (id, kind) = self.rx.recv().await?;
-            if matches!(kind, IncomingKind::Connect(_))
-                && !self.cm.shared.registry.contains(id)
-            {
+            if matches!(kind, IncomingKind::Connect(_)) && !self.cm.shared.registry.contains(id) {
                 continue;
             }
             return Some(Incoming::new(id, self.cm.clone(), kind));
