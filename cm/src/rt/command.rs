@@ -5,11 +5,10 @@ use std::fmt;
 use std::time::Instant;
 
 use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
-use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::slot::Slot;
+use super::slot::SlotRef;
 use super::stats::CmStats;
 use super::types::{CmError, IncomingKind, SidrAnswer};
 use crate::proto::{
@@ -18,7 +17,7 @@ use crate::proto::{
 };
 
 /// A new active connection: its ID, its slot, and the REQ as sent.
-pub(super) type Connected = (ConnId, Arc<Slot>, Box<ibcm_mad::Req>);
+pub(super) type Connected = (ConnId, SlotRef, Box<ibcm_mad::Req>);
 
 pub(crate) type Reply<T> = oneshot::Sender<T>;
 
@@ -54,7 +53,7 @@ pub(crate) enum Command {
     Accept {
         conn: ConnId,
         params: AcceptParams,
-        reply: Reply<Result<Arc<Slot>, CallError>>,
+        reply: Reply<Result<SlotRef, CallError>>,
     },
     Reject {
         conn: ConnId,

@@ -15,6 +15,7 @@ use super::command::{Command, Reply};
 use super::handle::SHUTDOWN_LINGER;
 use super::slot::Registry;
 use super::slot::Slot;
+
 use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use super::DatagramTransport;
@@ -284,7 +285,7 @@ impl<T: DatagramTransport> Driver<T> {
     }
 
     fn set_status(&self, id: ConnId, st: ConnStatus) {
-        if let Some(slot) = self.registry.get(&id) {
+        if let Some(slot) = self.registry.get(id) {
             slot.set(st);
         }
     }
@@ -299,7 +300,7 @@ impl<T: DatagramTransport> Driver<T> {
         }
         match ev.kind {
             EventKind::ReqReceived(req) => {
-                self.registry.insert(ev.conn, Slot::new());
+                self.registry.insert(Slot::new(ev.conn));
                 let delivered = self
                     .listeners
                     .get(&req.service_id())
@@ -322,9 +323,9 @@ impl<T: DatagramTransport> Driver<T> {
                 }
             }
             EventKind::StatelessEstablished(info) => {
-                let slot = Slot::new();
+                let slot = Slot::new(ev.conn);
                 slot.set(ConnStatus::Established);
-                self.registry.insert(ev.conn, slot);
+                self.registry.insert(slot);
                 let sid = info.req.service_id();
                 let delivered = self
                     .stateless
@@ -336,7 +337,7 @@ impl<T: DatagramTransport> Driver<T> {
                 }
             }
             EventKind::RepReceived(rep) => {
-                if let Some(slot) = self.registry.get(&ev.conn) {
+                if let Some(slot) = self.registry.get(ev.conn) {
                     slot.set_rep(&rep);
                 }
             }
@@ -349,7 +350,7 @@ impl<T: DatagramTransport> Driver<T> {
                 let gone = self.ep.state(ev.conn).is_none();
                 if gone {
                     // Gone without TimeWait.
-                    if let Some((_, slot)) = self.registry.remove(&ev.conn) {
+                    if let Some(slot) = self.registry.remove(ev.conn) {
                         slot.clear_rep();
                         slot.set(ConnStatus::Gone(e));
                     }
@@ -358,7 +359,7 @@ impl<T: DatagramTransport> Driver<T> {
                 }
             }
             EventKind::TimewaitExit { .. } => {
-                if let Some((_, slot)) = self.registry.remove(&ev.conn) {
+                if let Some(slot) = self.registry.remove(ev.conn) {
                     slot.clear_rep();
                     slot.update(|st| {
                         ConnStatus::Gone(match st {
@@ -421,8 +422,8 @@ impl<T: DatagramTransport> Driver<T> {
                     .ep
                     .connect_sent(t, params)
                     .map(|(id, req)| {
-                        let slot = Slot::new();
-                        self.registry.insert(id, slot.clone());
+                        let slot = Slot::new(id);
+                        self.registry.insert(slot.clone());
                         (id, slot, req)
                     })
                     .map_err(CmError::from);
@@ -487,8 +488,7 @@ impl<T: DatagramTransport> Driver<T> {
             } => {
                 let r = self.ep.accept(t, conn, params).and_then(|()| {
                     self.registry
-                        .get(&conn)
-                        .map(|s| s.clone())
+                        .get(conn)
                         .ok_or(CallError::UnknownConnection(conn))
                 });
                 if r.is_err() {

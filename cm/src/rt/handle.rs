@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
 use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -11,8 +10,7 @@ use tracing::warn;
 
 use super::command::{AppCall, Command};
 use super::driver::{BoxApp, Driver};
-use super::slot::Registry;
-use super::slot::Slot;
+use super::slot::{Registry, SlotRef};
 use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use super::DatagramTransport;
@@ -104,7 +102,7 @@ impl Cm {
         app: Option<BoxApp>,
     ) -> (Cm, JoinHandle<std::io::Result<()>>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let registry: Registry = Arc::new(DashMap::new());
+        let registry = Registry::default();
         let driver = Driver::new(transport, config, rx, registry.clone(), app);
         let task = tokio::spawn(driver.run());
         (
@@ -170,8 +168,8 @@ impl Cm {
         Ok(rx)
     }
 
-    pub(super) fn slot(&self, id: ConnId) -> Option<Arc<Slot>> {
-        self.shared.registry.get(&id).map(|s| s.clone())
+    pub(super) fn slot(&self, id: ConnId) -> Option<SlotRef> {
+        self.shared.registry.get(id)
     }
 
     /// Connects; resolves when the connection is established.
@@ -201,11 +199,10 @@ impl Cm {
     pub async fn start_connect(&self, mut params: ConnectParams) -> Result<Connection, CmError> {
         // The async API always sends the RTU itself.
         params.auto_rtu = true;
-        let (id, slot, _req) = self
+        let (_id, slot, _req) = self
             .call(|reply| Command::Connect { params, reply })
             .await??;
         Ok(Connection {
-            id,
             cm: self.clone(),
             slot,
         })
@@ -312,15 +309,15 @@ impl Cm {
 /// A connection (either side).
 #[derive(Debug, Clone)]
 pub struct Connection {
-    pub(super) id: ConnId,
+    // Two pointers: an application may hold a million of these. The ID is in the slot.
     pub(super) cm: Cm,
-    pub(super) slot: Arc<Slot>,
+    pub(super) slot: SlotRef,
 }
 
 impl Connection {
     /// The local communication ID.
     pub fn id(&self) -> ConnId {
-        self.id
+        self.slot.id()
     }
 
     /// The REP this (active) connection received: the peer's QPN, starting PSN and private
@@ -378,12 +375,12 @@ impl Connection {
     pub async fn disconnect(&self, private_data: &[u8]) -> ConnectionError {
         let (reply, rx) = oneshot::channel();
         self.cm.send(Command::Disconnect {
-            conn: self.id,
+            conn: self.id(),
             private_data: private_data.to_vec(),
             reply,
         });
         if let Ok(Err(e)) = rx.await {
-            warn!(conn = %self.id, error = %e, "disconnect refused");
+            warn!(conn = %self.id(), error = %e, "disconnect refused");
         }
         self.closed().await
     }
@@ -464,7 +461,6 @@ impl Incoming {
         self.answered = true;
         let slot = rx.await.map_err(|_| CmError::DriverGone)??;
         Ok(Connection {
-            id,
             cm: self.cm.clone(),
             slot,
         })
@@ -561,9 +557,7 @@ impl Listener {
     pub async fn next(&mut self) -> Option<Incoming> {
         loop {
             let (id, kind) = self.rx.recv().await?;
-            if matches!(kind, IncomingKind::Connect(_))
-                && !self.cm.shared.registry.contains_key(&id)
-            {
+            if matches!(kind, IncomingKind::Connect(_)) && !self.cm.shared.registry.contains(id) {
                 continue;
             }
             return Some(Incoming::new(id, self.cm.clone(), kind));
@@ -596,7 +590,6 @@ impl Cm {
     /// A handle to an existing connection by ID (e.g. one accepted elsewhere).
     pub fn connection(&self, id: ConnId) -> Option<Connection> {
         self.slot(id).map(|slot| Connection {
-            id,
             cm: self.clone(),
             slot,
         })

@@ -78,7 +78,7 @@ impl PendingConnection {
 
     /// The local communication ID.
     pub fn id(&self) -> ConnId {
-        self.conn.id
+        self.conn.id()
     }
 
     /// The REP: the peer's QPN ([`RepInfo::remote_qpn`], for XRC the TGT QPN), its starting
@@ -100,7 +100,7 @@ impl PendingConnection {
     /// known) or the private data does not fit. The REP is then rejected (REJ 28) if the
     /// connection is still waiting, as when the handle is dropped.
     pub async fn establish(mut self, private_data: &[u8]) -> Result<Connection, CmError> {
-        let conn = self.conn.id;
+        let conn = self.conn.id();
         let private_data = private_data.to_vec();
         let r = self
             .conn
@@ -141,7 +141,7 @@ impl PendingConnection {
         ari: &[u8],
         private_data: &[u8],
     ) -> Result<(), CmError> {
-        let conn = self.conn.id;
+        let conn = self.conn.id();
         let (ari, private_data) = (ari.to_vec(), private_data.to_vec());
         self.conn
             .cm
@@ -187,7 +187,6 @@ impl Cm {
             .call(|reply| Command::Connect { params, reply })
             .await??;
         let conn = Connection {
-            id,
             cm: self.clone(),
             slot,
         };

@@ -10,7 +10,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use ibcm_mad::{Psn, ServiceId};
 
 use crate::rt::CmError;
@@ -27,7 +26,7 @@ use super::proto::{
 use crate::proto::{CallError, ConnId, ConnectionError};
 use crate::rt::command::{Command, Reply};
 use crate::rt::handle::Cm;
-use crate::rt::slot::{Registry, Slot};
+use crate::rt::slot::{Registry, Slot, SlotRef};
 use crate::rt::types::{ConnStatus, IncomingKind};
 
 /// Why a node-service request failed.
@@ -193,7 +192,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
         Err(e) => return Err(io::Error::other(e)),
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    let registry: Registry = Arc::new(DashMap::new());
+    let registry = Registry::default();
     let cm = Cm::from_channel(tx, registry.clone());
     let (node_tx, node_rx) = mpsc::unbounded_channel();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel();
@@ -241,7 +240,7 @@ enum Waiter {
         Box<ibcm_mad::Req>,
     ),
     Listen(u64, Reply<Result<u64, CmError>>),
-    Accept(ConnId, Reply<Result<Arc<Slot>, CallError>>),
+    Accept(ConnId, Reply<Result<SlotRef, CallError>>),
     Call(ConnId, Reply<Result<(), CallError>>),
     Psn(Reply<Psn>),
     Sidr(oneshot::Sender<Result<crate::rt::types::SidrAnswer, CmError>>),
@@ -299,13 +298,12 @@ impl Client {
             warn!(error = %e, "node service connection lost: its connections are gone");
         }
         // Nothing will update the slots any more: wake every waiter with an end.
-        for e in self.registry.iter() {
-            e.value().update(|st| match st {
+        for slot in self.registry.drain() {
+            slot.update(|st| match st {
                 ConnStatus::Gone(e) | ConnStatus::Closed(e) => ConnStatus::Gone(e.clone()),
                 _ => ConnStatus::Gone(ConnectionError::LocallyClosed),
             });
         }
-        self.registry.clear();
         r
     }
 
@@ -478,10 +476,10 @@ impl Client {
                 let info = req.to_info();
                 let delivered = match (info, self.listeners.get(&service_id)) {
                     (Ok(info), Some(tx)) => {
-                        self.registry.insert(id, Slot::new());
+                        self.registry.insert(Slot::new(id));
                         let ok = tx.send((id, IncomingKind::Connect(Box::new(info)))).is_ok();
                         if !ok {
-                            self.registry.remove(&id);
+                            self.registry.remove(id);
                         }
                         ok
                     }
@@ -508,7 +506,7 @@ impl Client {
             }
             DaemonMsg::Rep { conn, rep } => {
                 if let (Some(slot), Ok(rep)) =
-                    (self.registry.get(&ibcm_mad::CommId(conn)), rep.to_info())
+                    (self.registry.get(ibcm_mad::CommId(conn)), rep.to_info())
                 {
                     slot.set_rep(&rep);
                 }
@@ -516,11 +514,11 @@ impl Client {
             DaemonMsg::Status { conn, status } => {
                 let id = ibcm_mad::CommId(conn);
                 if matches!(status, WireStatus::Gone(_)) {
-                    if let Some((_, slot)) = self.registry.remove(&id) {
+                    if let Some(slot) = self.registry.remove(id) {
                         slot.clear_rep();
                         slot.set(status.to_status());
                     }
-                } else if let Some(slot) = self.registry.get(&id) {
+                } else if let Some(slot) = self.registry.get(id) {
                     slot.set(status.to_status());
                 }
             }
@@ -537,8 +535,8 @@ impl Client {
                 let r = match r {
                     WireResult::Conn { conn, req } => {
                         let id = ibcm_mad::CommId(conn);
-                        let slot = Slot::new();
-                        self.registry.insert(id, slot.clone());
+                        let slot = Slot::new(id);
+                        self.registry.insert(slot.clone());
                         // The REQ as the daemon sent it; an older daemon's reply has none.
                         let req = super::wire::parse_req(&req).map(Box::new).unwrap_or(sent);
                         Ok((id, slot, req))
@@ -567,8 +565,7 @@ impl Client {
             Waiter::Accept(id, reply) => {
                 let r = call_result(id, r).and_then(|()| {
                     self.registry
-                        .get(&id)
-                        .map(|s| s.clone())
+                        .get(id)
                         .ok_or(CallError::UnknownConnection(id))
                 });
                 let _ = reply.send(r);

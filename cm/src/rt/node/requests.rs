@@ -14,7 +14,7 @@ use super::proto::{
 use super::server::{lock, ConnEntry, EventSink, NodeServer, Session};
 use crate::proto::{ConnId, ListenOptions};
 use crate::rt::command::Command;
-use crate::rt::slot::Slot;
+use crate::rt::slot::SlotRef;
 use crate::rt::types::IncomingKind;
 
 impl NodeServer {
@@ -228,7 +228,7 @@ impl NodeServer {
         self: &Arc<Self>,
         s: &Arc<Session>,
         params: super::proto::WireConnect,
-    ) -> (WireResult, Option<(u32, Arc<Slot>)>) {
+    ) -> (WireResult, Option<(u32, SlotRef)>) {
         if let Some(why) = self.connection_quota(s) {
             return (WireResult::Refused { why }, None);
         }

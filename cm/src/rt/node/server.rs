@@ -27,7 +27,7 @@ use super::proto::{
 use crate::proto::PeerAddr;
 use crate::rt::command::Command;
 use crate::rt::handle::Cm;
-use crate::rt::slot::Slot;
+use crate::rt::slot::SlotRef;
 use crate::rt::types::ConnStatus;
 
 /// Who a session is: its number and its peer's credentials (`SO_PEERCRED`).
@@ -492,7 +492,7 @@ impl NodeServer {
     }
 
     /// Forwards a connection's REP and statuses to its session until it is gone.
-    pub(super) fn watch(self: &Arc<Self>, s: Arc<Session>, conn: u32, slot: Arc<Slot>) {
+    pub(super) fn watch(self: &Arc<Self>, s: Arc<Session>, conn: u32, slot: SlotRef) {
         let me = self.clone();
         tokio::spawn(async move {
             if let Ok(rep) = slot.wait_rep().await {
