@@ -12,7 +12,9 @@
 //!   SIGKILLed, and its process-bound TGT QPs go with it ("target gone (creator exited)").
 //!
 //! The clock starts just before `kill(2)` and stops for each connection when this process's
-//! endpoint has received its DREQ (`Connection::closed` resolves). Printed per round: first
+//! endpoint has received its DREQ (`Connection::closed` resolves; for XRC a connection whose
+//! RTU the daemon had not yet handled ends with the REJ "no QP" carrying the same "target gone"
+//! block, and counts the same). Printed per round: first
 //! and last DREQ; at the end the median over the rounds of each. Last line:
 //! `node-kill: rc first <ms> ms, last <ms> ms; xrc first <ms> ms, last <ms> ms (median of R rounds, N connections)`.
 
@@ -184,6 +186,19 @@ async fn kill_and_time(
                 pd.resize(pd.len().max(TargetGone::LEN), 0);
                 if want_gone && TargetGone::parse(&pd).is_none() {
                     bail!("a DREQ without the target-gone block");
+                }
+            }
+            // XRC: a connection whose RTU the daemon had not yet handled when the target
+            // died ends with the REJ that carries the same "target gone" block.
+            ConnectionError::Rejected {
+                reason,
+                private_data,
+                ..
+            } if want_gone && *reason == ibcm_mad::RejReason::NoQp => {
+                let mut pd = private_data.clone();
+                pd.resize(pd.len().max(TargetGone::LEN), 0);
+                if TargetGone::parse(&pd).is_none() {
+                    bail!("a REJ without the target-gone block");
                 }
             }
             other => bail!("a connection ended otherwise: {other}"),
