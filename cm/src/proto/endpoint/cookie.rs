@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use ibcm_mad::cma::CmaHeader;
 use ibcm_mad::{
     CmMessage, CommId, MsgKind, PrivateData, Psn, Qpn, RejReason, Rep, Req, ReqTransport, Rtu,
-    ServiceId, Tid, TimeoutExp,
+    ServiceId, Tid,
 };
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -40,11 +40,9 @@ use siphasher::sip128::{Hasher128, SipHasher24 as Sip128};
 use super::io::rej;
 use super::limits::source_of;
 use super::Endpoint;
-use crate::proto::conn::{Conn, Micros};
 use crate::proto::util::{check_len, trimmed};
 use crate::proto::{
-    CallError, DropReason, EventKind, LapState, PeerAddr, ReqInfo, Side, State, StatelessAccept,
-    StatelessInfo,
+    CallError, DropReason, EventKind, PeerAddr, ReqInfo, State, StatelessAccept, StatelessInfo,
 };
 
 /// The ChaCha stream the cookie keys are drawn from: the endpoint's seed, another stream, so
@@ -497,32 +495,9 @@ impl Endpoint {
             refuse(self, RejReason::NoResources);
             return;
         }
-        let mut conn = Conn {
-            id: cookie,
-            state: State::Idle,
-            lap: LapState::Uninit,
-            side: Side::Passive,
-            transport: req.transport(),
-            closed: false,
-            auto_rtu: false,
-            holds_qpn: true,
-            remote_id: theirs,
-            local_qpn: qpn,
-            remote_qpn: req.local_qpn,
-            remote_ca_guid: req.local_ca_guid,
-            peer: self.io.peers.intern(from),
-            tid,
-            request_timeout: Micros::from_duration(self.peer_response_timeout(&req)),
-            max_retries: req
-                .max_cm_retries
-                .get()
-                .max(self.cfg.min_peer_cm_retries)
-                .min(self.cfg.max_peer_cm_retries),
-            packet_life_time: TimeoutExp::masked(
-                req.primary_path.local_ack_timeout.get().saturating_sub(1),
-            ),
-            timewait: Micros::from_duration(req.primary_path.local_ack_timeout.to_duration()),
-        };
+        let mut conn = self.passive_conn(cookie, &req, from, tid);
+        conn.holds_qpn = true;
+        conn.local_qpn = qpn;
         self.io.set_state(cookie, &mut conn, State::Established);
         self.use_qpn(qpn);
         self.conns.insert(cookie, conn);

@@ -158,6 +158,38 @@ impl Endpoint {
     // ---------------------------------------------------------------------------------------
     // Passive side: commands
 
+    /// The record of a passive connection from `req` (state IDLE, no local QPN yet): the
+    /// peer's IDs, QPN and timing, its retry count kept within the configured bounds. The one
+    /// place both the stateful REQ path and the stateless RTU path (cookie.rs) make it.
+    pub(super) fn passive_conn(&mut self, id: CommId, req: &Req, from: PeerAddr, tid: Tid) -> Conn {
+        Conn {
+            id,
+            state: State::Idle,
+            lap: LapState::Uninit,
+            side: Side::Passive,
+            transport: req.transport(),
+            closed: false,
+            auto_rtu: false,
+            holds_qpn: false,
+            remote_id: req.local_comm_id,
+            local_qpn: Qpn::default(),
+            remote_qpn: req.local_qpn,
+            remote_ca_guid: req.local_ca_guid,
+            peer: self.io.peers.intern(from),
+            tid,
+            request_timeout: Micros::from_duration(self.peer_response_timeout(req)),
+            max_retries: req
+                .max_cm_retries
+                .get()
+                .max(self.cfg.min_peer_cm_retries)
+                .min(self.cfg.max_peer_cm_retries),
+            packet_life_time: TimeoutExp::masked(
+                req.primary_path.local_ack_timeout.get().saturating_sub(1),
+            ),
+            timewait: Micros::from_duration(req.primary_path.local_ack_timeout.to_duration()),
+        }
+    }
+
     /// Accepts a REQ: sends the REP.
     ///
     /// # Errors
@@ -393,32 +425,7 @@ impl Endpoint {
             return;
         }
         let id = self.alloc_id();
-        let mut conn = Conn {
-            id,
-            state: State::Idle,
-            lap: LapState::Uninit,
-            side: Side::Passive,
-            transport: req.transport(),
-            closed: false,
-            auto_rtu: false,
-            holds_qpn: false,
-            remote_id: req.local_comm_id,
-            local_qpn: Qpn::default(),
-            remote_qpn: req.local_qpn,
-            remote_ca_guid: req.local_ca_guid,
-            peer: self.io.peers.intern(from),
-            tid,
-            request_timeout: Micros::from_duration(self.peer_response_timeout(&req)),
-            max_retries: req
-                .max_cm_retries
-                .get()
-                .max(self.cfg.min_peer_cm_retries)
-                .min(self.cfg.max_peer_cm_retries),
-            packet_life_time: TimeoutExp::masked(
-                req.primary_path.local_ack_timeout.get().saturating_sub(1),
-            ),
-            timewait: Micros::from_duration(req.primary_path.local_ack_timeout.to_duration()),
-        };
+        let mut conn = self.passive_conn(id, &req, from, tid);
         self.io.set_state(id, &mut conn, State::ReqRcvd);
         let deadline = now + self.cfg.max_half_open_lifetime;
         let source = source_of(from);
