@@ -425,18 +425,33 @@ impl WireupApp {
         used: &mut Option<Qpn>,
         params: impl Fn(Qpn) -> ConnectParams,
     ) -> Result<ConnId, bool> {
+        let taken = |e: ConnectError| {
+            matches!(
+                e,
+                ConnectError::QpnInQuarantine { .. } | ConnectError::QpnInUse { .. }
+            )
+        };
+        let (qpn, id) = self.with_qpn(|qpn| ep.connect(now, params(qpn)).map_err(taken))?;
+        *used = Some(qpn);
+        Ok(id)
+    }
+
+    /// Runs `attempt` with a new QPN; one it reports taken (`Err(true)`: in TimeWait or in
+    /// use) goes back to the pool and another is tried, [`CONNECT_TRIES`] times: the QPN and
+    /// the result, `Err(true)` when none would do, `Err(false)` for any other refusal.
+    fn with_qpn<T>(
+        &mut self,
+        mut attempt: impl FnMut(Qpn) -> Result<T, bool>,
+    ) -> Result<(Qpn, T), bool> {
         for _ in 0..CONNECT_TRIES {
             let qpn = self.qpn();
-            match ep.connect(now, params(qpn)) {
-                Ok(id) => {
-                    *used = Some(qpn);
-                    return Ok(id);
-                }
-                Err(ConnectError::QpnInQuarantine { .. } | ConnectError::QpnInUse { .. }) => {
+            match attempt(qpn) {
+                Ok(t) => return Ok((qpn, t)),
+                Err(true) => {
                     self.shared.borrow_mut().qpn_retries += 1;
                     self.release(qpn);
                 }
-                Err(_) => return Err(false),
+                Err(false) => return Err(false),
             }
         }
         Err(true)
@@ -508,26 +523,23 @@ impl App for WireupApp {
                     };
                     Passive::Rc { q }
                 };
-                let mut accepted = None;
-                for _ in 0..CONNECT_TRIES {
-                    let qpn = self.qpn();
-                    let params = if xrc {
-                        AcceptParams::xrc_tgt(qpn)
-                    } else {
-                        AcceptParams::new(qpn)
-                    };
-                    match ep.accept(now, ev.conn, params) {
-                        Ok(()) => {
-                            accepted = Some(qpn);
-                            break;
-                        }
-                        Err(CallError::QpnInQuarantine { .. } | CallError::QpnInUse { .. }) => {
-                            self.shared.borrow_mut().qpn_retries += 1;
-                            self.release(qpn);
-                        }
-                        Err(_) => break,
-                    }
-                }
+                let conn = ev.conn;
+                let accepted = self
+                    .with_qpn(|qpn| {
+                        let params = if xrc {
+                            AcceptParams::xrc_tgt(qpn)
+                        } else {
+                            AcceptParams::new(qpn)
+                        };
+                        ep.accept(now, conn, params).map_err(|e| {
+                            matches!(
+                                e,
+                                CallError::QpnInQuarantine { .. } | CallError::QpnInUse { .. }
+                            )
+                        })
+                    })
+                    .ok()
+                    .map(|(qpn, ())| qpn);
                 if accepted.is_none() {
                     // No QPN free now: the starter hears "no QP" at once and tries again.
                     self.shared.borrow_mut().qpn_waits += 1;
