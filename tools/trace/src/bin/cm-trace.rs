@@ -125,7 +125,7 @@ struct Args {
         conflicts_with = "files"
     )]
     interface: Option<String>,
-    /// With --stats on a live input (-i, a pipe, -l): show the statistics so far on standard error at most every SECS seconds while packets arrive (0: after every packet; a terminal is redrawn). Ctrl-C ends a live capture or pipe read with the final report.
+    /// With --stats on a live input (-i, a pipe, -l): show the statistics so far on standard error every SECS seconds, whether packets arrive or not (0: after every packet instead; a terminal is redrawn). Ctrl-C ends a live capture or pipe read with the final report.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     refresh: f64,
     /// With -i: stop after this many packets (that passed the filter).
