@@ -73,7 +73,7 @@ impl PumpWait {
     pub(crate) fn wait(&self, until: Instant) -> bool {
         let mut st = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if st.pos < st.cur.len() || st.done || requested() {
+            if st.pos < st.cur.len() || st.done || st.pending.is_some() || requested() {
                 return true;
             }
             let now = Instant::now();
