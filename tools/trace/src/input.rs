@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::capture::erf::{looks_like_erf, read_full, ErfReader};
 use crate::capture::{CaptureError, CaptureReader, Record};
+use crate::interrupt::{Pump, PumpWait};
 
 /// A reader that counts the bytes it delivers.
 pub(crate) struct Counting<R> {
@@ -97,6 +98,12 @@ pub(crate) struct Opened {
     /// The input is a pipe (a FIFO: `tcpdump -U -w - | cm-trace -`, or a named pipe): its
     /// packets arrive over time, and the output is flushed after each one.
     pub(crate) pipe: bool,
+    /// For a pipe: waits for its input with a deadline (see [`Source::wait_input`]). `None`
+    /// for other inputs, and for a gzip-compressed pipe, whose decompressor may hold whole
+    /// records that no wait on the pipe sees (`gzip` says so).
+    pub(crate) wait: Option<PumpWait>,
+    /// The input is gzip-compressed.
+    pub(crate) gzip: bool,
 }
 
 /// Whether a file type is a pipe or a socket (input that arrives over time).
@@ -128,12 +135,14 @@ impl Source {
     /// # Errors
     /// The file cannot be opened or read, or is not pcap, pcapng or ERF.
     pub(crate) fn open(path: &str) -> Result<Opened, OpenError> {
+        let mut wait = None;
         let (reader, size, pipe): (Boxed, Option<u64>, bool) = if path == "-" {
             // Standard input's type, from its descriptor (/dev/stdin names it on Linux).
             let pipe = std::fs::metadata("/dev/stdin").is_ok_and(|m| is_pipe(m.file_type()));
             if pipe {
                 crate::interrupt::install();
-                let pump = crate::interrupt::Pump::start(io::stdin()).map_err(OpenError::Io)?;
+                let (pump, w) = Pump::start(io::stdin()).map_err(OpenError::Io)?;
+                wait = Some(w);
                 (Box::new(pump), None, pipe)
             } else {
                 (Box::new(io::stdin()), None, pipe)
@@ -148,17 +157,20 @@ impl Source {
             let size = (!pipe).then_some(meta.len());
             if pipe {
                 crate::interrupt::install();
-                let pump = crate::interrupt::Pump::start(f).map_err(OpenError::Io)?;
+                let (pump, w) = Pump::start(f).map_err(OpenError::Io)?;
+                wait = Some(w);
                 (Box::new(pump), size, pipe)
             } else {
                 (Box::new(f), size, pipe)
             }
         };
-        Self::from_reader(reader).map(|(src, counter)| Opened {
+        Self::from_reader(reader).map(|(src, counter, gzip)| Opened {
             src,
             counter,
             size,
             pipe,
+            wait: wait.filter(|_| !gzip),
+            gzip,
         })
     }
 
@@ -176,6 +188,8 @@ impl Source {
                 counter: Arc::new(AtomicU64::new(0)),
                 size: None,
                 pipe: true,
+                wait: None,
+                gzip: false,
             })
         }
         #[cfg(not(feature = "live"))]
@@ -193,7 +207,8 @@ impl Source {
     ///
     /// # Errors
     /// As [`Source::open`].
-    pub(crate) fn from_reader(reader: Boxed) -> Result<(Source, Arc<AtomicU64>), OpenError> {
+    /// Also says whether the input is gzip-compressed.
+    pub(crate) fn from_reader(reader: Boxed) -> Result<(Source, Arc<AtomicU64>, bool), OpenError> {
         // The bytes of the input as stored (compressed for a gzip file: the progress bar
         // compares them with the file size).
         let count = Arc::new(AtomicU64::new(0));
@@ -204,7 +219,8 @@ impl Source {
         let (head, reader) = sniff(counting)?;
         // gzip (`.pcap.gz`, `.pcapng.gz`, whatever the name): decompressed as it is read, every
         // member of a multi-member file in turn (as `gzip -c a b >> f` writes them).
-        let (head, reader) = if head.starts_with(&[0x1f, 0x8b]) {
+        let gzip = head.starts_with(&[0x1f, 0x8b]);
+        let (head, reader) = if gzip {
             let whole: Boxed = Box::new(Replay {
                 head,
                 pos: 0,
@@ -236,15 +252,34 @@ impl Source {
             return Err(OpenError::Format("empty file".to_string()));
         }
         if is_erf {
-            return Ok((Source::Erf(ErfReader::new(counting)), count));
+            return Ok((Source::Erf(ErfReader::new(counting)), count, gzip));
         }
         match CaptureReader::new(counting) {
-            Ok(r) => Ok((Source::Pcap(r), count)),
+            Ok(r) => Ok((Source::Pcap(r), count, gzip)),
             Err(CaptureError::UnknownFormat { magic }) => Err(OpenError::Format(format!(
                 "not a pcap, pcapng or ERF capture (starts with {magic:#010x})"
             ))),
             Err(CaptureError::Io { source, .. }) => Err(OpenError::Io(source)),
             Err(e) => Err(OpenError::Format(format!("not a readable capture: {e}"))),
+        }
+    }
+
+    /// Waits until the next record can be read, or the input ended (`true`), or until `until`
+    /// passes first (`false`), sleeping meanwhile (no polling loop). A live capture waits in
+    /// libpcap; a pipe in `wait` (its [`PumpWait`]), unless the reader holds unparsed bytes
+    /// already (then a record, or the start of one, is there: `true` at once; a writer
+    /// stopped in the middle of a record then delays until the rest comes). Other inputs are
+    /// always ready.
+    pub(crate) fn wait_input(
+        &mut self,
+        wait: Option<&PumpWait>,
+        until: std::time::Instant,
+    ) -> bool {
+        match self {
+            Source::Pcap(r) if r.buffered() > 0 => true,
+            #[cfg(feature = "live")]
+            Source::Live(l) => l.wait(until),
+            _ => wait.is_none_or(|w| w.wait(until)),
         }
     }
 

@@ -7,7 +7,7 @@
 //! and every view works live (the output is flushed after each packet that prints something).
 //! The capture ends after `--count N` packets (that passed the filter), or when interrupted.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::capture::Record;
 use crate::input::RecordError;
@@ -85,6 +85,35 @@ impl Live {
             nanos,
             buf: Vec::with_capacity(65_536),
         })
+    }
+
+    /// Waits until a packet can be read or the capture ends (`true`), or until `until` passes
+    /// first (`false`): `poll` on the capture's descriptor (libpcap's own wait in immediate
+    /// mode ends only with a packet), waking at most every [`POLL`](crate::interrupt::POLL)
+    /// to look at the stop flag. Only packets that passed the kernel filter wake it.
+    pub(crate) fn wait(&mut self, until: Instant) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        loop {
+            if self.left == Some(0) || crate::interrupt::requested() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            let Ok(timeout) = Timespec::try_from((until - now).min(crate::interrupt::POLL)) else {
+                return true;
+            };
+            let mut fds = [PollFd::new(&self.cap, PollFlags::IN)];
+            match poll(&mut fds, Some(&timeout)) {
+                // Readable, or an error or hang-up that the next read reports.
+                Ok(n) if n > 0 => return true,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                // A failed poll: the next read waits in libpcap (and reports its errors).
+                Err(_) => return true,
+            }
+        }
     }
 
     /// The next packet; `None` after `--count` packets or when the capture ends.

@@ -156,6 +156,94 @@ fn live_stats_refresh_then_sigint() {
     assert!(rest.contains("cm-trace: lo: interrupted"), "{rest}");
 }
 
+/// `-i lo --stats --refresh 0.2` with no packet arriving: the statistics so far come on the
+/// timer all the same (twice, with 0 frames: no packet was sent yet); then the three packets
+/// are sent and a refresh shows them; Ctrl-C ends the capture.
+#[cfg(feature = "live")]
+#[test]
+fn live_stats_refresh_on_a_timer_without_packets() {
+    if !run_ok(&["ip", "-V"]) || !run_ok(&["python3", "-c", "pass"]) {
+        return skip("`ip` (iproute2) or `python3` not found");
+    }
+    let name = format!("cmtrace-timer-{}", std::process::id());
+    if !run_ok(&["ip", "netns", "add", &name]) {
+        return skip("cannot create a network namespace (not root?)");
+    }
+    let ns = Netns(name);
+    assert!(run_ok(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]));
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            BIN,
+            "-i",
+            "lo",
+            "--stats",
+            "--refresh",
+            "0.2",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A guard against a hang: cm-trace is killed after two minutes, its output ends, and the
+    // test fails on it.
+    let (done, guard) = std::sync::mpsc::channel::<()>();
+    let pid = child.id().to_string();
+    let kill_pid = pid.clone();
+    let watchdog = std::thread::spawn(move || {
+        if guard
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_err()
+        {
+            let _ = Command::new("kill").args(["-9", &kill_pid]).status();
+        }
+    });
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut read_until = |want: &str| {
+        let mut seen = String::new();
+        loop {
+            let mut l = String::new();
+            assert!(err.read_line(&mut l).unwrap() > 0, "no {want:?} in {seen}");
+            seen.push_str(&l);
+            if l.starts_with(want) {
+                return seen;
+            }
+        }
+    };
+    read_until("cm-trace: capturing on lo");
+    read_until("cm-trace: lo: statistics so far (0 frames");
+    read_until("cm-trace: lo: statistics so far (0 frames");
+    let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/captures/real/rocev2_mlx_nvme-discover.pcap");
+    let sent = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "python3", "-c", SENDER])
+        .arg(&capture)
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    read_until("cm-trace: lo: statistics so far (3 frames");
+    let ok = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    let _ = done.send(());
+    watchdog.join().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(out.contains("3 frames: 3 CM MADs"), "{out}");
+}
+
 #[cfg(feature = "live")]
 #[test]
 fn live_capture_on_loopback_in_a_netns() {

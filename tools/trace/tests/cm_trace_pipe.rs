@@ -158,3 +158,88 @@ fn stats_refresh_on_a_pipe_then_sigint() {
     assert!(rest.contains("interrupted"), "{rest}");
     drop(stdin);
 }
+
+/// Kills the child (by its process ID) unless dropped within two minutes: a cm-trace that
+/// never prints the expected line then ends its output, and the test fails instead of
+/// hanging.
+struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
+
+impl Watchdog {
+    fn new(child: &Child) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let pid = child.id().to_string();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(std::time::Duration::from_secs(120))
+            {
+                let _ = Command::new("kill").args(["-9", &pid]).status();
+            }
+        });
+        Watchdog(Some(tx))
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// `--stats --refresh 0.2` on a pipe that stays open with no more data: the statistics so far
+/// keep coming on the timer. The three packets arrive in one write, so the refresh at the
+/// first packet shows 1 frame; only refreshes without any packet arriving show all 3, and
+/// two of them are waited for (a refresh made only when a packet arrives shows 3 frames
+/// at most once).
+#[test]
+fn stats_refresh_on_a_timer_while_the_pipe_is_idle() {
+    let bytes = std::fs::read(cap("kernel/establish_dreq_active.pcap")).unwrap();
+    let (head, recs) = split_pcap(&bytes);
+    let (mut child, mut stdin) = spawn(&["--stats", "--refresh", "0.2", "-"]);
+    let watchdog = Watchdog::new(&child);
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = head.clone();
+    for r in &recs[..3] {
+        first.extend_from_slice(r);
+    }
+    stdin.write_all(&first).unwrap();
+    stdin.flush().unwrap();
+    let header = "cm-trace: -: statistics so far (3 frames";
+    for _ in 0..2 {
+        let lines = read_until(&mut err, |l| l.starts_with(header));
+        // The whole report follows each header, with the open connection as it stands.
+        let block = read_until(&mut err, |l| l.trim_start().starts_with("established"));
+        assert!(
+            block.last().unwrap().trim_end().ends_with(" 1"),
+            "{lines:#?} {block:#?}"
+        );
+        assert!(
+            block
+                .iter()
+                .any(|l| l.contains("CM messages: REQ 1 REP 1 RTU 1")),
+            "{block:#?}"
+        );
+    }
+    // Nothing was written meanwhile; the last two packets end the connection.
+    for r in &recs[3..] {
+        stdin.write_all(r).unwrap();
+    }
+    stdin.flush().unwrap();
+    read_until(&mut err, |l| {
+        l.starts_with("cm-trace: -: statistics so far (5 frames")
+    });
+    sigint(&child);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    drop(watchdog);
+    assert!(status.success(), "{status:?}");
+    assert!(out.contains("1 file(s), 5 frames: 5 CM MADs"), "{out}");
+    drop(stdin);
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::conn::{Conn, Note, Outcome, Tracker, TrackerConfig};
 use crate::input::{RecordError, Source};
+use crate::interrupt::PumpWait;
 use crate::ladder::{conn_json, has_msg, ladder, outcome_text};
 use crate::render::{json_line, text_line};
 use crate::stats::TraceStats;
@@ -287,12 +288,14 @@ pub(super) fn track(
     }
 }
 
-/// The per-record loop of the views written on this thread.
+/// The per-record loop of the views written on this thread. `wait` is a pipe's wait for
+/// input (the `--stats` refresh timer).
 fn inline_loop<W: Write>(
     ctx: &mut FileCtx<'_>,
     st: &mut LoopState,
     out: &mut W,
     src: &mut Source,
+    wait: Option<&PumpWait>,
     progress: &dyn Fn(),
 ) -> io::Result<()> {
     let opts = ctx.opts;
@@ -300,6 +303,13 @@ fn inline_loop<W: Write>(
     let mut records = 0u64;
     let mut refresh = Refresh::new();
     loop {
+        // With a refresh timer, the wait for the next record ends at the next refresh.
+        while let Some(until) = refresh.timer(ctx) {
+            if src.wait_input(wait, until) {
+                break;
+            }
+            refresh.timed_out(ctx, st);
+        }
         let (ts, item) = match src.next_record() {
             None => return Ok(()),
             Some(Err(e)) => {
@@ -346,6 +356,7 @@ pub(super) fn run_file<W: Write + Send>(
     ctx: &mut FileCtx<'_>,
     out: &mut W,
     src: &mut Source,
+    wait: Option<&PumpWait>,
     counter: &Arc<AtomicU64>,
     size: Option<u64>,
 ) -> io::Result<()> {
@@ -391,7 +402,7 @@ pub(super) fn run_file<W: Write + Send>(
             h.finish().and(looped)
         })?;
     } else {
-        inline_loop(ctx, &mut st, out, src, &progress)?;
+        inline_loop(ctx, &mut st, out, src, wait, &progress)?;
     }
     let LoopState {
         mut tracker,

@@ -69,6 +69,10 @@ fn helper_gone() -> io::Error {
 /// Raw batches in flight (read, not yet tracked).
 const IN_FLIGHT: usize = 6;
 
+/// The helper thread writes its output in chunks of about this size: few large writes (a
+/// pipe's reader is woken once per chunk, not once per 64 KiB).
+pub(crate) const WRITE_CHUNK: usize = 1 << 20;
+
 impl<'s> Helper<'s> {
     pub(super) fn start<W: Write + Send>(
         scope: &'s std::thread::Scope<'s, '_>,
@@ -80,7 +84,7 @@ impl<'s> Helper<'s> {
         let (classified_tx, classified) = mpsc::channel();
         let (ack_tx, ack) = mpsc::channel();
         let handle = scope.spawn(move || -> io::Result<()> {
-            let mut buf = Vec::with_capacity(1 << 17);
+            let mut buf = Vec::with_capacity(WRITE_CHUNK + (1 << 16));
             let mut spare: Vec<Vec<Slot>> = Vec::new();
             for job in rx {
                 match job {
@@ -113,7 +117,7 @@ impl<'s> Helper<'s> {
                         for s in &b {
                             if let (Item::Cm(ev), Some(note)) = (&s.item, &s.note) {
                                 json_line(&mut buf, ev, note, file, (time, s.when));
-                                if buf.len() >= 1 << 16 {
+                                if buf.len() >= WRITE_CHUNK {
                                     out.write_all(&buf)?;
                                     buf.clear();
                                 }

@@ -92,7 +92,7 @@ pub struct Options {
     /// the JSON lines (`None`: only `time`).
     pub time: Option<TimeFormat>,
     /// `--refresh`: with `--stats` on a live input (`-i`, a pipe, `-l`), the statistics so far
-    /// go to standard error at most this often while packets arrive (zero: after every
+    /// go to standard error this often, whether packets arrive or not (zero: after every
     /// packet). [`Options::default`] has zero; the binary's default is 1 s.
     pub refresh: std::time::Duration,
 }
@@ -180,6 +180,8 @@ pub fn run<W: Write + Send>(
             counter,
             size,
             pipe,
+            wait,
+            gzip,
         } = match opened {
             Ok(x) => x,
             Err(e) => {
@@ -201,6 +203,17 @@ pub fn run<W: Write + Send>(
             );
             let _ = err.flush();
         }
+        if pipe
+            && gzip
+            && !opts.refresh.is_zero()
+            && matches!(opts.view, View::Stats | View::StatsJson)
+        {
+            let _ = writeln!(
+                err,
+                "cm-trace: {file}: a gzip-compressed pipe: the statistics so far are shown as \
+                 packets arrive, not on the --refresh timer"
+            );
+        }
         let timeline_file = timeline.as_mut().map_or(0, |t| t.file(file));
         let mut ctx = FileCtx {
             live: opts.live || pipe,
@@ -217,7 +230,7 @@ pub fn run<W: Write + Send>(
             expr_conns: std::collections::HashSet::new(),
             t0: std::time::Duration::ZERO,
         };
-        run_file(&mut ctx, out, &mut src, &counter, size)?;
+        run_file(&mut ctx, out, &mut src, wait.as_ref(), &counter, size)?;
         if ctx.damaged {
             result.damaged += 1;
         }

@@ -1,8 +1,11 @@
-//! `--stats` on a live input (`-i`, a pipe): the statistics so far, on standard error, at
-//! most every [`Options::refresh`](super::Options::refresh) (default 1 s) while packets
-//! arrive (nothing changes in between). The connections still open are counted as they stand
-//! (as if the capture ended there); the final report on standard output at the end (or at
-//! Ctrl-C) is the same as for a file. On a terminal each refresh redraws the screen.
+//! `--stats` on a live input (`-i`, a pipe): the statistics so far, on standard error, every
+//! [`Options::refresh`](super::Options::refresh) (default 1 s), whether packets arrive or
+//! not: the reading loop waits for input with the next refresh as its deadline
+//! ([`Refresh::timer`]), and shows the statistics when the deadline passes first (and after a
+//! packet when one is due). The connections still open are counted as they stand (as if the
+//! capture ended there); the final report on standard output at the end (or at Ctrl-C) is
+//! the same as for a file. On a terminal each refresh redraws the screen. With a zero
+//! interval the statistics follow every packet, and there is no timer.
 
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
@@ -17,22 +20,49 @@ use super::View;
 /// When the statistics were last shown.
 pub(super) struct Refresh {
     last: Option<Instant>,
+    /// When the loop started (the first timed refresh is one interval after it).
+    started: Instant,
     tty: bool,
+}
+
+/// Whether the run shows the statistics so far: `--stats` on a live input.
+fn active(ctx: &FileCtx<'_>) -> bool {
+    ctx.live && matches!(ctx.opts.view, View::Stats | View::StatsJson)
 }
 
 impl Refresh {
     pub(super) fn new() -> Self {
         Refresh {
             last: None,
+            started: Instant::now(),
             tty: std::io::stderr().is_terminal(),
         }
+    }
+
+    /// When the next refresh is due, for the wait for input; `None` when there is no timer
+    /// (not `--stats` on a live input, or a zero interval: then every packet refreshes).
+    #[inline]
+    pub(super) fn timer(&self, ctx: &FileCtx<'_>) -> Option<Instant> {
+        if !active(ctx) || ctx.opts.refresh.is_zero() {
+            return None;
+        }
+        // No timer for an interval past the clock's range (`--refresh 1e9`).
+        self.last
+            .unwrap_or(self.started)
+            .checked_add(ctx.opts.refresh)
+    }
+
+    /// Shows the statistics so far now (the timer ran out with no packet).
+    pub(super) fn timed_out(&mut self, ctx: &mut FileCtx<'_>, st: &LoopState) {
+        self.last = Some(Instant::now());
+        self.show(ctx, st);
     }
 
     /// Shows the statistics so far when the view is `--stats`, the input live, and the
     /// interval since the last time passed.
     #[inline]
     pub(super) fn tick(&mut self, ctx: &mut FileCtx<'_>, st: &LoopState) {
-        if !ctx.live || !matches!(ctx.opts.view, View::Stats | View::StatsJson) {
+        if !active(ctx) {
             return;
         }
         let now = Instant::now();

@@ -150,6 +150,11 @@ impl<R: Read> CaptureReader<R> {
         }
     }
 
+    /// Bytes read from the input and not parsed yet (a record, or the start of one).
+    pub fn buffered(&self) -> usize {
+        self.input.avail().len()
+    }
+
     /// Number of records returned so far.
     pub fn records_read(&self) -> u64 {
         self.number
