@@ -14,6 +14,7 @@ mod endpoint;
 mod error;
 mod event;
 mod ids;
+mod index;
 mod memory;
 mod peers;
 mod state;
