@@ -60,6 +60,10 @@ pub struct UdpStats {
     pub icrc_bad: AtomicU64,
     /// Accepted although the ICRC did not match (lenient policy).
     pub icrc_unverified: AtomicU64,
+    /// Receive system calls that returned datagrams (`rx / recv_calls`: datagrams per call).
+    pub recv_calls: AtomicU64,
+    /// Send system calls that sent datagrams (`tx / send_calls`: datagrams per call).
+    pub send_calls: AtomicU64,
 }
 
 /// The RoCEv2/UDP transport.
@@ -198,6 +202,7 @@ impl UdpTransport {
     fn recv_ready(&mut self, out: &mut Vec<(PeerAddr, Bytes)>) -> io::Result<()> {
         let (sock, bufs, meta) = (&self.sock, &mut self.rx_bufs, &mut self.rx_meta);
         let n = sock.try_io(Interest::READABLE, || sys::recv_mmsg(sock, bufs, meta))?;
+        self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
         self.take_received(n, out);
         Ok(())
     }
@@ -278,6 +283,7 @@ impl DatagramTransport for UdpTransport {
         let out = self.tx_bufs.first().and_then(|b| b.get(..n)).unwrap_or(&[]);
         self.sock.send_to(out, to).await?;
         self.stats.tx.fetch_add(1, Ordering::Relaxed);
+        self.stats.send_calls.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -288,6 +294,7 @@ impl DatagramTransport for UdpTransport {
             };
             let (len, from) = self.sock.recv_from(&mut buf[..]).await?;
             self.stats.rx.fetch_add(1, Ordering::Relaxed);
+            self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
             let payload = buf.get(..len).unwrap_or(&[]);
             let decoded = decode(payload, from, self.local).map(|(mad, ok)| (from, mad, ok));
             if let Some(m) = accept(decoded, self.policy, &self.stats, self.local) {
@@ -356,6 +363,7 @@ impl DatagramTransport for UdpTransport {
                     }
                     Ok(m) => {
                         self.stats.tx.fetch_add(m as u64, Ordering::Relaxed);
+                        self.stats.send_calls.fetch_add(1, Ordering::Relaxed);
                         sent += m;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -397,7 +405,11 @@ impl DatagramTransport for UdpTransport {
                 ("bad_icrc", s.icrc_bad.load(Ordering::Relaxed)),
                 ("not_mad", s.not_mad.load(Ordering::Relaxed)),
             ],
-            other: vec![("icrc_unverified", s.icrc_unverified.load(Ordering::Relaxed))],
+            other: vec![
+                ("icrc_unverified", s.icrc_unverified.load(Ordering::Relaxed)),
+                ("recv_calls", s.recv_calls.load(Ordering::Relaxed)),
+                ("send_calls", s.send_calls.load(Ordering::Relaxed)),
+            ],
         }
     }
 }

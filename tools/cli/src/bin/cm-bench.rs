@@ -100,6 +100,10 @@ enum Cmd {
         /// Datagrams per raw UDP baseline measurement.
         #[arg(long, default_value_t = 300_000)]
         datagrams: u64,
+        /// Rounds of (sleeping baseline, polling baseline, ibcm): the limit is the best
+        /// baseline, ibcm's figure its best round.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
     },
     /// Memory per connection and setup rate with many live connections (in memory).
     Scale {
@@ -186,11 +190,13 @@ fn main() -> Result<()> {
             parallel,
             port,
             datagrams,
+            rounds,
         } => rate::rate(rate::RateOpts {
             conns,
             parallel,
             port,
             datagrams,
+            rounds,
         }),
         Cmd::Wireup(a) => wireup::run(&a),
         Cmd::Flood {
