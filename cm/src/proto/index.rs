@@ -158,10 +158,22 @@ impl LineIndex {
         }
     }
 
+    /// Starts loading the line a lookup of `hash` begins at into the cache, without waiting
+    /// for it (a hint: `proto/sys.rs`).
+    pub(super) fn prefetch(&self, hash: u64) {
+        if let Some(line) = self.lines.get(self.home(hash)) {
+            prefetch_line(line);
+        }
+    }
+
     /// Heap bytes.
     pub(super) fn heap_bytes(&self) -> usize {
         self.lines.capacity() * core::mem::size_of::<Line>()
     }
+}
+
+fn prefetch_line(line: &Line) {
+    super::sys::prefetch(core::ptr::from_ref(line).cast::<u8>());
 }
 
 #[cfg(test)]

@@ -328,6 +328,13 @@ impl ConnTable {
         })
     }
 
+    /// Starts loading the place of (remote comm ID, remote CA GUID) in its index into the
+    /// cache (a hint: [`LineIndex::prefetch`]).
+    pub(super) fn prefetch_remote(&self, remote: CommId, guid: Guid) {
+        self.by_remote
+            .prefetch(hash_remote(&self.hasher, remote, guid));
+    }
+
     /// Indexes connection `id` under its (remote comm ID, remote CA GUID).
     pub(super) fn index_remote(&mut self, id: CommId) {
         self.index_by(Key::Remote, id);

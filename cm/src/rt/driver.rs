@@ -221,6 +221,10 @@ impl<T: DatagramTransport> Driver<T> {
             return;
         }
         let mut inbox = std::mem::take(&mut self.inbox);
+        // Every REQ's and REP's random index line is loaded while the earlier ones are handled.
+        for (_, mad) in &inbox {
+            self.ep.prefetch(mad);
+        }
         let t = now();
         for (from, mad) in inbox.drain(..) {
             self.ep.handle_datagram(t, from, &mad);
