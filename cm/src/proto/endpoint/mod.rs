@@ -600,8 +600,16 @@ impl Endpoint {
         // MAD header: the attribute ID at bytes 16..18; the CM data from byte 24, where a REQ
         // and a REP both start with the sender's comm ID, and carry its CA GUID at data
         // offset 16 (REQ) or 28 (REP).
-        let be_u32 = |at: usize| data.get(at..at + 4).and_then(|b| b.first_chunk::<4>()).map(|b| u32::from_be_bytes(*b));
-        let be_u64 = |at: usize| data.get(at..at + 8).and_then(|b| b.first_chunk::<8>()).map(|b| u64::from_be_bytes(*b));
+        let be_u32 = |at: usize| {
+            data.get(at..at + 4)
+                .and_then(|b| b.first_chunk::<4>())
+                .map(|b| u32::from_be_bytes(*b))
+        };
+        let be_u64 = |at: usize| {
+            data.get(at..at + 8)
+                .and_then(|b| b.first_chunk::<8>())
+                .map(|b| u64::from_be_bytes(*b))
+        };
         let guid_at = match data.get(16..18) {
             Some([0x00, 0x10]) => 24 + 16,
             Some([0x00, 0x13]) => 24 + 28,
