@@ -26,9 +26,9 @@
 //! * **Rounds**: the run is `--rounds` R rounds (2 by default) of the sleeping baseline, the
 //!   polling baseline and ibcm (fresh endpoints each round), in turn. The limit is the best
 //!   of the 2R baselines and ibcm's figure its best round, so load from other processes
-//!   during one measurement lowers neither side; each side gets as many tries as the other
-//!   (before, ibcm ran once against the best of four baselines: on a loaded machine that
-//!   alone took ibcm's single draw against the best of four).
+//!   during one measurement lowers neither side; ibcm gets as many tries as each kind of
+//!   baseline (before, ibcm's one run was set against the best of four baselines: on a
+//!   loaded machine, a bias against ibcm that had nothing to do with either path).
 //! * **CPU time**: `getrusage` of the process over ibcm's two phases (both threads) per MAD,
 //!   and of each baseline thread per datagram, waiting included: figures that depend less on
 //!   what else the machine runs than the rates do.
