@@ -534,4 +534,49 @@ mod tests {
         b.try_recv_batch(&mut got).unwrap();
         assert_eq!(got.len(), 147);
     }
+
+    #[tokio::test]
+    async fn a_short_batch_clears_readiness_and_the_next_datagram_still_wakes() {
+        let mut a = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut b = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let dst = b.local_addr();
+        let to = |n: u8| -> Vec<Transmit> {
+            (0..n)
+                .map(|i| Transmit {
+                    to: dst,
+                    mad: Bytes::from(vec![i; MAD_LEN]),
+                })
+                .collect()
+        };
+        // A full batch keeps the socket readable; the short one after it empties it.
+        assert!(a.send_batch(&to(70)).await.is_empty());
+        let mut got = Vec::new();
+        while got.len() < 70 {
+            b.recv_batch(&mut got).await.unwrap();
+        }
+        assert_eq!(got.len(), 70);
+        assert_eq!(b.stats().recv_calls.load(Ordering::Relaxed), 2);
+        // Nothing there: no datagram, and no call that moved any.
+        b.try_recv_batch(&mut got).unwrap();
+        assert_eq!(got.len(), 70);
+        assert_eq!(b.stats().recv_calls.load(Ordering::Relaxed), 2);
+        // Datagrams sent after the readiness was cleared wake the next wait.
+        assert!(a.send_batch(&to(3)).await.is_empty());
+        let wait = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while got.len() < 73 {
+                b.recv_batch(&mut got).await.unwrap();
+            }
+        });
+        assert!(
+            wait.await.is_ok(),
+            "the datagrams sent later never woke the receiver"
+        );
+        let firsts: Vec<u8> = got.iter().skip(70).map(|(_, m)| m[0]).collect();
+        assert_eq!(firsts, [0, 1, 2]);
+        assert_eq!(b.stats().rx.load(Ordering::Relaxed), 73);
+    }
 }
