@@ -34,6 +34,7 @@ use ibcm_mad::{CommId, Guid, Qpn};
 
 use super::conn::Conn;
 use super::ids::IdAllocator;
+use super::index::LineIndex;
 
 /// The records and their indexes.
 #[derive(Debug)]
@@ -44,8 +45,9 @@ pub(super) struct ConnTable {
     len: usize,
     /// Local comm ID → slot.
     by_id: HashTable<u32>,
-    /// (remote comm ID, remote CA GUID) → slot: duplicate detection.
-    by_remote: HashTable<u32>,
+    /// (remote comm ID, remote CA GUID) → slot: duplicate detection. Its keys have no order,
+    /// so each of its probes goes to a random place: one cache line each ([`LineIndex`]).
+    by_remote: LineIndex,
     /// (remote QPN, remote CA GUID) → slot: stale-connection detection.
     by_qpn: HashTable<u32>,
     hasher: Hasher,
@@ -130,7 +132,7 @@ impl ConnTable {
             free: Vec::new(),
             len: 0,
             by_id: HashTable::new(),
-            by_remote: HashTable::new(),
+            by_remote: LineIndex::default(),
             by_qpn: HashTable::new(),
             hasher: Hasher {
                 seeded: SeedableRandomState::with_seed(seed, foldhash::SharedSeed::global_fixed()),
@@ -242,11 +244,12 @@ impl ConnTable {
         self.slots.iter().flatten().map(|c| c.id)
     }
 
-    fn index(&self, key: Key) -> &HashTable<u32> {
+    /// The hashbrown index of `key` (`by_remote` is a [`LineIndex`]).
+    fn index(&self, key: Key) -> Option<&HashTable<u32>> {
         match key {
-            Key::Id => &self.by_id,
-            Key::Remote => &self.by_remote,
-            Key::Qpn => &self.by_qpn,
+            Key::Id => Some(&self.by_id),
+            Key::Remote => None,
+            Key::Qpn => Some(&self.by_qpn),
         }
     }
 
@@ -266,7 +269,17 @@ impl ConnTable {
         let same = |&e: &u32| at(slots, e).is_some_and(|o| same_key(key, o, c));
         let index = match key {
             Key::Id => &mut self.by_id,
-            Key::Remote => &mut self.by_remote,
+            Key::Remote => {
+                let by_remote = &mut self.by_remote;
+                match by_remote.find_mut(hash, |e| same(&e)) {
+                    Some(e) => *e = s,
+                    None => {
+                        let re = rehash(slots, h, key);
+                        by_remote.insert_unique(hash, s, |e| re(&e));
+                    }
+                }
+                return;
+            }
             Key::Qpn => &mut self.by_qpn,
         };
         match index.find_mut(hash, same) {
@@ -285,7 +298,10 @@ impl ConnTable {
         let hash = key.hash(&self.hasher, c);
         let index = match key {
             Key::Id => &mut self.by_id,
-            Key::Remote => &mut self.by_remote,
+            Key::Remote => {
+                self.by_remote.remove(hash, |e| e == s);
+                return;
+            }
             Key::Qpn => &mut self.by_qpn,
         };
         if let Ok(e) = index.find_entry(hash, |&e| e == s) {
@@ -295,9 +311,12 @@ impl ConnTable {
 
     fn find_by(&self, key: Key, hash: u64, eq: impl Fn(&Conn) -> bool) -> Option<CommId> {
         let slots = &self.slots;
-        let s = *self
-            .index(key)
-            .find(hash, |&s| at(slots, s).is_some_and(&eq))?;
+        let s = match self.index(key) {
+            Some(index) => *index.find(hash, |&s| at(slots, s).is_some_and(&eq))?,
+            None => self
+                .by_remote
+                .find(hash, |s| at(slots, s).is_some_and(&eq))?,
+        };
         at(slots, s).map(|c| c.id)
     }
 
@@ -307,6 +326,13 @@ impl ConnTable {
         self.find_by(Key::Remote, hash, |c| {
             c.remote_id == remote && c.remote_ca_guid == guid
         })
+    }
+
+    /// Starts loading the place of (remote comm ID, remote CA GUID) in its index into the
+    /// cache (a hint: [`LineIndex::prefetch`]).
+    pub(super) fn prefetch_remote(&self, remote: CommId, guid: Guid) {
+        self.by_remote
+            .prefetch(hash_remote(&self.hasher, remote, guid));
     }
 
     /// Indexes connection `id` under its (remote comm ID, remote CA GUID).
@@ -342,10 +368,11 @@ impl ConnTable {
     pub(super) fn heap_bytes(&self) -> (usize, usize) {
         let records = self.slots.capacity() * core::mem::size_of::<Option<Conn>>()
             + self.free.capacity() * core::mem::size_of::<u32>();
-        let indexes = [&self.by_id, &self.by_remote, &self.by_qpn]
+        let indexes = [&self.by_id, &self.by_qpn]
             .iter()
             .map(|t| table_bytes(t.capacity(), core::mem::size_of::<u32>()))
-            .sum();
+            .sum::<usize>()
+            + self.by_remote.heap_bytes();
         (records, indexes)
     }
 }

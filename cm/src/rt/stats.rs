@@ -16,19 +16,23 @@ pub struct TransportStats {
     /// Dropped datagrams by reason (`snake_case` names, distinct from the core's
     /// [`DropReason`] names), e.g. `("bad_icrc", 3)`.
     pub dropped: Vec<(&'static str, u64)>,
-    /// Other counters (not drops), e.g. `("icrc_unverified", 5)`.
+    /// Other counters (not drops), e.g. `("icrc_unverified", 5)`; the UDP transport's
+    /// `recv_calls` and `send_calls` count its system calls that moved datagrams (`rx` and
+    /// `tx` divided by them: datagrams per call).
     pub other: Vec<(&'static str, u64)>,
 }
 
 impl TransportStats {
     /// Every counter name the transports of this crate use ([`UdpTransport`](super::UdpTransport),
     /// [`UmadTransport`](super::UmadTransport)).
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 7] = [
         "bad_icrc",
         "not_mad",
         "icrc_unverified",
         "short_record",
         "send_failed",
+        "recv_calls",
+        "send_calls",
     ];
 
     /// `name` as one of [`TransportStats::NAMES`].

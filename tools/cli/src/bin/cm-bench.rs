@@ -21,8 +21,9 @@
 //!   N connections are established and held. Memory is the RSS growth divided by N and by 2
 //!   (both endpoints hold N connections), printed next to the core's own count by structure
 //!   (`Endpoint::memory`, from the capacities); the setup rate is the median of batches of
-//!   1,000 connections among the first five and among the last five, per second of the
-//!   thread's CPU time (by the clock on the line before). Last line:
+//!   1,000 connections on a fresh pair (up to 5,000 held) and on the full pair, per second of
+//!   the thread's CPU time, measured in turn once the pair is full ([`scale`] module docs).
+//!   Last line:
 //!   `scale: <bytes> B/conn; rate@1k: <conn/s>; rate@N: <conn/s>; ratio: <x.xx>`.
 //! * `scale --rt`: N connections held through the async API ([`scale_rt`] module docs). Last
 //!   line: `scale-rt: <bytes> B/conn; core: <bytes> B/conn; ratio: <x.xx>`.
@@ -35,16 +36,10 @@
 //!   simulator ([`wireup`] module docs, docs/scale.md). Last line: `wireup: <mode> N×P:
 //!   <secs> s to full mesh; <qps> QPs/node; <bytes> B CM state/node; <msgs> MADs`.
 
-use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use ibcm::proto::{
-    AcceptParams, ConnectParams, Endpoint, EndpointConfig, EventKind, ListenOptions, PeerAddr,
-};
-use ibcm_mad::{Guid, Qpn, ServiceId};
 
 #[path = "../bench/flood.rs"]
 mod flood;
@@ -54,6 +49,8 @@ mod node_kill;
 mod qpn;
 #[path = "../bench/rate.rs"]
 mod rate;
+#[path = "../bench/scale.rs"]
+mod scale;
 #[path = "../bench/scale_rt.rs"]
 mod scale_rt;
 #[path = "../bench/sys.rs"]
@@ -103,6 +100,10 @@ enum Cmd {
         /// Datagrams per raw UDP baseline measurement.
         #[arg(long, default_value_t = 300_000)]
         datagrams: u64,
+        /// Rounds of (sleeping baseline, polling baseline, ibcm): the limit is the best
+        /// baseline, ibcm's figure its best round.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
     },
     /// Memory per connection and setup rate with many live connections (in memory).
     Scale {
@@ -189,11 +190,13 @@ fn main() -> Result<()> {
             parallel,
             port,
             datagrams,
+            rounds,
         } => rate::rate(rate::RateOpts {
             conns,
             parallel,
             port,
             datagrams,
+            rounds,
         }),
         Cmd::Wireup(a) => wireup::run(&a),
         Cmd::Flood {
@@ -233,7 +236,7 @@ fn main() -> Result<()> {
             if !no_thp && std::env::var_os("GLIBC_TUNABLES").is_none() {
                 return reexec_with_thp();
             }
-            scale(conns)
+            scale::scale(conns, rss_bytes)
         }
     }
 }
@@ -262,11 +265,6 @@ fn reexec_with_thp() -> Result<()> {
     }
 }
 
-/// This thread's CPU time (user + system).
-fn thread_cpu() -> Result<std::time::Duration> {
-    sys::thread_cpu_clock().context("clock_gettime(CLOCK_THREAD_CPUTIME_ID)")
-}
-
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -276,147 +274,4 @@ fn rss_bytes() -> u64 {
                 .and_then(|p| p.parse::<u64>().ok())
         })
         .map_or(0, |pages| pages * 4096)
-}
-
-struct Pair {
-    a: Endpoint,
-    b: Endpoint,
-    a_addr: PeerAddr,
-    b_addr: PeerAddr,
-    now: Instant,
-    queue: VecDeque<(bool, bytes::Bytes)>,
-}
-
-impl Pair {
-    /// Moves MADs until both sides are quiet; B accepts every request.
-    fn pump(&mut self, next_qpn: &mut u32, established: &mut u64) {
-        loop {
-            let mut progressed = false;
-            while let Some(t) = self.a.poll_transmit() {
-                self.queue.push_back((true, t.mad));
-            }
-            while let Some(t) = self.b.poll_transmit() {
-                self.queue.push_back((false, t.mad));
-            }
-            while let Some(ev) = self.b.poll_event() {
-                progressed = true;
-                if let EventKind::ReqReceived(_) = ev.kind {
-                    *next_qpn = next_qpn.wrapping_add(1);
-                    let _ =
-                        self.b
-                            .accept(self.now, ev.conn, AcceptParams::new(Qpn::masked(*next_qpn)));
-                }
-            }
-            while let Some(ev) = self.a.poll_event() {
-                progressed = true;
-                if ev.kind == EventKind::Established {
-                    *established += 1;
-                }
-            }
-            if let Some((to_b, mad)) = self.queue.pop_front() {
-                progressed = true;
-                if to_b {
-                    self.b.handle_datagram(self.now, self.a_addr, &mad);
-                } else {
-                    self.a.handle_datagram(self.now, self.b_addr, &mad);
-                }
-            }
-            if !progressed {
-                return;
-            }
-        }
-    }
-}
-
-fn scale(n: u64) -> Result<()> {
-    anyhow::ensure!(n >= 2_000, "--conns must be at least 2000");
-    let a_addr = PeerAddr::Udp("127.0.0.1:4791".parse()?);
-    let b_addr = PeerAddr::Udp("127.0.0.2:4791".parse()?);
-    #[allow(clippy::disallowed_methods)]
-    let now = Instant::now();
-    let mut p = Pair {
-        a: Endpoint::new(EndpointConfig {
-            rng_seed: Some(1),
-            ..Default::default()
-        }),
-        b: Endpoint::new(EndpointConfig {
-            rng_seed: Some(2),
-            local_ca_guid: Guid(2),
-            max_half_open: usize::MAX,
-            max_established: usize::MAX,
-            max_established_per_peer: usize::MAX,
-            ..Default::default()
-        }),
-        a_addr,
-        b_addr,
-        now,
-        queue: VecDeque::new(),
-    };
-    let sid = ServiceId(0x1234);
-    p.b.listen(sid, ListenOptions::default());
-    let rss0 = rss_bytes();
-    let (mut qpn_b, mut established) = (0x80_0000u32, 0u64);
-    let batch = 1_000u64;
-    // Setup rate per batch of 1,000; the figures are medians of the first five batches (up to
-    // 5k live connections) and of the last five (near N), so one slow batch (a table resize,
-    // a noisy neighbour) does not decide the ratio. Each batch is timed twice: by the clock
-    // and by this thread's CPU time (both endpoints run on it); the ratio is taken from the
-    // CPU time, which other processes on the machine do not inflate.
-    let (mut rates, mut wall_rates) = (Vec::new(), Vec::new());
-    let mut i = 0u64;
-    while i < n {
-        let this = batch.min(n - i);
-        let t = Instant::now();
-        let cpu0 = thread_cpu()?;
-        for k in 0..this {
-            let q = Qpn::masked((i + k) as u32);
-            p.a.connect(p.now, ConnectParams::new(b_addr, sid, q))
-                .map_err(|e| anyhow::anyhow!("connect {}: {e}", i + k))?;
-            p.pump(&mut qpn_b, &mut established);
-        }
-        let cpu = thread_cpu()?.saturating_sub(cpu0).as_secs_f64();
-        wall_rates.push(this as f64 / t.elapsed().as_secs_f64());
-        rates.push(this as f64 / cpu.max(1e-6));
-        i += this;
-    }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
-    let first = |v: &[f64]| median(v.get(..5.min(v.len())).unwrap_or(&[]));
-    let last = |v: &[f64]| median(v.get(v.len().saturating_sub(5)..).unwrap_or(&[]));
-    let (rate_first, rate_last) = (first(&rates), last(&rates));
-    let (wall_first, wall_last) = (first(&wall_rates), last(&wall_rates));
-    anyhow::ensure!(established == n, "only {established} of {n} established");
-    anyhow::ensure!(p.a.len() as u64 == n && p.b.len() as u64 == n);
-    let rss1 = rss_bytes();
-    let per = rss1.saturating_sub(rss0) as f64 / (2 * n) as f64;
-    println!(
-        "held {n} established connections in each of two endpoints; RSS {:.1} MiB -> {:.1} MiB",
-        rss0 as f64 / 1048576.0,
-        rss1 as f64 / 1048576.0
-    );
-    let (ma, mb) = (p.a.memory(), p.b.memory());
-    let per_conn = |x: usize, y: usize| (x + y) as f64 / (2 * n) as f64;
-    println!(
-        "the core's own count (Endpoint::memory, from capacities): {:.0} B/conn = records {:.0} \
-         + indexes {:.0} + local QPNs {:.0} + side tables {:.0} + peers {:.1}",
-        per_conn(ma.total(), mb.total()),
-        per_conn(ma.records, mb.records),
-        per_conn(ma.indexes, mb.indexes),
-        per_conn(ma.qpns, mb.qpns),
-        per_conn(ma.side, mb.side),
-        per_conn(ma.peers, mb.peers),
-    );
-    println!(
-        "by the clock: rate@1k: {wall_first:.0} conn/s; rate@N: {wall_last:.0} conn/s; \
-         ratio: {:.2}",
-        wall_last / wall_first
-    );
-    println!(
-        "scale: {per:.0} B/conn; rate@1k: {rate_first:.0}; rate@N: {rate_last:.0}; ratio: {:.2}",
-        rate_last / rate_first
-    );
-    Ok(())
 }
