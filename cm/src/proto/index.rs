@@ -159,10 +159,12 @@ impl LineIndex {
     }
 
     /// Starts loading the line a lookup of `hash` begins at into the cache, without waiting
-    /// for it (a hint: `proto/sys.rs`).
+    /// for it (a hint the CPU may drop).
     pub(super) fn prefetch(&self, hash: u64) {
-        if let Some(line) = self.lines.get(self.home(hash)) {
-            prefetch_line(line);
+        // Out of range (an empty index) prefetches nothing: the crate reads no memory, the CPU
+        // drops a hint it cannot use.
+        if self.home(hash) < self.lines.len() {
+            prefetch_index::prefetch_index(&self.lines, self.home(hash));
         }
     }
 
@@ -170,10 +172,6 @@ impl LineIndex {
     pub(super) fn heap_bytes(&self) -> usize {
         self.lines.capacity() * core::mem::size_of::<Line>()
     }
-}
-
-fn prefetch_line(line: &Line) {
-    super::sys::prefetch(core::ptr::from_ref(line).cast::<u8>());
 }
 
 #[cfg(test)]

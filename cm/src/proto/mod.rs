@@ -20,7 +20,6 @@ mod peers;
 mod state;
 mod stateless;
 mod stats;
-mod sys;
 mod table;
 mod timer;
 mod util;
