@@ -347,18 +347,6 @@ def kernel_paths_cells(out):
            "kernel's cm_id is in TimeWait (ms(21) from ibcm's REQ Local ACK Timeout; cm_rx_duplicates/dreq +%s "
            "between TimeWait's start and its exit): the kernel answers it from TimeWait with a DREP again" % (g, tw))
 
-    n = "kp-act-stale"
-    c, m = Check(), cms(n)
-    stale(c, m, KIP, IIP, qpn=None)
-    ksays(c, n, "EVENT DISCONNECTED")
-    ksays(c, n, "RESULT ok established=1")
-    isays(c, n, "connection 1: stale connection")
-    isays(c, n, "(disconnected (by the peer))")
-    isum(c, n, (1, 1, 0, 1), "2")
-    c.done(n, "cm-ping --same-qpn (test only) connects twice with one QPN while the first connection is established: "
-           "the kernel rejects the second REQ with REJ 10 (stale connection) and sends the first a DREQ, which ibcm "
-           "answers; the second fails as stale, exit 2")
-
     # ------------------------------------------------------------ kernel active -> ibcm passive
     n = "kp-pas-rep-lost"
     c, m, g = Check(), cms(n), 0
@@ -501,6 +489,18 @@ def kernel_paths_cells(out):
     c(K_OK in o("a", n), "kernel server not ok")
     c.done(n, "reference, kernel <-> kernel: the kernel's passive side rejects the reused QPN with REJ 10 and sends "
            "the established connection a DREQ; the same sequence as ibcm's (kp-pas-stale)")
+
+    n = "kp-act-stale"
+    c, m = Check(), cms(n)
+    stale(c, m, KIP, IIP, qpn=None)
+    ksays(c, n, "EVENT DISCONNECTED")
+    ksays(c, n, "RESULT ok established=1")
+    isays(c, n, "connection 1: stale connection")
+    isays(c, n, "(disconnected (by the peer))")
+    isum(c, n, (1, 1, 0, 1), "2")
+    c.done(n, "cm-ping --same-qpn (test only) connects twice with one QPN while the first connection is established: "
+           "the kernel rejects the second REQ with REJ 10 (stale connection) and sends the first a DREQ, which ibcm "
+           "answers; the second fails as stale, exit 2")
 
     def reuse(c, m, passive):
         if wire(c, m, "REQ REP RTU DREQ DREP REQ REP RTU DREQ DREP"):
