@@ -48,7 +48,11 @@ impl ReqArgs {
             p.local_cm_response_timeout = TimeoutExp::masked(n);
         }
         if let (Some(n), Some(remote)) = (self.local_ack_timeout, p.peer.gid()) {
-            p.primary_path = Some(roce_path(Gid::from_ip(local), remote, TimeoutExp::masked(n)));
+            p.primary_path = Some(roce_path(
+                Gid::from_ip(local),
+                remote,
+                TimeoutExp::masked(n),
+            ));
         }
         p.allow_shared_qpn = self.same_qpn;
     }
