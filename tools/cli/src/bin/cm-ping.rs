@@ -140,7 +140,8 @@ struct Args {
     /// Listener: private data for the REP (hex).
     #[arg(long, value_parser = parse_hex)]
     accept_data: Option<Hex>,
-    /// CM response timeout exponent for the REQ (4.096 µs × 2^N; default 20).
+    /// CM response timeout exponent for the REQ (4.096 µs × 2^N; default 20): its Remote and
+    /// its Local CM Response Timeout (the latter overridden by --local-timeout-exp).
     #[arg(long, default_value_t = 20)]
     timeout_exp: u8,
     /// Max CM retries (default 15).
