@@ -34,7 +34,7 @@ A, B = "10.77.0.1", "10.77.0.2"
 from labcells import (Check, cell, cm_list, handshake_audit, read, resent, results,  # noqa: E402
                       seq)
 from check_ibcm import ibcm_cells, ibcm_pair_cells, qps_both, udp_wire_cell  # noqa: E402
-from check_paths import kernel_paths_cells  # noqa: E402
+from check_paths import kernel_paths_cells, udp_ipv6_cells  # noqa: E402
 from check_data import data_cells  # noqa: E402
 
 # the lab.sh runs of tests/conformance/run (steps.txt names, <name>.log)
@@ -403,6 +403,7 @@ def main(argv):
     ibcm_cells(out, "ibcm-umad", "umad", A, B, "b")
     ibcm_cells(out, "ibcm-udp", "udp", "10.78.0.2", "10.78.0.1", "host")
     udp_wire_cell(out)
+    udp_ipv6_cells(out)
     kernel_paths_cells(out)
     kern, ibcm = ibcm_pair_cells(out)
     xrc_rxe_cells(out)

@@ -27,7 +27,7 @@ UDP_QKEY = "0x01234567"        # rdma_cm's RDMA_UDP_QKEY
 UDADDY_SID = "0x0000000001111c06"   # RDMA_PS_UDP << 16 | 7174 (udaddy's fixed port)
 
 ACT = ("rep-lost", "rtu-lost", "drep-lost", "dreq-lost", "req-retries-out", "rej-rep", "mra-rep", "ipv6", "sidr",
-       "cmtime-1000")
+       "cmtime-1000", "rep-retries-out", "drep-lost-timewait", "stale")
 PAS = ("rep-lost", "rep-lost-dup-req", "rtu-lost", "drep-lost", "dreq-lost", "gaveup-ari", "stale",
        "qpn-reuse-timewait", "rej-rep", "mra-rep", "mra-dup-req", "ipv6", "sidr", "cmtime-1000", "unreachable")
 REF = ("stale", "qpn-reuse-timewait")
@@ -287,6 +287,66 @@ def kernel_paths_cells(out):
     c.done(n, "cm-ping --count 1000 --parallel 1000 --hold -> cmtime server (real RC QPs on the kernel side): every "
            "connection REQ/REP/RTU/DREQ/DREP, no REJ; connect step %s s; %s" % (mm.group(2) if mm else "?", resent(counts, 1000)))
 
+    n = "kp-act-rep-retries-out"
+    c, m, k = Check(), cms(n), 0
+    dropped(c, "b", n, 3)
+    if wire(c, m, "REQ REP REP REP REJ"):
+        r, reps, j = m[0], m[1:4], m[4]
+        c(r["src"] == IIP and r["max_cm_retries"] == 2 and r["lcmrt"] == 17 and r["rcmrt"] == 22,
+          "REQ Max CM Retries %s, Local/Remote CM Response Timeout %s/%s (want 2, 17/22)"
+          % (r["max_cm_retries"], r["lcmrt"], r["rcmrt"]))
+        from_(c, m, "REP", KIP)
+        c(reps[0]["rcid"] == r["lcid"], "REP remote comm ID %s != REQ %s" % (reps[0]["rcid"], r["lcid"]))
+        for x, y in zip(reps, reps[1:]):
+            same(c, reps[0], y, "REP")
+            # the kernel's REP timer: ms(REQ Local CM Response Timeout 17) = 0.54 s
+            gap(c, x, y, 0.3, 2.5, "the kernel resent its REP")
+        k = len(reps)
+        # ibcm never saw a REP: its REJ names only its own comm ID
+        c(j["src"] == IIP and j["reason"] == 4 and j["rejected"] == 2 and j["lcid"] == r["lcid"] and j["rcid"] == "0x00000000",
+          "REJ %s" % {k_: j[k_] for k_ in ("src", "reason", "rejected", "lcid", "rcid")})
+        c(j["ari_len"] == 8 and j["ari"] == r["ca_guid"][2:], "REJ ARI %s (len %s) != ibcm's CA GUID %s" % (j["ari"], j["ari_len"], r["ca_guid"]))
+    # UNREACHABLE (not REJECTED) on the accepted id: the kernel gave up before ibcm's REJ came
+    ksays(c, n, "ACTION ACCEPT")
+    ksays(c, n, "EVENT UNREACHABLE status=-110")
+    ksays(c, n, "RESULT ok established=0 rejected=0 unreachable=1")
+    isays(c, n, "timed out")
+    isum(c, n, (0, 0, 1, 0), "2")
+    c.done(n, "every REP lost at ibcm's ingress: the kernel sends Max CM Retries 2 + 1 = %d identical REPs ms(17) "
+           "apart, then gives up with nothing on the wire (cm.c: REP_SENT send error -> cm_reset_to_idle, "
+           "IB_CM_REP_ERROR = RDMA_CM_EVENT_UNREACHABLE -110 to cmpeer); ibcm, whose REQ timer (19 s) never "
+           "fired, ends at its 10 s connect bound with REJ 4 (timeout) + ARI, exit 2" % k)
+
+    n = "kp-act-drep-lost-timewait"
+    c, m, g, tw = Check(), cms(n), 0, None
+    dropped(c, "b", n)
+    t = path(c, m, r"REQ REP RTU", IIP)
+    if t:
+        ids(c, m, m[0], m[1])
+        c(m[0]["ack_timeout"] == 21, "REQ Local ACK Timeout %s (want 21: the kernel's TimeWait ms(21) = 8.6 s)"
+          % m[0]["ack_timeout"])
+        _, dreqs, dreps = t
+        if c(seq(m[3:]) == "DREQ DREP DREQ DREP",
+             "teardown %r: want DREQ DREP DREQ DREP" % seq(m[3:])):
+            same(c, dreqs[0], dreqs[1], "DREQ")
+            # ibcm's DREQ timer: the REQ's, 2*ms(18) + ms(17) = 2.7 s
+            g = gap(c, dreqs[0], dreqs[1], 2.0, 4.0, "ibcm resent its DREQ")
+            c(dreps[1]["lcid"] == dreps[0]["lcid"] and dreps[1]["rcid"] == dreps[0]["rcid"], "the DREPs' comm IDs differ")
+    tm = re.search(r"^TIMEWAIT-ENTER conn=0 dreq_duplicates=(\d+)$", o("a", n), re.M)
+    tx = re.search(r"^TIMEWAIT-EXIT conn=0 dreq_duplicates=(\d+) in_timewait=(\d+)$", o("a", n), re.M)
+    if c(tm is not None and tx is not None, "cmpeer's TIMEWAIT-ENTER/EXIT lines missing"):
+        tw = int(tx.group(2))
+        # counted after the kernel's DREP went out (state TIMEWAIT) and before TIMEWAIT_EXIT,
+        # with the id alive: cm_dreq_handler's IB_CM_TIMEWAIT case, which answers with a DREP
+        c(tw >= 1, "no duplicate DREQ reached the kernel while its cm_id was in TimeWait (in_timewait=%d)" % tw)
+    ksays(c, n, "EVENT TIMEWAIT_EXIT")
+    ksays(c, n, K_OK)
+    isum(c, n, (1, 0, 0, 1), "0")
+    isays(c, n, "(disconnected (locally))")
+    c.done(n, "the kernel's first DREP lost at ibcm's ingress; ibcm resends the identical DREQ after %.2f s, while the "
+           "kernel's cm_id is in TimeWait (ms(21) from ibcm's REQ Local ACK Timeout; cm_rx_duplicates/dreq +%s "
+           "between TimeWait's start and its exit): the kernel answers it from TimeWait with a DREP again" % (g, tw))
+
     # ------------------------------------------------------------ kernel active -> ibcm passive
     n = "kp-pas-rep-lost"
     c, m, g = Check(), cms(n), 0
@@ -394,14 +454,18 @@ def kernel_paths_cells(out):
     c.done(n, "ibcm MRAs the kernel's REQ (service timeout 22); the kernel gives up (rdma_destroy_id while connecting) "
            "with REJ 4 (timeout, MsgRejected 2), ARI = its node GUID, the REQ's CA GUID; ibcm drops the pending REQ")
 
-    def stale(c, m, detector, requester):
+    def stale(c, m, detector, requester, qpn=FAKE_QPN):
+        """REQ REP RTU, a second REQ with the first one's QPN (and CA GUID), REJ 10 to it and a
+        DREQ to the first connection from the detector; qpn None: whatever the first REQ said"""
         if wire(c, m, "REQ REP RTU REQ REJ DREQ DREP"):
             r0, p0, r1, j, dq = m[0], m[1], m[3], m[4], m[5]
-            c(r0["qpn"] == r1["qpn"] == FAKE_QPN and r0["lcid"] != r1["lcid"], "REQ QPNs %s %s comm IDs %s %s"
-              % (r0["qpn"], r1["qpn"], r0["lcid"], r1["lcid"]))
+            qpn = qpn or r0["qpn"]
+            c(r0["qpn"] == r1["qpn"] == qpn and r0["ca_guid"] == r1["ca_guid"] and r0["lcid"] != r1["lcid"],
+              "REQ QPNs %s %s CA GUIDs %s %s comm IDs %s %s"
+              % (r0["qpn"], r1["qpn"], r0["ca_guid"], r1["ca_guid"], r0["lcid"], r1["lcid"]))
             c(j["src"] == detector and j["reason"] == 10 and j["rejected"] == 0 and j["lcid"] == "0x00000000"
               and j["rcid"] == r1["lcid"], "REJ %s" % {k_: j[k_] for k_ in ("src", "reason", "rejected", "lcid", "rcid")})
-            c(dq["src"] == detector and dq["lcid"] == p0["lcid"] and dq["rcid"] == r0["lcid"] and dq["rqpn"] == FAKE_QPN,
+            c(dq["src"] == detector and dq["lcid"] == p0["lcid"] and dq["rcid"] == r0["lcid"] and dq["rqpn"] == qpn,
               "DREQ %s for the old connection? lcid %s rcid %s rqpn %s" % (dq["src"], dq["lcid"], dq["rcid"], dq["rqpn"]))
             c(m[6]["src"] == requester, "DREP not from the requester")
 
@@ -425,6 +489,18 @@ def kernel_paths_cells(out):
     c(K_OK in o("a", n), "kernel server not ok")
     c.done(n, "reference, kernel <-> kernel: the kernel's passive side rejects the reused QPN with REJ 10 and sends "
            "the established connection a DREQ; the same sequence as ibcm's (kp-pas-stale)")
+
+    n = "kp-act-stale"
+    c, m = Check(), cms(n)
+    stale(c, m, KIP, IIP, qpn=None)
+    ksays(c, n, "EVENT DISCONNECTED")
+    ksays(c, n, "RESULT ok established=1")
+    isays(c, n, "connection 1: stale connection")
+    isays(c, n, "(disconnected (by the peer))")
+    isum(c, n, (1, 1, 0, 1), "2")
+    c.done(n, "cm-ping --same-qpn (test only) connects twice with one QPN while the first connection is established: "
+           "the kernel rejects the second REQ with REJ 10 (stale connection) and sends the first a DREQ, which ibcm "
+           "answers; the second fails as stale, exit 2")
 
     def reuse(c, m, passive):
         if wire(c, m, "REQ REP RTU DREQ DREP REQ REP RTU DREQ DREP"):
@@ -555,3 +631,66 @@ def kernel_paths_cells(out):
     ksays(c, n, "RESULT ok established=0 rejected=0 unreachable=1")
     c.done(n, "nobody answers (no CM agent on VM b): the kernel sends 1 + 15 identical REQs ~4.1 s apart "
            "(--ack-timeout 1), then reports RDMA_CM_EVENT_UNREACHABLE (-ETIMEDOUT)")
+
+
+# ------------------------------------------------------------------------------------------
+# IPv6 over ibcm's RoCEv2/UDP transport (scenarios/ibcm-udp.sh + .host, run ibcm-udp): the
+# VM's kernel CM on rxe0's fd00:78::2 GID, cm-ping on the host's UDP socket at fd00:78::1
+UDP_KIP6, UDP_IIP6 = "fd00:78::2", "fd00:78::1"
+
+
+def udp_ipv6_cells(out):
+    run = os.path.join(out, "ibcm-udp")
+    res = os.path.join(run, "share", "results")
+    names = ("udp-act-ipv6", "udp-pas-ipv6")
+    if not cut_cells(run):
+        for n in names:
+            cell(n, False, "no capture: the ibcm-udp run did not happen (see %s.log)" % run)
+        return
+
+    def o(role, n):
+        return read(os.path.join(res, "%s.%s.out" % (role, n)))
+
+    def v6(c, m, src, dst):
+        """all over IPv6, ICRCs correct both ways, ibcm's from UDP source port 4791; the REQ's
+        CMA header version 6 from src to dst"""
+        c(m and all(d["ipver"] == 6 for d in m), "not all over IPv6: %s" % [d["ipver"] for d in m])
+        bad = [d["frame"] for d in m if not d["icrc_ok"]]
+        c(not bad, "frames with a bad ICRC: %s" % bad)
+        c(all(d["sport"] == 4791 for d in m if d["src"] == UDP_IIP6), "ibcm's frames not from UDP port 4791")
+        r = m[0]
+        c(r["src"] == src and r["dst"] == dst, "REQ %s -> %s" % (r["src"], r["dst"]))
+        c(r.get("cma_ipver") == 6 and r.get("cma_src") == src and r.get("cma_dst") == dst,
+          "CMA header v%s %s -> %s" % (r.get("cma_ipver"), r.get("cma_src"), r.get("cma_dst")))
+
+    n = "udp-act-ipv6"
+    c = Check()
+    m = cm_list(os.path.join(run, "cells", n + ".pcap"))
+    if c(seq(m) == "REQ REP RTU DREQ DREP", "wire %r" % seq(m)):
+        v6(c, m, UDP_IIP6, UDP_KIP6)
+        c(m[1]["rcid"] == m[0]["lcid"] and m[3]["src"] == UDP_IIP6, "comm IDs / DREQ direction")
+        c(m[0].get("upd") == PD_REQ_I and m[1]["pd"] == PD_REP_K, "private data REQ %s REP %s" % (m[0].get("upd"), m[1]["pd"]))
+    c("EVENT CONNECT_REQUEST pd=%s " % PD_REQ_I in o("a", n) and "RESULT ok" in o("a", n),
+      "kernel server: %s" % o("a", n).strip().splitlines()[-1:])
+    c("pd=%s" % PD_REP_K in o("host", n), "cm-ping lacks the REP's private data")
+    c(summary_of(o("host", n)) == want_summary((1, 0, 0, 1)), "cm-ping summary %s" % (summary_of(o("host", n)),))
+    c(read(os.path.join(res, "host.%s.rc" % n)).strip() == "0", "cm-ping exit status %r" % read(os.path.join(res, "host.%s.rc" % n)).strip())
+    c.done(n, "cm-ping on the host's UDP socket (fd00:78::1) -> kernel listener on rxe0's fd00:78::2: RoCEv2 over "
+           "IPv6 with ICRCs both sides accept, CMA header version 6, private data both ways, exit 0")
+
+    n = "udp-pas-ipv6"
+    c = Check()
+    m = cm_list(os.path.join(run, "cells", n + ".pcap"))
+    if c(seq(m) == "REQ REP RTU DREQ DREP", "wire %r" % seq(m)):
+        v6(c, m, UDP_KIP6, UDP_IIP6)
+        c(m[1]["rcid"] == m[0]["lcid"] and m[1]["src"] == UDP_IIP6 and m[3]["src"] == UDP_KIP6, "comm IDs / directions")
+        c(m[0].get("upd") == PD_REQ_K and m[1]["pd"] == PD_REP_I, "private data REQ %s REP %s" % (m[0].get("upd"), m[1]["pd"]))
+        mm = re.search(r"^request from .* cma=(\S+):(\d+)->(\S+) pd=(\S+)", o("host", n), re.M)
+        c(mm is not None and mm.group(1) == UDP_KIP6 and mm.group(3) == UDP_IIP6 and int(mm.group(2)) == m[0].get("cma_sport")
+          and mm.group(4) == PD_REQ_K, "cm-ping's request line: %s" % (mm.groups() if mm else None,))
+    c("EVENT ESTABLISHED pd=%s " % PD_REP_I in o("a", n) and "RESULT ok" in o("a", n),
+      "kernel client: %s" % o("a", n).strip().splitlines()[-1:])
+    c(read(os.path.join(res, "a.%s.rc" % n)).strip() == "0", "kernel client exit status")
+    c(summary_of(o("host", n)) == want_summary((1, 0, 0, 1)), "cm-ping summary %s" % (summary_of(o("host", n)),))
+    c.done(n, "kernel client on rxe0's fd00:78::2 -> cm-ping listening on the host's UDP socket at fd00:78::1: "
+           "RoCEv2 over IPv6, CMA header version 6 parsed by ibcm, ICRCs verified, established and disconnected")

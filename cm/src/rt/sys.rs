@@ -30,6 +30,50 @@ pub(crate) fn set_pmtudisc_do(sock: &impl AsRawFd) -> io::Result<()> {
     }
 }
 
+/// Sets `UDP_NO_CHECK6_RX` on an IPv6 UDP socket: datagrams with UDP checksum 0 (rxe's RoCEv2
+/// over IPv6) are delivered instead of dropped (see the `udp` module docs).
+pub(crate) fn set_udp_no_check6_rx(sock: &impl AsRawFd) -> io::Result<()> {
+    let val: libc::c_int = 1;
+    // SAFETY: `sock` is an open socket descriptor for the duration of the call; the option
+    // value points to a live `c_int` whose exact size is passed as the option length.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_UDP,
+            libc::UDP_NO_CHECK6_RX,
+            (&val as *const libc::c_int).cast(),
+            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets `UDP_NO_CHECK6_TX` on an IPv6 UDP socket: it sends UDP checksum 0, as rxe does (tests
+/// of the receive side only).
+#[cfg(test)]
+pub(crate) fn set_udp_no_check6_tx(sock: &impl AsRawFd) -> io::Result<()> {
+    let val: libc::c_int = 1;
+    // SAFETY: as in `set_udp_no_check6_rx`.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_UDP,
+            libc::UDP_NO_CHECK6_TX,
+            (&val as *const libc::c_int).cast(),
+            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Datagrams moved per `recvmmsg`/`sendmmsg` call.
 pub(crate) const MMSG_BATCH: usize = 64;
 

@@ -1,9 +1,10 @@
 #!/bin/sh
 # kernel-paths.sh -- the protocol paths the kernel CM can play against ibcm (cells kp-*):
 # lost REP / RTU / DREQ / DREP and the retransmissions that repair them, retries that run
-# out, stale connections and QPN reuse, REJ of a REP, MRAs for a REP and for a duplicate
-# REQ, REJ 4 with ARI, IPv6 (CMA header v6 over a v6 GID), SIDR with udaddy, and 1000
-# connections with cmtime, in both directions.
+# out (the REQ's and the kernel's REP's), the kernel's TimeWait answering a duplicate DREQ,
+# stale connections (detected by either side) and QPN reuse, REJ of a REP, MRAs for a REP and
+# for a duplicate REQ, REJ 4 with ARI, IPv6 (CMA header v6 over a v6 GID), SIDR with udaddy,
+# and 1000 connections with cmtime, in both directions.
 # VM a (10.77.0.1, fd00:77::1) = kernel CM (lab.mods=cm): cmpeer, udaddy, cmtime.
 # VM b (10.77.0.2, fd00:77::2) = no kernel CM (lab.mods=nocm): ibcm's cm-ping on umad0.
 #   kp-act-*  ibcm active  -> kernel passive        kp-pas-*  kernel active -> ibcm passive
@@ -117,6 +118,13 @@ if [ "$ROLE" = a ]; then
   ktool kp-act-sidr 30 udaddy -C 0
   # the cmtime server never exits by itself (kernel.sh stops it too)
   ktool kp-act-cmtime-1000 150 cmtime -p 7510 -c 1000
+  # the kernel's REP retries run out (every REP lost at ibcm's ingress): UNREACHABLE, no REJ
+  kpassive kp-act-rep-retries-out 40 --port 7511 --expect unreachable
+  # the kernel's cm_id stays in TimeWait (the id is held until TIMEWAIT_EXIT) and answers
+  # ibcm's duplicate DREQ; the port's duplicate-DREQ counter is read on both sides of TimeWait
+  kpassive kp-act-drep-lost-timewait 40 --port 7512 --hold-timewait
+  # ibcm announces its established connection's QPN again: the kernel detects the stale one
+  kpassive kp-act-stale 30 --port 7513
   # ---- kernel active -> ibcm passive
   klose_active kp-pas-rep-lost 40 0x0013 1 --port 7521 --disconnect-after 300
   klose_active kp-pas-rep-lost-dup-req 40 0x0013 2 --port 7522 --disconnect-after 300
@@ -169,6 +177,16 @@ else
   mark kp-act-ipv6.done
   iactive kp-act-sidr 30 --sidr --connect $KIP:7174
   iactive kp-act-cmtime-1000 150 --connect $KIP:7510 --count 1000 --parallel 1000 --hold -q
+  # Max CM Retries 2, Local CM Response Timeout 17: the kernel sends its REP every ms(17) =
+  # 0.54 s, 3 times, then gives up; Remote CM Response Timeout 22: ibcm's REQ timer
+  # 2*ms(18) + ms(22) = 19 s is later than cm-ping's 10 s connect bound (ConnectParams::
+  # connect_timeout), so ibcm sends one REQ and ends with REJ 4 (timeout)
+  ilose_active kp-act-rep-retries-out 40 0x0013 0 --connect $KIP:7511 --timeout-exp 22 --local-timeout-exp 17 --retries 2
+  # Local ACK Timeout 21: the kernel stays ms(21) = 8.6 s in TimeWait; ibcm's DREQ timer (its
+  # REQ's) is 2*ms(18) + ms(17) = 2.7 s; the kernel's first DREP is lost at ibcm's ingress
+  ilose_active kp-act-drep-lost-timewait 40 0x0016 1 --connect $KIP:7512 --timeout-exp 17 --local-ack-timeout 21
+  # --same-qpn (test only): connection 1 announces connection 0's QPN while 0 is held
+  iactive kp-act-stale 30 --connect $KIP:7513 --same-qpn --count 2 --hold
   # ---- kernel active -> ibcm passive
   ipassive kp-pas-rep-lost 40 --port 7521
   ipassive kp-pas-rep-lost-dup-req 40 --port 7522

@@ -3,7 +3,7 @@
  *   cmpeer server --port P [--bind ADDR] [--accept | --reject-pd HEX] [--accept-delay MS]
  *                 [--no-qp] [--accept-pd HEX] [--disconnect-after MS] [--disconnect-on FILE]
  *                 [--ps tcp|ib] [--qp rc|xrc] [--count N] [--timeout MS]
- *                 [--expect established|rejected|unreachable]
+ *                 [--expect established|rejected|unreachable] [--hold-timewait]
  *   cmpeer client --addr A --port P [--src ADDR] [--pd HEX] [--count N] [--no-qp]
  *                 [--disconnect-after MS] [--disconnect-on FILE] [--ps tcp|ib] [--qp rc|xrc]
  *                 [--ack-timeout N] [--expect established|rejected|unreachable|gaveup]
@@ -24,6 +24,14 @@
  *                        DREQ and answers with DREP (rdma_disconnect on DISCONNECTED)
  *   --expect rejected|unreachable   the accepted connection must end with REJECTED (the
  *                        peer rejects the REP) / UNREACHABLE (the REP retries ran out)
+ *   --hold-timewait      after answering the peer's DREQ, keep the id until
+ *                        RDMA_CM_EVENT_TIMEWAIT_EXIT (destroying it would take the kernel's
+ *                        cm_id out of TimeWait) and print the port's cm_rx_duplicates/dreq
+ *                        counter on both sides of TimeWait:
+ *                        TIMEWAIT-ENTER conn=K dreq_duplicates=N   (read after the DREP went out)
+ *                        TIMEWAIT-EXIT conn=K dreq_duplicates=M in_timewait=M-N
+ *                        A duplicate DREQ counted in between reached the kernel's cm_id in
+ *                        TimeWait (cm_dreq_handler answers it from there with a DREP).
  * client: resolves A, connects --count times in sequence with private data --pd, waits for
  *   the outcome; --ack-timeout N sets RDMA_OPTION_ID_ACK_TIMEOUT=N before route resolution,
  *   which makes the RoCE packet life time N-1 and so the REQ retry timeout
@@ -69,7 +77,7 @@
 
 static struct {
     int server, port, accept_delay, no_qp, reject, count, timeout_ms, disc_after, ack_timeout;
-    int establish_delay, reject_rep, same_qpn, stale;
+    int establish_delay, reject_rep, same_qpn, stale, hold_timewait;
     const char *addr, *src, *bind, *disc_file, *expect;
     enum rdma_port_space ps;
     int xrc;
@@ -78,7 +86,7 @@ static struct {
 } o = { .count = 1, .timeout_ms = 30000, .disc_after = -1, .ack_timeout = -1,
         .ps = RDMA_PS_TCP, .expect = "established" };
 
-static struct { int established, rejected, unreachable, disconnected, errors, requests, gaveup; } n;
+static struct { int established, rejected, unreachable, disconnected, errors, requests, gaveup, timewait_exits; } n;
 
 static void out(const char *fmt, ...) {
     va_list ap;
@@ -237,7 +245,24 @@ static void print_peer(struct rdma_cm_id *id) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
-struct conn { struct rdma_cm_id *id; long long est_at; int state; /* 0 free 1 pending 2 est 3 disc-sent */ };
+struct conn {
+    struct rdma_cm_id *id; long long est_at;
+    int state;      /* 0 free 1 pending 2 est 3 disc-sent 4 TimeWait held (--hold-timewait) */
+    long dup_dreq;  /* cm_rx_duplicates/dreq when TimeWait began */
+};
+
+/* the kernel CM's count of duplicate DREQs received on id's port (-1: unreadable) */
+static long dreq_duplicates(struct rdma_cm_id *id) {
+    char path[256];
+    long v = -1;
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/cm_rx_duplicates/dreq",
+             ibv_get_device_name(id->verbs->device), id->port_num);
+    FILE *f = fopen(path, "r");
+    if (!f) { out("ERROR open %s: %s", path, strerror(errno)); return -1; }
+    if (fscanf(f, "%ld", &v) != 1) v = -1;
+    fclose(f);
+    return v;
+}
 
 static int server(void) {
     struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -314,7 +339,23 @@ static int server(void) {
             n.disconnected++;
             if (k < MAXC && c[k].state == 2) rdma_disconnect(id);   /* peer's DREQ: answer DREP */
             rdma_ack_cm_event(ev);
+            if (k < MAXC && o.hold_timewait) {
+                c[k].dup_dreq = dreq_duplicates(id);
+                c[k].state = 4;
+                out("TIMEWAIT-ENTER conn=%d dreq_duplicates=%ld", k, c[k].dup_dreq);
+                continue;
+            }
             if (k < MAXC) { destroy(id); c[k].state = 0; open--; }
+            continue;
+        case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+            rdma_ack_cm_event(ev);
+            if (k < MAXC && c[k].state == 4) {
+                long d = dreq_duplicates(id);
+                out("TIMEWAIT-EXIT conn=%d dreq_duplicates=%ld in_timewait=%ld", k, d,
+                    d >= 0 && c[k].dup_dreq >= 0 ? d - c[k].dup_dreq : -1);
+                n.timewait_exits++;
+                destroy(id); c[k].state = 0; open--;
+            }
             continue;
         case RDMA_CM_EVENT_REJECTED:
             n.rejected++;
@@ -336,6 +377,7 @@ static int server(void) {
     if (!strcmp(o.expect, "rejected") && !o.reject) ok = ok && n.rejected == o.count;
     else if (!strcmp(o.expect, "unreachable")) ok = ok && n.unreachable == o.count;
     else if (!o.reject) ok = ok && n.established == o.count && n.disconnected == o.count;
+    if (o.hold_timewait) ok = ok && n.timewait_exits == o.count;
     if (handled < o.count) out("ERROR timeout: %d of %d requests seen", handled, o.count);
     rdma_destroy_id(lid);
     rdma_destroy_event_channel(ch);
@@ -523,6 +565,7 @@ static void usage(void) {
         "usage: cmpeer server --port P [--bind A] [--accept|--reject-pd HEX] [--accept-delay MS] [--no-qp]\n"
         "                     [--accept-pd HEX] [--disconnect-after MS] [--disconnect-on FILE]\n"
         "                     [--ps tcp|ib] [--qp rc|xrc] [--count N] [--timeout MS] [--expect established|rejected|unreachable]\n"
+        "                     [--hold-timewait]\n"
         "       cmpeer client --addr A --port P [--src A] [--pd HEX] [--count N] [--no-qp]\n"
         "                     [--disconnect-after MS] [--disconnect-on FILE] [--ps tcp|ib] [--qp rc|xrc]\n"
         "                     [--ack-timeout N] [--expect established|rejected|unreachable|gaveup] [--timeout MS]\n"
@@ -543,7 +586,7 @@ int main(int argc, char **argv) {
         {"qp", 1, 0, 'q'}, {"count", 1, 0, 'c'}, {"timeout", 1, 0, 't'}, {"addr", 1, 0, 'a'},
         {"src", 1, 0, 'S'}, {"pd", 1, 0, 'x'}, {"ack-timeout", 1, 0, 'T'}, {"expect", 1, 0, 'e'},
         {"establish-delay", 1, 0, 'E'}, {"reject-rep", 1, 0, 'J'}, {"same-qpn", 0, 0, 'Q'},
-        {"stale", 0, 0, 'Z'}, {0, 0, 0, 0}};
+        {"stale", 0, 0, 'Z'}, {"hold-timewait", 0, 0, 'W'}, {0, 0, 0, 0}};
     int ch;
     optind = 2;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -570,6 +613,7 @@ int main(int argc, char **argv) {
         case 'J': o.reject_rep = 1; o.rpdlen = parse_hex(optarg, o.rpd, 148); break;
         case 'Q': o.same_qpn = 1; break;
         case 'Z': o.stale = 1; o.no_qp = 1; o.same_qpn = 1; break;
+        case 'W': o.hold_timewait = 1; break;
         default: usage();
         }
     }

@@ -328,3 +328,18 @@ fn sidr_reply_rejected_rep_and_delayed_rtu() {
     let ltext = stop(l);
     assert_eq!(summary(&ltext), (1, 1, 0, 1), "listener: {ltext}");
 }
+
+#[test]
+fn same_qpn_is_a_stale_connection_for_the_peer() {
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let l = listener(&["--port", "7174"]);
+    // Test only: connection 1 announces connection 0's QPN while 0 is held. The listener finds
+    // it stale: REJ 10 to connection 1 and a DREQ to connection 0.
+    let (code, text) = connect(&["--same-qpn", "--count", "2", "--hold"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("connection 1: stale connection"), "{text}");
+    assert!(text.contains("(disconnected (by the peer))"), "{text}");
+    assert_eq!(summary(&text), (1, 1, 0, 1), "{text}");
+    let ltext = stop(l);
+    assert!(ltext.contains("\"stale\":1"), "listener: {ltext}");
+}

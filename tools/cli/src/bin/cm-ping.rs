@@ -7,7 +7,7 @@
 //! cm-ping --connect ADDR[:PORT] [--bind IP] [--service-id ID | --port P] [--count N]
 //!         [--parallel K] [--hold] [--xrc] [--private-data HEX] [--disconnect-from active|passive]
 //!         [--rtu-delay MS | --reject-rep REASON [--reject-data HEX]] [--sidr]
-//!         [--stay]
+//!         [--stay] [--local-timeout-exp N] [--local-ack-timeout N] [--same-qpn (test only)]
 //! cm-ping --daemon PATH …   (any of the above through the node's CM service, `ibcmd`;
 //!         a listener takes --xrc --policy explicit|domain|process|shared)
 //! ```
@@ -140,7 +140,8 @@ struct Args {
     /// Listener: private data for the REP (hex).
     #[arg(long, value_parser = parse_hex)]
     accept_data: Option<Hex>,
-    /// CM response timeout exponent for the REQ (4.096 µs × 2^N; default 20).
+    /// CM response timeout exponent for the REQ (4.096 µs × 2^N; default 20): its Remote and
+    /// its Local CM Response Timeout (the latter overridden by --local-timeout-exp).
     #[arg(long, default_value_t = 20)]
     timeout_exp: u8,
     /// Max CM retries (default 15).
@@ -179,6 +180,8 @@ struct Args {
     quiet: bool,
     #[command(flatten)]
     verbs: ping::VerbsArgs,
+    #[command(flatten)]
+    req: ping::req::ReqArgs,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -634,6 +637,8 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     let counts = Arc::new(Counts::default());
     let next = Arc::new(AtomicU64::new(0));
     let qpns = Arc::new(QpnAlloc::new());
+    // --same-qpn (test only): one QPN for every connection
+    let shared_qpn = args.req.same_qpn.then(|| qpns.next());
     let start = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..args.parallel.max(1) {
@@ -646,7 +651,12 @@ async fn connect(args: Args, target: &str) -> Result<ExitCode> {
                 if i >= args.count {
                     break;
                 }
-                let at = Target { peer, local, port };
+                let at = Target {
+                    peer,
+                    local,
+                    port,
+                    qpn: shared_qpn,
+                };
                 held.extend(one_connection(&cm, &args, &counts, &qpns, at, i).await);
             }
             held
@@ -711,6 +721,8 @@ struct Target {
     peer: PeerAddr,
     local: IpAddr,
     port: Option<u16>,
+    /// The QPN every connection announces (`--same-qpn`), else a fresh one each.
+    qpn: Option<Qpn>,
 }
 
 async fn one_connection(
@@ -721,8 +733,13 @@ async fn one_connection(
     at: Target,
     i: u64,
 ) -> Option<Connection> {
-    let Target { peer, local, port } = at;
-    let qpn = qpns.next();
+    let Target {
+        peer,
+        local,
+        port,
+        qpn,
+    } = at;
+    let qpn = qpn.unwrap_or_else(|| qpns.next());
     let mut p = match (args.service_id, port.or(args.port)) {
         (Some(sid), _) => ConnectParams::new(peer, ServiceId(sid), qpn),
         (None, p) => {
@@ -747,6 +764,7 @@ async fn one_connection(
     p.remote_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.max_cm_retries = U4::masked(args.retries);
+    args.req.apply(&mut p, local);
     if args.verbs.verbs.is_some() {
         return ping::connect(cm, args, counts, p, i).await;
     }

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use clap::{Args, ValueEnum};
 
 pub(crate) mod node;
+pub(crate) mod req;
 #[cfg(feature = "verbs")]
 mod rping;
 pub(crate) mod stay;
