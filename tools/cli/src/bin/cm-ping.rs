@@ -3,7 +3,8 @@
 //! ```text
 //! cm-ping --listen ADDR [--service-id ID | --port P] [--reject REASON] [--accept-delay MS]
 //!         [--mra-on-duplicate] [--accept-data HEX] [--sidr-qpn QPN [--sidr-qkey QKEY]]
-//!         [--timewait-slack MS]
+//!         [--timewait-slack MS] [--stateless [--stateless-threshold N] [--stateless-always]
+//!         [--stateless-qpns BASE:COUNT]] [--peer-counts]
 //! cm-ping --connect ADDR[:PORT] [--bind IP] [--service-id ID | --port P] [--count N]
 //!         [--parallel K] [--hold] [--xrc] [--private-data HEX] [--disconnect-from active|passive]
 //!         [--rtu-delay MS | --reject-rep REASON [--reject-data HEX]] [--sidr]
@@ -42,7 +43,9 @@ use ibcm::proto::{
     AcceptParams, ConnectParams, ConnectionError, EndpointConfig, IbAddr, ListenOptions, PeerAddr,
 };
 use ibcm::proto::{SidrRepParams, SidrReqParams};
-use ibcm::rt::{Cm, CmError, Connection, IcrcPolicy, IncomingKind, UdpTransport, UmadTransport};
+use ibcm::rt::{
+    Arrival, Cm, CmError, Connection, IcrcPolicy, IncomingKind, UdpTransport, UmadTransport,
+};
 use ibcm_mad::cma::{CmaHeader, PortSpace};
 use ibcm_mad::{
     Gid, Guid, Qkey, Qpn, RejReason, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U4,
@@ -179,6 +182,8 @@ struct Args {
     quiet: bool,
     #[command(flatten)]
     verbs: ping::VerbsArgs,
+    #[command(flatten)]
+    stateless: ping::stateless::StatelessArgs,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -330,6 +335,8 @@ async fn bind(args: &Args, local: IpAddr) -> Result<(Cm, PeerAddrMaker)> {
         timewait_slack: Duration::from_millis(args.timewait_slack),
         ..Default::default()
     };
+    let mut cfg = cfg;
+    ping::stateless::configure(&args.stateless, &mut cfg);
     if let Some(dev) = &args.umad {
         let ip = args
             .local_ip
@@ -368,6 +375,13 @@ impl PeerAddrMaker {
 }
 
 async fn run(args: Args) -> Result<ExitCode> {
+    ping::stateless::check(
+        &args.stateless,
+        args.verbs.verbs.is_some(),
+        args.reject.is_some(),
+        args.accept_delay.is_some(),
+        args.daemon.is_some(),
+    )?;
     ping::init(&args)?;
     if let Some(ip) = args.listen {
         return listen(args, ip).await;
@@ -438,10 +452,20 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     }
     let (tx, mut incoming) = tokio::sync::mpsc::unbounded_channel();
     for s in sids {
-        let mut l = cm.listen(s, ListenOptions::default()).await?;
+        // --stateless: every connection port space (SIDR has no stateless answer).
+        let stateless = args.stateless.stateless
+            && s.rdma_cm_port()
+                .is_none_or(|(space, _)| space != PortSpace::Udp);
+        let mut l = if stateless {
+            let data = args.accept_data.as_ref().map(|h| h.0.as_slice());
+            let t = ping::stateless::template(&args.stateless, data);
+            cm.listen_stateless(s, ListenOptions::default(), t).await?
+        } else {
+            cm.listen(s, ListenOptions::default()).await?
+        };
         let tx = tx.clone();
         tokio::spawn(async move {
-            while let Some(i) = l.next().await {
+            while let Some(i) = l.next_arrival().await {
                 if tx.send(i).is_err() {
                     break;
                 }
@@ -453,6 +477,7 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     println!("listening on {ip} service_id={sid}");
     let counts = Arc::new(Counts::default());
     let qpn = Arc::new(QpnAlloc::new());
+    let peers = Arc::new(ping::stateless::PeerCounts::default());
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
@@ -465,13 +490,23 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
             break;
         };
         let (cm, args, counts, qpn) = (cm.clone(), args.clone(), counts.clone(), qpn.clone());
+        let peers = peers.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_one(&cm, &args, &counts, &qpn, inc).await {
+            let inc = match inc {
+                Arrival::Request(inc) => inc,
+                Arrival::Stateless(conn, info) => {
+                    return ping::stateless::serve(&args, &counts, &peers, conn, &info).await;
+                }
+            };
+            if let Err(e) = serve_one(&cm, &args, &counts, &qpn, &peers, inc).await {
                 out_limited(&args, format_args!("error {e:#}"));
             }
         });
     }
     ping::report_timing();
+    if args.stateless.peer_counts {
+        println!("{}", peers.line());
+    }
     println!("{}", counts.line());
     // The endpoint's counters, every drop by reason: the last line, one JSON object (the
     // daemon's endpoint is not this client's to report).
@@ -486,6 +521,7 @@ async fn serve_one(
     args: &Args,
     counts: &Counts,
     qpn: &QpnAlloc,
+    peers: &ping::stateless::PeerCounts,
     inc: ibcm::rt::Incoming,
 ) -> Result<()> {
     let req = match inc.kind() {
@@ -568,7 +604,7 @@ async fn serve_one(
     if args.verbs.verbs.is_some() {
         return ping::serve(cm, args, counts, inc).await;
     }
-    let q = qpn.next();
+    let q = ping::stateless::stateful_qpn(&args.stateless, qpn);
     let mut p = if xrc {
         // One TGT QP per listener: every XRC connection lands on it. It lives as long as the
         // listener, so a new connection may attach while an earlier one is in TimeWait.
@@ -586,6 +622,7 @@ async fn serve_one(
     match conn.established().await {
         Ok(()) => {
             counts.established.fetch_add(1, Ordering::Relaxed);
+            peers.up(peer);
             out_limited(args, format_args!("established conn={}", conn.id()));
         }
         Err(e) => {
@@ -599,6 +636,7 @@ async fn serve_one(
     } else {
         conn.closed().await
     };
+    peers.down(peer);
     counts.count_end(&why);
     out_limited(
         args,

@@ -24,6 +24,7 @@ use clap::{Args, ValueEnum};
 pub(crate) mod node;
 #[cfg(feature = "verbs")]
 mod rping;
+pub(crate) mod stateless;
 pub(crate) mod stay;
 #[cfg(feature = "verbs")]
 mod ucmatose;
