@@ -146,7 +146,7 @@ def ibcm_cells(f, per, js, lrc):
            % (f["amp"], f["out"], f["in"]))
     # every drop counted by reason in the final JSON line
     c = Check()
-    want = ("bad_cookie", "unknown_comm_id", "wrong_peer", "duplicate", "malformed", "bad_icrc", "not_mad")
+    want = ("bad_cookie", "unknown_comm_id", "wrong_peer", "duplicate", "malformed")
     c(isinstance(dropped, dict) and all(k in dropped for k in want), "reasons missing from %s" % dropped)
     total = sum(v for v in dropped.values() if isinstance(v, int)) if isinstance(dropped, dict) else 0
     c(total >= 32 * f["blind"] + f["td"], "%d drops counted, %d hostile messages at least"

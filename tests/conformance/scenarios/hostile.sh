@@ -30,8 +30,9 @@ cell_end hostile-ibcm
 
 run modprobe 20 modprobe rdma_ucm
 cell_begin hostile-kernel
-# the cmtime server never exits by itself: stopped once the attacker is done
-bg hostile-kernel 120 cmtime -p 7601
+# the cmtime server never exits by itself: stopped once the attacker is done. -c: its table
+# of connections, indexed by request (with its default it segfaulted under the flood)
+bg hostile-kernel 120 cmtime -p 7601 -c 20000
 wait_cm_listen 100; mark hostile-kernel.ready
 waitfor hostile-kernel.flooded 100
 run hostile-kernel-res 10 sh -c 'rdma res show cm_id | wc -l; rdma res show qp | wc -l'

