@@ -65,7 +65,11 @@ def hostile_cells(out):
     ltxt = read(os.path.join(res, "a.hostile-ibcm.out"))
     lrc = read(os.path.join(res, "a.hostile-ibcm.rc")).strip()
     per, js = peers(ltxt), counters(ltxt)
-    kern = figures(read(os.path.join(res, "host.hostile-kernel.out")))
+    ktxt = read(os.path.join(res, "host.hostile-kernel.out"))
+    kern = figures(ktxt)
+    # the kernel DREQs every connection it still has when cmtime exits: what the client still
+    # has established after that, the kernel had dropped already
+    khold = re.findall(r"^flood-remote: hold ended \(.*\); (\d+) of (\d+) connections", ktxt, re.M)
     if atk is None or per is None or js is None:
         why = ("no attacker figures (%s)" % os.path.join(res, "host.hostile-ibcm.out") if atk is None else
                "no per-peer line or JSON counters from cm-ping (%s)" % os.path.join(res, "a.hostile-ibcm.out"))
@@ -79,10 +83,13 @@ def hostile_cells(out):
         kc.done("hostile-kernel-reference",
                 "kernel CM (cmtime server), recorded, not asserted: legitimate %d/%d established (client "
                 "side) during %d REQs at %d/s; amplification %.2f (%d B to the spoofed sources for %d B); "
-                "teardown %d/%d seen by the client; %s rdma_cm ids and %s QPs left after the attack"
+                "teardown %d/%d seen by the client; `rdma res` lists %s rdma_cm ids and %s QPs after the "
+                "attack; once cmtime was stopped %s of %s connections (%d victims) were still established "
+                "on the client's side (the kernel DREQs those it still has when its process exits)"
                 % (kern["ok"], kern["n"], kern["reqs"], kern["rate"], kern["amp"], kern["out"], kern["in"],
                    kern["td_ok"], kern["td"], res_lines[0] if res_lines else "?",
-                   res_lines[1] if len(res_lines) > 1 else "?"))
+                   res_lines[1] if len(res_lines) > 1 else "?", khold[-1][0] if khold else "?",
+                   khold[-1][1] if khold else "?", kern["victims"]))
     else:
         kc.done("hostile-kernel-reference", "")
     return "hostile: ibcm (stateless) %s; kernel %s" % (line(atk, per), line(kern, None))
@@ -111,9 +118,9 @@ def ibcm_cells(f, per, js, lrc):
     c(lrc == "0", "cm-ping exit status %s" % lrc)
     c.done("hostile-ibcm-legit",
            "%d/%d established on both sides during a flood of %d REQs at %d/s (connect ms p50 %.1f p99 %.1f); "
-           "listener: %d stateless REPs, %d stateless connections, %d REQs read (rx %d)"
+           "listener: %d stateless REPs, %d stateless connections, %d MADs received in all"
            % (both, f["n"], f["reqs"], f["rate"], f["p50"], f["p99"], js.get("stateless_replies", 0),
-              js.get("stateless_established", 0), f["reqs"], js.get("rx", 0)))
+              js.get("stateless_established", 0), js.get("rx", 0)))
     # blind RTUs: no connection of the listener has a spoofed source; the guessed RTUs are
     # counted as drops by reason
     c = Check()

