@@ -306,7 +306,10 @@ async fn run(o: &RemoteOpts) -> Result<()> {
     let attacks_end = tokio::time::Instant::now() + Duration::from_secs_f64(o.secs);
     for i in 0..o.attacks {
         if tokio::time::Instant::now() >= attacks_end {
-            println!("flood-remote: --secs passed after {i} of {} attacks", o.attacks);
+            println!(
+                "flood-remote: --secs passed after {i} of {} attacks",
+                o.attacks
+            );
             break;
         }
         let own = match victim_cm
