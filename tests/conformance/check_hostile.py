@@ -11,12 +11,14 @@ import json
 import os
 import re
 
-from labcells import Check, cell, read
+from labcells import Check, cell, cm_list, read
 
 RUN = "hostile"
 LEGIT = "10.78.0.1"                                    # the legitimate client
 SPOOFED = ["10.78.0.%d" % i for i in range(101, 110)]  # 8 flood sources and the attack source
 VICTIMS = "10.78.0.110"                                # the victims' client
+VM = "10.78.0.2"
+KERNEL_SID = "0x0000000001061db1"                      # rdma_cm port 7601: the kernel's listener
 CELLS = ("hostile-ibcm-legit", "hostile-ibcm-blind-rtu", "hostile-ibcm-teardown",
          "hostile-ibcm-amplification", "hostile-ibcm-drops", "hostile-kernel-reference")
 
@@ -58,9 +60,24 @@ def counters(txt):
         return None
 
 
+def wire_dreps(m):
+    """the capture, split where the kernel's cell begins (its first REQ) -> for each part, the
+    listener's DREPs to the victims' client that answer no DREQ of that client: spoofed DREQs
+    the listener acted on (it answers them to the connection's real peer)"""
+    start = next((d["t"] for d in m if d["msg"] == "REQ" and d.get("sid") == KERNEL_SID), None)
+    parts = ([d for d in m if start is None or d["t"] < start], [d for d in m if start is not None and d["t"] >= start])
+
+    def extra(part):
+        dreps = sum(1 for d in part if d["msg"] == "DREP" and d["src"] == VM and d["dst"] == VICTIMS)
+        dreqs = sum(1 for d in part if d["msg"] == "DREQ" and d["src"] == VICTIMS and d["dst"] == VM)
+        return max(0, dreps - dreqs)
+    return extra(parts[0]), (extra(parts[1]) if start is not None else None)
+
+
 def hostile_cells(out):
     """the hostile-* cells; returns the `hostile:` summary line"""
     res = os.path.join(out, RUN, "share", "results")
+    wire = wire_dreps(cm_list(os.path.join(out, RUN, "wire.pcap")))
     atk = figures(read(os.path.join(res, "host.hostile-ibcm.out")))
     ltxt = read(os.path.join(res, "a.hostile-ibcm.out"))
     lrc = read(os.path.join(res, "a.hostile-ibcm.rc")).strip()
@@ -76,7 +93,7 @@ def hostile_cells(out):
         for n in CELLS[:-1]:
             cell(n, False, why + "; see %s.log" % os.path.join(out, RUN))
     else:
-        ibcm_cells(atk, per, js, lrc)
+        ibcm_cells(atk, per, js, lrc, wire[0])
     kc = Check()
     if kc(kern is not None, "no attacker figures against the kernel listener"):
         res_lines = read(os.path.join(res, "a.hostile-kernel-res.out")).split()
@@ -85,26 +102,29 @@ def hostile_cells(out):
                 "side) during %d REQs at %d/s; amplification %.2f (%d B to the spoofed sources for %d B); "
                 "teardown %d/%d seen by the client; `rdma res` lists %s rdma_cm ids and %s QPs after the "
                 "attack; once cmtime was stopped %s of %s connections (%d victims) were still established "
-                "on the client's side (the kernel DREQs those it still has when its process exits)"
+                "on the client's side (the kernel DREQs those it still has when its process exits); on the "
+                "wire, %s DREPs of the kernel to the victims' client answer no DREQ of it: spoofed DREQs it "
+                "acted on"
                 % (kern["ok"], kern["n"], kern["reqs"], kern["rate"], kern["amp"], kern["out"], kern["in"],
                    kern["td_ok"], kern["td"], res_lines[0] if res_lines else "?",
                    res_lines[1] if len(res_lines) > 1 else "?", khold[-1][0] if khold else "?",
-                   khold[-1][1] if khold else "?", kern["victims"]))
+                   khold[-1][1] if khold else "?", kern["victims"], "?" if wire[1] is None else wire[1]))
     else:
         kc.done("hostile-kernel-reference", "")
-    return "hostile: ibcm (stateless) %s; kernel %s" % (line(atk, per), line(kern, None))
+    return "hostile: ibcm (stateless) %s; kernel %s" % (line(atk, per, wire[0]), line(kern, None, wire[1]))
 
 
-def line(f, per):
+def line(f, per, spoofed_dreqs):
     if f is None:
         return "no figures"
     both = min(f["ok"], per.get(LEGIT, 0)) if per is not None else None
-    return ("legitimate %s/%d, amplification %.2f, teardown %d/%d client side, %d REQs at %d/s"
+    return ("legitimate %s/%d, amplification %.2f, teardown %d/%d client side and %s spoofed DREQs acted on "
+            "(wire), %d REQs at %d/s"
             % ("%d" % both if both is not None else "%d (client side)" % f["ok"], f["n"], f["amp"],
-               f["td_ok"], f["td"], f["reqs"], f["rate"]))
+               f["td_ok"], f["td"], "?" if spoofed_dreqs is None else spoofed_dreqs, f["reqs"], f["rate"]))
 
 
-def ibcm_cells(f, per, js, lrc):
+def ibcm_cells(f, per, js, lrc, wire_teardowns):
     dropped = js.get("dropped", {})
     # legitimate connects during the flood: established on both sides (the client's count and
     # the listener's own, for the client's address), at least 99 %, in the stateless mode
@@ -142,9 +162,12 @@ def ibcm_cells(f, per, js, lrc):
       % (per.get(VICTIMS, 0), f["victims"]))
     c(dropped.get("wrong_peer", 0) >= f["td"], "%d messages dropped as wrong_peer, %d spoofed"
       % (dropped.get("wrong_peer", 0), f["td"]))
+    c(wire_teardowns == 0, "on the wire, %d DREPs of the listener to the victims' client answer no DREQ of "
+      "it (spoofed DREQs acted on)" % wire_teardowns)
     c.done("hostile-ibcm-teardown",
            "0/%d spoofed DREQ / REJ 28 / REJ 4 / stale REQ tore a connection down (%d victims held on both "
-           "sides); %d dropped as wrong_peer" % (f["td"], f["victims"], dropped.get("wrong_peer", 0)))
+           "sides; no DREP for a spoofed DREQ on the wire); %d dropped as wrong_peer"
+           % (f["td"], f["victims"], dropped.get("wrong_peer", 0)))
     # amplification: bytes to the spoofed sources over bytes from them
     c = Check()
     c(f["amp"] <= 3.0, "amplification %.2f > 3" % f["amp"])
