@@ -1,6 +1,6 @@
 //! `cm-ping --listen --stateless`: the endpoint's stateless mode under pressure
-//! (docs/protocol.md §5.12, [`Cm::listen_stateless`]), and `--peer-counts`, the listener's
-//! established connections per peer, printed when it stops.
+//! (docs/protocol.md §5.12, [`ibcm::rt::Cm::listen_stateless`]), and `--peer-counts`, the
+//! listener's established connections per peer, printed when it stops.
 //!
 //! Under pressure (`--stateless-threshold` half-open entries, default the endpoint's 1024, or
 //! always with `--stateless-always`) a REQ is answered from a template at once, with no
