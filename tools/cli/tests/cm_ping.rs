@@ -349,15 +349,17 @@ fn rep_qpns(text: &str) -> Vec<u32> {
 fn stateless_listener_answers_from_its_template() {
     use std::io::{BufRead, BufReader};
     let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    let l = listener(&[
-        "--stateless",
-        "--stateless-always",
-        "--stateless-qpns",
-        "0x1000:16",
-        "--accept-data",
-        "6f6b",
-        "--peer-counts",
-    ]);
+    // Not --quiet: its event lines tell when it has the connections.
+    let mut l = Kill(
+        cm_ping()
+            .args(["--listen", "127.0.0.2", "--stateless", "--stateless-always"])
+            .args(["--stateless-qpns", "0x1000:16", "--accept-data", "6f6b"])
+            .arg("--peer-counts")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start cm-ping --listen"),
+    );
+    wait_bound("127.0.0.2:4791");
     // Four connections held open (--stay) while the listener reports its peers.
     let mut c = Kill(
         cm_ping()
@@ -384,7 +386,27 @@ fn stateless_listener_answers_from_its_template() {
         );
     }
     assert_eq!(seen.matches(" pd=6f6b").count(), 4, "{seen}");
-    let ltext = stop(l);
+    // The listener has them once its lines say so (the connector's side comes first).
+    let mut llines = BufReader::new(l.0.stdout.take().unwrap()).lines();
+    let mut ltext = String::new();
+    while ltext.matches("established conn=").count() < 4 {
+        let line = llines
+            .next()
+            .unwrap_or_else(|| panic!("listener ended: {ltext}"))
+            .unwrap();
+        ltext.push_str(&line);
+        ltext.push('\n');
+    }
+    assert_eq!(
+        ltext.matches(" stateless from 127.0.0.1:4791 ").count(),
+        4,
+        "{ltext}"
+    );
+    stop(l);
+    for line in llines {
+        ltext.push_str(&line.unwrap());
+        ltext.push('\n');
+    }
     assert!(
         ltext.contains("cm-ping: established now by peer: 127.0.0.1:4791=4\n"),
         "{ltext}"

@@ -489,6 +489,9 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
         let Some(inc) = inc else {
             break;
         };
+        if let Arrival::Stateless(conn, info) = &inc {
+            ping::stateless::arrived(&args, &counts, &peers, conn, info);
+        }
         let (cm, args, counts, qpn) = (cm.clone(), args.clone(), counts.clone(), qpn.clone());
         let peers = peers.clone();
         tokio::spawn(async move {
@@ -502,6 +505,13 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
                 out_limited(&args, format_args!("error {e:#}"));
             }
         });
+    }
+    // Stateless connections already handed over are established: counted (requests still
+    // queued are left unanswered).
+    while let Ok(inc) = incoming.try_recv() {
+        if let Arrival::Stateless(conn, info) = &inc {
+            ping::stateless::arrived(&args, &counts, &peers, conn, info);
+        }
     }
     ping::report_timing();
     if args.stateless.peer_counts {

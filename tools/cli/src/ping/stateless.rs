@@ -191,14 +191,14 @@ impl PeerCounts {
     }
 }
 
-/// A connection the endpoint made statelessly: counted and printed like an accepted one
-/// (`established conn=… stateless`), then held until the peer ends it, or disconnected at
-/// once when the REQ carried cm-ping's passive-disconnect marker.
-pub(crate) async fn serve(
+/// A connection the endpoint made statelessly has arrived: counted and printed like an
+/// accepted one (`established conn=… stateless`). Called from the listener's loop itself, so
+/// that a connection that arrived before SIGINT/SIGTERM is in the counts printed then.
+pub(crate) fn arrived(
     args: &crate::Args,
     counts: &crate::Counts,
     peers: &PeerCounts,
-    conn: ibcm::rt::Connection,
+    conn: &ibcm::rt::Connection,
     info: &ibcm::proto::StatelessInfo,
 ) {
     let peer = info.req.peer;
@@ -216,6 +216,18 @@ pub(crate) async fn serve(
             crate::hex_trim(info.req.user_private_data())
         ),
     );
+}
+
+/// Then: held until the peer ends it, or disconnected at once when the REQ carried cm-ping's
+/// passive-disconnect marker.
+pub(crate) async fn serve(
+    args: &crate::Args,
+    counts: &crate::Counts,
+    peers: &PeerCounts,
+    conn: ibcm::rt::Connection,
+    info: &ibcm::proto::StatelessInfo,
+) {
+    let peer = info.req.peer;
     let why = if info
         .req
         .user_private_data()
