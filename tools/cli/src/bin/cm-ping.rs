@@ -55,6 +55,7 @@ use ibcm_mad::{
 mod ping;
 #[path = "../common/qpn.rs"]
 mod qpn;
+use ping::counts::Counts;
 use qpn::QpnAlloc;
 
 /// Marker an active cm-ping puts in the REQ private data to ask the passive side to disconnect.
@@ -222,60 +223,6 @@ fn hex_trim(b: &[u8]) -> String {
         return "-".into();
     }
     b.iter().take(n).map(|x| format!("{x:02x}")).collect()
-}
-
-#[derive(Debug, Default)]
-struct Counts {
-    established: AtomicU64,
-    rejected: AtomicU64,
-    timed_out: AtomicU64,
-    disconnected: AtomicU64,
-    disconnect_timed_out: AtomicU64,
-}
-
-impl Counts {
-    fn line(&self) -> String {
-        format!(
-            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {} disconnect timed out{}",
-            self.established.load(Ordering::Relaxed),
-            self.rejected.load(Ordering::Relaxed),
-            self.timed_out.load(Ordering::Relaxed),
-            self.disconnected.load(Ordering::Relaxed),
-            self.disconnect_timed_out.load(Ordering::Relaxed),
-            ping::summary_suffix()
-        )
-    }
-
-    /// Counts how a connection ended: a completed disconnect (ours answered by a DREP, or the
-    /// peer's DREQ) or a DREQ of ours that was never answered.
-    fn count_end(&self, why: &ConnectionError) {
-        match why {
-            ConnectionError::Disconnected { .. } => {
-                self.disconnected.fetch_add(1, Ordering::Relaxed);
-            }
-            ConnectionError::DisconnectTimedOut => {
-                self.disconnect_timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {}
-        }
-    }
-
-    fn count_error(&self, e: &ConnectionError) {
-        match e {
-            ConnectionError::Rejected { reason, .. } if *reason == RejReason::Timeout => {
-                self.timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-            ConnectionError::Rejected { .. }
-            | ConnectionError::LocallyRejected { .. }
-            | ConnectionError::Stale => {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
-            }
-            ConnectionError::TimedOut => {
-                self.timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {}
-        }
-    }
 }
 
 fn main() -> ExitCode {
@@ -938,30 +885,4 @@ async fn finish(args: &Args, counts: &Counts, conn: Connection) {
         args,
         format_args!("disconnected conn={} ({why})", conn.id()),
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summary_counts_timed_out_disconnects_apart() {
-        let counts = Counts::default();
-        counts.established.fetch_add(3, Ordering::Relaxed);
-        counts.count_end(&ConnectionError::Disconnected {
-            by_peer: false,
-            private_data: Vec::new(),
-        });
-        counts.count_end(&ConnectionError::Disconnected {
-            by_peer: true,
-            private_data: vec![1],
-        });
-        counts.count_end(&ConnectionError::DisconnectTimedOut);
-        counts.count_end(&ConnectionError::TimedOut);
-        assert_eq!(
-            counts.line(),
-            "cm-ping: 3 established, 0 rejected, 0 timed out, 2 disconnected, \
-             1 disconnect timed out"
-        );
-    }
 }

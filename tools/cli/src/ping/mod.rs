@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use clap::{Args, ValueEnum};
 
+pub(crate) mod counts;
 pub(crate) mod node;
 #[cfg(feature = "verbs")]
 mod rping;
