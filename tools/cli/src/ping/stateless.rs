@@ -284,7 +284,10 @@ mod tests {
         // Outside 0x800000 .. 0xffff00: below it, or in the 254 QPNs above it.
         for _ in 0..100_000 {
             let q = stateful_qpn(&a, &alloc).get();
-            assert!(q < 0x80_0000 || (0xff_ff00..0xff_ffff).contains(&q), "{q:#x}");
+            assert!(
+                q < 0x80_0000 || (0xff_ff00..0xff_ffff).contains(&q),
+                "{q:#x}"
+            );
         }
     }
 
