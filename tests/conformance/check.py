@@ -36,10 +36,11 @@ from labcells import (Check, cell, cm_list, handshake_audit, read, resent, resul
 from check_ibcm import ibcm_cells, ibcm_pair_cells, qps_both, udp_wire_cell  # noqa: E402
 from check_paths import kernel_paths_cells, udp_ipv6_cells  # noqa: E402
 from check_data import data_cells  # noqa: E402
+from check_hostile import hostile_cells  # noqa: E402
 
 # the lab.sh runs of tests/conformance/run (steps.txt names, <name>.log)
 LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "kernel-paths", "ibcm-pair", "xrc-rxe",
-            "ibcm-data")
+            "ibcm-data", "hostile")
 
 
 # ------------------------------------------------------------------------------------------
@@ -394,7 +395,7 @@ def main(argv):
     rc, secs = steps.get("build", (1, "?"))
     cell("lab-build", rc == 0, "pinned debs cached, guest built (%s s)" % secs)
     rc, secs = steps.get("ibcm-build", (1, "?"))
-    cell("ibcm-build", rc == 0, "cargo build --release -p ibcm-tools --features verbs --bin cm-ping; xrc-probe, xrcd-keeper (rdma) (%s s)" % secs)
+    cell("ibcm-build", rc == 0, "cargo build --release -p ibcm-tools --features verbs --bin cm-ping --bin cm-bench; xrc-probe, xrcd-keeper (rdma) (%s s)" % secs)
     for s in LAB_RUNS:
         run_cell(out, s, steps.get(s, (1, "?")))
     rate = kernel_cells(out)
@@ -408,6 +409,7 @@ def main(argv):
     kern, ibcm = ibcm_pair_cells(out)
     xrc_rxe_cells(out)
     data_line = data_cells(out)
+    hostile_line = hostile_cells(out)
     cleanup_cell(out)
     if "--save-fixtures" in argv:
         save_fixtures(out, argv[argv.index("--save-fixtures") + 1])
@@ -415,6 +417,7 @@ def main(argv):
         tshark_cell(fixtures, out)
     passed = sum(1 for _, ok in results if ok)
     print(data_line)
+    print(hostile_line)
     # cells kernel-rate and ibcm-rate: the connect steps of cmtime -c 1000 and cm-ping --count 1000
     # on one rxe VM pair (k-cmtime, in the kernel pair, is printed in its cell); ratio = ibcm/kernel
     print("kernel-vs-ibcm: kernel %s conn/s, ibcm %s conn/s, ratio %s (qps: %s)"

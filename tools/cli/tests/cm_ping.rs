@@ -343,3 +343,138 @@ fn same_qpn_is_a_stale_connection_for_the_peer() {
     let ltext = stop(l);
     assert!(ltext.contains("\"stale\":1"), "listener: {ltext}");
 }
+
+/// The QPNs the REPs named (`remote_qpn=0x…` of the connector's `established` lines).
+fn rep_qpns(text: &str) -> Vec<u32> {
+    text.lines()
+        .filter(|l| l.starts_with("established "))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("remote_qpn="))
+        })
+        .map(|q| u32::from_str_radix(q.trim_start_matches("0x"), 16).unwrap())
+        .collect()
+}
+
+/// `--stateless`: with `--stateless-always` every REQ is answered from the template (the REP's
+/// QPN from `--stateless-qpns`, its private data `--accept-data`), the connections reach the
+/// listener once established and are counted per peer; without pressure the same listener
+/// answers with state, its QPNs outside the range; combinations it cannot honour are refused.
+#[test]
+fn stateless_listener_answers_from_its_template() {
+    use std::io::{BufRead, BufReader};
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    // Not --quiet: its event lines tell when it has the connections.
+    let mut l = Kill(
+        cm_ping()
+            .args(["--listen", "127.0.0.2", "--stateless", "--stateless-always"])
+            .args(["--stateless-qpns", "0x1000:16", "--accept-data", "6f6b"])
+            .arg("--peer-counts")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start cm-ping --listen"),
+    );
+    wait_bound("127.0.0.2:4791");
+    // Four connections held open (--stay) while the listener reports its peers.
+    let mut c = Kill(
+        cm_ping()
+            .args(["--connect", "127.0.0.2", "--bind", "127.0.0.1", "--stay"])
+            .args(["--count", "4", "--parallel", "4"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(c.0.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    while rep_qpns(&seen).len() < 4 {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("connector ended: {seen}"))
+            .unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    for q in rep_qpns(&seen) {
+        assert!(
+            (0x1000..0x1010).contains(&q),
+            "{q:#x} outside the range: {seen}"
+        );
+    }
+    assert_eq!(seen.matches(" pd=6f6b").count(), 4, "{seen}");
+    // The listener has them once its lines say so (the connector's side comes first).
+    let mut llines = BufReader::new(l.0.stdout.take().unwrap()).lines();
+    let mut ltext = String::new();
+    while ltext.matches("established conn=").count() < 4 {
+        let line = llines
+            .next()
+            .unwrap_or_else(|| panic!("listener ended: {ltext}"))
+            .unwrap();
+        ltext.push_str(&line);
+        ltext.push('\n');
+    }
+    assert_eq!(
+        ltext.matches(" stateless from 127.0.0.1:4791 ").count(),
+        4,
+        "{ltext}"
+    );
+    stop(l);
+    for line in llines {
+        ltext.push_str(&line.unwrap());
+        ltext.push('\n');
+    }
+    assert!(
+        ltext.contains("cm-ping: established now by peer: 127.0.0.1:4791=4\n"),
+        "{ltext}"
+    );
+    assert_eq!(summary(&ltext).0, 4, "{ltext}");
+    let j: serde_json::Value = serde_json::from_str(ltext.lines().last().unwrap()).unwrap();
+    assert_eq!(j["stateless_established"], 4, "{ltext}");
+    assert!(j["stateless_replies"].as_u64().unwrap() >= 4, "{ltext}");
+    drop(c);
+
+    // No pressure: the stateful path, QPNs outside the (default) stateless range.
+    let l = listener(&["--stateless", "--peer-counts"]);
+    let (code, text) = {
+        let out = cm_ping()
+            .args(["--connect", "127.0.0.2", "--bind", "127.0.0.1"])
+            .args(["--count", "20", "--parallel", "4"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    assert_eq!(code, Some(0), "{text}");
+    let qpns = rep_qpns(&text);
+    assert_eq!(qpns.len(), 20, "{text}");
+    // Outside the default range 0x800000 .. 0xffff00.
+    assert!(
+        qpns.iter().all(|&q| !(0x80_0000..0xff_ff00).contains(&q)),
+        "{text}"
+    );
+    let ltext = stop(l);
+    assert!(ltext.contains("established now by peer: none\n"), "{ltext}");
+    let j: serde_json::Value = serde_json::from_str(ltext.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (j["established"].as_u64(), j["stateless_replies"].as_u64()),
+        (Some(20), Some(0)),
+        "{ltext}"
+    );
+
+    // Refused: the device would choose the QPNs (--verbs), or the application must see the REQ.
+    for extra in [
+        &["--verbs", "rxe0"][..],
+        &["--reject", "28"],
+        &["--accept-delay", "10"],
+    ] {
+        let out = cm_ping()
+            .args(["--listen", "127.0.0.2", "--stateless"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}: {err}");
+        assert!(err.contains("--stateless"), "{extra:?}: {err}");
+    }
+}

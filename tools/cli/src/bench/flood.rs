@@ -1,4 +1,5 @@
-//! `cm-bench flood`: an off-path attacker against a listening endpoint, on loopback only.
+//! `cm-bench flood`: an off-path attacker against a listening endpoint, on loopback only;
+//! with `--target`, the same attacks against a listener on another host ([`remote`]).
 //!
 //! In one process: a listener (on a tokio runtime of its own, one worker thread; `ibcm::rt`
 //! over RoCEv2/UDP on 127.0.0.2:PORT, default
@@ -54,6 +55,9 @@ use ibcm_mad::{
 };
 
 use crate::qpn::QpnAlloc;
+
+#[path = "flood_remote.rs"]
+pub(crate) mod remote;
 
 /// What to run.
 #[derive(Debug, Clone, Copy)]

@@ -5,6 +5,8 @@
 //! cm-bench scale [--conns N]                   1M connections in memory: bytes/conn, rate
 //! cm-bench scale --rt [--conns N]              the same through ibcm::rt: bytes/conn vs core
 //! cm-bench flood [--legit N] [--attacks N]     an off-path attacker on loopback (see below)
+//! cm-bench flood --target IP --client IP --sources-from IP [--rate R] [--hold-until PATH]
+//!                                              the same against a listener on another host
 //! cm-bench wireup --nodes N --ppn P --mode rc|xrc|xrc-sidr [--loss X] [--seed S]
 //!                                              an all-to-all wire-up in the simulator
 //! cm-bench node-kill [--conns N] [--rounds R]  SIGKILL of an ibcmd client → DREQ on the wire
@@ -164,6 +166,32 @@ enum Cmd {
         /// With --stateless: answer every REQ statelessly.
         #[arg(long)]
         stateless_always: bool,
+        /// Attack a listener on another host (IP, UDP 4791) instead of one in this process:
+        /// needs --client and --sources-from; its mode is its own (no --stateless here).
+        #[arg(long, requires_all = ["client", "sources_from"], conflicts_with_all = ["stateless", "stateless_threshold", "stateless_always"])]
+        target: Option<std::net::IpAddr>,
+        /// --target: the listener's rdma_cm port (service ID 0x0106 << 16 | PORT).
+        #[arg(long, default_value_t = 7471)]
+        rdma_port: u16,
+        /// --target: the legitimate client's address (this host's, UDP 4791).
+        #[arg(long, requires = "target")]
+        client: Option<std::net::IpAddr>,
+        /// --target: the first of --sources + 2 consecutive IPv4 addresses this host owns
+        /// (the flood's sources, the targeted attacks' source, the victims' client).
+        #[arg(long, requires = "target")]
+        sources_from: Option<std::net::Ipv4Addr>,
+        /// --target: REQs per second of the flood (0: as fast as one thread sends).
+        #[arg(long, default_value_t = 0, requires = "target")]
+        rate: u64,
+        /// --target: hold the legitimate and victim connections until this file exists.
+        #[arg(long, requires = "target")]
+        hold_until: Option<std::path::PathBuf>,
+        /// --target: the longest hold, in seconds.
+        #[arg(long, default_value_t = 60.0)]
+        hold_secs: f64,
+        /// --target: every flood REQ's CM response timeout exponent (default: half 0, half 31).
+        #[arg(long, requires = "target", value_parser = clap::value_parser!(u8).range(0..32))]
+        req_timeout: Option<u8>,
     },
     /// An all-to-all wire-up of N nodes × P processes (rc, xrc, xrc-sidr) in the simulator.
     Wireup(wireup::WireupArgs),
@@ -212,20 +240,50 @@ fn main() -> Result<()> {
             stateless,
             stateless_threshold,
             stateless_always,
-        } => flood::flood(flood::FloodOpts {
-            legit,
-            attacks,
-            sources,
-            secs,
-            max_reqs,
-            settle,
-            port,
-            connect_timeout: std::time::Duration::from_secs_f64(connect_timeout.max(0.001)),
-            warmup: std::time::Duration::from_secs_f64(warmup.max(0.0)),
-            stateless,
-            stateless_threshold,
-            stateless_always,
-        }),
+            target,
+            rdma_port,
+            client,
+            sources_from,
+            rate,
+            hold_until,
+            hold_secs,
+            req_timeout,
+        } => match (target, client, sources_from) {
+            (Some(target), Some(client), Some(sources_from)) => {
+                flood::remote::flood_remote(&flood::remote::RemoteOpts {
+                    target,
+                    rdma_port,
+                    client,
+                    sources_from,
+                    sources,
+                    legit,
+                    attacks,
+                    secs,
+                    max_reqs,
+                    rate,
+                    settle,
+                    connect_timeout: std::time::Duration::from_secs_f64(connect_timeout.max(0.001)),
+                    warmup: std::time::Duration::from_secs_f64(warmup.max(0.0)),
+                    hold_until,
+                    hold_secs,
+                    req_timeout,
+                })
+            }
+            _ => flood::flood(flood::FloodOpts {
+                legit,
+                attacks,
+                sources,
+                secs,
+                max_reqs,
+                settle,
+                port,
+                connect_timeout: std::time::Duration::from_secs_f64(connect_timeout.max(0.001)),
+                warmup: std::time::Duration::from_secs_f64(warmup.max(0.0)),
+                stateless,
+                stateless_threshold,
+                stateless_always,
+            }),
+        },
         Cmd::Scale {
             conns,
             rt: true,

@@ -3,7 +3,8 @@
 //! ```text
 //! cm-ping --listen ADDR [--service-id ID | --port P] [--reject REASON] [--accept-delay MS]
 //!         [--mra-on-duplicate] [--accept-data HEX] [--sidr-qpn QPN [--sidr-qkey QKEY]]
-//!         [--timewait-slack MS]
+//!         [--timewait-slack MS] [--stateless [--stateless-threshold N] [--stateless-always]
+//!         [--stateless-qpns BASE:COUNT]] [--peer-counts]
 //! cm-ping --connect ADDR[:PORT] [--bind IP] [--service-id ID | --port P] [--count N]
 //!         [--parallel K] [--hold] [--xrc] [--private-data HEX] [--disconnect-from active|passive]
 //!         [--rtu-delay MS | --reject-rep REASON [--reject-data HEX]] [--sidr]
@@ -42,7 +43,9 @@ use ibcm::proto::{
     AcceptParams, ConnectParams, ConnectionError, EndpointConfig, IbAddr, ListenOptions, PeerAddr,
 };
 use ibcm::proto::{SidrRepParams, SidrReqParams};
-use ibcm::rt::{Cm, CmError, Connection, IcrcPolicy, IncomingKind, UdpTransport, UmadTransport};
+use ibcm::rt::{
+    Arrival, Cm, CmError, Connection, IcrcPolicy, IncomingKind, UdpTransport, UmadTransport,
+};
 use ibcm_mad::cma::{CmaHeader, PortSpace};
 use ibcm_mad::{
     Gid, Guid, Qkey, Qpn, RejReason, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U4,
@@ -52,6 +55,7 @@ use ibcm_mad::{
 mod ping;
 #[path = "../common/qpn.rs"]
 mod qpn;
+use ping::counts::Counts;
 use qpn::QpnAlloc;
 
 /// Marker an active cm-ping puts in the REQ private data to ask the passive side to disconnect.
@@ -182,6 +186,8 @@ struct Args {
     verbs: ping::VerbsArgs,
     #[command(flatten)]
     req: ping::req::ReqArgs,
+    #[command(flatten)]
+    stateless: ping::stateless::StatelessArgs,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -220,60 +226,6 @@ fn hex_trim(b: &[u8]) -> String {
         return "-".into();
     }
     b.iter().take(n).map(|x| format!("{x:02x}")).collect()
-}
-
-#[derive(Debug, Default)]
-struct Counts {
-    established: AtomicU64,
-    rejected: AtomicU64,
-    timed_out: AtomicU64,
-    disconnected: AtomicU64,
-    disconnect_timed_out: AtomicU64,
-}
-
-impl Counts {
-    fn line(&self) -> String {
-        format!(
-            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {} disconnect timed out{}",
-            self.established.load(Ordering::Relaxed),
-            self.rejected.load(Ordering::Relaxed),
-            self.timed_out.load(Ordering::Relaxed),
-            self.disconnected.load(Ordering::Relaxed),
-            self.disconnect_timed_out.load(Ordering::Relaxed),
-            ping::summary_suffix()
-        )
-    }
-
-    /// Counts how a connection ended: a completed disconnect (ours answered by a DREP, or the
-    /// peer's DREQ) or a DREQ of ours that was never answered.
-    fn count_end(&self, why: &ConnectionError) {
-        match why {
-            ConnectionError::Disconnected { .. } => {
-                self.disconnected.fetch_add(1, Ordering::Relaxed);
-            }
-            ConnectionError::DisconnectTimedOut => {
-                self.disconnect_timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {}
-        }
-    }
-
-    fn count_error(&self, e: &ConnectionError) {
-        match e {
-            ConnectionError::Rejected { reason, .. } if *reason == RejReason::Timeout => {
-                self.timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-            ConnectionError::Rejected { .. }
-            | ConnectionError::LocallyRejected { .. }
-            | ConnectionError::Stale => {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
-            }
-            ConnectionError::TimedOut => {
-                self.timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {}
-        }
-    }
 }
 
 fn main() -> ExitCode {
@@ -333,6 +285,8 @@ async fn bind(args: &Args, local: IpAddr) -> Result<(Cm, PeerAddrMaker)> {
         timewait_slack: Duration::from_millis(args.timewait_slack),
         ..Default::default()
     };
+    let mut cfg = cfg;
+    ping::stateless::configure(&args.stateless, &mut cfg);
     if let Some(dev) = &args.umad {
         let ip = args
             .local_ip
@@ -371,6 +325,13 @@ impl PeerAddrMaker {
 }
 
 async fn run(args: Args) -> Result<ExitCode> {
+    ping::stateless::check(
+        &args.stateless,
+        args.verbs.verbs.is_some(),
+        args.reject.is_some(),
+        args.accept_delay.is_some(),
+        args.daemon.is_some(),
+    )?;
     ping::init(&args)?;
     if let Some(ip) = args.listen {
         return listen(args, ip).await;
@@ -441,10 +402,20 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     }
     let (tx, mut incoming) = tokio::sync::mpsc::unbounded_channel();
     for s in sids {
-        let mut l = cm.listen(s, ListenOptions::default()).await?;
+        // --stateless: every connection port space (SIDR has no stateless answer).
+        let stateless = args.stateless.stateless
+            && s.rdma_cm_port()
+                .is_none_or(|(space, _)| space != PortSpace::Udp);
+        let mut l = if stateless {
+            let data = args.accept_data.as_ref().map(|h| h.0.as_slice());
+            let t = ping::stateless::template(&args.stateless, data);
+            cm.listen_stateless(s, ListenOptions::default(), t).await?
+        } else {
+            cm.listen(s, ListenOptions::default()).await?
+        };
         let tx = tx.clone();
         tokio::spawn(async move {
-            while let Some(i) = l.next().await {
+            while let Some(i) = l.next_arrival().await {
                 if tx.send(i).is_err() {
                     break;
                 }
@@ -456,6 +427,7 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     println!("listening on {ip} service_id={sid}");
     let counts = Arc::new(Counts::default());
     let qpn = Arc::new(QpnAlloc::new());
+    let peers = Arc::new(ping::stateless::PeerCounts::default());
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
@@ -467,14 +439,34 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
         let Some(inc) = inc else {
             break;
         };
+        if let Arrival::Stateless(conn, info) = &inc {
+            ping::stateless::arrived(&args, &counts, &peers, conn, info);
+        }
         let (cm, args, counts, qpn) = (cm.clone(), args.clone(), counts.clone(), qpn.clone());
+        let peers = peers.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_one(&cm, &args, &counts, &qpn, inc).await {
+            let inc = match inc {
+                Arrival::Request(inc) => inc,
+                Arrival::Stateless(conn, info) => {
+                    return ping::stateless::serve(&args, &counts, &peers, conn, &info).await;
+                }
+            };
+            if let Err(e) = serve_one(&cm, &args, &counts, &qpn, &peers, inc).await {
                 out_limited(&args, format_args!("error {e:#}"));
             }
         });
     }
+    // Stateless connections already handed over are established: counted (requests still
+    // queued are left unanswered).
+    while let Ok(inc) = incoming.try_recv() {
+        if let Arrival::Stateless(conn, info) = &inc {
+            ping::stateless::arrived(&args, &counts, &peers, conn, info);
+        }
+    }
     ping::report_timing();
+    if args.stateless.peer_counts {
+        println!("{}", peers.line());
+    }
     println!("{}", counts.line());
     // The endpoint's counters, every drop by reason: the last line, one JSON object (the
     // daemon's endpoint is not this client's to report).
@@ -489,6 +481,7 @@ async fn serve_one(
     args: &Args,
     counts: &Counts,
     qpn: &QpnAlloc,
+    peers: &ping::stateless::PeerCounts,
     inc: ibcm::rt::Incoming,
 ) -> Result<()> {
     let req = match inc.kind() {
@@ -571,7 +564,7 @@ async fn serve_one(
     if args.verbs.verbs.is_some() {
         return ping::serve(cm, args, counts, inc).await;
     }
-    let q = qpn.next();
+    let q = ping::stateless::stateful_qpn(&args.stateless, qpn);
     let mut p = if xrc {
         // One TGT QP per listener: every XRC connection lands on it. It lives as long as the
         // listener, so a new connection may attach while an earlier one is in TimeWait.
@@ -589,6 +582,7 @@ async fn serve_one(
     match conn.established().await {
         Ok(()) => {
             counts.established.fetch_add(1, Ordering::Relaxed);
+            peers.up(peer);
             out_limited(args, format_args!("established conn={}", conn.id()));
         }
         Err(e) => {
@@ -602,6 +596,7 @@ async fn serve_one(
     } else {
         conn.closed().await
     };
+    peers.down(peer);
     counts.count_end(&why);
     out_limited(
         args,
@@ -908,30 +903,4 @@ async fn finish(args: &Args, counts: &Counts, conn: Connection) {
         args,
         format_args!("disconnected conn={} ({why})", conn.id()),
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summary_counts_timed_out_disconnects_apart() {
-        let counts = Counts::default();
-        counts.established.fetch_add(3, Ordering::Relaxed);
-        counts.count_end(&ConnectionError::Disconnected {
-            by_peer: false,
-            private_data: Vec::new(),
-        });
-        counts.count_end(&ConnectionError::Disconnected {
-            by_peer: true,
-            private_data: vec![1],
-        });
-        counts.count_end(&ConnectionError::DisconnectTimedOut);
-        counts.count_end(&ConnectionError::TimedOut);
-        assert_eq!(
-            counts.line(),
-            "cm-ping: 3 established, 0 rejected, 0 timed out, 2 disconnected, \
-             1 disconnect timed out"
-        );
-    }
 }

@@ -21,10 +21,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use clap::{Args, ValueEnum};
 
+pub(crate) mod counts;
 pub(crate) mod node;
 pub(crate) mod req;
 #[cfg(feature = "verbs")]
 mod rping;
+pub(crate) mod stateless;
 pub(crate) mod stay;
 #[cfg(feature = "verbs")]
 mod ucmatose;
