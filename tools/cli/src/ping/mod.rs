@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use clap::{Args, ValueEnum};
 
+pub(crate) mod connect;
 pub(crate) mod counts;
 pub(crate) mod node;
 pub(crate) mod req;

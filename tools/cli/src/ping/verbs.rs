@@ -577,7 +577,7 @@ async fn connect_inner(
         }
         return Ok(Some(conn));
     }
-    crate::finish(args, counts, conn).await;
+    super::connect::finish(args, counts, conn).await;
     Ok(None)
 }
 

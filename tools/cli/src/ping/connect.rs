@@ -1,0 +1,320 @@
+//! cm-ping's active side (`--connect`): the connections one after another or `--parallel`,
+//! each brought up (through the kernel's QP order with `--verbs`), held, pinged and torn down;
+//! `--manual-rtu`, SIDR (`--sidr`) and the summary.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use ibcm::proto::SidrReqParams;
+use ibcm::proto::{ConnectParams, ConnectionError, PeerAddr};
+use ibcm::rt::{Cm, CmError, Connection};
+use ibcm_mad::cma::{CmaHeader, PortSpace};
+use ibcm_mad::{Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp, U4};
+
+use super::counts::Counts;
+use crate::qpn::QpnAlloc;
+use crate::{bind, hex_trim, out, ping, Args, Who, DISCONNECT_MARKER};
+
+fn parse_target(s: &str) -> Result<(IpAddr, Option<u16>)> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, None));
+    }
+    let sa: SocketAddr = s
+        .parse()
+        .with_context(|| format!("{s:?} is neither IP nor IP:PORT"))?;
+    Ok((sa.ip(), Some(sa.port())))
+}
+
+pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
+    let (ip, port) = parse_target(target)?;
+    let local = match (args.bind, args.local_ip) {
+        (Some(b), _) => b,
+        (None, Some(l)) => l,
+        (None, None) if ip.is_loopback() => "127.0.0.1".parse()?,
+        (None, None) => "0.0.0.0".parse()?,
+    };
+    let args = Arc::new(args);
+    let (cm, mk) = bind(&args, local).await?;
+    let peer = mk.peer(ip);
+    if args.sidr {
+        return sidr(&cm, &args, peer, local, port).await;
+    }
+    let counts = Arc::new(Counts::default());
+    let next = Arc::new(AtomicU64::new(0));
+    let qpns = Arc::new(QpnAlloc::new());
+    // --same-qpn (test only): one QPN for every connection
+    let shared_qpn = args.req.same_qpn.then(|| qpns.next());
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..args.parallel.max(1) {
+        let (cm, args, counts, next) = (cm.clone(), args.clone(), counts.clone(), next.clone());
+        let qpns = qpns.clone();
+        workers.push(tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= args.count {
+                    break;
+                }
+                let at = Target {
+                    peer,
+                    local,
+                    port,
+                    qpn: shared_qpn,
+                };
+                held.extend(one_connection(&cm, &args, &counts, &qpns, at, i).await);
+            }
+            held
+        }));
+    }
+    let mut held = Vec::new();
+    for w in workers {
+        held.extend(w.await.unwrap_or_default());
+    }
+    if args.stay {
+        let by_peer = ping::stay::stay(args.quiet, &counts, held).await;
+        println!("{}", ping::stay::line(&counts, by_peer));
+        let ok = counts.established.load(Ordering::Relaxed) == args.count;
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        });
+    }
+    if args.hold {
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "cm-ping: connect step: {} connections in {secs:.3} s ({:.0} conn/s)",
+            held.len(),
+            held.len() as f64 / secs.max(1e-9)
+        );
+        let mut closing = Vec::new();
+        for conn in held {
+            let (args, counts) = (args.clone(), counts.clone());
+            closing.push(tokio::spawn(async move {
+                finish(&args, &counts, conn).await;
+            }));
+        }
+        for c in closing {
+            let _ = c.await;
+        }
+        ping::release_held();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if !args.quiet {
+        eprintln!(
+            "cm-ping: {} connections in {secs:.3} s ({:.0} conn/s)",
+            args.count,
+            args.count as f64 / secs.max(1e-9)
+        );
+    }
+    ping::report_timing();
+    println!("{}", counts.line());
+    let ok = counts.established.load(Ordering::Relaxed) == args.count
+        && counts.disconnect_timed_out.load(Ordering::Relaxed) == 0
+        && ping::data_ok(counts.established.load(Ordering::Relaxed));
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+/// Where a connection goes: the peer, the local IP, the rdma_cm port if any.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    peer: PeerAddr,
+    local: IpAddr,
+    port: Option<u16>,
+    /// The QPN every connection announces (`--same-qpn`), else a fresh one each.
+    qpn: Option<Qpn>,
+}
+
+async fn one_connection(
+    cm: &Cm,
+    args: &Args,
+    counts: &Counts,
+    qpns: &QpnAlloc,
+    at: Target,
+    i: u64,
+) -> Option<Connection> {
+    let Target {
+        peer,
+        local,
+        port,
+        qpn,
+    } = at;
+    let qpn = qpn.unwrap_or_else(|| qpns.next());
+    let mut p = match (args.service_id, port.or(args.port)) {
+        (Some(sid), _) => ConnectParams::new(peer, ServiceId(sid), qpn),
+        (None, p) => {
+            let dport = p.unwrap_or(7471);
+            let mut p = ConnectParams::rdma_cm(
+                SocketAddr::new(local, 0xc000 | (i as u16 & 0x3fff)),
+                SocketAddr::new(peer.ip().unwrap_or(local), dport),
+                qpn,
+            );
+            p.peer = peer;
+            p
+        }
+    };
+    if args.xrc {
+        p = p.xrc();
+    }
+    let mut pd = args.private_data.clone().map(|h| h.0).unwrap_or_default();
+    if args.disconnect_from == Who::Passive {
+        pd = DISCONNECT_MARKER.to_vec();
+    }
+    p.private_data = pd;
+    p.remote_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
+    p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
+    p.max_cm_retries = U4::masked(args.retries);
+    args.req.apply(&mut p, local);
+    if args.verbs.verbs.is_some() {
+        return ping::connect(cm, args, counts, p, i).await;
+    }
+    let manual = args.rtu_delay.is_some() || args.reject_rep.is_some();
+    let conn = if manual {
+        manual_connect(cm, args, counts, p, i).await
+    } else {
+        cm.connect(p).await.map(Some)
+    };
+    let conn = match conn {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
+        Err(CmError::Connection(e)) => {
+            counts.count_error(&e);
+            match &e {
+                ConnectionError::Rejected { private_data, .. } => out(
+                    args,
+                    format_args!("connection {i}: {e} pd={}", hex_trim(private_data)),
+                ),
+                _ => out(args, format_args!("connection {i}: {e}")),
+            }
+            return None;
+        }
+        Err(e) => {
+            out(args, format_args!("connection {i}: {e}"));
+            return None;
+        }
+    };
+    counts.established.fetch_add(1, Ordering::Relaxed);
+    // What the REP said: the peer's QPN (for XRC the TGT QPN from the EECN) and private data.
+    let rep = conn.rep().map_or(String::new(), |r| {
+        format!(
+            " remote_qpn={} pd={}",
+            r.remote_qpn,
+            hex_trim(r.rep.private_data.as_bytes())
+        )
+    });
+    out(
+        args,
+        format_args!("established conn={} qpn={qpn}{rep}", conn.id()),
+    );
+    if args.hold || args.stay {
+        return Some(conn);
+    }
+    finish(args, counts, conn).await;
+    None
+}
+
+/// Connects in the kernel's order ([`Cm::connect_manual`]): the REP arrives, then
+/// `--rtu-delay` stands for the application's QP work before the RTU, or `--reject-rep`
+/// rejects the REP. `Ok(None)` when the REP was rejected.
+async fn manual_connect(
+    cm: &Cm,
+    args: &Args,
+    counts: &Counts,
+    p: ConnectParams,
+    i: u64,
+) -> Result<Option<Connection>, CmError> {
+    let pending = cm.connect_manual(p).await?;
+    let rep = pending.rep();
+    out(
+        args,
+        format_args!(
+            "rep received conn={} remote_qpn={} pd={}",
+            pending.id(),
+            rep.remote_qpn,
+            hex_trim(rep.rep.private_data.as_bytes())
+        ),
+    );
+    if let Some(reason) = args.reject_rep {
+        let pd = args.reject_data.clone().map(|h| h.0).unwrap_or_default();
+        let id = pending.id();
+        pending
+            .reject(RejReason::from_raw(reason), &[], &pd)
+            .await?;
+        counts.rejected.fetch_add(1, Ordering::Relaxed);
+        out(
+            args,
+            format_args!("connection {i}: rejected the REP conn={id} reason={reason}"),
+        );
+        return Ok(None);
+    }
+    if let Some(ms) = args.rtu_delay {
+        out(args, format_args!("rtu in {ms} ms conn={}", pending.id()));
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    pending.establish(&[]).await.map(Some)
+}
+
+/// `--sidr`: one SIDR round trip; exits 0 when the answer is a success.
+async fn sidr(
+    cm: &Cm,
+    args: &Args,
+    peer: PeerAddr,
+    local: IpAddr,
+    port: Option<u16>,
+) -> Result<ExitCode> {
+    let (sid, cma) = match (args.service_id, port.or(args.port)) {
+        (Some(sid), _) => (ServiceId(sid), None),
+        (None, p) => {
+            let dport = p.unwrap_or(7471);
+            let dst = peer.ip().unwrap_or(local);
+            (
+                ServiceId::rdma_cm(PortSpace::Udp, dport),
+                Some(CmaHeader::new(SocketAddr::new(local, 0xc000), dst)),
+            )
+        }
+    };
+    let mut pd = Vec::new();
+    if let Some(h) = cma {
+        pd.resize(CmaHeader::LEN, 0);
+        h.emit(&mut pd)?;
+    }
+    pd.extend(args.private_data.clone().map(|h| h.0).unwrap_or_default());
+    let mut p = SidrReqParams::new(peer, sid);
+    p.private_data = pd;
+    p.max_retries = args.retries;
+    let a = cm.sidr(p).await?;
+    println!(
+        "sidr reply status={:?} qpn={} qkey={:#010x} pd={}",
+        a.status,
+        a.qpn,
+        a.qkey.0,
+        hex_trim(&a.private_data)
+    );
+    Ok(if a.status == SidrStatus::Success {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+/// Disconnects (or waits for the passive side's DREQ) and counts the outcome.
+pub(crate) async fn finish(args: &Args, counts: &Counts, conn: Connection) {
+    let why = match args.disconnect_from {
+        Who::Active => conn.disconnect(&[]).await,
+        Who::Passive => conn.closed().await,
+    };
+    counts.count_end(&why);
+    out(
+        args,
+        format_args!("disconnected conn={} ({why})", conn.id()),
+    );
+}
