@@ -443,7 +443,7 @@ fn oldest_of_a_full_set_is_overwritten_and_its_rtu_finds_nothing() {
 #[test]
 fn rtu_for_a_busy_qpn_is_refused_with_rej() {
     let mut p = Pair::new(cfg(true));
-    // One QPN only: the second connection's QPN is in use by the first.
+    // One QPN only: the first connection to complete takes it.
     p.l.set_stateless(
         SID,
         Some(StatelessAccept::new(
@@ -453,13 +453,14 @@ fn rtu_for_a_busy_qpn_is_refused_with_rej() {
         )),
     )
     .unwrap();
-    let first = p.connect(0x12);
-    assert_eq!(p.a.state(first), Some(State::Established));
-    // Another host's REQ and its RTU.
+    // Another host's REQ is answered with the QPN while it is free ...
     let other = addr("10.0.0.3:4791");
     p.l.handle_datagram(p.now, other, &hostile_req(0x33, 0x3, 0x34, 20, 15));
     let rep = rep_of(&drain(&mut p.l)[0]);
     assert_eq!(rep.local_qpn, Qpn::masked(BASE));
+    // ... a connection completes with it before that host's RTU comes.
+    let first = p.connect(0x12);
+    assert_eq!(p.a.state(first), Some(State::Established));
     p.l.handle_datagram(p.now, other, &rtu(0x33, rep.local_comm_id.0));
     assert_eq!(p.l.stats().stateless_refused, 1, "{}", p.l.stats());
     assert_eq!(p.l.stats().stateless_established, 1);
@@ -477,4 +478,36 @@ fn rtu_for_a_busy_qpn_is_refused_with_rej() {
     p.l.handle_datagram(p.now, other, &rtu(0x33, rep.local_comm_id.0));
     assert_eq!(p.l.stats().dropped(DropReason::ReplayedCookie), 1);
     assert!(drain(&mut p.l).is_empty());
+}
+
+/// A REQ whose cookie QPN a live connection uses gets no stateless REP (a Linux peer holding
+/// that connection would find it stale and tear it down): it takes the stateful path.
+#[test]
+fn req_whose_qpn_is_busy_takes_the_stateful_path() {
+    let mut p = Pair::new(cfg(true));
+    p.l.set_stateless(
+        SID,
+        Some(StatelessAccept::new(
+            AcceptParams::new(Qpn::masked(0)),
+            Qpn::masked(BASE),
+            1,
+        )),
+    )
+    .unwrap();
+    let first = p.connect(0x12);
+    assert_eq!(p.a.state(first), Some(State::Established));
+    let (replies, held) = (p.l.stats().stateless_replies, p.l.len());
+    p.l.handle_datagram(
+        p.now,
+        addr("10.0.0.3:4791"),
+        &hostile_req(0x33, 0x3, 0x34, 20, 15),
+    );
+    let out = drain(&mut p.l);
+    assert!(
+        out.iter()
+            .all(|o| !matches!(parse(&o.mad), CmMessage::Rep(_))),
+        "no REP before the application answers"
+    );
+    assert_eq!(p.l.stats().stateless_replies, replies);
+    assert_eq!(p.l.len(), held + 1, "a half-open entry for the application");
 }

@@ -316,7 +316,16 @@ impl Endpoint {
         let Some(t) = self.cookies.templates.get(&req.service_id) else {
             return false;
         };
-        let rep = build_rep(t, self.cfg.local_ca_guid, &req, cookie, psn, qpn_of(t, qh));
+        let qpn = qpn_of(t, qh);
+        // A REP naming a QPN that a live connection of ours uses (or TimeWait holds) would
+        // make a Linux peer holding that connection find it stale (`cm_rep_handler`: REJ 10
+        // and a DREQ for its live connection): a collision in the template's range must not
+        // tear down a connection, so this REQ takes the stateful path. A repeat keeps the REP
+        // it got (the RTU check refuses that QPN with REJ 3 if it is still taken).
+        if repeat.is_none() && self.check_qpn(qpn, now, false).is_err() {
+            return false;
+        }
+        let rep = build_rep(t, self.cfg.local_ca_guid, &req, cookie, psn, qpn);
         self.io.stats.stateless_replies += 1;
         self.io.send(from, tid, CmMessage::Rep(rep));
         if repeat.is_some() {

@@ -22,6 +22,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use bytes::Bytes;
 use ibcm::proto::{
     AcceptParams, ConnectParams, Endpoint, EndpointConfig, EventKind, ListenOptions, PeerAddr,
 };
@@ -47,7 +48,7 @@ struct Pair {
     a_addr: PeerAddr,
     b_addr: PeerAddr,
     now: Instant,
-    queue: VecDeque<(bool, bytes::Bytes)>,
+    queue: VecDeque<(bool, Bytes)>,
     sid: ServiceId,
     /// B's next QPN.
     qpn_b: u32,
