@@ -63,93 +63,134 @@ for f in frames[4:7]:
     s.sendto(f[42:], ('127.0.0.1', 4791))
 "#;
 
+/// `cm-trace -i lo --stats --refresh SECS` in a namespace of its own, its standard error read
+/// line by line, killed by a watchdog after two minutes (a hang ends the output and fails the
+/// test instead of blocking it).
+#[cfg(feature = "live")]
+struct LiveStats {
+    ns: Netns,
+    child: std::process::Child,
+    pid: String,
+    err: BufReader<std::process::ChildStderr>,
+    done: std::sync::mpsc::Sender<()>,
+    watchdog: std::thread::JoinHandle<()>,
+}
+
+#[cfg(feature = "live")]
+impl LiveStats {
+    /// Starts it, or says why not (skipped, loudly) and returns `None`.
+    fn start(tag: &str, refresh: &str) -> Option<Self> {
+        if !run_ok(&["ip", "-V"]) || !run_ok(&["python3", "-c", "pass"]) {
+            skip("`ip` (iproute2) or `python3` not found");
+            return None;
+        }
+        let name = format!("cmtrace-{tag}-{}", std::process::id());
+        if !run_ok(&["ip", "netns", "add", &name]) {
+            skip("cannot create a network namespace (not root?)");
+            return None;
+        }
+        let ns = Netns(name);
+        assert!(run_ok(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]));
+        // `ip netns exec` execs cm-trace: the child's PID is cm-trace's.
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns.0, BIN, "-i", "lo", "--stats"])
+            .args(["--refresh", refresh])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (done, guard) = std::sync::mpsc::channel::<()>();
+        let pid = child.id().to_string();
+        let kill_pid = pid.clone();
+        let watchdog = std::thread::spawn(move || {
+            if guard
+                .recv_timeout(std::time::Duration::from_secs(120))
+                .is_err()
+            {
+                let _ = Command::new("kill").args(["-9", &kill_pid]).status();
+            }
+        });
+        let err = BufReader::new(child.stderr.take().unwrap());
+        Some(Self {
+            ns,
+            child,
+            pid,
+            err,
+            done,
+            watchdog,
+        })
+    }
+
+    /// Standard error up to and including the first line that contains `want`.
+    fn read_until(&mut self, want: &str) -> String {
+        let mut seen = String::new();
+        loop {
+            let mut l = String::new();
+            assert!(
+                self.err.read_line(&mut l).unwrap() > 0,
+                "no {want:?} in {seen}"
+            );
+            seen.push_str(&l);
+            if l.contains(want) {
+                return seen;
+            }
+        }
+    }
+
+    /// Sends the REQ, REP and RTU of a real capture (and one datagram the filter keeps out).
+    fn send_packets(&self) {
+        let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/captures/real/rocev2_mlx_nvme-discover.pcap");
+        let sent = Command::new("ip")
+            .args(["netns", "exec", &self.ns.0, "python3", "-c", SENDER])
+            .arg(&capture)
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    /// Ctrl-C (SIGINT): the exit status, standard output and the rest of standard error.
+    fn interrupt(mut self) -> (std::process::ExitStatus, String, String) {
+        let ok = Command::new("kill")
+            .args(["-INT", &self.pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let mut rest = String::new();
+        self.err.read_to_string(&mut rest).unwrap();
+        let status = self.child.wait().unwrap();
+        let _ = self.done.send(());
+        self.watchdog.join().unwrap();
+        (status, out, rest)
+    }
+}
+
 /// `-i lo --stats --refresh 0` without `--count`: the statistics so far on standard error as
 /// the packets arrive, then Ctrl-C (SIGINT) ends the capture with the final report on
 /// standard output and exit status 0.
 #[cfg(feature = "live")]
 #[test]
 fn live_stats_refresh_then_sigint() {
-    if !run_ok(&["ip", "-V"]) || !run_ok(&["python3", "-c", "pass"]) {
-        return skip("`ip` (iproute2) or `python3` not found");
-    }
-    let name = format!("cmtrace-sig-{}", std::process::id());
-    if !run_ok(&["ip", "netns", "add", &name]) {
-        return skip("cannot create a network namespace (not root?)");
-    }
-    let ns = Netns(name);
-    assert!(run_ok(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]));
-    // `ip netns exec` execs cm-trace: the child's PID is cm-trace's.
-    let mut child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.0,
-            BIN,
-            "-i",
-            "lo",
-            "--stats",
-            "--refresh",
-            "0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (done, guard) = std::sync::mpsc::channel::<()>();
-    let pid = child.id().to_string();
-    let kill_pid = pid.clone();
-    let watchdog = std::thread::spawn(move || {
-        if guard
-            .recv_timeout(std::time::Duration::from_secs(120))
-            .is_err()
-        {
-            let _ = Command::new("kill").args(["-9", &kill_pid]).status();
-        }
-    });
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
+    let Some(mut live) = LiveStats::start("sig", "0") else {
+        return;
+    };
     assert_eq!(
-        line,
+        live.read_until("\n"),
         "cm-trace: capturing on lo (RoCEv2 UDP 4791 and RoCEv1)\n"
     );
-    let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/captures/real/rocev2_mlx_nvme-discover.pcap");
-    let sent = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "python3", "-c", SENDER])
-        .arg(&capture)
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    live.send_packets();
     // The refresh after the third packet shows the three messages.
-    let mut seen = String::new();
-    loop {
-        let mut l = String::new();
-        assert!(err.read_line(&mut l).unwrap() > 0, "{seen}");
-        seen.push_str(&l);
-        if l.contains("CM messages: REQ 1 REP 1 RTU 1") {
-            break;
-        }
-    }
+    let seen = live.read_until("CM messages: REQ 1 REP 1 RTU 1");
     assert!(seen.contains("cm-trace: lo: statistics so far"), "{seen}");
-    let ok = Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    let status = child.wait().unwrap();
-    let _ = done.send(());
-    watchdog.join().unwrap();
+    let (status, out, rest) = live.interrupt();
     assert!(status.success(), "{status:?} {rest}");
     assert!(out.contains("3 frames: 3 CM MADs"), "{out}");
     assert!(out.contains("  established             1"), "{out}");
@@ -162,84 +203,15 @@ fn live_stats_refresh_then_sigint() {
 #[cfg(feature = "live")]
 #[test]
 fn live_stats_refresh_on_a_timer_without_packets() {
-    if !run_ok(&["ip", "-V"]) || !run_ok(&["python3", "-c", "pass"]) {
-        return skip("`ip` (iproute2) or `python3` not found");
-    }
-    let name = format!("cmtrace-timer-{}", std::process::id());
-    if !run_ok(&["ip", "netns", "add", &name]) {
-        return skip("cannot create a network namespace (not root?)");
-    }
-    let ns = Netns(name);
-    assert!(run_ok(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]));
-    let mut child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.0,
-            BIN,
-            "-i",
-            "lo",
-            "--stats",
-            "--refresh",
-            "0.2",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A guard against a hang: cm-trace is killed after two minutes, its output ends, and the
-    // test fails on it.
-    let (done, guard) = std::sync::mpsc::channel::<()>();
-    let pid = child.id().to_string();
-    let kill_pid = pid.clone();
-    let watchdog = std::thread::spawn(move || {
-        if guard
-            .recv_timeout(std::time::Duration::from_secs(120))
-            .is_err()
-        {
-            let _ = Command::new("kill").args(["-9", &kill_pid]).status();
-        }
-    });
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut read_until = |want: &str| {
-        let mut seen = String::new();
-        loop {
-            let mut l = String::new();
-            assert!(err.read_line(&mut l).unwrap() > 0, "no {want:?} in {seen}");
-            seen.push_str(&l);
-            if l.starts_with(want) {
-                return seen;
-            }
-        }
+    let Some(mut live) = LiveStats::start("timer", "0.2") else {
+        return;
     };
-    read_until("cm-trace: capturing on lo");
-    read_until("cm-trace: lo: statistics so far (0 frames");
-    read_until("cm-trace: lo: statistics so far (0 frames");
-    let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/captures/real/rocev2_mlx_nvme-discover.pcap");
-    let sent = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "python3", "-c", SENDER])
-        .arg(&capture)
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    read_until("cm-trace: lo: statistics so far (3 frames");
-    let ok = Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let status = child.wait().unwrap();
-    let _ = done.send(());
-    watchdog.join().unwrap();
+    live.read_until("cm-trace: capturing on lo");
+    live.read_until("cm-trace: lo: statistics so far (0 frames");
+    live.read_until("cm-trace: lo: statistics so far (0 frames");
+    live.send_packets();
+    live.read_until("cm-trace: lo: statistics so far (3 frames");
+    let (status, out, _) = live.interrupt();
     assert!(status.success(), "{status:?}");
     assert!(out.contains("3 frames: 3 CM MADs"), "{out}");
 }
