@@ -8,17 +8,20 @@ use std::os::fd::AsRawFd;
 
 use socket2::{SockAddr, SockAddrStorage};
 
-/// Sets `IP_MTU_DISCOVER = IP_PMTUDISC_DO` on an IPv4 socket: the kernel sets DF and, for an
-/// unconnected socket, IP ID 0 (see the `udp` module docs).
-pub(crate) fn set_pmtudisc_do(sock: &impl AsRawFd) -> io::Result<()> {
-    let val: libc::c_int = libc::IP_PMTUDISC_DO;
+/// `setsockopt(level, name)` with an `int` value.
+fn setsockopt_int(
+    sock: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `sock` is an open socket descriptor for the duration of the call; the option
     // value points to a live `c_int` whose exact size is passed as the option length.
     let rc = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
+            level,
+            name,
             (&val as *const libc::c_int).cast(),
             core::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -30,48 +33,28 @@ pub(crate) fn set_pmtudisc_do(sock: &impl AsRawFd) -> io::Result<()> {
     }
 }
 
+/// Sets `IP_MTU_DISCOVER = IP_PMTUDISC_DO` on an IPv4 socket: the kernel sets DF and, for an
+/// unconnected socket, IP ID 0 (see the `udp` module docs).
+pub(crate) fn set_pmtudisc_do(sock: &impl AsRawFd) -> io::Result<()> {
+    setsockopt_int(
+        sock,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+    )
+}
+
 /// Sets `UDP_NO_CHECK6_RX` on an IPv6 UDP socket: datagrams with UDP checksum 0 (rxe's RoCEv2
 /// over IPv6) are delivered instead of dropped (see the `udp` module docs).
 pub(crate) fn set_udp_no_check6_rx(sock: &impl AsRawFd) -> io::Result<()> {
-    let val: libc::c_int = 1;
-    // SAFETY: `sock` is an open socket descriptor for the duration of the call; the option
-    // value points to a live `c_int` whose exact size is passed as the option length.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_UDP,
-            libc::UDP_NO_CHECK6_RX,
-            (&val as *const libc::c_int).cast(),
-            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    setsockopt_int(sock, libc::IPPROTO_UDP, libc::UDP_NO_CHECK6_RX, 1)
 }
 
 /// Sets `UDP_NO_CHECK6_TX` on an IPv6 UDP socket: it sends UDP checksum 0, as rxe does (tests
 /// of the receive side only).
 #[cfg(test)]
 pub(crate) fn set_udp_no_check6_tx(sock: &impl AsRawFd) -> io::Result<()> {
-    let val: libc::c_int = 1;
-    // SAFETY: as in `set_udp_no_check6_rx`.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_UDP,
-            libc::UDP_NO_CHECK6_TX,
-            (&val as *const libc::c_int).cast(),
-            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    setsockopt_int(sock, libc::IPPROTO_UDP, libc::UDP_NO_CHECK6_TX, 1)
 }
 
 /// Datagrams moved per `recvmmsg`/`sendmmsg` call.
