@@ -95,31 +95,41 @@ impl More {
 /// drop.
 struct Guard<'a> {
     slot: &'a Slot,
-    extra: Extra,
+    /// The slot's box, kept (not moved out of it) while the lock is held, so that a lock
+    /// costs no allocation; created on the first change that needs it.
+    extra: Option<Box<Extra>>,
     _lock: MutexGuard<'static, ()>,
 }
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        let mut extra = std::mem::take(&mut self.extra);
-        if extra.more.as_deref().is_some_and(More::is_empty) {
-            extra.more = None;
+        let mut extra = self.extra.take();
+        if let Some(x) = extra.as_mut() {
+            if x.more.as_deref().is_some_and(More::is_empty) {
+                x.more = None;
+            }
         }
-        let keep = (extra.rep.is_some() || extra.more.is_some()).then(|| Box::new(extra));
+        let keep = extra.filter(|x| x.rep.is_some() || x.more.is_some());
         self.slot.extra.store(keep);
     }
 }
 
 impl Guard<'_> {
+    fn extra_mut(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
     fn more(&mut self) -> &mut More {
-        self.extra.more.get_or_insert_with(Box::default)
+        self.extra_mut().more.get_or_insert_with(Box::default)
+    }
+
+    fn more_ref(&self) -> Option<&More> {
+        self.extra.as_ref().and_then(|x| x.more.as_deref())
     }
 
     fn status(&self) -> ConnStatus {
         let e = || {
-            self.extra
-                .more
-                .as_ref()
+            self.more_ref()
                 .and_then(|m| m.error.clone())
                 .unwrap_or(ConnectionError::LocallyClosed)
         };
@@ -139,26 +149,22 @@ impl Guard<'_> {
             ConnStatus::Gone(e) => (GONE, Some(e)),
         };
         self.slot.phase.store(phase, Ordering::Relaxed);
-        if error.is_some() || self.extra.more.is_some() {
+        if error.is_some() || self.more_ref().is_some() {
             self.more().error = error;
         }
     }
 
     fn rep(&self) -> Option<RepInfo> {
-        let fixed = self.extra.rep.as_ref()?;
-        let pd = self
-            .extra
-            .more
-            .as_ref()
-            .map_or(&[][..], |m| &m.private_data[..]);
+        let fixed = self.extra.as_ref()?.rep.as_ref()?;
+        let pd = self.more_ref().map_or(&[][..], |m| &m.private_data[..]);
         Some(unpack_rep(fixed, pd))
     }
 
     /// Takes every waker out (to be woken once the lock is released).
     fn take_wakers(&mut self) -> Vec<(u64, Waker)> {
         self.extra
-            .more
             .as_mut()
+            .and_then(|x| x.more.as_mut())
             .map(|m| std::mem::take(&mut m.wakers))
             .unwrap_or_default()
     }
@@ -188,7 +194,7 @@ struct Waiter<'a> {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         let mut g = self.slot.lock();
-        if let Some(m) = g.extra.more.as_mut() {
+        if let Some(m) = g.extra.as_mut().and_then(|x| x.more.as_mut()) {
             m.wakers.retain(|(t, _)| *t != self.token);
         }
     }
@@ -214,7 +220,7 @@ impl Slot {
         #[allow(clippy::indexing_slicing)] // In range: the index is taken modulo the length.
         let lock = &LOCKS[self.id.0 as usize % STRIPES];
         let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let extra = self.extra.take().map(|b| *b).unwrap_or_default();
+        let extra = self.extra.take();
         Guard {
             slot: self,
             extra,
@@ -253,9 +259,9 @@ impl Slot {
     pub(crate) fn set_rep(&self, rep: &RepInfo) {
         let wakers = {
             let mut g = self.lock();
-            g.extra.rep = Some(pack_rep(rep));
+            g.extra_mut().rep = Some(pack_rep(rep));
             let pd = rep.rep.private_data.trimmed();
-            if !pd.is_empty() || g.extra.more.is_some() {
+            if !pd.is_empty() || g.more_ref().is_some() {
                 g.more().private_data = pd.into();
             }
             g.take_wakers()
@@ -266,9 +272,11 @@ impl Slot {
     /// Forgets the REP (the connection left the table).
     pub(crate) fn clear_rep(&self) {
         let mut g = self.lock();
-        g.extra.rep = None;
-        if let Some(m) = g.extra.more.as_mut() {
-            m.private_data = Box::default();
+        if let Some(x) = g.extra.as_mut() {
+            x.rep = None;
+            if let Some(m) = x.more.as_mut() {
+                m.private_data = Box::default();
+            }
         }
     }
 
@@ -552,7 +560,7 @@ mod tests {
             tokio::pin!(wait);
             // Polled once: pending, its waker registered.
             assert!(futures_poll_once(wait.as_mut()).await.is_none());
-            assert!(s.lock().extra.more.is_some());
+            assert!(s.lock().more_ref().is_some());
         }
         // Dropped: the waker is gone, and with it everything the slot held besides itself.
         assert!(s.extra.take().is_none());

@@ -8,7 +8,7 @@
 
 use core::fmt;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 
 use crate::codes::{AttrId, Method, MgmtClass};
 use crate::error::{EmitError, ParseError};
@@ -323,12 +323,15 @@ impl Mad {
         Ok(MAD_LEN)
     }
 
-    /// The 256 bytes as [`Bytes`].
+    /// The 256 bytes as [`Bytes`]: one allocation that holds them and their reference count,
+    /// so that a clone (a retransmission buffer's copy) allocates nothing.
     pub fn to_bytes(&self) -> Bytes {
-        let mut b = BytesMut::with_capacity(MAD_LEN);
-        self.header.emit(&mut b);
-        self.msg.emit_body(&mut b);
-        b.freeze()
+        let mut mad = [0u8; MAD_LEN];
+        let mut dst = &mut mad[..];
+        // Exactly `MAD_LEN` bytes, as `emit_into` relies on.
+        self.header.emit(&mut dst);
+        self.msg.emit_body(&mut dst);
+        Bytes::from_owner(mad)
     }
 }
 
