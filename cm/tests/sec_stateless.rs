@@ -496,6 +496,7 @@ fn req_whose_qpn_is_busy_takes_the_stateful_path() {
     .unwrap();
     let first = p.connect(0x12);
     assert_eq!(p.a.state(first), Some(State::Established));
+    assert_eq!(p.l.stats().stateless_qpn_in_use, 0);
     let (replies, held) = (p.l.stats().stateless_replies, p.l.len());
     p.l.handle_datagram(
         p.now,
@@ -510,4 +511,25 @@ fn req_whose_qpn_is_busy_takes_the_stateful_path() {
     );
     assert_eq!(p.l.stats().stateless_replies, replies);
     assert_eq!(p.l.len(), held + 1, "a half-open entry for the application");
+    assert_eq!(p.l.stats().stateless_qpn_in_use, 1, "{}", p.l.stats());
+    assert!(
+        p.l.stats().to_string().contains("stateless_qpn_in_use=1"),
+        "{}",
+        p.l.stats()
+    );
+    // Torn down, the QPN is quarantined through TimeWait: still no stateless REP naming it.
+    p.a.disconnect(p.now, first, &[]).unwrap();
+    p.pump();
+    assert!(p.l.stats().stateless_established == 1 && p.l.established() == 0);
+    p.l.handle_datagram(
+        p.now,
+        addr("10.0.0.4:4791"),
+        &hostile_req(0x44, 0x4, 0x45, 20, 15),
+    );
+    let out = drain(&mut p.l);
+    assert!(out
+        .iter()
+        .all(|o| !matches!(parse(&o.mad), CmMessage::Rep(_))));
+    assert_eq!(p.l.stats().stateless_replies, replies);
+    assert_eq!(p.l.stats().stateless_qpn_in_use, 2, "{}", p.l.stats());
 }

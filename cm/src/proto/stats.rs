@@ -166,6 +166,9 @@ stats! {
     /// Unanswered REQs in the stateless table overwritten by a newer one in their time slot
     /// (their RTU, if it comes, finds nothing).
     stateless_overwritten,
+    /// REQs that would have been answered statelessly but whose cookie QPN (the MAC's pick
+    /// from the template's range) was in use or quarantined: they took the stateful path.
+    stateless_qpn_in_use,
 }
 
 impl Stats {
