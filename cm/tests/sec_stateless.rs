@@ -48,6 +48,28 @@ fn events(ep: &mut Endpoint) -> Vec<Event> {
     std::iter::from_fn(|| ep.poll_event()).collect()
 }
 
+/// The client takes `m`, a MAD of the listener; returns what it sent in answer.
+fn client_takes(p: &mut Pair, m: &Transmit) -> Vec<Transmit> {
+    p.a.handle_datagram(p.now, l_addr(), &m.mad);
+    drain(&mut p.a)
+}
+
+/// A pair whose listener's template has one QPN, `BASE`: the first connection to complete
+/// takes it.
+fn pair_with_one_qpn() -> Pair {
+    let mut p = Pair::new(cfg(true));
+    p.l.set_stateless(
+        SID,
+        Some(StatelessAccept::new(
+            AcceptParams::new(Qpn::masked(0)),
+            Qpn::masked(BASE),
+            1,
+        )),
+    )
+    .unwrap();
+    p
+}
+
 fn rep_of(t: &Transmit) -> Rep {
     match parse(&t.mad) {
         CmMessage::Rep(r) => r,
@@ -92,9 +114,8 @@ fn cookie_rep_then_rtu_establishes_with_the_req_fields() {
     assert_eq!(&rep.private_data.as_bytes()[..9], b"stateless");
 
     // The client takes the REP and sends its RTU; the listener recreates the connection.
-    p.a.handle_datagram(p.now, l_addr(), &out[0].mad);
+    let rtu = client_takes(&mut p, &out[0]);
     assert_eq!(p.a.state(ca), Some(State::Established));
-    let rtu = drain(&mut p.a);
     p.l.handle_datagram(p.now, a_addr(), &rtu[0].mad);
     let cookie = rep.local_comm_id;
     assert_eq!(p.l.state(cookie), Some(State::Established));
@@ -126,9 +147,8 @@ fn cookie_rep_then_rtu_establishes_with_the_req_fields() {
         panic!()
     };
     assert_eq!(d.remote_qpn_eecn, Qpn::masked(0x11));
-    p.a.handle_datagram(p.now, l_addr(), &dreq[0].mad);
+    let drep = client_takes(&mut p, &dreq[0]);
     assert_eq!(p.a.state(ca), Some(State::Timewait));
-    let drep = drain(&mut p.a);
     p.l.handle_datagram(p.now, a_addr(), &drep[0].mad);
     assert_eq!(p.l.state(cookie), Some(State::Timewait));
 }
@@ -186,8 +206,7 @@ fn forged_cookie_rtus_are_dropped_as_bad_cookie() {
 fn expired_cookie_rtu_is_dropped() {
     let mut p = pair(cfg(true));
     let (_, out) = send_req(&mut p);
-    p.a.handle_datagram(p.now, l_addr(), &out[0].mad);
-    let rtu = drain(&mut p.a);
+    let rtu = client_takes(&mut p, &out[0]);
     // Valid in its slot and the next (8–16 s); two periods later it is expired.
     p.now += Duration::from_secs(16);
     p.l.handle_datagram(p.now, a_addr(), &rtu[0].mad);
@@ -199,8 +218,7 @@ fn expired_cookie_rtu_is_dropped() {
 fn late_but_valid_cookie_rtu_is_taken() {
     let mut p = pair(cfg(true));
     let (_, out) = send_req(&mut p);
-    p.a.handle_datagram(p.now, l_addr(), &out[0].mad);
-    let rtu = drain(&mut p.a);
+    let rtu = client_takes(&mut p, &out[0]);
     p.now += Duration::from_millis(15_900);
     p.l.handle_datagram(p.now, a_addr(), &rtu[0].mad);
     assert_eq!(p.l.stats().stateless_established, 1);
@@ -211,8 +229,7 @@ fn replayed_cookie_rtu_is_dropped() {
     let mut p = pair(cfg(true));
     let (ca, out) = send_req(&mut p);
     let cookie = rep_of(&out[0]).local_comm_id;
-    p.a.handle_datagram(p.now, l_addr(), &out[0].mad);
-    let rtu = drain(&mut p.a);
+    let rtu = client_takes(&mut p, &out[0]);
     p.l.handle_datagram(p.now, a_addr(), &rtu[0].mad);
     assert_eq!(p.l.state(cookie), Some(State::Established));
     // While the connection lives, a replay is a duplicate RTU.
@@ -253,8 +270,7 @@ fn repeated_req_after_a_lost_rep_gets_the_same_rep() {
     assert_eq!(second[0].mad, first[0].mad, "the repeat got another REP");
     assert_eq!(p.l.stats().stateless_replies, 3);
     assert_eq!(p.l.stats().stateless_overwritten, 0);
-    p.a.handle_datagram(p.now, l_addr(), &second[0].mad);
-    let rtu = drain(&mut p.a);
+    let rtu = client_takes(&mut p, &second[0]);
     p.l.handle_datagram(p.now, a_addr(), &rtu[0].mad);
     assert_eq!(p.a.state(ca), Some(State::Established));
     assert_eq!(
@@ -297,9 +313,8 @@ fn stateless_answers_amplify_at_most_twice() {
 fn lost_rtu_is_recovered_by_the_rep_retransmission() {
     let mut p = pair(cfg(true));
     let (ca, out) = send_req(&mut p);
-    p.a.handle_datagram(p.now, l_addr(), &out[0].mad);
+    let lost = client_takes(&mut p, &out[0]);
     assert_eq!(p.a.state(ca), Some(State::Established));
-    let lost = drain(&mut p.a);
     assert!(matches!(parse(&lost[0].mad), CmMessage::Rtu(_)));
     let due = p.l.poll_timeout().unwrap();
     p.now = due;
@@ -307,8 +322,7 @@ fn lost_rtu_is_recovered_by_the_rep_retransmission() {
     let again = drain(&mut p.l);
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].mad, out[0].mad);
-    p.a.handle_datagram(p.now, l_addr(), &again[0].mad);
-    let rtu = drain(&mut p.a);
+    let rtu = client_takes(&mut p, &again[0]);
     assert!(matches!(parse(&rtu[0].mad), CmMessage::Rtu(_)));
     p.l.handle_datagram(p.now, a_addr(), &rtu[0].mad);
     let cookie = rep_of(&out[0]).local_comm_id;
@@ -391,8 +405,7 @@ fn cookie_rtu_supersedes_a_stateful_entry_for_the_same_req() {
         .unwrap();
     drain(&mut p.l);
     // The client took the cookie REP and answers it.
-    p.a.handle_datagram(p.now, l_addr(), &out[0].mad);
-    let rtu = drain(&mut p.a);
+    let rtu = client_takes(&mut p, &out[0]);
     p.l.handle_datagram(p.now, a_addr(), &rtu[0].mad);
     assert_eq!(p.l.state(cookie), Some(State::Established));
     assert_eq!(p.l.state(stateful), None);
@@ -431,8 +444,7 @@ fn oldest_of_a_full_set_is_overwritten_and_its_rtu_finds_nothing() {
     );
     drain(&mut p.l);
     assert_eq!(p.l.stats().stateless_overwritten, 1);
-    p.a.handle_datagram(p.now, l_addr(), &out[0].mad);
-    let rtu = drain(&mut p.a);
+    let rtu = client_takes(&mut p, &out[0]);
     let unknown = p.l.stats().dropped(DropReason::UnknownCommId);
     p.l.handle_datagram(p.now, a_addr(), &rtu[0].mad);
     assert_eq!(p.l.stats().dropped(DropReason::UnknownCommId), unknown + 1);
@@ -442,17 +454,7 @@ fn oldest_of_a_full_set_is_overwritten_and_its_rtu_finds_nothing() {
 /// The REP's QPN is taken by the time the RTU comes: REJ 3 to the peer, counted.
 #[test]
 fn rtu_for_a_busy_qpn_is_refused_with_rej() {
-    let mut p = Pair::new(cfg(true));
-    // One QPN only: the first connection to complete takes it.
-    p.l.set_stateless(
-        SID,
-        Some(StatelessAccept::new(
-            AcceptParams::new(Qpn::masked(0)),
-            Qpn::masked(BASE),
-            1,
-        )),
-    )
-    .unwrap();
+    let mut p = pair_with_one_qpn();
     // Another host's REQ is answered with the QPN while it is free ...
     let other = addr("10.0.0.3:4791");
     p.l.handle_datagram(p.now, other, &hostile_req(0x33, 0x3, 0x34, 20, 15));
@@ -484,18 +486,10 @@ fn rtu_for_a_busy_qpn_is_refused_with_rej() {
 /// that connection would find it stale and tear it down): it takes the stateful path.
 #[test]
 fn req_whose_qpn_is_busy_takes_the_stateful_path() {
-    let mut p = Pair::new(cfg(true));
-    p.l.set_stateless(
-        SID,
-        Some(StatelessAccept::new(
-            AcceptParams::new(Qpn::masked(0)),
-            Qpn::masked(BASE),
-            1,
-        )),
-    )
-    .unwrap();
+    let mut p = pair_with_one_qpn();
     let first = p.connect(0x12);
     assert_eq!(p.a.state(first), Some(State::Established));
+    assert_eq!(p.l.stats().stateless_qpn_in_use, 0);
     let (replies, held) = (p.l.stats().stateless_replies, p.l.len());
     p.l.handle_datagram(
         p.now,
@@ -510,4 +504,25 @@ fn req_whose_qpn_is_busy_takes_the_stateful_path() {
     );
     assert_eq!(p.l.stats().stateless_replies, replies);
     assert_eq!(p.l.len(), held + 1, "a half-open entry for the application");
+    assert_eq!(p.l.stats().stateless_qpn_in_use, 1, "{}", p.l.stats());
+    assert!(
+        p.l.stats().to_string().contains("stateless_qpn_in_use=1"),
+        "{}",
+        p.l.stats()
+    );
+    // Torn down, the QPN is quarantined through TimeWait: still no stateless REP naming it.
+    p.a.disconnect(p.now, first, &[]).unwrap();
+    p.pump();
+    assert!(p.l.stats().stateless_established == 1 && p.l.established() == 0);
+    p.l.handle_datagram(
+        p.now,
+        addr("10.0.0.4:4791"),
+        &hostile_req(0x44, 0x4, 0x45, 20, 15),
+    );
+    let out = drain(&mut p.l);
+    assert!(out
+        .iter()
+        .all(|o| !matches!(parse(&o.mad), CmMessage::Rep(_))));
+    assert_eq!(p.l.stats().stateless_replies, replies);
+    assert_eq!(p.l.stats().stateless_qpn_in_use, 2, "{}", p.l.stats());
 }

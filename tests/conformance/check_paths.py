@@ -34,22 +34,42 @@ REF = ("stale", "qpn-reuse-timewait")
 NAMES = (["kp-act-" + c for c in ACT] + ["kp-pas-" + c for c in PAS] + ["kp-kernel-" + c for c in REF])
 
 
+class Run:
+    """one lab run's cells (OUT/NAME): the capture cut at the markers (cells/CELL.pcap) and what
+    each role left in share/results (ROLE.CELL.out, ROLE.CELL.rc)"""
+
+    def __init__(self, out, name):
+        self.name = name
+        self.dir = os.path.join(out, name)
+        self.res = os.path.join(self.dir, "share", "results")
+
+    def cut(self, names):
+        """cut the capture into cells; without one, every cell of names fails (False)"""
+        if cut_cells(self.dir):
+            return True
+        for n in names:
+            cell(n, False, "no capture: the %s run did not happen (see %s.log)" % (self.name, self.dir))
+        return False
+
+    def o(self, role, n):
+        return read(os.path.join(self.res, "%s.%s.out" % (role, n)))
+
+    def rc(self, role, n):
+        return read(os.path.join(self.res, "%s.%s.rc" % (role, n))).strip()
+
+    def cms(self, n):
+        return cm_list(os.path.join(self.dir, "cells", n + ".pcap"))
+
+
+def wire(c, m, want):
+    return c(seq(m) == want, "wire %r != %r" % (seq(m), want))
+
+
 def kernel_paths_cells(out):
-    run = os.path.join(out, "kernel-paths")
-    res = os.path.join(run, "share", "results")
-    if not cut_cells(run):
-        for n in NAMES:
-            cell(n, False, "no capture: the kernel-paths run did not happen (see %s.log)" % run)
+    run = Run(out, "kernel-paths")
+    if not run.cut(NAMES):
         return
-
-    def o(role, n):
-        return read(os.path.join(res, "%s.%s.out" % (role, n)))
-
-    def rc(role, n):
-        return read(os.path.join(res, "%s.%s.rc" % (role, n))).strip()
-
-    def cms(n):
-        return cm_list(os.path.join(run, "cells", n + ".pcap"))
+    o, rc, cms = run.o, run.rc, run.cms
 
     def stats(n):
         """cm-ping --listen's last line: the endpoint's counters (JSON)"""
@@ -58,9 +78,6 @@ def kernel_paths_cells(out):
             return json.loads(lines[-1]) if lines else {}
         except ValueError:
             return {}
-
-    def wire(c, m, want):
-        return c(seq(m) == want, "wire %r != %r" % (seq(m), want))
 
     def path(c, m, head_re, dreq_from):
         """the messages before the first DREQ match the regex head_re (over the names); the rest is
@@ -483,7 +500,7 @@ def kernel_paths_cells(out):
     n = "kp-kernel-stale"
     c, m = Check(), cms(n)
     stale(c, m, KIP, IIP)
-    c(read(os.path.join(res, "b.kernel-cm-load.rc")).strip() == "0", "modprobe rdma_ucm on VM b failed")
+    c(rc("b", "kernel-cm-load") == "0", "modprobe rdma_ucm on VM b failed")
     c("CONN 1 REJECTED status=10" in o("b", n) and "CONN 0 DISCONNECTED" in o("b", n) and K_OK in o("b", n),
       "kernel client: %s" % o("b", n).strip().splitlines()[-1:])
     c(K_OK in o("a", n), "kernel server not ok")
@@ -640,16 +657,10 @@ UDP_KIP6, UDP_IIP6 = "fd00:78::2", "fd00:78::1"
 
 
 def udp_ipv6_cells(out):
-    run = os.path.join(out, "ibcm-udp")
-    res = os.path.join(run, "share", "results")
-    names = ("udp-act-ipv6", "udp-pas-ipv6")
-    if not cut_cells(run):
-        for n in names:
-            cell(n, False, "no capture: the ibcm-udp run did not happen (see %s.log)" % run)
+    run = Run(out, "ibcm-udp")
+    if not run.cut(("udp-act-ipv6", "udp-pas-ipv6")):
         return
-
-    def o(role, n):
-        return read(os.path.join(res, "%s.%s.out" % (role, n)))
+    o, rc, cms = run.o, run.rc, run.cms
 
     def v6(c, m, src, dst):
         """all over IPv6, ICRCs correct both ways, ibcm's from UDP source port 4791; the REQ's
@@ -664,9 +675,8 @@ def udp_ipv6_cells(out):
           "CMA header v%s %s -> %s" % (r.get("cma_ipver"), r.get("cma_src"), r.get("cma_dst")))
 
     n = "udp-act-ipv6"
-    c = Check()
-    m = cm_list(os.path.join(run, "cells", n + ".pcap"))
-    if c(seq(m) == "REQ REP RTU DREQ DREP", "wire %r" % seq(m)):
+    c, m = Check(), cms(n)
+    if wire(c, m, "REQ REP RTU DREQ DREP"):
         v6(c, m, UDP_IIP6, UDP_KIP6)
         c(m[1]["rcid"] == m[0]["lcid"] and m[3]["src"] == UDP_IIP6, "comm IDs / DREQ direction")
         c(m[0].get("upd") == PD_REQ_I and m[1]["pd"] == PD_REP_K, "private data REQ %s REP %s" % (m[0].get("upd"), m[1]["pd"]))
@@ -674,14 +684,13 @@ def udp_ipv6_cells(out):
       "kernel server: %s" % o("a", n).strip().splitlines()[-1:])
     c("pd=%s" % PD_REP_K in o("host", n), "cm-ping lacks the REP's private data")
     c(summary_of(o("host", n)) == want_summary((1, 0, 0, 1)), "cm-ping summary %s" % (summary_of(o("host", n)),))
-    c(read(os.path.join(res, "host.%s.rc" % n)).strip() == "0", "cm-ping exit status %r" % read(os.path.join(res, "host.%s.rc" % n)).strip())
+    c(rc("host", n) == "0", "cm-ping exit status %r" % rc("host", n))
     c.done(n, "cm-ping on the host's UDP socket (fd00:78::1) -> kernel listener on rxe0's fd00:78::2: RoCEv2 over "
            "IPv6 with ICRCs both sides accept, CMA header version 6, private data both ways, exit 0")
 
     n = "udp-pas-ipv6"
-    c = Check()
-    m = cm_list(os.path.join(run, "cells", n + ".pcap"))
-    if c(seq(m) == "REQ REP RTU DREQ DREP", "wire %r" % seq(m)):
+    c, m = Check(), cms(n)
+    if wire(c, m, "REQ REP RTU DREQ DREP"):
         v6(c, m, UDP_KIP6, UDP_IIP6)
         c(m[1]["rcid"] == m[0]["lcid"] and m[1]["src"] == UDP_IIP6 and m[3]["src"] == UDP_KIP6, "comm IDs / directions")
         c(m[0].get("upd") == PD_REQ_K and m[1]["pd"] == PD_REP_I, "private data REQ %s REP %s" % (m[0].get("upd"), m[1]["pd"]))
@@ -690,7 +699,7 @@ def udp_ipv6_cells(out):
           and mm.group(4) == PD_REQ_K, "cm-ping's request line: %s" % (mm.groups() if mm else None,))
     c("EVENT ESTABLISHED pd=%s " % PD_REP_I in o("a", n) and "RESULT ok" in o("a", n),
       "kernel client: %s" % o("a", n).strip().splitlines()[-1:])
-    c(read(os.path.join(res, "a.%s.rc" % n)).strip() == "0", "kernel client exit status")
+    c(rc("a", n) == "0", "kernel client exit status")
     c(summary_of(o("host", n)) == want_summary((1, 0, 0, 1)), "cm-ping summary %s" % (summary_of(o("host", n)),))
     c.done(n, "kernel client on rxe0's fd00:78::2 -> cm-ping listening on the host's UDP socket at fd00:78::1: "
            "RoCEv2 over IPv6, CMA header version 6 parsed by ibcm, ICRCs verified, established and disconnected")

@@ -71,62 +71,104 @@ impl DropReason {
     }
 }
 
-/// Counters of one endpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
+/// Defines [`Stats`] from one table of its counters: the fields (with their docs),
+/// [`Stats::COUNTERS`], [`Stats::counters`], [`Stats::set_counter`] and the `Display` line
+/// (`key=value` in table order, `key` the field's name or its `as "label"`). A counter is one
+/// line of the table; `CmStats::to_json` and the node daemon's wire form follow
+/// [`Stats::counters`].
+macro_rules! stats {
+    ($($(#[$doc:meta])* $name:ident $(as $label:literal)?,)*) => {
+        /// Counters of one endpoint.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct Stats {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Dropped MADs by reason (indexed by `DropReason as usize`).
+            pub dropped: [u64; DropReason::ALL.len()],
+        }
+
+        impl Stats {
+            /// How many counters [`Stats::counters`] lists.
+            pub const COUNTERS: usize = [$(stringify!($name)),*].len();
+
+            /// The labels of the `Display` line, in the order of [`Stats::counters`].
+            const LABELS: [&'static str; Self::COUNTERS] = [$(stats!(@label $name $($label)?)),*];
+
+            /// Every counter but the drops, by name (the field's name; the names of
+            /// [`CmStats::to_json`](crate::rt::CmStats::to_json) where it has them).
+            pub fn counters(&self) -> [(&'static str, u64); Self::COUNTERS] {
+                [$((stringify!($name), self.$name)),*]
+            }
+
+            /// Sets the counter [`Stats::counters`] names `name`; false if there is none.
+            pub fn set_counter(&mut self, name: &str, v: u64) -> bool {
+                let c = match name {
+                    $(stringify!($name) => &mut self.$name,)*
+                    _ => return false,
+                };
+                *c = v;
+                true
+            }
+        }
+    };
+    (@label $name:ident) => { stringify!($name) };
+    (@label $name:ident $label:literal) => { $label };
+}
+
+stats! {
     /// MADs handed to `handle_datagram`.
-    pub rx: u64,
+    rx,
     /// MADs handed out by `poll_transmit` (first sends and retransmissions).
-    pub tx: u64,
+    tx,
     /// Retransmissions among `tx`.
-    pub retransmits: u64,
+    retransmits,
     /// Replies re-sent because a duplicate request arrived.
-    pub duplicate_replies: u64,
+    duplicate_replies as "dup_replies",
     /// Connections established.
-    pub established: u64,
+    established,
     /// REJs sent.
-    pub rej_sent: u64,
+    rej_sent,
     /// REJs received and matched.
-    pub rej_received: u64,
+    rej_received as "rej_rcvd",
     /// MRAs sent.
-    pub mra_sent: u64,
+    mra_sent,
     /// MRAs received and matched.
-    pub mra_received: u64,
+    mra_received as "mra_rcvd",
     /// Connection attempts that timed out (REQ or REP).
-    pub timeouts: u64,
+    timeouts,
     /// REQs refused (REJ 3) because their source held `max_half_open_per_source` half-open
     /// entries.
-    pub half_open_limit: u64,
+    half_open_limit,
     /// Half-open entries evicted (oldest first) to make room under `max_half_open` or
     /// `max_half_open_per_service`.
-    pub half_open_evicted: u64,
+    half_open_evicted,
     /// Half-open entries given up at `max_half_open_lifetime`.
-    pub half_open_expired: u64,
+    half_open_expired,
     /// REQs refused (REJ 3) by `max_established` or `max_established_per_peer`.
-    pub established_limit: u64,
+    established_limit,
     /// MADs not sent (REP retransmissions, REJs, MRAs) because the half-open peer had not
     /// proved it receives and 3 × what it sent had been sent to it (anti-amplification).
-    pub amplification_limited: u64,
+    amplification_limited,
     /// Stale connections detected.
-    pub stale: u64,
+    stale,
     /// DREPs sent for DREQs matching no connection.
-    pub orphan_dreps: u64,
-    /// Debug log lines suppressed by the core's rate limit (16 per second of endpoint time).
-    pub log_suppressed: u64,
+    orphan_dreps,
     /// Incoming SIDR_REQs forgotten unanswered (lifetime over, or evicted by the cap).
-    pub sidr_in_expired: u64,
+    sidr_in_expired,
+    /// Debug log lines suppressed by the core's rate limit (16 per second of endpoint time).
+    log_suppressed,
     /// REPs sent statelessly (docs/protocol.md §5.12), repeats for a repeated REQ included.
-    pub stateless_replies: u64,
+    stateless_replies,
     /// Connections established from a cookie RTU.
-    pub stateless_established: u64,
+    stateless_established,
     /// Cookie RTUs refused with a REJ although their cookie was valid (listener gone, stale
     /// QPN, a limit, the REP's QPN in use).
-    pub stateless_refused: u64,
+    stateless_refused,
     /// Unanswered REQs in the stateless table overwritten by a newer one in their time slot
     /// (their RTU, if it comes, finds nothing).
-    pub stateless_overwritten: u64,
-    /// Dropped MADs by reason (indexed by `DropReason as usize`).
-    pub dropped: [u64; DropReason::ALL.len()],
+    stateless_overwritten,
+    /// REQs that would have been answered statelessly but whose cookie QPN (the MAC's pick
+    /// from the template's range) was in use or quarantined: they took the stateful path.
+    stateless_qpn_in_use,
 }
 
 impl Stats {
@@ -140,68 +182,6 @@ impl Stats {
         self.dropped.iter().sum()
     }
 
-    /// Every counter but the drops, by name (the names of [`CmStats::to_json`](crate::rt::CmStats::to_json)
-    /// where it has them).
-    pub fn counters(&self) -> [(&'static str, u64); 23] {
-        [
-            ("rx", self.rx),
-            ("tx", self.tx),
-            ("retransmits", self.retransmits),
-            ("duplicate_replies", self.duplicate_replies),
-            ("established", self.established),
-            ("rej_sent", self.rej_sent),
-            ("rej_received", self.rej_received),
-            ("mra_sent", self.mra_sent),
-            ("mra_received", self.mra_received),
-            ("timeouts", self.timeouts),
-            ("half_open_limit", self.half_open_limit),
-            ("half_open_evicted", self.half_open_evicted),
-            ("half_open_expired", self.half_open_expired),
-            ("established_limit", self.established_limit),
-            ("amplification_limited", self.amplification_limited),
-            ("stale", self.stale),
-            ("orphan_dreps", self.orphan_dreps),
-            ("log_suppressed", self.log_suppressed),
-            ("sidr_in_expired", self.sidr_in_expired),
-            ("stateless_replies", self.stateless_replies),
-            ("stateless_established", self.stateless_established),
-            ("stateless_refused", self.stateless_refused),
-            ("stateless_overwritten", self.stateless_overwritten),
-        ]
-    }
-
-    /// Sets the counter [`Stats::counters`] names `name`; false if there is none.
-    pub fn set_counter(&mut self, name: &str, v: u64) -> bool {
-        let c = match name {
-            "rx" => &mut self.rx,
-            "tx" => &mut self.tx,
-            "retransmits" => &mut self.retransmits,
-            "duplicate_replies" => &mut self.duplicate_replies,
-            "established" => &mut self.established,
-            "rej_sent" => &mut self.rej_sent,
-            "rej_received" => &mut self.rej_received,
-            "mra_sent" => &mut self.mra_sent,
-            "mra_received" => &mut self.mra_received,
-            "timeouts" => &mut self.timeouts,
-            "half_open_limit" => &mut self.half_open_limit,
-            "half_open_evicted" => &mut self.half_open_evicted,
-            "half_open_expired" => &mut self.half_open_expired,
-            "established_limit" => &mut self.established_limit,
-            "amplification_limited" => &mut self.amplification_limited,
-            "stale" => &mut self.stale,
-            "orphan_dreps" => &mut self.orphan_dreps,
-            "log_suppressed" => &mut self.log_suppressed,
-            "sidr_in_expired" => &mut self.sidr_in_expired,
-            "stateless_replies" => &mut self.stateless_replies,
-            "stateless_established" => &mut self.stateless_established,
-            "stateless_refused" => &mut self.stateless_refused,
-            "stateless_overwritten" => &mut self.stateless_overwritten,
-            _ => return false,
-        };
-        *c = v;
-        true
-    }
-
     pub(crate) fn drop(&mut self, r: DropReason) {
         if let Some(c) = self.dropped.get_mut(r as usize) {
             *c += 1;
@@ -211,37 +191,10 @@ impl Stats {
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "rx={} tx={} retransmits={} dup_replies={} established={} rej_sent={} rej_rcvd={} \
-             mra_sent={} mra_rcvd={} timeouts={} half_open_limit={} half_open_evicted={} \
-             half_open_expired={} established_limit={} amplification_limited={} stale={} orphan_dreps={} sidr_in_expired={} \
-             log_suppressed={} stateless_replies={} stateless_established={} stateless_refused={} \
-             stateless_overwritten={}",
-            self.rx,
-            self.tx,
-            self.retransmits,
-            self.duplicate_replies,
-            self.established,
-            self.rej_sent,
-            self.rej_received,
-            self.mra_sent,
-            self.mra_received,
-            self.timeouts,
-            self.half_open_limit,
-            self.half_open_evicted,
-            self.half_open_expired,
-            self.established_limit,
-            self.amplification_limited,
-            self.stale,
-            self.orphan_dreps,
-            self.sidr_in_expired,
-            self.log_suppressed,
-            self.stateless_replies,
-            self.stateless_established,
-            self.stateless_refused,
-            self.stateless_overwritten
-        )?;
+        for (i, (label, (_, n))) in Self::LABELS.iter().zip(self.counters()).enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{label}={n}")?;
+        }
         for r in DropReason::ALL {
             let n = self.dropped(r);
             if n > 0 {

@@ -468,14 +468,17 @@ fn reply_port(from: SocketAddr, local: SocketAddr) -> u16 {
 mod tests {
     use super::*;
 
+    /// Two transports bound to ephemeral ports of `ip` (`127.0.0.1` or `[::1]`).
+    async fn pair(ip: &str) -> (UdpTransport, UdpTransport) {
+        let at = format!("{ip}:0").parse().unwrap();
+        let a = UdpTransport::bind_port(at).await.unwrap();
+        let b = UdpTransport::bind_port(at).await.unwrap();
+        (a, b)
+    }
+
     #[tokio::test]
     async fn loopback_round_trip_with_icrc() {
-        let mut a = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let mut b = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let (mut a, mut b) = pair("127.0.0.1").await;
         let mad = [0x5au8; 256];
         a.send(b.local_addr(), &mad).await.unwrap();
         let (from, got) = b.recv().await.unwrap();
@@ -498,12 +501,7 @@ mod tests {
     #[tokio::test]
     async fn ipv6_datagrams_with_udp_checksum_zero_arrive() {
         // rxe's RoCEv2 over IPv6 carries UDP checksum 0; the ICRC still checks it.
-        let mut a = UdpTransport::bind_port("[::1]:0".parse().unwrap())
-            .await
-            .unwrap();
-        let mut b = UdpTransport::bind_port("[::1]:0".parse().unwrap())
-            .await
-            .unwrap();
+        let (mut a, mut b) = pair("[::1]").await;
         sys::set_udp_no_check6_tx(&a.sock).unwrap();
         let mad = [0xa5u8; 256];
         a.send(b.local_addr(), &mad).await.unwrap();
@@ -532,12 +530,7 @@ mod tests {
 
     #[tokio::test]
     async fn batches_keep_order_and_report_failures_by_index() {
-        let mut a = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let mut b = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let (mut a, mut b) = pair("127.0.0.1").await;
         // 150 MADs: three sendmmsg batches. Three cannot go: an IB address (not for this
         // transport), the broadcast address (no SO_BROADCAST: sendmmsg stops there, in the
         // middle of a batch) and an IPv6 destination from an IPv4 socket.
@@ -580,12 +573,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_short_batch_clears_readiness_and_the_next_datagram_still_wakes() {
-        let mut a = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let mut b = UdpTransport::bind_port("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let (mut a, mut b) = pair("127.0.0.1").await;
         let dst = b.local_addr();
         let to = |n: u8| -> Vec<Transmit> {
             (0..n)

@@ -10,7 +10,7 @@
 )]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, Command, Stdio};
 
 mod common;
 use common::{cap, BIN};
@@ -105,60 +105,6 @@ fn sigint_ends_a_pipe_read_with_the_summary() {
     drop(stdin);
 }
 
-/// `--stats --refresh 0`: the statistics so far after every packet on standard error (the
-/// open connection counted as it stands); then SIGINT: the final report on standard output.
-#[test]
-fn stats_refresh_on_a_pipe_then_sigint() {
-    let bytes = std::fs::read(cap("kernel/establish_dreq_active.pcap")).unwrap();
-    let (head, recs) = split_pcap(&bytes);
-    assert_eq!(recs.len(), 5);
-    let (mut child, mut stdin) = spawn(&["--stats", "--refresh", "0", "-"]);
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    // REQ, REP, RTU: established so far.
-    stdin.write_all(&head).unwrap();
-    for r in &recs[..3] {
-        stdin.write_all(r).unwrap();
-    }
-    stdin.flush().unwrap();
-    let first = read_until(&mut err, |l| l.contains("CM messages: REQ 1 REP 1 RTU 1"));
-    assert!(
-        first
-            .iter()
-            .any(|l| l.starts_with("cm-trace: -: statistics so far (1 frames")),
-        "{first:#?}"
-    );
-    let block = read_until(&mut err, |l| l.trim_start().starts_with("established"));
-    assert!(
-        block.last().unwrap().trim_end().ends_with(" 1"),
-        "{block:#?}"
-    );
-    // DREQ, DREP.
-    for r in &recs[3..] {
-        stdin.write_all(r).unwrap();
-    }
-    stdin.flush().unwrap();
-    read_until(&mut err, |l| {
-        l.contains("CM messages: REQ 1 REP 1 RTU 1 DREQ 1 DREP 1")
-    });
-    sigint(&child);
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status:?}; stderr: {rest}");
-    assert!(out.starts_with("Capture\n"), "{out}");
-    assert!(out.contains("1 file(s), 5 frames: 5 CM MADs"), "{out}");
-    assert!(out.contains("  established             1"), "{out}");
-    assert!(rest.contains("interrupted"), "{rest}");
-    drop(stdin);
-}
-
 /// Kills the child (by its process ID) unless dropped within two minutes: a cm-trace that
 /// never prints the expected line then ends its output, and the test fails instead of
 /// hanging.
@@ -187,6 +133,97 @@ impl Drop for Watchdog {
     }
 }
 
+/// `cm-trace --stats --refresh SECS -` reading a pipe this test writes a capture into (kept
+/// open), its standard error read line by line, under a [`Watchdog`].
+struct StatsPipe {
+    child: Child,
+    stdin: ChildStdin,
+    err: BufReader<ChildStderr>,
+    watchdog: Watchdog,
+}
+
+impl StatsPipe {
+    /// Starts cm-trace; also returns the pcap file header and the 5 records of
+    /// `kernel/establish_dreq_active.pcap` (REQ, REP, RTU, DREQ, DREP) to write.
+    fn start(refresh: &str) -> (Self, Vec<u8>, Vec<Vec<u8>>) {
+        let bytes = std::fs::read(cap("kernel/establish_dreq_active.pcap")).unwrap();
+        let (head, recs) = split_pcap(&bytes);
+        assert_eq!(recs.len(), 5);
+        let (mut child, stdin) = spawn(&["--stats", "--refresh", refresh, "-"]);
+        let watchdog = Watchdog::new(&child);
+        let err = BufReader::new(child.stderr.take().unwrap());
+        let s = StatsPipe {
+            child,
+            stdin,
+            err,
+            watchdog,
+        };
+        (s, head, recs)
+    }
+
+    /// Writes `chunks` (one write each) and flushes.
+    fn write<'a>(&mut self, chunks: impl IntoIterator<Item = &'a [u8]>) {
+        for c in chunks {
+            self.stdin.write_all(c).unwrap();
+        }
+        self.stdin.flush().unwrap();
+    }
+
+    /// Standard error's lines up to the first that satisfies `done`.
+    fn err_until(&mut self, done: impl Fn(&str) -> bool) -> Vec<String> {
+        read_until(&mut self.err, done)
+    }
+
+    /// Ctrl-C, with the writer still open: the exit status, standard output, and the rest of
+    /// standard error.
+    fn interrupt(mut self) -> (std::process::ExitStatus, String, String) {
+        sigint(&self.child);
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let mut rest = String::new();
+        self.err.read_to_string(&mut rest).unwrap();
+        let status = self.child.wait().unwrap();
+        drop(self.watchdog);
+        drop(self.stdin);
+        (status, out, rest)
+    }
+}
+
+/// `--stats --refresh 0`: the statistics so far after every packet on standard error (the
+/// open connection counted as it stands); then SIGINT: the final report on standard output.
+#[test]
+fn stats_refresh_on_a_pipe_then_sigint() {
+    let (mut s, head, recs) = StatsPipe::start("0");
+    // REQ, REP, RTU: established so far.
+    s.write(std::iter::once(&head[..]).chain(recs[..3].iter().map(Vec::as_slice)));
+    let first = s.err_until(|l| l.contains("CM messages: REQ 1 REP 1 RTU 1"));
+    assert!(
+        first
+            .iter()
+            .any(|l| l.starts_with("cm-trace: -: statistics so far (1 frames")),
+        "{first:#?}"
+    );
+    let block = s.err_until(|l| l.trim_start().starts_with("established"));
+    assert!(
+        block.last().unwrap().trim_end().ends_with(" 1"),
+        "{block:#?}"
+    );
+    // DREQ, DREP.
+    s.write(recs[3..].iter().map(Vec::as_slice));
+    s.err_until(|l| l.contains("CM messages: REQ 1 REP 1 RTU 1 DREQ 1 DREP 1"));
+    let (status, out, rest) = s.interrupt();
+    assert!(status.success(), "{status:?}; stderr: {rest}");
+    assert!(out.starts_with("Capture\n"), "{out}");
+    assert!(out.contains("1 file(s), 5 frames: 5 CM MADs"), "{out}");
+    assert!(out.contains("  established             1"), "{out}");
+    assert!(rest.contains("interrupted"), "{rest}");
+}
+
 /// `--stats --refresh 0.2` on a pipe that stays open with no more data: the statistics so far
 /// keep coming on the timer. The three packets arrive in one write, so the refresh at the
 /// first packet shows 1 frame; only refreshes without any packet arriving show all 3, and
@@ -194,22 +231,17 @@ impl Drop for Watchdog {
 /// at most once).
 #[test]
 fn stats_refresh_on_a_timer_while_the_pipe_is_idle() {
-    let bytes = std::fs::read(cap("kernel/establish_dreq_active.pcap")).unwrap();
-    let (head, recs) = split_pcap(&bytes);
-    let (mut child, mut stdin) = spawn(&["--stats", "--refresh", "0.2", "-"]);
-    let watchdog = Watchdog::new(&child);
-    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let (mut s, head, recs) = StatsPipe::start("0.2");
     let mut first = head.clone();
     for r in &recs[..3] {
         first.extend_from_slice(r);
     }
-    stdin.write_all(&first).unwrap();
-    stdin.flush().unwrap();
+    s.write([&first[..]]);
     let header = "cm-trace: -: statistics so far (3 frames";
     for _ in 0..2 {
-        let lines = read_until(&mut err, |l| l.starts_with(header));
+        let lines = s.err_until(|l| l.starts_with(header));
         // The whole report follows each header, with the open connection as it stands.
-        let block = read_until(&mut err, |l| l.trim_start().starts_with("established"));
+        let block = s.err_until(|l| l.trim_start().starts_with("established"));
         assert!(
             block.last().unwrap().trim_end().ends_with(" 1"),
             "{lines:#?} {block:#?}"
@@ -222,24 +254,9 @@ fn stats_refresh_on_a_timer_while_the_pipe_is_idle() {
         );
     }
     // Nothing was written meanwhile; the last two packets end the connection.
-    for r in &recs[3..] {
-        stdin.write_all(r).unwrap();
-    }
-    stdin.flush().unwrap();
-    read_until(&mut err, |l| {
-        l.starts_with("cm-trace: -: statistics so far (5 frames")
-    });
-    sigint(&child);
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let status = child.wait().unwrap();
-    drop(watchdog);
+    s.write(recs[3..].iter().map(Vec::as_slice));
+    s.err_until(|l| l.starts_with("cm-trace: -: statistics so far (5 frames"));
+    let (status, out, _) = s.interrupt();
     assert!(status.success(), "{status:?}");
     assert!(out.contains("1 file(s), 5 frames: 5 CM MADs"), "{out}");
-    drop(stdin);
 }

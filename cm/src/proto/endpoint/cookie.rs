@@ -294,8 +294,8 @@ impl Endpoint {
 
     /// Answers a REQ statelessly: the cookie REP goes out at once and the REQ is kept in its
     /// table slot (a repeat gets the same REP from the slot it already holds). Returns `false`
-    /// (nothing sent) when the cookie is the ID of a live connection: the caller then takes
-    /// the stateful path.
+    /// (nothing sent) when the cookie is the ID of a live connection or its QPN is in use or
+    /// quarantined (`Stats::stateless_qpn_in_use`): the caller then takes the stateful path.
     pub(super) fn stateless_req(
         &mut self,
         now: Instant,
@@ -323,6 +323,7 @@ impl Endpoint {
         // tear down a connection, so this REQ takes the stateful path. A repeat keeps the REP
         // it got (the RTU check refuses that QPN with REJ 3 if it is still taken).
         if repeat.is_none() && self.check_qpn(qpn, now, false).is_err() {
+            self.io.stats.stateless_qpn_in_use += 1;
             return false;
         }
         let rep = build_rep(t, self.cfg.local_ca_guid, &req, cookie, psn, qpn);

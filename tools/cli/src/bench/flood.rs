@@ -59,27 +59,58 @@ use crate::qpn::QpnAlloc;
 #[path = "flood_remote.rs"]
 pub(crate) mod remote;
 
+/// What the loopback and the remote attack share: the flood, the legitimate clients and the
+/// targeted attacks (`cm-bench flood`'s flags of the same names).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct AttackOpts {
+    /// Legitimate connection attempts during the flood.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) legit: u64,
+    /// Blind-RTU attempts and spoofed-teardown victims.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) attacks: u64,
+    /// Spoofed source addresses (127.0.3.1..N).
+    #[arg(long, default_value_t = 16)]
+    pub(crate) sources: u8,
+    /// Longest flood, in seconds (it stops earlier once every legitimate attempt ended).
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) secs: f64,
+    /// Most REQs to send.
+    #[arg(long, default_value_t = 20_000_000)]
+    pub(crate) max_reqs: u64,
+    /// Seconds to keep counting bytes to the spoofed sources after the last attack.
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) settle: f64,
+    /// The legitimate clients' connect timeout, in seconds (default: the library's
+    /// `DEFAULT_CONNECT_TIMEOUT`, 10 s).
+    // display_order 7 and 8: `--port` (6, in `cm-bench`'s `Flood`) is listed between
+    // `--settle` and these two, as before they were shared.
+    #[arg(long, default_value_t = LEGIT_CONNECT_TIMEOUT.as_secs_f64(), display_order = 7)]
+    connect_timeout: f64,
+    /// Seconds of flood alone before the legitimate clients start.
+    #[arg(long, default_value_t = 1.0, display_order = 8)]
+    warmup: f64,
+}
+
+impl AttackOpts {
+    /// The legitimate clients' connect timeout (at least 1 ms).
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.connect_timeout.max(0.001))
+    }
+
+    /// How long the flood runs before the legitimate clients start.
+    pub(crate) fn warmup(&self) -> Duration {
+        Duration::from_secs_f64(self.warmup.max(0.0))
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FloodOpts {
-    /// Legitimate connection attempts during the flood.
-    pub(crate) legit: u64,
-    /// Blind-RTU attempts and spoofed-teardown victims.
-    pub(crate) attacks: u64,
-    /// Spoofed source addresses.
-    pub(crate) sources: u8,
-    /// Upper bound on the flood's duration.
-    pub(crate) secs: f64,
-    /// Upper bound on the REQs sent.
-    pub(crate) max_reqs: u64,
-    /// Counting window after the last attack.
-    pub(crate) settle: f64,
+    /// The flood, the legitimate clients and the attacks.
+    pub(crate) attack: AttackOpts,
     /// UDP port of every endpoint.
     pub(crate) port: u16,
-    /// The legitimate clients' connect timeout.
-    pub(crate) connect_timeout: Duration,
-    /// How long the flood runs before the legitimate clients start.
-    pub(crate) warmup: Duration,
     /// The listener answers statelessly under pressure (`Cm::listen_stateless`).
     pub(crate) stateless: bool,
     /// Its `stateless_threshold` (`None`: the default).
@@ -127,7 +158,7 @@ const CLIENT_GUID: Guid = Guid(0x0002_c903_00c1_1e47);
 /// Runs the three phases and prints the figures.
 pub(crate) fn flood(o: FloodOpts) -> Result<()> {
     ensure!(
-        o.sources >= 1 && o.legit >= 1,
+        o.attack.sources >= 1 && o.attack.legit >= 1,
         "--sources and --legit must be at least 1"
     );
     // The listener on a runtime of its own, as if on another host: a flooded listener must
@@ -153,11 +184,11 @@ pub(crate) fn flood(o: FloodOpts) -> Result<()> {
         r.reqs,
         r.flood_secs,
         r.reqs as f64 / r.flood_secs.max(1e-9),
-        o.sources,
+        o.attack.sources,
         r.legit_ok,
         r.legit,
         r.legit_client_only,
-        o.connect_timeout.as_secs_f64()
+        o.attack.connect_timeout().as_secs_f64()
     );
     println!(
         "listener: {mode}; {} stateless REPs, {} stateless connections; counters after the \
@@ -167,14 +198,14 @@ pub(crate) fn flood(o: FloodOpts) -> Result<()> {
     println!(
         "amplification: {} bytes to the spoofed sources for {} bytes from them ({} s after \
          the last attack)",
-        r.bytes_out, r.bytes_in, o.settle
+        r.bytes_out, r.bytes_in, o.attack.settle
     );
     if r.victims_unready > 0 {
         println!(
             "teardown: {} of {} victims were not established at the listener within {} s and \
              were not attacked (their 4 messages are not in the count)",
             r.victims_unready,
-            o.attacks,
+            o.attack.attacks,
             VICTIM_READY.as_secs()
         );
     }
@@ -221,7 +252,7 @@ async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
     );
     // The attacker's sockets (one per spoofed source) and the byte counter reading them.
     let mut socks = Vec::new();
-    for i in 0..o.sources {
+    for i in 0..o.attack.sources {
         let a = SocketAddr::new(lo([127, 0, 3, i + 1]), o.port);
         let s = UdpSocket::bind(a).with_context(|| format!("bind {a}"))?;
         s.set_nonblocking(true)?;
@@ -235,9 +266,9 @@ async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
     let counter = ByteCounter::start(&socks, &attack)?;
     let qpns = Arc::new(QpnAlloc::new());
     let mut r = FloodReport {
-        legit: o.legit,
-        blind: o.attacks,
-        teardown: 4 * o.attacks,
+        legit: o.attack.legit,
+        blind: o.attack.attacks,
+        teardown: 4 * o.attack.attacks,
         ..Default::default()
     };
 
@@ -249,15 +280,15 @@ async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
             .iter()
             .map(UdpSocket::try_clone)
             .collect::<Result<_, _>>()?;
-        let (stop, sent, max) = (stop.clone(), sent.clone(), o.max_reqs);
+        let (stop, sent, max) = (stop.clone(), sent.clone(), o.attack.max_reqs);
         std::thread::spawn(move || flood_reqs(&socks, srv, &stop, &sent, max))
     };
     let start = Instant::now();
     // The flood alone first: the legitimate clients come into a listener already flooded.
-    tokio::time::sleep(o.warmup).await;
+    tokio::time::sleep(o.attack.warmup()).await;
     let mut attempts = Vec::new();
-    for _ in 0..o.legit {
-        let (client, q, limit) = (client.clone(), qpns.next(), o.connect_timeout);
+    for _ in 0..o.attack.legit {
+        let (client, q, limit) = (client.clone(), qpns.next(), o.attack.connect_timeout());
         attempts.push(tokio::spawn(async move {
             let mut p = ConnectParams::new(PeerAddr::Udp(srv), SID, q);
             // ~300 ms per try (2 × packet life time 12, 16.8 ms, + CM response timeout 16,
@@ -273,7 +304,7 @@ async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
             Some((c, t.elapsed()))
         }));
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(o.secs);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(o.attack.secs);
     let mut legit_conns = Vec::new();
     let mut times = Vec::new();
     for a in attempts {
@@ -334,7 +365,7 @@ async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
     // 2. Blind RTU. 3. Spoofed teardown.
     let spoof = &attack;
     let spoof_addr = spoof.local_addr()?;
-    for i in 0..o.attacks {
+    for i in 0..o.attack.attacks {
         // The attacker's own connection shows it one comm ID of the listener.
         let own = connect(&client, srv, qpns.next()).await?;
         let seen = own.rep().map(|r| r.rep.local_comm_id.0).unwrap_or(0);
@@ -401,7 +432,7 @@ async fn run(o: FloodOpts, lrt: tokio::runtime::Handle) -> Result<FloodReport> {
         }
         victim.disconnect(&[]).await;
     }
-    tokio::time::sleep(Duration::from_secs_f64(o.settle)).await;
+    tokio::time::sleep(Duration::from_secs_f64(o.attack.settle)).await;
     (r.bytes_in, r.bytes_out) = (counter.sent_by_attacker(&sent), counter.stop()?);
     if let Ok(st) = listener_cm.stats().await {
         r.stateless_replies = st.endpoint.stateless_replies;

@@ -47,7 +47,7 @@ use ibcm::rt::{Cm, ConnStatus, Connection, IcrcPolicy, UdpTransport};
 use ibcm_mad::frame::ROCEV2_UDP_PORT;
 use ibcm_mad::{CmMessage, CommId, Gid, Guid, Mad, PrivateData, Qpn, Rtu, TimeoutExp, U4};
 
-use super::{frame, guesses, mad, percentile_ms, send, spoofed_teardowns, ByteCounter};
+use super::{frame, guesses, mad, percentile_ms, send, spoofed_teardowns, AttackOpts, ByteCounter};
 use crate::qpn::QpnAlloc;
 
 /// What to run against a remote listener.
@@ -61,24 +61,10 @@ pub(crate) struct RemoteOpts {
     pub(crate) client: IpAddr,
     /// The first spoofed source.
     pub(crate) sources_from: Ipv4Addr,
-    /// Flood sources.
-    pub(crate) sources: u8,
-    /// Legitimate attempts.
-    pub(crate) legit: u64,
-    /// Blind-RTU attempts and teardown victims.
-    pub(crate) attacks: u64,
-    /// Upper bound on the flood's duration.
-    pub(crate) secs: f64,
-    /// Upper bound on the REQs of the flood.
-    pub(crate) max_reqs: u64,
+    /// The flood, the legitimate clients and the attacks.
+    pub(crate) attack: AttackOpts,
     /// REQs per second (0: unpaced).
     pub(crate) rate: u64,
-    /// Counting window after the last attack.
-    pub(crate) settle: f64,
-    /// The legitimate clients' connect timeout.
-    pub(crate) connect_timeout: Duration,
-    /// Flood alone before the legitimate clients start.
-    pub(crate) warmup: Duration,
     /// Hold the connections until this file exists.
     pub(crate) hold_until: Option<PathBuf>,
     /// At most this long.
@@ -93,7 +79,7 @@ const VICTIM_GUID: Guid = Guid(0x0002_c903_00c1_1e48);
 /// Runs the three phases against `o.target` and prints the figures.
 pub(crate) fn flood_remote(o: &RemoteOpts) -> Result<()> {
     ensure!(
-        o.sources >= 1 && o.legit >= 1,
+        o.attack.sources >= 1 && o.attack.legit >= 1,
         "--sources and --legit must be at least 1"
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -185,7 +171,7 @@ fn flood_reqs(
     let mut out = [0u8; 512];
     let (mut n, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
-    while n < o.max_reqs && !stop.load(Ordering::Relaxed) {
+    while n < o.attack.max_reqs && !stop.load(Ordering::Relaxed) {
         if o.rate > 0 {
             let due = Duration::from_secs_f64(n as f64 / o.rate as f64);
             if let Some(wait) = due.checked_sub(start.elapsed()) {
@@ -235,7 +221,7 @@ struct Figures {
 
 async fn run(o: &RemoteOpts) -> Result<()> {
     let dst = SocketAddr::new(o.target, ROCEV2_UDP_PORT);
-    let k = u32::from(o.sources);
+    let k = u32::from(o.attack.sources);
     let mut socks = Vec::new();
     for i in 0..k {
         socks.push(socket(nth(o, i)?)?);
@@ -260,16 +246,16 @@ async fn run(o: &RemoteOpts) -> Result<()> {
         std::thread::spawn(move || flood_reqs(&o, &socks, &stop, &sent))
     };
     let start = Instant::now();
-    tokio::time::sleep(o.warmup).await;
+    tokio::time::sleep(o.attack.warmup()).await;
     let mut attempts = Vec::new();
-    for i in 0..o.legit {
+    for i in 0..o.attack.legit {
         let mut p = params(o, o.client, i, qpns.next());
         // ~300 ms per try, 15 retries, within the connect timeout (as the loopback flood).
         p.remote_cm_response_timeout = TimeoutExp::masked(16);
         p.local_cm_response_timeout = TimeoutExp::masked(16);
         p.packet_life_time = TimeoutExp::masked(12);
         p.max_cm_retries = U4::masked(15);
-        p.connect_timeout = Some(o.connect_timeout);
+        p.connect_timeout = Some(o.attack.connect_timeout());
         let cm = legit_cm.clone();
         attempts.push(tokio::spawn(async move {
             let t = Instant::now();
@@ -277,7 +263,7 @@ async fn run(o: &RemoteOpts) -> Result<()> {
             Some((c, t.elapsed()))
         }));
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(o.secs);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(o.attack.secs);
     let mut held = Vec::new();
     for a in attempts {
         match tokio::time::timeout_at(deadline, a).await {
@@ -300,12 +286,12 @@ async fn run(o: &RemoteOpts) -> Result<()> {
     // 2. Blind RTU. 3. Spoofed teardown (the victims held). At most --secs for both; a
     // connection of the victims' client that fails leaves that attempt out (said so).
     let mut victims = Vec::new();
-    let attacks_end = tokio::time::Instant::now() + Duration::from_secs_f64(o.secs);
-    for i in 0..o.attacks {
+    let attacks_end = tokio::time::Instant::now() + Duration::from_secs_f64(o.attack.secs);
+    for i in 0..o.attack.attacks {
         if tokio::time::Instant::now() >= attacks_end {
             println!(
                 "flood-remote: --secs passed after {i} of {} attacks",
-                o.attacks
+                o.attack.attacks
             );
             break;
         }
@@ -380,7 +366,7 @@ async fn run(o: &RemoteOpts) -> Result<()> {
         victims.push(victim);
     }
     f.victims = victims.len() as u64;
-    tokio::time::sleep(Duration::from_secs_f64(o.settle)).await;
+    tokio::time::sleep(Duration::from_secs_f64(o.attack.settle)).await;
     let bytes_in = counter.sent_by_attacker(&sent);
     let bytes_out = counter.stop()?;
     report(o, &f, bytes_in, bytes_out);
@@ -397,10 +383,10 @@ fn report(o: &RemoteOpts, f: &Figures, bytes_in: u64, bytes_out: u64) {
          victims' client {}, legitimate client {}",
         o.target,
         o.rdma_port,
-        o.sources,
+        o.attack.sources,
         o.sources_from,
-        nth(o, u32::from(o.sources)).map_or(String::new(), |a| a.ip().to_string()),
-        nth(o, u32::from(o.sources) + 1).map_or(String::new(), |a| a.ip().to_string()),
+        nth(o, u32::from(o.attack.sources)).map_or(String::new(), |a| a.ip().to_string()),
+        nth(o, u32::from(o.attack.sources) + 1).map_or(String::new(), |a| a.ip().to_string()),
         o.client
     );
     if f.unready > 0 {
@@ -413,9 +399,9 @@ fn report(o: &RemoteOpts, f: &Figures, bytes_in: u64, bytes_out: u64) {
         "flood-remote: legit {:.4} ({}/{}) client side; connect ms p50 {:.1} p99 {:.1}; \
          amplification {:.2} ({}/{} bytes); blind-rtu sent {}; teardown {}/{} client side; \
          held {} legit + {} victims; reqs {} at {:.0}/s",
-        f.ok as f64 / o.legit.max(1) as f64,
+        f.ok as f64 / o.attack.legit.max(1) as f64,
         f.ok,
-        o.legit,
+        o.attack.legit,
         percentile_ms(&f.times, 0.50),
         percentile_ms(&f.times, 0.99),
         bytes_out as f64 / (bytes_in as f64).max(1.0),

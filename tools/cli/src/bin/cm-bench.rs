@@ -127,34 +127,12 @@ enum Cmd {
     /// A REQ flood from spoofed loopback sources during legitimate connects; blind RTUs and
     /// spoofed teardowns. Prints success, amplification and attack success ratios.
     Flood {
-        /// Legitimate connection attempts during the flood.
-        #[arg(long, default_value_t = 1000)]
-        legit: u64,
-        /// Blind-RTU attempts and spoofed-teardown victims.
-        #[arg(long, default_value_t = 100)]
-        attacks: u64,
-        /// Spoofed source addresses (127.0.3.1..N).
-        #[arg(long, default_value_t = 16)]
-        sources: u8,
-        /// Longest flood, in seconds (it stops earlier once every legitimate attempt ended).
-        #[arg(long, default_value_t = 60.0)]
-        secs: f64,
-        /// Most REQs to send.
-        #[arg(long, default_value_t = 20_000_000)]
-        max_reqs: u64,
-        /// Seconds to keep counting bytes to the spoofed sources after the last attack.
-        #[arg(long, default_value_t = 3.0)]
-        settle: f64,
+        /// The flood, the legitimate clients and the attacks (both modes).
+        #[command(flatten)]
+        attack: flood::AttackOpts,
         /// UDP port of every endpoint (loopback only; 4791 is left to cm-ping).
-        #[arg(long, default_value_t = 4799)]
+        #[arg(long, default_value_t = 4799, display_order = 6)]
         port: u16,
-        /// The legitimate clients' connect timeout, in seconds (default: the library's
-        /// `DEFAULT_CONNECT_TIMEOUT`, 10 s).
-        #[arg(long, default_value_t = flood::LEGIT_CONNECT_TIMEOUT.as_secs_f64())]
-        connect_timeout: f64,
-        /// Seconds of flood alone before the legitimate clients start.
-        #[arg(long, default_value_t = 1.0)]
-        warmup: f64,
         /// The listener answers statelessly under pressure (`Cm::listen_stateless`; cookie
         /// REPs, docs/protocol.md §5.12).
         #[arg(long)]
@@ -228,15 +206,8 @@ fn main() -> Result<()> {
         }),
         Cmd::Wireup(a) => wireup::run(&a),
         Cmd::Flood {
-            legit,
-            attacks,
-            sources,
-            secs,
-            max_reqs,
-            settle,
+            attack,
             port,
-            connect_timeout,
-            warmup,
             stateless,
             stateless_threshold,
             stateless_always,
@@ -255,30 +226,16 @@ fn main() -> Result<()> {
                     rdma_port,
                     client,
                     sources_from,
-                    sources,
-                    legit,
-                    attacks,
-                    secs,
-                    max_reqs,
+                    attack,
                     rate,
-                    settle,
-                    connect_timeout: std::time::Duration::from_secs_f64(connect_timeout.max(0.001)),
-                    warmup: std::time::Duration::from_secs_f64(warmup.max(0.0)),
                     hold_until,
                     hold_secs,
                     req_timeout,
                 })
             }
             _ => flood::flood(flood::FloodOpts {
-                legit,
-                attacks,
-                sources,
-                secs,
-                max_reqs,
-                settle,
+                attack,
                 port,
-                connect_timeout: std::time::Duration::from_secs_f64(connect_timeout.max(0.001)),
-                warmup: std::time::Duration::from_secs_f64(warmup.max(0.0)),
                 stateless,
                 stateless_threshold,
                 stateless_always,
