@@ -8,8 +8,9 @@
  * reaches the client as REJECTED with the reason and private data, and the server's handle
  * ends with CONNECT_ERROR, as when it disconnects an unanswered REQ; a connect to SILENT_IP
  * ends UNREACHABLE after its timeout; a connect cancelled with ibcm_disconnect ends with
- * CONNECT_ERROR; bad arguments, unknown handles and a second ack are refused with their
- * codes. Anything else fails with exit status 1.
+ * CONNECT_ERROR; a connection the client ends while the server still handles its
+ * ESTABLISHED keeps its QP attributes until its final event is acknowledged; bad
+ * arguments, unknown handles and a second ack are refused with their codes. Anything else fails with exit status 1.
  */
 #include "example.h"
 
@@ -25,6 +26,19 @@ static struct ibcm_event *expect(int who, int type)
     if (which != who || (int)ev->event != type) {
         fprintf(stderr, "got %s on context %d (%s), wanted %s on %d\n",
                 ibcm_event_str(ev->event), which, ev->reason, ibcm_event_str(type), who);
+        exit(1);
+    }
+    return ev;
+}
+
+/* The next event of context `who` alone; it must be `type`. */
+static struct ibcm_event *expect_on(int who, int type)
+{
+    int which;
+    struct ibcm_event *ev = next_event(ctx + who, 1, 30000, &which);
+    if ((int)ev->event != type) {
+        fprintf(stderr, "got %s on context %d (%s), wanted %s\n", ibcm_event_str(ev->event),
+                who, ev->reason, ibcm_event_str(type));
         exit(1);
     }
     return ev;
@@ -93,6 +107,40 @@ int main(int argc, char **argv)
            ev->reason);
     check(ibcm_ack_event(ctx[1], ev), "ack");
     want(ibcm_disconnect(ctx[1], h, NULL, 0), IBCM_ENOENT, "a call on an ended handle");
+
+    /* The client disconnects right after its RTU, while the server still holds its
+     * ESTABLISHED: the server's RTS attributes are still given, other calls are ECLOSED
+     * until the final event is acknowledged, ENOENT after. */
+    h = connect_to(argv[3], base + 7, 10000);
+    ev = expect_on(0, IBCM_EVENT_CONNECT_REQUEST);
+    srv = ev->conn;
+    struct ibcm_accept_param ap0;
+    check(ibcm_accept_param_init(ctx[0], &ap0), "ibcm_accept_param_init");
+    ap0.qp_num = base + 6;
+    check(ibcm_accept(ctx[0], srv, &ap0), "ibcm_accept");
+    check(ibcm_ack_event(ctx[0], ev), "ack");
+    ev = expect_on(1, IBCM_EVENT_ESTABLISHED);
+    check(ibcm_disconnect(ctx[1], h, NULL, 0), "ibcm_disconnect (client)");
+    check(ibcm_ack_event(ctx[1], ev), "ack");
+    ev = expect_on(1, IBCM_EVENT_DISCONNECTED); /* the DREP: the server has the DREQ */
+    check(ibcm_ack_event(ctx[1], ev), "ack");
+    struct ibcm_event *est = expect_on(0, IBCM_EVENT_ESTABLISHED);
+    struct pollfd pfd = {.fd = ibcm_get_fd(ctx[0]), .events = POLLIN};
+    if (poll(&pfd, 1, 30000) != 1) /* readable: the final event is queued behind it */
+        fail("%s", "the server's final event was not queued");
+    struct ibcm_qp_attr qa;
+    int qmask;
+    want(ibcm_init_qp_attr(ctx[0], srv, IBCM_QPS_RTS, NULL, NULL, &qa, &qmask), IBCM_OK,
+         "RTS attributes while ESTABLISHED is handled and the final event is queued");
+    want(ibcm_disconnect(ctx[0], srv, NULL, 0), IBCM_ECLOSED,
+         "a call on a handle whose final event is queued");
+    check(ibcm_ack_event(ctx[0], est), "ack");
+    ev = expect_on(0, IBCM_EVENT_DISCONNECTED);
+    if (ev->conn != srv || !ev->by_peer)
+        fail("%s", "the server's final event is not the client's DREQ");
+    check(ibcm_ack_event(ctx[0], ev), "ack");
+    want(ibcm_init_qp_attr(ctx[0], srv, IBCM_QPS_RTS, NULL, NULL, &qa, &qmask), IBCM_ENOENT,
+         "RTS attributes once the final event is acknowledged");
 
     /* ibcm_disconnect on an unanswered REQ rejects it (REJ 28) without waiting: the two
      * contexts' final events come in either order. */

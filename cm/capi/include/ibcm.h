@@ -142,8 +142,8 @@ enum ibcm_status {
      */
     IBCM_EINVAL = -2,
     /**
-     * No such connection handle or listener (never existed, or ended: its final event was
-     * queued).
+     * No such connection handle or listener (never existed, or its final event was
+     * acknowledged).
      */
     IBCM_ENOENT = -3,
     /**
@@ -177,8 +177,8 @@ enum ibcm_status {
      */
     IBCM_EGONE = -10,
     /**
-     * The connection ended while the call waited (the reason is in ibcm_last_error and in
-     * the connection's final event).
+     * The connection has ended: while the call waited, or before it (its final event is
+     * queued or being handled; the reason is in ibcm_last_error and in that event).
      */
     IBCM_ECLOSED = -11,
     /**

@@ -49,6 +49,11 @@ enum Entry {
     Open(Box<Open>),
     /// A call on it is in progress.
     Busy,
+    /// Its final event is queued and not yet acknowledged: calls find it ended
+    /// (`IBCM_ECLOSED`), the QP attributes of an accepted or established connection are
+    /// still given (an application handling an earlier event may still need them). The
+    /// handle is forgotten when the final event is acknowledged.
+    Ended(Option<Box<Open>>),
 }
 
 struct Open {
@@ -112,10 +117,26 @@ impl Shared {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Ends handle `h` with its final event.
+    /// Ends handle `h` with its final event; the handle stays (ended) until the application
+    /// acknowledges that event ([`Shared::acknowledged`]).
     fn finish(&self, h: u64, ev: Event) {
-        lock(&self.conns).remove(&h);
+        if let Some(e) = lock(&self.conns).get_mut(&h) {
+            let open = match std::mem::replace(e, Entry::Ended(None)) {
+                Entry::Open(o) => Some(o),
+                Entry::Ended(o) => o,
+                _ => None,
+            };
+            *e = Entry::Ended(open);
+        }
         self.events.push(ev);
+    }
+
+    /// The application acknowledged the final event of handle `h`: the handle is forgotten.
+    pub(crate) fn acknowledged(&self, h: u64) {
+        let mut conns = lock(&self.conns);
+        if matches!(conns.get(&h), Some(Entry::Ended(_))) {
+            conns.remove(&h);
+        }
     }
 
     /// A REQ reached a listener: a new handle and its event.
@@ -422,6 +443,13 @@ impl Context {
         Error::new(IBCM_ENOENT, format!("no connection {h}"))
     }
 
+    fn ended(h: u64) -> Error {
+        Error::new(
+            IBCM_ECLOSED,
+            format!("connection {h} has ended (its final event says why)"),
+        )
+    }
+
     /// Takes the REQ or pending REP of `h`, leaving it busy.
     fn take(&self, h: u64, op: &str) -> Result<Taken> {
         let mut conns = lock(&self.shared.conns);
@@ -430,6 +458,10 @@ impl Context {
             Entry::Incoming { inc, req } => Ok(Taken::Incoming(inc, req)),
             Entry::Pending(p, a) => Ok(Taken::Pending(p, a)),
             Entry::Busy => Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
+            ended @ Entry::Ended(_) => {
+                *e = ended;
+                Err(Self::ended(h))
+            }
             other => {
                 *e = other;
                 Err(Error::new(
@@ -551,6 +583,7 @@ impl Context {
                 })
             }
             Entry::Busy => Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
+            Entry::Ended(_) => Err(Self::ended(h)),
             Entry::Incoming { .. } | Entry::Pending(..) => {
                 drop(conns);
                 // A REJ (consumer reject), sent without waiting for the daemon's answer.
@@ -592,7 +625,8 @@ impl Context {
         let (port, link) = params::local_port(port)?;
         let conns = lock(&self.shared.conns);
         let (req, rep, side, active) = match conns.get(&h).ok_or_else(|| Self::unknown(h))? {
-            Entry::Open(o) => (o.req, o.rep, o.side, o.active),
+            Entry::Open(o) | Entry::Ended(Some(o)) => (o.req, o.rep, o.side, o.active),
+            Entry::Ended(None) => return Err(Self::ended(h)),
             Entry::Pending(p, a) => (*p.req(), p.rep().rep, Side::Active, Some(*a)),
             Entry::Incoming { req, .. } => match accept {
                 Some(a) => (req.req, a.rep_fields(), Side::Passive, None),

@@ -37,6 +37,18 @@ pub(crate) struct Event {
     pub(crate) private_data: Vec<u8>,
 }
 
+/// Whether an event of `kind` is a connection's last (after it is acknowledged, the handle
+/// is unknown).
+pub(crate) fn is_final(kind: ibcm_event_type) -> bool {
+    matches!(
+        kind,
+        IBCM_EVENT_REJECTED
+            | IBCM_EVENT_UNREACHABLE
+            | IBCM_EVENT_CONNECT_ERROR
+            | IBCM_EVENT_DISCONNECTED
+    )
+}
+
 impl Event {
     pub(crate) fn new(kind: ibcm_event_type, conn: u64) -> Self {
         Event {
@@ -61,13 +73,7 @@ impl Event {
     /// Whether this is a connection's last event.
     #[cfg(test)]
     pub(crate) fn is_final(&self) -> bool {
-        matches!(
-            self.kind,
-            IBCM_EVENT_REJECTED
-                | IBCM_EVENT_UNREACHABLE
-                | IBCM_EVENT_CONNECT_ERROR
-                | IBCM_EVENT_DISCONNECTED
-        )
+        is_final(self.kind)
     }
 
     /// The final event of connection `conn` that ended with `why`; `established`: whether it

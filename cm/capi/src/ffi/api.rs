@@ -11,6 +11,7 @@ use super::types::{ibcm_ctx, ibcm_event};
 use super::{bytes, c_string, context, ctx_ref, guard, put, string};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::event::is_final;
 use crate::event::Event;
 
 /// An event with the storage its pointers point into. `ev` comes first: a pointer to the
@@ -71,7 +72,10 @@ fn take_back(ctx: &ibcm_ctx, p: *mut ibcm_event) -> Result<()> {
     }
     // SAFETY: `p` came from Box::into_raw of an EventBox in `lend` (registered there, and
     // removed from the set just now, so it is freed once).
-    drop(unsafe { Box::from_raw(p.cast::<EventBox>()) });
+    let b = unsafe { Box::from_raw(p.cast::<EventBox>()) };
+    if is_final(b.ev.event) {
+        ctx.inner.shared.acknowledged(b.ev.conn);
+    }
     Ok(())
 }
 

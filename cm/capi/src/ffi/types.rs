@@ -16,8 +16,8 @@ pub enum ibcm_status {
     IBCM_EAGAIN = -1,
     /// A null pointer, a malformed address, an out-of-range value.
     IBCM_EINVAL = -2,
-    /// No such connection handle or listener (never existed, or ended: its final event was
-    /// queued).
+    /// No such connection handle or listener (never existed, or its final event was
+    /// acknowledged).
     IBCM_ENOENT = -3,
     /// Another call on the same connection is in progress.
     IBCM_EBUSY = -4,
@@ -35,8 +35,8 @@ pub enum ibcm_status {
     IBCM_EATTACH = -9,
     /// The connection to the node service is gone (the daemon stopped or was killed).
     IBCM_EGONE = -10,
-    /// The connection ended while the call waited (the reason is in ibcm_last_error and in
-    /// the connection's final event).
+    /// The connection has ended: while the call waited, or before it (its final event is
+    /// queued or being handled; the reason is in ibcm_last_error and in that event).
     IBCM_ECLOSED = -11,
     /// Not served through the node service.
     IBCM_EUNSUPPORTED = -12,
