@@ -251,9 +251,13 @@ impl SlotIndex {
         while (live.len() + 1) * 2 > cap {
             cap *= 2;
         }
-        self.ctrl.clear();
+        // New allocations, advised huge pages before they are written (the index is looked
+        // up at random positions: with small pages most lookups would miss the TLB).
+        self.ctrl = Vec::with_capacity(cap);
+        crate::sys::huge_pages(&mut self.ctrl);
         self.ctrl.resize(cap, 0);
-        self.entries.clear();
+        self.entries = Vec::with_capacity(cap);
+        crate::sys::huge_pages(&mut self.entries);
         self.entries.resize(cap, Entry::default());
         self.mask = cap - 1;
         self.used = live.len();
