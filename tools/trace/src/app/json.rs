@@ -3,7 +3,7 @@
 //! tracks on the calling thread.
 
 use std::io::{self, Write};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use crate::capture::Record;
@@ -21,6 +21,9 @@ pub(super) const BATCH: usize = 256;
 /// positions of (`KEYS_AHEAD`) and the connection (`CONN_AHEAD`).
 const KEYS_AHEAD: usize = 8;
 const CONN_AHEAD: usize = 2;
+/// How many records ahead of the one being classified the helper prefetches the bytes of
+/// (a mapped input).
+const DATA_AHEAD: usize = 3;
 
 /// A classified record in a batch; `note` is set for the CM MADs to print.
 struct Slot {
@@ -31,14 +34,30 @@ struct Slot {
     when: TimeRef,
 }
 
-/// Records as read (their bytes copied out of the reader's buffer), for the second thread to
-/// classify.
+/// Records as read, for the second thread to classify: where the input is a mapped file,
+/// as positions in the map; otherwise their bytes copied out of the reader's buffer.
 #[derive(Default)]
 struct RawBatch {
     data: Vec<u8>,
-    /// Per record: frame number, timestamp, link type, original length, end of its bytes in
-    /// `data`.
-    recs: Vec<(u64, Duration, u32, u32, usize)>,
+    /// Per record: frame number, timestamp, link type, original length, and where its bytes
+    /// are.
+    recs: Vec<(u64, Duration, u32, u32, Bytes)>,
+}
+
+/// Where a record's bytes are.
+#[derive(Clone, Copy)]
+enum Bytes {
+    /// `start..end` of the mapped file.
+    Mapped(usize, usize),
+    /// Up to this end in [`RawBatch::data`] (from the previous copied record's end).
+    Copied(usize),
+}
+
+/// The position of `data` in `map`, when it lies inside it.
+fn position_in(map: &[u8], data: &[u8]) -> Option<(usize, usize)> {
+    let start = (data.as_ptr() as usize).checked_sub(map.as_ptr() as usize)?;
+    let end = start.checked_add(data.len())?;
+    (end <= map.len()).then_some((start, end))
 }
 
 /// What the tracking thread sends the helper thread.
@@ -79,6 +98,7 @@ impl<'s> Helper<'s> {
         out: &'s mut W,
         file: Option<&'s str>,
         time: Option<TimeFormat>,
+        map: Option<Arc<memmap2::Mmap>>,
     ) -> Self {
         let (tx, rx) = mpsc::sync_channel::<Job>(2 * IN_FLIGHT + 4);
         let (classified_tx, classified) = mpsc::channel();
@@ -90,10 +110,27 @@ impl<'s> Helper<'s> {
                 match job {
                     Job::Classify(raw) => {
                         let mut slots = spare.pop().unwrap_or_default();
+                        let mapped: &[u8] = map.as_deref().map_or(&[], |m| m);
                         let mut start = 0;
-                        for &(number, ts, link_type, orig_len, end) in &raw.recs {
-                            let data = raw.data.get(start..end).unwrap_or(&[]);
-                            start = end;
+                        for (i, &(number, ts, link_type, orig_len, at)) in
+                            raw.recs.iter().enumerate()
+                        {
+                            // The bytes of a record a few ahead, from memory meanwhile.
+                            if let Some(&(.., Bytes::Mapped(from, to))) =
+                                raw.recs.get(i + DATA_AHEAD)
+                            {
+                                for line in (from..to).step_by(64) {
+                                    prefetch_index::prefetch_index(mapped, line);
+                                }
+                            }
+                            let data = match at {
+                                Bytes::Mapped(from, to) => mapped.get(from..to).unwrap_or(&[]),
+                                Bytes::Copied(end) => {
+                                    let d = raw.data.get(start..end).unwrap_or(&[]);
+                                    start = end;
+                                    d
+                                }
+                            };
                             let rec = Record {
                                 number,
                                 timestamp: ts,
@@ -174,7 +211,12 @@ impl<'s> Helper<'s> {
 
 /// Reads up to [`BATCH`] records into `raw`; `false` at the end of the input. The reader's
 /// errors go into `errs` (reading goes on after those that resume).
-fn read_batch(src: &mut Source, raw: &mut RawBatch, errs: &mut Vec<RecordError>) -> bool {
+fn read_batch(
+    src: &mut Source,
+    map: &[u8],
+    raw: &mut RawBatch,
+    errs: &mut Vec<RecordError>,
+) -> bool {
     raw.data.clear();
     raw.recs.clear();
     while raw.recs.len() < BATCH {
@@ -188,14 +230,15 @@ fn read_batch(src: &mut Source, raw: &mut RawBatch, errs: &mut Vec<RecordError>)
                 }
             }
             Some(Ok(r)) => {
-                raw.data.extend_from_slice(r.data);
-                raw.recs.push((
-                    r.number,
-                    r.timestamp,
-                    r.link_type,
-                    r.orig_len,
-                    raw.data.len(),
-                ));
+                let at = match position_in(map, r.data) {
+                    Some((from, to)) => Bytes::Mapped(from, to),
+                    None => {
+                        raw.data.extend_from_slice(r.data);
+                        Bytes::Copied(raw.data.len())
+                    }
+                };
+                raw.recs
+                    .push((r.number, r.timestamp, r.link_type, r.orig_len, at));
             }
         }
     }
@@ -215,10 +258,12 @@ pub(super) fn threaded_loop(
     let mut more = true;
     let mut in_flight = 0usize;
     let mut spare_raw: Vec<RawBatch> = Vec::new();
+    let map = src.mapped();
+    let map: &[u8] = map.as_deref().map_or(&[], |m| m);
     loop {
         while more && in_flight < IN_FLIGHT {
             let mut raw = spare_raw.pop().unwrap_or_default();
-            more = read_batch(src, &mut raw, &mut errs);
+            more = read_batch(src, map, &mut raw, &mut errs);
             report_read_errors(ctx, h, &mut errs)?;
             if raw.recs.is_empty() {
                 spare_raw.push(raw);
@@ -236,7 +281,7 @@ pub(super) fn threaded_loop(
         // Read (and have classified) the next batch while this one is tracked.
         if more {
             let mut raw = spare_raw.pop().unwrap_or_default();
-            more = read_batch(src, &mut raw, &mut errs);
+            more = read_batch(src, map, &mut raw, &mut errs);
             report_read_errors(ctx, h, &mut errs)?;
             if raw.recs.is_empty() {
                 spare_raw.push(raw);
