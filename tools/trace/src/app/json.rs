@@ -1,6 +1,6 @@
-//! The `--json` view on two threads: the helper thread that classifies batches of records
-//! ahead of the tracking and formats and writes the JSON lines, and the loop that reads and
-//! tracks on the calling thread.
+//! The `--json` view on three threads: the helper thread that classifies batches of records
+//! ahead of the tracking and formats the JSON lines, the writer thread that writes them, and
+//! the loop that reads and tracks on the calling thread.
 
 use std::io::{self, Write};
 use std::sync::{mpsc, Arc};
@@ -78,6 +78,7 @@ pub(super) struct Helper<'s> {
     classified: mpsc::Receiver<(RawBatch, Vec<Slot>)>,
     ack: mpsc::Receiver<()>,
     handle: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
+    writer: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
 }
 
 /// The error of a helper thread that stopped early (it failed writing).
@@ -87,6 +88,9 @@ fn helper_gone() -> io::Error {
 
 /// Raw batches in flight (read, not yet tracked).
 const IN_FLIGHT: usize = 6;
+
+/// Formatted chunks waiting for the writer thread.
+const CHUNKS: usize = 4;
 
 /// The helper thread writes its output in chunks of about this size: few large writes (a
 /// pipe's reader is woken once per chunk, not once per 64 KiB).
@@ -103,8 +107,36 @@ impl<'s> Helper<'s> {
         let (tx, rx) = mpsc::sync_channel::<Job>(2 * IN_FLIGHT + 4);
         let (classified_tx, classified) = mpsc::channel();
         let (ack_tx, ack) = mpsc::channel();
+        let (chunk_tx, chunks) = mpsc::sync_channel::<Option<Vec<u8>>>(CHUNKS);
+        let (spare_chunk_tx, spare_chunks) = mpsc::channel::<Vec<u8>>();
+        // The writer: writes the formatted chunks in order (`None`: flush and acknowledge),
+        // and hands the emptied buffers back. Writing to a pipe (the kernel's copy, waiting
+        // for the reader) is then off the formatting thread.
+        let writer = scope.spawn(move || -> io::Result<()> {
+            for chunk in chunks {
+                match chunk {
+                    Some(mut c) => {
+                        out.write_all(&c)?;
+                        c.clear();
+                        let _ = spare_chunk_tx.send(c);
+                    }
+                    None => {
+                        out.flush()?;
+                        let _ = ack_tx.send(());
+                    }
+                }
+            }
+            out.flush()
+        });
         let handle = scope.spawn(move || -> io::Result<()> {
-            let mut buf = Vec::with_capacity(WRITE_CHUNK + (1 << 16));
+            let new_chunk = || Vec::with_capacity(WRITE_CHUNK + (1 << 16));
+            let mut buf = new_chunk();
+            // Hands the chunk to the writer, and takes an emptied one back (or a new one).
+            let ship = |buf: &mut Vec<u8>| -> io::Result<()> {
+                let next = spare_chunks.try_recv().unwrap_or_else(|_| new_chunk());
+                let full = std::mem::replace(buf, next);
+                chunk_tx.send(Some(full)).map_err(|_| helper_gone())
+            };
             let mut spare: Vec<Vec<Slot>> = Vec::new();
             for job in rx {
                 match job {
@@ -155,8 +187,7 @@ impl<'s> Helper<'s> {
                             if let (Item::Cm(ev), Some(note)) = (&s.item, &s.note) {
                                 json_line(&mut buf, ev, note, file, (time, s.when));
                                 if buf.len() >= WRITE_CHUNK {
-                                    out.write_all(&buf)?;
-                                    buf.clear();
+                                    ship(&mut buf)?;
                                 }
                             }
                         }
@@ -166,20 +197,24 @@ impl<'s> Helper<'s> {
                         }
                     }
                     Job::Flush => {
-                        out.write_all(&buf)?;
-                        buf.clear();
-                        out.flush()?;
-                        let _ = ack_tx.send(());
+                        if !buf.is_empty() {
+                            ship(&mut buf)?;
+                        }
+                        chunk_tx.send(None).map_err(|_| helper_gone())?;
                     }
                 }
             }
-            out.write_all(&buf)
+            if !buf.is_empty() {
+                ship(&mut buf)?;
+            }
+            Ok(())
         });
         Helper {
             tx,
             classified,
             ack,
             handle,
+            writer,
         }
     }
 
@@ -200,12 +235,19 @@ impl<'s> Helper<'s> {
         self.ack.recv().map_err(|_| helper_gone())
     }
 
-    /// Waits for the thread to write the rest and finish.
+    /// Waits for the threads to write the rest and finish.
     pub(super) fn finish(self) -> io::Result<()> {
         drop(self.tx);
-        self.handle
+        let formatted = self
+            .handle
             .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the JSON helper thread failed")))
+            .unwrap_or_else(|_| Err(io::Error::other("the JSON helper thread failed")));
+        let written = self
+            .writer
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the JSON writer thread failed")));
+        // The writer's own error (a closed pipe) explains a failed hand-over best.
+        written.and(formatted)
     }
 }
 
