@@ -202,7 +202,7 @@ pub(crate) fn put_epoch(out: &mut Vec<u8>, d: Duration) {
     let secs = d.as_secs();
     let nanos = d.subsec_nanos();
     let f = d.as_secs_f64();
-    if nanos % 1000 == 0 && (1_000_000_000..1 << 32).contains(&secs) {
+    if nanos.is_multiple_of(1000) && (1_000_000_000..1 << 32).contains(&secs) {
         let us = nanos / 1000;
         if rounds_to(secs * 1_000_000 + u64::from(us), f) {
             crate::render::put_u64(out, secs);
@@ -230,7 +230,7 @@ fn decimal_trailing_zeros(us: u32) -> u32 {
     }
     let mut v = us;
     let mut n = 0;
-    while v % 10 == 0 {
+    while v.is_multiple_of(10) {
         v /= 10;
         n += 1;
     }
