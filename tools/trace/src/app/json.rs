@@ -3,6 +3,8 @@
 //! the loop that reads and tracks on the calling thread.
 
 use std::io::{self, Write};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -79,6 +81,10 @@ pub(super) struct Helper<'s> {
     ack: mpsc::Receiver<()>,
     handle: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
     writer: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
+    /// Classify and format jobs sent and not yet done by the helper.
+    backlog: Arc<AtomicUsize>,
+    /// Emptied batches the helper hands back, for the batches classified on this thread.
+    spare_slots: mpsc::Receiver<Vec<Slot>>,
 }
 
 /// The error of a helper thread that stopped early (it failed writing).
@@ -88,6 +94,11 @@ fn helper_gone() -> io::Error {
 
 /// Raw batches in flight (read, not yet tracked).
 const IN_FLIGHT: usize = 6;
+
+/// The helper is behind when it has more jobs than this waiting: the tracking thread then
+/// classifies the batches it reads itself (it would only wait for them otherwise), so the
+/// two threads share the classifying as their loads allow.
+const BEHIND: usize = 8;
 
 /// Formatted chunks waiting for the writer thread.
 const CHUNKS: usize = 4;
@@ -107,6 +118,9 @@ impl<'s> Helper<'s> {
         let (tx, rx) = mpsc::sync_channel::<Job>(2 * IN_FLIGHT + 4);
         let (classified_tx, classified) = mpsc::channel();
         let (ack_tx, ack) = mpsc::channel();
+        let (spare_slots_tx, spare_slots) = mpsc::channel();
+        let backlog = Arc::new(AtomicUsize::new(0));
+        let queued = Arc::clone(&backlog);
         let (chunk_tx, chunks) = mpsc::sync_channel::<Option<Vec<u8>>>(CHUNKS);
         let (spare_chunk_tx, spare_chunks) = mpsc::channel::<Vec<u8>>();
         // The writer: writes the formatted chunks in order (`None`: flush and acknowledge),
@@ -142,42 +156,8 @@ impl<'s> Helper<'s> {
                 match job {
                     Job::Classify(raw) => {
                         let mut slots = spare.pop().unwrap_or_default();
-                        let mapped: &[u8] = map.as_deref().map_or(&[], |m| m);
-                        let mut start = 0;
-                        for (i, &(number, ts, link_type, orig_len, at)) in
-                            raw.recs.iter().enumerate()
-                        {
-                            // The bytes of a record a few ahead, from memory meanwhile.
-                            if let Some(&(.., Bytes::Mapped(from, to))) =
-                                raw.recs.get(i + DATA_AHEAD)
-                            {
-                                for line in (from..to).step_by(64) {
-                                    prefetch_index::prefetch_index(mapped, line);
-                                }
-                            }
-                            let data = match at {
-                                Bytes::Mapped(from, to) => mapped.get(from..to).unwrap_or(&[]),
-                                Bytes::Copied(end) => {
-                                    let d = raw.data.get(start..end).unwrap_or(&[]);
-                                    start = end;
-                                    d
-                                }
-                            };
-                            let rec = Record {
-                                number,
-                                timestamp: ts,
-                                link_type,
-                                interface: 0,
-                                orig_len,
-                                data,
-                            };
-                            slots.push(Slot {
-                                ts,
-                                item: classify(&rec),
-                                note: None,
-                                when: TimeRef::default(),
-                            });
-                        }
+                        classify_batch(&raw, map.as_deref().map_or(&[], |m| m), &mut slots);
+                        backlog.fetch_sub(1, Ordering::Relaxed);
                         if classified_tx.send((raw, slots)).is_err() {
                             break;
                         }
@@ -192,8 +172,13 @@ impl<'s> Helper<'s> {
                             }
                         }
                         b.clear();
-                        if spare.len() < 2 * IN_FLIGHT {
+                        backlog.fetch_sub(1, Ordering::Relaxed);
+                        // Emptied batches for this thread's classifying, then for the
+                        // tracking thread's own (see `threaded_loop`).
+                        if spare.len() < IN_FLIGHT {
                             spare.push(b);
+                        } else {
+                            let _ = spare_slots_tx.send(b);
                         }
                     }
                     Job::Flush => {
@@ -215,11 +200,22 @@ impl<'s> Helper<'s> {
             ack,
             handle,
             writer,
+            backlog: queued,
+            spare_slots,
         }
     }
 
     fn send(&self, job: Job) -> io::Result<()> {
+        if !matches!(job, Job::Flush) {
+            self.backlog.fetch_add(1, Ordering::Relaxed);
+        }
         self.tx.send(job).map_err(|_| helper_gone())
+    }
+
+    /// Whether the helper is behind: then the tracking thread classifies the next batch
+    /// itself instead of waiting.
+    fn behind(&self) -> bool {
+        self.backlog.load(Ordering::Relaxed) > BEHIND
     }
 
     fn format(&self, batch: Vec<Slot>) -> io::Result<()> {
@@ -249,6 +245,49 @@ impl<'s> Helper<'s> {
         // The writer's own error (a closed pipe) explains a failed hand-over best.
         written.and(formatted)
     }
+}
+
+/// Classifies the records of `raw` (their bytes in `mapped` or `raw.data`) into `slots`.
+fn classify_batch(raw: &RawBatch, mapped: &[u8], slots: &mut Vec<Slot>) {
+    let mut start = 0;
+    for (i, &(number, ts, link_type, orig_len, at)) in raw.recs.iter().enumerate() {
+        // The bytes of a record a few ahead, from memory meanwhile.
+        if let Some(&(.., Bytes::Mapped(from, to))) = raw.recs.get(i + DATA_AHEAD) {
+            for line in (from..to).step_by(64) {
+                prefetch_index::prefetch_index(mapped, line);
+            }
+        }
+        let data = match at {
+            Bytes::Mapped(from, to) => mapped.get(from..to).unwrap_or(&[]),
+            Bytes::Copied(end) => {
+                let d = raw.data.get(start..end).unwrap_or(&[]);
+                start = end;
+                d
+            }
+        };
+        let rec = Record {
+            number,
+            timestamp: ts,
+            link_type,
+            interface: 0,
+            orig_len,
+            data,
+        };
+        slots.push(Slot {
+            ts,
+            item: classify(&rec),
+            note: None,
+            when: TimeRef::default(),
+        });
+    }
+}
+
+/// A batch read and not yet tracked.
+enum Pending {
+    /// Sent to the helper to classify.
+    Sent,
+    /// To be classified on the tracking thread (the helper was behind).
+    Local(RawBatch),
 }
 
 /// Reads up to [`BATCH`] records into `raw`; `false` at the end of the input. The reader's
@@ -288,7 +327,7 @@ fn read_batch(
 }
 
 /// The per-record loop of `--json`: records are read here and classified by `h` a few batches
-/// ahead, tracked here, and formatted and written by `h`.
+/// ahead (or here, when `h` is behind), tracked here, and formatted and written by `h`.
 pub(super) fn threaded_loop(
     ctx: &mut FileCtx<'_>,
     st: &mut LoopState,
@@ -298,39 +337,52 @@ pub(super) fn threaded_loop(
 ) -> io::Result<()> {
     let mut errs: Vec<RecordError> = Vec::new();
     let mut more = true;
-    let mut in_flight = 0usize;
+    let mut pending: VecDeque<Pending> = VecDeque::with_capacity(IN_FLIGHT + 1);
     let mut spare_raw: Vec<RawBatch> = Vec::new();
     let map = src.mapped();
     let map: &[u8] = map.as_deref().map_or(&[], |m| m);
+    // Reads the next batch, and sends it to the helper to classify unless it is behind.
+    let mut read_next = |ctx: &mut FileCtx<'_>,
+                         pending: &mut VecDeque<Pending>,
+                         spare_raw: &mut Vec<RawBatch>,
+                         more: &mut bool|
+     -> io::Result<bool> {
+        let mut raw = spare_raw.pop().unwrap_or_default();
+        *more = read_batch(src, map, &mut raw, &mut errs);
+        report_read_errors(ctx, h, &mut errs)?;
+        if raw.recs.is_empty() {
+            spare_raw.push(raw);
+            return Ok(false);
+        }
+        if h.behind() {
+            pending.push_back(Pending::Local(raw));
+        } else {
+            h.send(Job::Classify(raw))?;
+            pending.push_back(Pending::Sent);
+        }
+        Ok(true)
+    };
     loop {
-        while more && in_flight < IN_FLIGHT {
-            let mut raw = spare_raw.pop().unwrap_or_default();
-            more = read_batch(src, map, &mut raw, &mut errs);
-            report_read_errors(ctx, h, &mut errs)?;
-            if raw.recs.is_empty() {
-                spare_raw.push(raw);
+        while more && pending.len() < IN_FLIGHT {
+            if !read_next(ctx, &mut pending, &mut spare_raw, &mut more)? {
                 break;
             }
-            h.send(Job::Classify(raw))?;
-            in_flight += 1;
         }
-        if in_flight == 0 {
+        let Some(next) = pending.pop_front() else {
             break;
-        }
-        let (raw, mut batch) = h.classified.recv().map_err(|_| helper_gone())?;
-        in_flight -= 1;
+        };
+        let (raw, mut batch) = match next {
+            Pending::Sent => h.classified.recv().map_err(|_| helper_gone())?,
+            Pending::Local(raw) => {
+                let mut slots = h.spare_slots.try_recv().unwrap_or_default();
+                classify_batch(&raw, map, &mut slots);
+                (raw, slots)
+            }
+        };
         spare_raw.push(raw);
         // Read (and have classified) the next batch while this one is tracked.
         if more {
-            let mut raw = spare_raw.pop().unwrap_or_default();
-            more = read_batch(src, map, &mut raw, &mut errs);
-            report_read_errors(ctx, h, &mut errs)?;
-            if raw.recs.is_empty() {
-                spare_raw.push(raw);
-            } else {
-                h.send(Job::Classify(raw))?;
-                in_flight += 1;
-            }
+            read_next(ctx, &mut pending, &mut spare_raw, &mut more)?;
         }
         // The tracker's index and connections are too large to stay cached: it is asked to
         // prefetch what it will look up a few records ahead, so that the memory accesses of
