@@ -12,8 +12,8 @@
 //! `cm-trace: X s; tshark: Y s; ratio: Z` (wall-clock times), with the load averages before
 //! and after (the machine may be shared). On a loaded machine the wall-clock ratio swings with
 //! the other processes, so the CPU time (user + system) of each command, from this process's
-//! children times in `/proc/self/stat`, is printed too, as `cpu ratio`: cm-trace's two threads
-//! both count there, so it is the ratio of work, not of waiting. The capture is deleted
+//! children times in `/proc/self/stat`, is printed too, as `cpu ratio`: cm-trace's threads (tracking,
+//! decoding and formatting, writing) all count there, so it is the ratio of work, not of waiting. The capture is deleted
 //! afterwards.
 //!
 //! `CM_TRACE_BENCH_PACKETS=N` changes the size. Without `--bench` (as `cargo test --benches`

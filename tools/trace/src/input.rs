@@ -198,9 +198,7 @@ impl Source {
     /// it could not be mapped).
     fn open_mapped(f: &File, size: u64) -> Option<Opened> {
         let map = Arc::new(crate::sys::map_file(f)?);
-        let magic = map
-            .first_chunk::<4>()
-            .map_or(0, |m| u32::from_be_bytes(*m));
+        let magic = map.first_chunk::<4>().map_or(0, |m| u32::from_be_bytes(*m));
         if !matches!(
             magic,
             0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 | 0x0a0d_0d0a

@@ -30,13 +30,8 @@ pub(crate) fn huge_pages<T>(v: &mut Vec<T>) {
     // and is `bytes` long), which `v` holds exclusively for the call; MADV_HUGEPAGE changes
     // only how the kernel backs these pages, never their contents or their mapping, so no
     // reference into `v` observes it. A failure (THP not built in) leaves the memory as it was.
-    let _ = unsafe {
-        rustix::mm::madvise(
-            addr.cast(),
-            end - first,
-            rustix::mm::Advice::LinuxHugepage,
-        )
-    };
+    let _ =
+        unsafe { rustix::mm::madvise(addr.cast(), end - first, rustix::mm::Advice::LinuxHugepage) };
 }
 
 /// Makes room for one more element in `v`, doubling its capacity into a new allocation

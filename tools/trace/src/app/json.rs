@@ -2,8 +2,8 @@
 //! ahead of the tracking and formats the JSON lines, the writer thread that writes them, and
 //! the loop that reads and tracks on the calling thread.
 
-use std::io::{self, Write};
 use std::collections::VecDeque;
+use std::io::{self, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -72,9 +72,11 @@ enum Job {
     Flush,
 }
 
-/// The `--json` view on two threads. This one reads the records and tracks the connections
-/// (both strictly in order); the helper classifies (decodes) batches of records ahead of the
-/// tracking and formats and writes the JSON lines of the batches tracked. Batches are reused.
+/// The `--json` view's other two threads. The calling thread reads the records and tracks the
+/// connections (both strictly in order); the helper classifies (decodes) batches of records
+/// ahead of the tracking (the calling thread classifies a batch itself when the helper is
+/// behind) and formats the JSON lines of the batches tracked; the writer writes them. Batches
+/// and output chunks are reused.
 pub(super) struct Helper<'s> {
     tx: mpsc::SyncSender<Job>,
     classified: mpsc::Receiver<(RawBatch, Vec<Slot>)>,
