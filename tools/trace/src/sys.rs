@@ -55,7 +55,7 @@ pub(crate) fn map_file(file: &std::fs::File) -> Option<memmap2::Mmap> {
     // (never pipes or devices: `Source::open` checks), and the map's length is the size at
     // open: bytes appended later (a capture still being written) are outside it. A file
     // rewritten in place or truncated while cm-trace reads it breaks that assumption (a
-    // truncated one faults with SIGBUS); docs/cm-trace.md says so. Every byte read is parsed
+    // truncated one faults with SIGBUS); docs/framing.md says so. Every byte read is parsed
     // as untrusted input with bounds checks.
     let map = unsafe { memmap2::MmapOptions::new().map(file) }.ok()?;
     if map.is_empty() {
