@@ -64,8 +64,6 @@ pub(crate) enum Source {
         counter: Arc<AtomicU64>,
         /// The map is prefetched up to here (see [`PREFETCH_AHEAD`]).
         prefetched: usize,
-        /// The map's page tables are populated up to here (see [`POPULATE_WINDOW`]).
-        populated: usize,
     },
     /// Raw ERF records.
     Erf(ErfReader<Boxed>),
@@ -214,7 +212,6 @@ impl Source {
                 map,
                 counter: Arc::clone(&counter),
                 prefetched: 0,
-                populated: 0,
             },
             counter,
             size: Some(size),
@@ -351,24 +348,16 @@ impl Source {
                 counter,
                 map,
                 prefetched,
-                populated,
             } => {
                 let at = reader.offset();
                 counter.store(at, Ordering::Relaxed);
-                let at = usize::try_from(at).unwrap_or(usize::MAX);
-                // The page tables of the next window, in one call (`MADV_POPULATE_READ`,
-                // Linux 5.14): instead of a page fault every few pages, and before the
-                // prefetches below, which a missing page table entry would void. Where the
-                // kernel refuses, the pages fault in as they are read.
-                if at.saturating_add(PREFETCH_AHEAD) >= *populated && *populated < map.len() {
-                    let len = POPULATE_WINDOW.min(map.len() - *populated);
-                    let _ = map.advise_range(memmap2::Advice::PopulateRead, *populated, len);
-                    *populated += len;
-                }
                 // The file is read in order, but the CPU's own prefetcher stops at every
                 // 4 KiB page: without this, the first read of each record header waits for
                 // memory.
-                let until = at.saturating_add(PREFETCH_AHEAD).min(map.len());
+                let until = usize::try_from(at)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(PREFETCH_AHEAD)
+                    .min(map.len());
                 while *prefetched < until {
                     prefetch_index::prefetch_index(&map[..], *prefetched);
                     *prefetched += 64;
@@ -391,9 +380,6 @@ impl Source {
 
 /// How far ahead of the record being parsed a mapped file is prefetched, in bytes.
 const PREFETCH_AHEAD: usize = 8 << 10;
-
-/// A mapped file's page tables are populated this many bytes at a time, ahead of the reading.
-const POPULATE_WINDOW: usize = 4 << 20;
 
 /// A pcap / pcapng reader's error as a [`RecordError`].
 fn capture_error(e: CaptureError) -> RecordError {

@@ -57,7 +57,7 @@ pub(crate) fn map_file(file: &std::fs::File) -> Option<memmap2::Mmap> {
     // rewritten in place or truncated while cm-trace reads it breaks that assumption (a
     // truncated one faults with SIGBUS); docs/framing.md says so. Every byte read is parsed
     // as untrusted input with bounds checks.
-    let map = unsafe { memmap2::MmapOptions::new().map(file) }.ok()?;
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(file) }.ok()?;
     if map.is_empty() {
         return None;
     }
