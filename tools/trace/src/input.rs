@@ -53,18 +53,6 @@ type Boxed = Box<dyn Read + Send>;
 pub(crate) enum Source {
     /// pcap or pcapng.
     Pcap(CaptureReader<Boxed>),
-    /// An uncompressed pcap or pcapng file read through a memory map: the records borrow
-    /// `map` (see [`Source::mapped`]).
-    Mapped {
-        /// The reader, over `map`.
-        reader: CaptureReader<Boxed>,
-        /// The file's bytes.
-        map: Arc<memmap2::Mmap>,
-        /// Bytes parsed so far (for the progress bar).
-        counter: Arc<AtomicU64>,
-        /// The map is prefetched up to here (see [`PREFETCH_AHEAD`]).
-        prefetched: usize,
-    },
     /// Raw ERF records.
     Erf(ErfReader<Boxed>),
     /// A live capture (`-i`).
@@ -167,11 +155,6 @@ impl Source {
             }
             let pipe = is_pipe(meta.file_type());
             let size = (!pipe).then_some(meta.len());
-            if meta.is_file() {
-                if let Some(opened) = Self::open_mapped(&f, meta.len()) {
-                    return Ok(opened);
-                }
-            }
             if pipe {
                 crate::interrupt::install();
                 let (pump, w) = Pump::start(f).map_err(OpenError::Io)?;
@@ -189,45 +172,6 @@ impl Source {
             wait: wait.filter(|_| !gzip),
             gzip,
         })
-    }
-
-    /// Opens a regular file through a memory map when it is an uncompressed pcap or pcapng
-    /// capture (`None`: read it as a stream, as any other input: gzip, ERF, not a capture, or
-    /// it could not be mapped).
-    fn open_mapped(f: &File, size: u64) -> Option<Opened> {
-        let map = Arc::new(crate::sys::map_file(f)?);
-        let magic = map.first_chunk::<4>().map_or(0, |m| u32::from_be_bytes(*m));
-        if !matches!(
-            magic,
-            0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 | 0x0a0d_0d0a
-        ) {
-            return None;
-        }
-        let never_read: Boxed = Box::new(io::empty());
-        let reader = CaptureReader::mapped(never_read, Arc::clone(&map)).ok()?;
-        let counter = Arc::new(AtomicU64::new(0));
-        Some(Opened {
-            src: Source::Mapped {
-                reader,
-                map,
-                counter: Arc::clone(&counter),
-                prefetched: 0,
-            },
-            counter,
-            size: Some(size),
-            pipe: false,
-            wait: None,
-            gzip: false,
-        })
-    }
-
-    /// The bytes of a mapped input, which the records [`Source::next_record`] returns borrow
-    /// (`None` for the other inputs).
-    pub(crate) fn mapped(&self) -> Option<Arc<memmap2::Mmap>> {
-        match self {
-            Source::Mapped { map, .. } => Some(Arc::clone(map)),
-            _ => None,
-        }
     }
 
     /// Opens the interface `iface` for a live capture (`count`: stop after that many packets).
@@ -342,28 +286,22 @@ impl Source {
     /// The next record, or an error; after an error that does not resume, `None`.
     pub(crate) fn next_record(&mut self) -> Option<Result<Record<'_>, RecordError>> {
         match self {
-            Source::Pcap(r) => r.next_record().map(|x| x.map_err(capture_error)),
-            Source::Mapped {
-                reader,
-                counter,
-                map,
-                prefetched,
-            } => {
-                let at = reader.offset();
-                counter.store(at, Ordering::Relaxed);
-                // The file is read in order, but the CPU's own prefetcher stops at every
-                // 4 KiB page: without this, the first read of each record header waits for
-                // memory.
-                let until = usize::try_from(at)
-                    .unwrap_or(usize::MAX)
-                    .saturating_add(PREFETCH_AHEAD)
-                    .min(map.len());
-                while *prefetched < until {
-                    prefetch_index::prefetch_index(&map[..], *prefetched);
-                    *prefetched += 64;
-                }
-                reader.next_record().map(|x| x.map_err(capture_error))
-            }
+            Source::Pcap(r) => r.next_record().map(|x| {
+                x.map_err(|e| {
+                    let (resumes, skipped) = match e {
+                        CaptureError::Skipped {
+                            resumed, skipped, ..
+                        } => (resumed, skipped),
+                        _ => (false, 0),
+                    };
+                    RecordError {
+                        damaged: !matches!(e, CaptureError::Truncated { .. }),
+                        resumes,
+                        skipped,
+                        msg: e.to_string(),
+                    }
+                })
+            }),
             #[cfg(feature = "live")]
             Source::Live(l) => l.next_record(),
             Source::Erf(r) => r.next_record().map(|x| {
@@ -375,24 +313,5 @@ impl Source {
                 })
             }),
         }
-    }
-}
-
-/// How far ahead of the record being parsed a mapped file is prefetched, in bytes.
-const PREFETCH_AHEAD: usize = 8 << 10;
-
-/// A pcap / pcapng reader's error as a [`RecordError`].
-fn capture_error(e: CaptureError) -> RecordError {
-    let (resumes, skipped) = match e {
-        CaptureError::Skipped {
-            resumed, skipped, ..
-        } => (resumed, skipped),
-        _ => (false, 0),
-    };
-    RecordError {
-        damaged: !matches!(e, CaptureError::Truncated { .. }),
-        resumes,
-        skipped,
-        msg: e.to_string(),
     }
 }

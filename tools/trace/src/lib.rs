@@ -7,8 +7,7 @@
 //! # Public face
 //! What the binaries, the cross-crate tests (`ibcm-tests`), the fuzz targets and the benchmark
 //! use; everything else is crate-private.
-//! * Capture reading: [`CaptureReader`] (pcap / pcapng, streaming, constant memory; cm-trace
-//!   reads regular files through a read-only memory map, `sys`) with its
+//! * Capture reading: [`CaptureReader`] (pcap / pcapng, streaming, constant memory) with its
 //!   [`Record`], [`CaptureFormat`], [`TsResolution`], [`CaptureError`], [`MAX_RECORD_LEN`],
 //!   and the [`PcapFileWriter`] for tests and generated captures.
 //! * Decoding: [`classify`] turns one capture record into an [`Item`] (a [`CmEvent`], a
@@ -36,8 +35,7 @@
 //! * `app`: the run loop (`app/file`: one input through the loop and the views written on the
 //!   calling thread; `app/json`: the `--json` loop on three threads: tracking, decoding and
 //!   formatting, writing); `gen`: the capture generator.
-//! * `sys`: the crate's only `unsafe` code (the capture file's memory map, huge-page advice for
-//!   the connection tables).
+//! * `sys`: the crate's only `unsafe` code (huge-page advice for the connection tables).
 //!
 //! # Where nom is used, and where not (the workspace's rule: docs/framing.md §5.2)
 //! nom parses the capture structures that are variable-length and off the per-packet hot

@@ -46,21 +46,3 @@ pub(crate) fn reserve_huge<T>(v: &mut Vec<T>) {
     grown.append(v);
     *v = grown;
 }
-
-/// Maps `file` read-only into memory, whole (`None` for an empty file, or where mapping
-/// fails: then the caller reads it instead). The kernel is told it will be read in order.
-pub(crate) fn map_file(file: &std::fs::File) -> Option<memmap2::Mmap> {
-    // SAFETY: the map is only ever read, through the `&[u8]` that `Mmap` derefs to, which
-    // assumes that the bytes do not change while it lives. Only regular files are mapped
-    // (never pipes or devices: `Source::open` checks), and the map's length is the size at
-    // open: bytes appended later (a capture still being written) are outside it. A file
-    // rewritten in place or truncated while cm-trace reads it breaks that assumption (a
-    // truncated one faults with SIGBUS); docs/framing.md says so. Every byte read is parsed
-    // as untrusted input with bounds checks.
-    let map = unsafe { memmap2::MmapOptions::new().populate().map(file) }.ok()?;
-    if map.is_empty() {
-        return None;
-    }
-    let _ = map.advise(memmap2::Advice::Sequential);
-    Some(map)
-}

@@ -396,7 +396,7 @@ pub(super) fn run_file<W: Write + Send>(
         // this view's malformed-record notes and summaries go to `err`.
         let file = ctx.multi.then_some(ctx.file);
         std::thread::scope(|scope| -> io::Result<()> {
-            let h = Helper::start(scope, &mut *out, file, opts.time, src.mapped());
+            let h = Helper::start(scope, &mut *out, file, opts.time);
             let looped = threaded_loop(ctx, &mut st, &h, src, &progress);
             // The thread's own error (a closed pipe) explains a failed send best.
             h.finish().and(looped)

@@ -23,9 +23,6 @@ pub(super) const BATCH: usize = 256;
 /// positions of (`KEYS_AHEAD`) and the connection (`CONN_AHEAD`).
 const KEYS_AHEAD: usize = 8;
 const CONN_AHEAD: usize = 2;
-/// How many records ahead of the one being classified the helper prefetches the bytes of
-/// (a mapped input).
-const DATA_AHEAD: usize = 3;
 
 /// A classified record in a batch; `note` is set for the CM MADs to print.
 struct Slot {
@@ -36,30 +33,14 @@ struct Slot {
     when: TimeRef,
 }
 
-/// Records as read, for the second thread to classify: where the input is a mapped file,
-/// as positions in the map; otherwise their bytes copied out of the reader's buffer.
+/// Records as read (their bytes copied out of the reader's buffer), for the second thread to
+/// classify.
 #[derive(Default)]
 struct RawBatch {
     data: Vec<u8>,
-    /// Per record: frame number, timestamp, link type, original length, and where its bytes
-    /// are.
-    recs: Vec<(u64, Duration, u32, u32, Bytes)>,
-}
-
-/// Where a record's bytes are.
-#[derive(Clone, Copy)]
-enum Bytes {
-    /// `start..end` of the mapped file.
-    Mapped(usize, usize),
-    /// Up to this end in [`RawBatch::data`] (from the previous copied record's end).
-    Copied(usize),
-}
-
-/// The position of `data` in `map`, when it lies inside it.
-fn position_in(map: &[u8], data: &[u8]) -> Option<(usize, usize)> {
-    let start = (data.as_ptr() as usize).checked_sub(map.as_ptr() as usize)?;
-    let end = start.checked_add(data.len())?;
-    (end <= map.len()).then_some((start, end))
+    /// Per record: frame number, timestamp, link type, original length, end of its bytes in
+    /// `data`.
+    recs: Vec<(u64, Duration, u32, u32, usize)>,
 }
 
 /// What the tracking thread sends the helper thread.
@@ -115,7 +96,6 @@ impl<'s> Helper<'s> {
         out: &'s mut W,
         file: Option<&'s str>,
         time: Option<TimeFormat>,
-        map: Option<Arc<memmap2::Mmap>>,
     ) -> Self {
         let (tx, rx) = mpsc::sync_channel::<Job>(2 * IN_FLIGHT + 4);
         let (classified_tx, classified) = mpsc::channel();
@@ -158,7 +138,7 @@ impl<'s> Helper<'s> {
                 match job {
                     Job::Classify(raw) => {
                         let mut slots = spare.pop().unwrap_or_default();
-                        classify_batch(&raw, map.as_deref().map_or(&[], |m| m), &mut slots);
+                        classify_batch(&raw, &mut slots);
                         backlog.fetch_sub(1, Ordering::Relaxed);
                         if classified_tx.send((raw, slots)).is_err() {
                             break;
@@ -249,24 +229,12 @@ impl<'s> Helper<'s> {
     }
 }
 
-/// Classifies the records of `raw` (their bytes in `mapped` or `raw.data`) into `slots`.
-fn classify_batch(raw: &RawBatch, mapped: &[u8], slots: &mut Vec<Slot>) {
+/// Classifies the records of `raw` into `slots`.
+fn classify_batch(raw: &RawBatch, slots: &mut Vec<Slot>) {
     let mut start = 0;
-    for (i, &(number, ts, link_type, orig_len, at)) in raw.recs.iter().enumerate() {
-        // The bytes of a record a few ahead, from memory meanwhile.
-        if let Some(&(.., Bytes::Mapped(from, to))) = raw.recs.get(i + DATA_AHEAD) {
-            for line in (from..to).step_by(64) {
-                prefetch_index::prefetch_index(mapped, line);
-            }
-        }
-        let data = match at {
-            Bytes::Mapped(from, to) => mapped.get(from..to).unwrap_or(&[]),
-            Bytes::Copied(end) => {
-                let d = raw.data.get(start..end).unwrap_or(&[]);
-                start = end;
-                d
-            }
-        };
+    for &(number, ts, link_type, orig_len, end) in &raw.recs {
+        let data = raw.data.get(start..end).unwrap_or(&[]);
+        start = end;
         let rec = Record {
             number,
             timestamp: ts,
@@ -294,12 +262,7 @@ enum Pending {
 
 /// Reads up to [`BATCH`] records into `raw`; `false` at the end of the input. The reader's
 /// errors go into `errs` (reading goes on after those that resume).
-fn read_batch(
-    src: &mut Source,
-    map: &[u8],
-    raw: &mut RawBatch,
-    errs: &mut Vec<RecordError>,
-) -> bool {
+fn read_batch(src: &mut Source, raw: &mut RawBatch, errs: &mut Vec<RecordError>) -> bool {
     raw.data.clear();
     raw.recs.clear();
     while raw.recs.len() < BATCH {
@@ -313,15 +276,14 @@ fn read_batch(
                 }
             }
             Some(Ok(r)) => {
-                let at = match position_in(map, r.data) {
-                    Some((from, to)) => Bytes::Mapped(from, to),
-                    None => {
-                        raw.data.extend_from_slice(r.data);
-                        Bytes::Copied(raw.data.len())
-                    }
-                };
-                raw.recs
-                    .push((r.number, r.timestamp, r.link_type, r.orig_len, at));
+                raw.data.extend_from_slice(r.data);
+                raw.recs.push((
+                    r.number,
+                    r.timestamp,
+                    r.link_type,
+                    r.orig_len,
+                    raw.data.len(),
+                ));
             }
         }
     }
@@ -341,8 +303,6 @@ pub(super) fn threaded_loop(
     let mut more = true;
     let mut pending: VecDeque<Pending> = VecDeque::with_capacity(IN_FLIGHT + 1);
     let mut spare_raw: Vec<RawBatch> = Vec::new();
-    let map = src.mapped();
-    let map: &[u8] = map.as_deref().map_or(&[], |m| m);
     // Reads the next batch, and sends it to the helper to classify unless it is behind.
     let mut read_next = |ctx: &mut FileCtx<'_>,
                          pending: &mut VecDeque<Pending>,
@@ -350,7 +310,7 @@ pub(super) fn threaded_loop(
                          more: &mut bool|
      -> io::Result<bool> {
         let mut raw = spare_raw.pop().unwrap_or_default();
-        *more = read_batch(src, map, &mut raw, &mut errs);
+        *more = read_batch(src, &mut raw, &mut errs);
         report_read_errors(ctx, h, &mut errs)?;
         if raw.recs.is_empty() {
             spare_raw.push(raw);
@@ -377,7 +337,7 @@ pub(super) fn threaded_loop(
             Pending::Sent => h.classified.recv().map_err(|_| helper_gone())?,
             Pending::Local(raw) => {
                 let mut slots = h.spare_slots.try_recv().unwrap_or_default();
-                classify_batch(&raw, map, &mut slots);
+                classify_batch(&raw, &mut slots);
                 (raw, slots)
             }
         };

@@ -1,27 +1,8 @@
 //! The reader's growable input buffer.
 
 use std::io::{self, Read};
-use std::sync::Arc;
 
 use super::MAX_RECORD_LEN;
-
-/// The bytes the reader parses: its own growable buffer, or a whole file mapped into memory
-/// (then all of it is there from the start, and nothing is copied).
-pub(super) enum Buf {
-    /// Filled from the reader.
-    Owned(Vec<u8>),
-    /// A file mapped read-only (`crate::sys::map_file`).
-    Mapped(Arc<memmap2::Mmap>),
-}
-
-impl Buf {
-    pub(super) fn bytes(&self) -> &[u8] {
-        match self {
-            Buf::Owned(v) => v,
-            Buf::Mapped(m) => m,
-        }
-    }
-}
 
 /// Initial size of the read buffer.
 const INITIAL_BUFFER: usize = 1 << 20;
@@ -34,11 +15,11 @@ pub(super) enum Fill {
     Eof,
 }
 
-/// A growable read buffer over `R` (or a mapped file). `buf[start..end]` holds unparsed
-/// bytes; `consumed` is the file offset of `buf[start]`.
+/// A growable read buffer over `R`. `buf[start..end]` holds unparsed bytes; `consumed` is the
+/// file offset of `buf[start]`.
 pub(super) struct Input<R> {
     reader: R,
-    pub(super) buf: Buf,
+    pub(super) buf: Vec<u8>,
     pub(super) start: usize,
     end: usize,
     pub(super) consumed: u64,
@@ -50,7 +31,7 @@ impl<R: Read> Input<R> {
     pub(super) fn new(reader: R) -> Self {
         Input {
             reader,
-            buf: Buf::Owned(vec![0; INITIAL_BUFFER]),
+            buf: vec![0; INITIAL_BUFFER],
             start: 0,
             end: 0,
             consumed: 0,
@@ -58,21 +39,8 @@ impl<R: Read> Input<R> {
         }
     }
 
-    /// The whole of a mapped file, at its end of input from the start (`reader` is never
-    /// read).
-    pub(super) fn mapped(reader: R, map: Arc<memmap2::Mmap>) -> Self {
-        Input {
-            reader,
-            end: map.len(),
-            buf: Buf::Mapped(map),
-            start: 0,
-            consumed: 0,
-            eof: true,
-        }
-    }
-
     pub(super) fn avail(&self) -> &[u8] {
-        self.buf.bytes().get(self.start..self.end).unwrap_or(&[])
+        self.buf.get(self.start..self.end).unwrap_or(&[])
     }
 
     pub(super) fn consume(&mut self, n: usize) {
@@ -84,31 +52,27 @@ impl<R: Read> Input<R> {
     /// Reads more input, compacting and (up to [`MAX_RECORD_LEN`] + a block header) growing
     /// the buffer.
     pub(super) fn fill(&mut self) -> io::Result<Fill> {
-        let Buf::Owned(buf) = &mut self.buf else {
-            self.eof = true;
-            return Ok(Fill::Eof);
-        };
         if self.start > 0 {
-            buf.copy_within(self.start..self.end, 0);
+            self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
-        if self.end == buf.len() {
-            let grown = (buf.len() * 2).min(MAX_RECORD_LEN + 64);
-            if grown <= buf.len() {
+        if self.end == self.buf.len() {
+            let grown = (self.buf.len() * 2).min(MAX_RECORD_LEN + 64);
+            if grown <= self.buf.len() {
                 return Err(io::Error::other("record larger than the read buffer"));
             }
-            buf.resize(grown, 0);
+            self.buf.resize(grown, 0);
         }
         loop {
-            let space = buf.get_mut(self.end..).unwrap_or(&mut []);
+            let space = self.buf.get_mut(self.end..).unwrap_or(&mut []);
             match self.reader.read(space) {
                 Ok(0) => {
                     self.eof = true;
                     return Ok(Fill::Eof);
                 }
                 Ok(n) => {
-                    self.end += n.min(space_len(buf, self.end));
+                    self.end += n.min(space_len(&self.buf, self.end));
                     return Ok(Fill::Data);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

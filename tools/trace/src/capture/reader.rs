@@ -4,7 +4,6 @@ use std::fmt;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapParseError, PcapParser, PcapTsResolution};
@@ -78,19 +77,7 @@ impl<R: Read> CaptureReader<R> {
     /// [`CaptureError::UnknownFormat`], [`CaptureError::Truncated`] (number 0) for a file
     /// shorter than its header, [`CaptureError::Malformed`], [`CaptureError::Io`].
     pub fn new(reader: R) -> Result<Self, CaptureError> {
-        Self::with_input(Input::new(reader))
-    }
-
-    /// A reader of a file mapped into memory (`crate::sys::map_file`): the records borrow the
-    /// map, nothing is copied. `reader` is never read.
-    ///
-    /// # Errors
-    /// As [`CaptureReader::new`].
-    pub(crate) fn mapped(reader: R, map: Arc<memmap2::Mmap>) -> Result<Self, CaptureError> {
-        Self::with_input(Input::mapped(reader, map))
-    }
-
-    fn with_input(mut input: Input<R>) -> Result<Self, CaptureError> {
+        let mut input = Input::new(reader);
         while input.avail().len() < 4 {
             match input.fill() {
                 Ok(Fill::Data) => {}
@@ -168,11 +155,6 @@ impl<R: Read> CaptureReader<R> {
         self.input.avail().len()
     }
 
-    /// Bytes of the input parsed so far (the file offset of the next record).
-    pub(crate) fn offset(&self) -> u64 {
-        self.input.consumed
-    }
-
     /// Number of records returned so far.
     pub fn records_read(&self) -> u64 {
         self.number
@@ -211,7 +193,7 @@ impl<R: Read> CaptureReader<R> {
                     self.input.consume(len);
                     self.number = number;
                     let to = from.saturating_add(meta.caplen);
-                    if to > self.input.buf.bytes().len() {
+                    if to > self.input.buf.len() {
                         return self.fail(CaptureError::Malformed {
                             number,
                             offset,
@@ -219,7 +201,7 @@ impl<R: Read> CaptureReader<R> {
                         });
                     }
                     // In bounds: checked just above.
-                    let data = self.input.buf.bytes().get(from..to).unwrap_or(&[]);
+                    let data = self.input.buf.get(from..to).unwrap_or(&[]);
                     return Some(Ok(Record {
                         number,
                         timestamp: meta.timestamp,
