@@ -131,6 +131,8 @@ pub(crate) struct SlotIndex {
     /// Non-empty positions (live or dead entries).
     used: usize,
     seed: [u64; 3],
+    /// [`SlotIndex::rebuild`]'s buffer of live entries.
+    scratch: Vec<Entry>,
 }
 
 const MIN_INDEX: usize = 1024;
@@ -149,6 +151,7 @@ impl Default for SlotIndex {
             entries: vec![Entry::default(); MIN_INDEX],
             mask: MIN_INDEX - 1,
             used: 0,
+            scratch: Vec::new(),
             seed: [
                 s.hash_one(1u64) | 1,
                 s.hash_one(2u64) | 1,
@@ -240,24 +243,37 @@ impl SlotIndex {
 
     /// Drops dead entries; doubles the table while live entries would fill more than half.
     fn rebuild(&mut self, gen: &impl Fn(u32) -> u32) {
-        let live: Vec<Entry> = self
-            .ctrl
-            .iter()
-            .zip(&self.entries)
-            .filter(|(&c, e)| c != 0 && gen(e.slot) == e.gen)
-            .map(|(_, e)| *e)
-            .collect();
+        // The live entries, in a buffer kept between rebuilds (no new pages each time).
+        let mut live = std::mem::take(&mut self.scratch);
+        live.clear();
+        live.extend(
+            self.ctrl
+                .iter()
+                .zip(&self.entries)
+                .filter(|(&c, e)| c != 0 && gen(e.slot) == e.gen)
+                .map(|(_, e)| *e),
+        );
         let mut cap = self.entries.len();
         while (live.len() + 1) * 2 > cap {
             cap *= 2;
         }
-        self.ctrl.clear();
-        self.ctrl.resize(cap, 0);
-        self.entries.clear();
-        self.entries.resize(cap, Entry::default());
+        if cap == self.entries.len() {
+            // The same size: cleared in place (no new pages to fault in and zero).
+            self.ctrl.fill(0);
+        } else {
+            // Grown: new allocations, advised huge pages before they are written (the index
+            // is looked up at random positions: with small pages most lookups would miss the
+            // TLB).
+            self.ctrl = Vec::with_capacity(cap);
+            crate::sys::huge_pages(&mut self.ctrl);
+            self.ctrl.resize(cap, 0);
+            self.entries = Vec::with_capacity(cap);
+            crate::sys::huge_pages(&mut self.entries);
+            self.entries.resize(cap, Entry::default());
+        }
         self.mask = cap - 1;
         self.used = live.len();
-        for e in live {
+        for &e in &live {
             let (mut i, tag) = self.hash(&e.key);
             while let Some(c) = self.ctrl.get_mut(i) {
                 if *c == 0 {
@@ -270,5 +286,6 @@ impl SlotIndex {
                 i = (i + 1) & self.mask;
             }
         }
+        self.scratch = live;
     }
 }

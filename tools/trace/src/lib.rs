@@ -33,7 +33,9 @@
 //!   `report` and `stats` (`--stats`), `timeline` (`--timeline`), `style` (colours).
 //! * `filter`: message type, Service ID, comm ID, address, XRC and problem filters.
 //! * `app`: the run loop (`app/file`: one input through the loop and the views written on the
-//!   calling thread; `app/json`: the two-thread `--json` loop); `gen`: the capture generator.
+//!   calling thread; `app/json`: the `--json` loop on three threads: tracking, decoding and
+//!   formatting, writing); `gen`: the capture generator.
+//! * `sys`: the crate's only `unsafe` code (huge-page advice for the connection tables).
 //!
 //! # Where nom is used, and where not (the workspace's rule: docs/framing.md §5.2)
 //! nom parses the capture structures that are variable-length and off the per-packet hot
@@ -44,7 +46,8 @@
 //! are pcap-file's. The link layers inside a record (ERF extension headers, Linux cooked
 //! v1/v2, Ethernet, …) are decoded by `ibcm_mad::frame`, which does no I/O and keeps its own
 //! fixed-offset readers.
-#![forbid(unsafe_code)]
+// `unsafe` only in `sys` (memory advice to the kernel, each block with its SAFETY comment).
+#![deny(unsafe_code)]
 
 mod app;
 mod capture;
@@ -63,6 +66,8 @@ mod render;
 mod report;
 mod stats;
 mod style;
+#[allow(unsafe_code)]
+mod sys;
 mod timefmt;
 mod timeline;
 mod trace;

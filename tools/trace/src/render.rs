@@ -499,7 +499,7 @@ pub(crate) fn json_line(
     }
     num(out, key!("frame"), ev.frame);
     out.extend_from_slice(key!("time"));
-    put_f64(out, ev.time.as_secs_f64());
+    crate::timefmt::put_epoch(out, ev.time);
     if let Some(f) = time {
         json_time(out, f, ev.time, &when);
     }

@@ -190,6 +190,73 @@ pub(crate) fn json_time(out: &mut Vec<u8>, fmt: TimeFormat, ts: Duration, r: &Ti
     }
 }
 
+/// Appends the JSON `time` value of a capture time: the shortest decimal that reads back as
+/// `d.as_secs_f64()` (what `ryu` prints, and what cm-trace has always written).
+///
+/// For a microsecond time in 2001..2106 (every pcap with µs timestamps, and ns ones on whole
+/// µs) that decimal is `secs.micros` with the trailing zeros left out, when it rounds to that
+/// double: the doubles there are less than 1 µs apart, so no shorter decimal and no other one
+/// of six decimals rounds to it. That is checked exactly (integers), and the digits are
+/// written from the integers; any other time goes through `ryu`.
+pub(crate) fn put_epoch(out: &mut Vec<u8>, d: Duration) {
+    let secs = d.as_secs();
+    let nanos = d.subsec_nanos();
+    let f = d.as_secs_f64();
+    if nanos.is_multiple_of(1000) && (1_000_000_000..1 << 32).contains(&secs) {
+        let us = nanos / 1000;
+        if rounds_to(secs * 1_000_000 + u64::from(us), f) {
+            crate::render::put_u64(out, secs);
+            let mut digits = *b".000000";
+            let mut v = us;
+            for b in digits.iter_mut().skip(1).rev() {
+                *b = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+            // Trailing zeros left out; a whole second keeps one (`….0`, as ryu writes).
+            let zeros = decimal_trailing_zeros(us);
+            let len = 7 - zeros.min(5) as usize;
+            out.extend_from_slice(digits.get(..len).unwrap_or(&digits));
+            return;
+        }
+    }
+    put_f64(out, f);
+}
+
+/// Decimal digits at the end of `us` (below 10^6) that are zero (6 for zero).
+#[inline]
+fn decimal_trailing_zeros(us: u32) -> u32 {
+    if us == 0 {
+        return 6;
+    }
+    let mut v = us;
+    let mut n = 0;
+    while v.is_multiple_of(10) {
+        v /= 10;
+        n += 1;
+    }
+    n
+}
+
+/// Whether the decimal `micros` / 10^6 is strictly closer to `f` than half the distance to
+/// its neighbouring doubles (so that it reads back as `f`), for a positive finite `f` below
+/// 2^52.
+fn rounds_to(micros: u64, f: f64) -> bool {
+    let bits = f.to_bits();
+    let exp = ((bits >> 52) & 0x7ff) as i64;
+    if exp == 0 {
+        return false;
+    }
+    let mant = u128::from((bits & ((1 << 52) - 1)) | 1 << 52);
+    // f = mant / 2^shift.
+    let shift = 1075 - exp;
+    if !(1..=64).contains(&shift) {
+        return false;
+    }
+    let scaled = u128::from(micros) << shift;
+    let exact = mant * 1_000_000;
+    scaled.abs_diff(exact) < 1_000_000u128 << (shift - 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +323,57 @@ mod tests {
         let mut o = Vec::new();
         json_time(&mut o, TimeFormat::Delta, ts, &r);
         assert_eq!(o, b",\"time_delta\":0.5");
+    }
+
+    /// The integer `time` formatting writes exactly what ryu writes for `as_secs_f64`.
+    #[test]
+    fn epoch_matches_ryu() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut cases: Vec<Duration> = vec![
+            Duration::new(1_000_000_000, 0),
+            Duration::new(1_764_611_691, 0),
+            Duration::new(1_764_611_691, 100_000),
+            Duration::new(1_764_611_691, 999_999_000),
+            Duration::new(1_764_611_691, 1_000),
+            Duration::new(1_764_611_691, 123_456_789),
+            Duration::new((1 << 32) - 1, 999_999_000),
+            Duration::new(1 << 32, 1_000),
+            Duration::new(999_999_999, 500_000),
+            Duration::new(0, 1_000),
+            Duration::new(1 << 30, 0),
+            Duration::new((1 << 31) - 1, 999_999_000),
+            Duration::new(1 << 31, 1_000),
+        ];
+        for _ in 0..200_000 {
+            let secs = 1_000_000_000 + next() % ((1 << 32) - 1_000_000_000);
+            let us = (next() % 1_000_000) as u32;
+            // Some with trailing zeros.
+            let us = match next() % 4 {
+                0 => us / 1000 * 1000,
+                1 => us / 10 * 10,
+                _ => us,
+            };
+            cases.push(Duration::new(secs, us * 1000));
+        }
+        // The integer path is the one taken for ordinary capture times.
+        let typical = Duration::new(1_764_611_691, 123_456_000);
+        assert!(rounds_to(1_764_611_691_123_456, typical.as_secs_f64()));
+        for d in cases {
+            let mut got = Vec::new();
+            put_epoch(&mut got, d);
+            let mut want = Vec::new();
+            put_f64(&mut want, d.as_secs_f64());
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "{d:?}"
+            );
+        }
     }
 }

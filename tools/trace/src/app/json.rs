@@ -1,9 +1,11 @@
-//! The `--json` view on two threads: the helper thread that classifies batches of records
-//! ahead of the tracking and formats and writes the JSON lines, and the loop that reads and
-//! tracks on the calling thread.
+//! The `--json` view on three threads: the helper thread that classifies batches of records
+//! ahead of the tracking and formats the JSON lines, the writer thread that writes them, and
+//! the loop that reads and tracks on the calling thread.
 
+use std::collections::VecDeque;
 use std::io::{self, Write};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use crate::capture::Record;
@@ -51,14 +53,21 @@ enum Job {
     Flush,
 }
 
-/// The `--json` view on two threads. This one reads the records and tracks the connections
-/// (both strictly in order); the helper classifies (decodes) batches of records ahead of the
-/// tracking and formats and writes the JSON lines of the batches tracked. Batches are reused.
+/// The `--json` view's other two threads. The calling thread reads the records and tracks the
+/// connections (both strictly in order); the helper classifies (decodes) batches of records
+/// ahead of the tracking (the calling thread classifies a batch itself when the helper is
+/// behind) and formats the JSON lines of the batches tracked; the writer writes them. Batches
+/// and output chunks are reused.
 pub(super) struct Helper<'s> {
     tx: mpsc::SyncSender<Job>,
     classified: mpsc::Receiver<(RawBatch, Vec<Slot>)>,
     ack: mpsc::Receiver<()>,
     handle: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
+    writer: std::thread::ScopedJoinHandle<'s, io::Result<()>>,
+    /// Classify and format jobs sent and not yet done by the helper.
+    backlog: Arc<AtomicUsize>,
+    /// Emptied batches the helper hands back, for the batches classified on this thread.
+    spare_slots: mpsc::Receiver<Vec<Slot>>,
 }
 
 /// The error of a helper thread that stopped early (it failed writing).
@@ -68,6 +77,14 @@ fn helper_gone() -> io::Error {
 
 /// Raw batches in flight (read, not yet tracked).
 const IN_FLIGHT: usize = 6;
+
+/// The helper is behind when it has more jobs than this waiting: the tracking thread then
+/// classifies the batches it reads itself (it would only wait for them otherwise), so the
+/// two threads share the classifying as their loads allow.
+const BEHIND: usize = 8;
+
+/// Formatted chunks waiting for the writer thread.
+const CHUNKS: usize = 4;
 
 /// The helper thread writes its output in chunks of about this size: few large writes (a
 /// pipe's reader is woken once per chunk, not once per 64 KiB).
@@ -83,32 +100,46 @@ impl<'s> Helper<'s> {
         let (tx, rx) = mpsc::sync_channel::<Job>(2 * IN_FLIGHT + 4);
         let (classified_tx, classified) = mpsc::channel();
         let (ack_tx, ack) = mpsc::channel();
+        let (spare_slots_tx, spare_slots) = mpsc::channel();
+        let backlog = Arc::new(AtomicUsize::new(0));
+        let queued = Arc::clone(&backlog);
+        let (chunk_tx, chunks) = mpsc::sync_channel::<Option<Vec<u8>>>(CHUNKS);
+        let (spare_chunk_tx, spare_chunks) = mpsc::channel::<Vec<u8>>();
+        // The writer: writes the formatted chunks in order (`None`: flush and acknowledge),
+        // and hands the emptied buffers back. Writing to a pipe (the kernel's copy, waiting
+        // for the reader) is then off the formatting thread.
+        let writer = scope.spawn(move || -> io::Result<()> {
+            for chunk in chunks {
+                match chunk {
+                    Some(mut c) => {
+                        out.write_all(&c)?;
+                        c.clear();
+                        let _ = spare_chunk_tx.send(c);
+                    }
+                    None => {
+                        out.flush()?;
+                        let _ = ack_tx.send(());
+                    }
+                }
+            }
+            out.flush()
+        });
         let handle = scope.spawn(move || -> io::Result<()> {
-            let mut buf = Vec::with_capacity(WRITE_CHUNK + (1 << 16));
+            let new_chunk = || Vec::with_capacity(WRITE_CHUNK + (1 << 16));
+            let mut buf = new_chunk();
+            // Hands the chunk to the writer, and takes an emptied one back (or a new one).
+            let ship = |buf: &mut Vec<u8>| -> io::Result<()> {
+                let next = spare_chunks.try_recv().unwrap_or_else(|_| new_chunk());
+                let full = std::mem::replace(buf, next);
+                chunk_tx.send(Some(full)).map_err(|_| helper_gone())
+            };
             let mut spare: Vec<Vec<Slot>> = Vec::new();
             for job in rx {
                 match job {
                     Job::Classify(raw) => {
                         let mut slots = spare.pop().unwrap_or_default();
-                        let mut start = 0;
-                        for &(number, ts, link_type, orig_len, end) in &raw.recs {
-                            let data = raw.data.get(start..end).unwrap_or(&[]);
-                            start = end;
-                            let rec = Record {
-                                number,
-                                timestamp: ts,
-                                link_type,
-                                interface: 0,
-                                orig_len,
-                                data,
-                            };
-                            slots.push(Slot {
-                                ts,
-                                item: classify(&rec),
-                                note: None,
-                                when: TimeRef::default(),
-                            });
-                        }
+                        classify_batch(&raw, &mut slots);
+                        backlog.fetch_sub(1, Ordering::Relaxed);
                         if classified_tx.send((raw, slots)).is_err() {
                             break;
                         }
@@ -118,36 +149,55 @@ impl<'s> Helper<'s> {
                             if let (Item::Cm(ev), Some(note)) = (&s.item, &s.note) {
                                 json_line(&mut buf, ev, note, file, (time, s.when));
                                 if buf.len() >= WRITE_CHUNK {
-                                    out.write_all(&buf)?;
-                                    buf.clear();
+                                    ship(&mut buf)?;
                                 }
                             }
                         }
                         b.clear();
-                        if spare.len() < 2 * IN_FLIGHT {
+                        backlog.fetch_sub(1, Ordering::Relaxed);
+                        // Emptied batches for this thread's classifying, then for the
+                        // tracking thread's own (see `threaded_loop`).
+                        if spare.len() < IN_FLIGHT {
                             spare.push(b);
+                        } else {
+                            let _ = spare_slots_tx.send(b);
                         }
                     }
                     Job::Flush => {
-                        out.write_all(&buf)?;
-                        buf.clear();
-                        out.flush()?;
-                        let _ = ack_tx.send(());
+                        if !buf.is_empty() {
+                            ship(&mut buf)?;
+                        }
+                        chunk_tx.send(None).map_err(|_| helper_gone())?;
                     }
                 }
             }
-            out.write_all(&buf)
+            if !buf.is_empty() {
+                ship(&mut buf)?;
+            }
+            Ok(())
         });
         Helper {
             tx,
             classified,
             ack,
             handle,
+            writer,
+            backlog: queued,
+            spare_slots,
         }
     }
 
     fn send(&self, job: Job) -> io::Result<()> {
+        if !matches!(job, Job::Flush) {
+            self.backlog.fetch_add(1, Ordering::Relaxed);
+        }
         self.tx.send(job).map_err(|_| helper_gone())
+    }
+
+    /// Whether the helper is behind: then the tracking thread classifies the next batch
+    /// itself instead of waiting.
+    fn behind(&self) -> bool {
+        self.backlog.load(Ordering::Relaxed) > BEHIND
     }
 
     fn format(&self, batch: Vec<Slot>) -> io::Result<()> {
@@ -163,13 +213,51 @@ impl<'s> Helper<'s> {
         self.ack.recv().map_err(|_| helper_gone())
     }
 
-    /// Waits for the thread to write the rest and finish.
+    /// Waits for the threads to write the rest and finish.
     pub(super) fn finish(self) -> io::Result<()> {
         drop(self.tx);
-        self.handle
+        let formatted = self
+            .handle
             .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the JSON helper thread failed")))
+            .unwrap_or_else(|_| Err(io::Error::other("the JSON helper thread failed")));
+        let written = self
+            .writer
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the JSON writer thread failed")));
+        // The writer's own error (a closed pipe) explains a failed hand-over best.
+        written.and(formatted)
     }
+}
+
+/// Classifies the records of `raw` into `slots`.
+fn classify_batch(raw: &RawBatch, slots: &mut Vec<Slot>) {
+    let mut start = 0;
+    for &(number, ts, link_type, orig_len, end) in &raw.recs {
+        let data = raw.data.get(start..end).unwrap_or(&[]);
+        start = end;
+        let rec = Record {
+            number,
+            timestamp: ts,
+            link_type,
+            interface: 0,
+            orig_len,
+            data,
+        };
+        slots.push(Slot {
+            ts,
+            item: classify(&rec),
+            note: None,
+            when: TimeRef::default(),
+        });
+    }
+}
+
+/// A batch read and not yet tracked.
+enum Pending {
+    /// Sent to the helper to classify.
+    Sent,
+    /// To be classified on the tracking thread (the helper was behind).
+    Local(RawBatch),
 }
 
 /// Reads up to [`BATCH`] records into `raw`; `false` at the end of the input. The reader's
@@ -203,7 +291,7 @@ fn read_batch(src: &mut Source, raw: &mut RawBatch, errs: &mut Vec<RecordError>)
 }
 
 /// The per-record loop of `--json`: records are read here and classified by `h` a few batches
-/// ahead, tracked here, and formatted and written by `h`.
+/// ahead (or here, when `h` is behind), tracked here, and formatted and written by `h`.
 pub(super) fn threaded_loop(
     ctx: &mut FileCtx<'_>,
     st: &mut LoopState,
@@ -213,37 +301,50 @@ pub(super) fn threaded_loop(
 ) -> io::Result<()> {
     let mut errs: Vec<RecordError> = Vec::new();
     let mut more = true;
-    let mut in_flight = 0usize;
+    let mut pending: VecDeque<Pending> = VecDeque::with_capacity(IN_FLIGHT + 1);
     let mut spare_raw: Vec<RawBatch> = Vec::new();
+    // Reads the next batch, and sends it to the helper to classify unless it is behind.
+    let mut read_next = |ctx: &mut FileCtx<'_>,
+                         pending: &mut VecDeque<Pending>,
+                         spare_raw: &mut Vec<RawBatch>,
+                         more: &mut bool|
+     -> io::Result<bool> {
+        let mut raw = spare_raw.pop().unwrap_or_default();
+        *more = read_batch(src, &mut raw, &mut errs);
+        report_read_errors(ctx, h, &mut errs)?;
+        if raw.recs.is_empty() {
+            spare_raw.push(raw);
+            return Ok(false);
+        }
+        if h.behind() {
+            pending.push_back(Pending::Local(raw));
+        } else {
+            h.send(Job::Classify(raw))?;
+            pending.push_back(Pending::Sent);
+        }
+        Ok(true)
+    };
     loop {
-        while more && in_flight < IN_FLIGHT {
-            let mut raw = spare_raw.pop().unwrap_or_default();
-            more = read_batch(src, &mut raw, &mut errs);
-            report_read_errors(ctx, h, &mut errs)?;
-            if raw.recs.is_empty() {
-                spare_raw.push(raw);
+        while more && pending.len() < IN_FLIGHT {
+            if !read_next(ctx, &mut pending, &mut spare_raw, &mut more)? {
                 break;
             }
-            h.send(Job::Classify(raw))?;
-            in_flight += 1;
         }
-        if in_flight == 0 {
+        let Some(next) = pending.pop_front() else {
             break;
-        }
-        let (raw, mut batch) = h.classified.recv().map_err(|_| helper_gone())?;
-        in_flight -= 1;
+        };
+        let (raw, mut batch) = match next {
+            Pending::Sent => h.classified.recv().map_err(|_| helper_gone())?,
+            Pending::Local(raw) => {
+                let mut slots = h.spare_slots.try_recv().unwrap_or_default();
+                classify_batch(&raw, &mut slots);
+                (raw, slots)
+            }
+        };
         spare_raw.push(raw);
         // Read (and have classified) the next batch while this one is tracked.
         if more {
-            let mut raw = spare_raw.pop().unwrap_or_default();
-            more = read_batch(src, &mut raw, &mut errs);
-            report_read_errors(ctx, h, &mut errs)?;
-            if raw.recs.is_empty() {
-                spare_raw.push(raw);
-            } else {
-                h.send(Job::Classify(raw))?;
-                in_flight += 1;
-            }
+            read_next(ctx, &mut pending, &mut spare_raw, &mut more)?;
         }
         // The tracker's index and connections are too large to stay cached: it is asked to
         // prefetch what it will look up a few records ahead, so that the memory accesses of

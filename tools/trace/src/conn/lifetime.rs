@@ -34,6 +34,7 @@ impl Tracker {
                 slot
             }
             None => {
+                crate::sys::reserve_huge(&mut self.slots);
                 self.slots.push(Conn::new(id, ev, kind));
                 self.gens.push(gen);
                 self.slots.len() - 1

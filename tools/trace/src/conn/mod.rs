@@ -200,6 +200,15 @@ pub(crate) struct Tracker {
     pub stats: TrackerStats,
 }
 
+/// The connection slots' first allocation: room for every live connection up to 65,536
+/// (address space only: pages are touched as slots are used), advised huge pages. Growing it
+/// by doubling instead would copy the slots into fresh memory at each step.
+fn initial_slots(max_live: usize) -> Vec<Conn> {
+    let mut slots = Vec::with_capacity(max_live.clamp(8, 1 << 16));
+    crate::sys::huge_pages(&mut slots);
+    slots
+}
+
 impl Tracker {
     /// An empty table.
     pub(crate) fn new(cfg: TrackerConfig) -> Self {
@@ -208,7 +217,7 @@ impl Tracker {
                 max_live: cfg.max_live.max(8),
                 ..cfg
             },
-            slots: Vec::new(),
+            slots: initial_slots(cfg.max_live),
             free: Vec::new(),
             finished: Vec::new(),
             live: 0,
