@@ -16,9 +16,9 @@
 //! (tracking, decoding and formatting, writing) all count there, so it is the ratio of work,
 //! not of waiting. The capture is deleted afterwards.
 //!
-//! Last measured 2026-12-02 on the project's 2-core machine, load average 1.4–1.8: cm-trace
-//! 0.708 / 0.857 / 0.761 s (CPU 0.86 / 1.08 / 1.00 s), tshark 24.4 / 30.9 / 28.8 s: ratio
-//! 34.5 / 36.1 / 37.9, CPU ratio 28.4 / 28.5 / 28.8 (README.md, "cm-trace vs tshark", has the
+//! Last measured 2026-12-02 on the project's 2-core machine, load average 1.2–1.5: cm-trace
+//! 0.813 / 0.870 / 0.818 s (CPU 1.05 / 1.08 / 1.05 s), tshark 27.2 / 28.3 / 26.9 s: ratio
+//! 33.5 / 32.6 / 32.9, CPU ratio 25.9 / 26.2 / 25.6 (README.md, "cm-trace vs tshark", has the
 //! history and where the time goes). The goal of 100× is not reached.
 //!
 //! `CM_TRACE_BENCH_PACKETS=N` changes the size. Without `--bench` (as `cargo test --benches`
