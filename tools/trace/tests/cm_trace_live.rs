@@ -18,7 +18,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_cm-trace");
+mod common;
+use common::BIN;
 
 fn skip(why: &str) {
     assert!(
@@ -70,10 +71,8 @@ for f in frames[4:7]:
 struct LiveStats {
     ns: Netns,
     child: std::process::Child,
-    pid: String,
     err: BufReader<std::process::ChildStderr>,
-    done: std::sync::mpsc::Sender<()>,
-    watchdog: std::thread::JoinHandle<()>,
+    watchdog: common::Watchdog,
 }
 
 #[cfg(feature = "live")]
@@ -99,42 +98,19 @@ impl LiveStats {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let (done, guard) = std::sync::mpsc::channel::<()>();
-        let pid = child.id().to_string();
-        let kill_pid = pid.clone();
-        let watchdog = std::thread::spawn(move || {
-            if guard
-                .recv_timeout(std::time::Duration::from_secs(120))
-                .is_err()
-            {
-                let _ = Command::new("kill").args(["-9", &kill_pid]).status();
-            }
-        });
+        let watchdog = common::Watchdog::new(&child);
         let err = BufReader::new(child.stderr.take().unwrap());
         Some(Self {
             ns,
             child,
-            pid,
             err,
-            done,
             watchdog,
         })
     }
 
     /// Standard error up to and including the first line that contains `want`.
     fn read_until(&mut self, want: &str) -> String {
-        let mut seen = String::new();
-        loop {
-            let mut l = String::new();
-            assert!(
-                self.err.read_line(&mut l).unwrap() > 0,
-                "no {want:?} in {seen}"
-            );
-            seen.push_str(&l);
-            if l.contains(want) {
-                return seen;
-            }
-        }
+        common::read_until(&mut self.err, |l| l.contains(want)).concat()
     }
 
     /// Sends the REQ, REP and RTU of a real capture (and one datagram the filter keeps out).
@@ -151,25 +127,9 @@ impl LiveStats {
 
     /// Ctrl-C (SIGINT): the exit status, standard output and the rest of standard error.
     fn interrupt(mut self) -> (std::process::ExitStatus, String, String) {
-        let ok = Command::new("kill")
-            .args(["-INT", &self.pid])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        let mut rest = String::new();
-        self.err.read_to_string(&mut rest).unwrap();
-        let status = self.child.wait().unwrap();
-        let _ = self.done.send(());
-        self.watchdog.join().unwrap();
-        (status, out, rest)
+        let r = common::interrupt(&mut self.child, &mut self.err);
+        drop(self.watchdog);
+        r
     }
 }
 

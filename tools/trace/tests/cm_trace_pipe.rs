@@ -9,11 +9,11 @@
     clippy::indexing_slicing
 )]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::process::{Child, ChildStderr, ChildStdin, Command, Stdio};
 
 mod common;
-use common::{cap, BIN};
+use common::{cap, interrupt, read_until, sigint, Watchdog, BIN};
 
 /// The pcap file header and its records (header + data each), in order.
 fn split_pcap(bytes: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>) {
@@ -38,33 +38,6 @@ fn spawn(args: &[&str]) -> (Child, ChildStdin) {
         .unwrap();
     let stdin = child.stdin.take().unwrap();
     (child, stdin)
-}
-
-/// Reads lines from `r` until one satisfies `done`; all lines read.
-fn read_until(r: &mut impl BufRead, done: impl Fn(&str) -> bool) -> Vec<String> {
-    let mut lines = Vec::new();
-    loop {
-        let mut l = String::new();
-        let n = r.read_line(&mut l).unwrap();
-        assert!(
-            n > 0,
-            "output ended before the expected line; read: {lines:#?}"
-        );
-        let hit = done(&l);
-        lines.push(l);
-        if hit {
-            return lines;
-        }
-    }
-}
-
-fn sigint(child: &Child) {
-    let ok = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -INT failed");
 }
 
 /// Per-MAD lines while the writer stays open; SIGINT: the summary of the 5 frames, exit 0.
@@ -103,34 +76,6 @@ fn sigint_ends_a_pipe_read_with_the_summary() {
         "{err}"
     );
     drop(stdin);
-}
-
-/// Kills the child (by its process ID) unless dropped within two minutes: a cm-trace that
-/// never prints the expected line then ends its output, and the test fails instead of
-/// hanging.
-struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
-
-impl Watchdog {
-    fn new(child: &Child) -> Self {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let pid = child.id().to_string();
-        std::thread::spawn(move || {
-            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                rx.recv_timeout(std::time::Duration::from_secs(120))
-            {
-                let _ = Command::new("kill").args(["-9", &pid]).status();
-            }
-        });
-        Watchdog(Some(tx))
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
-        }
-    }
 }
 
 /// `cm-trace --stats --refresh SECS -` reading a pipe this test writes a capture into (kept
@@ -177,20 +122,10 @@ impl StatsPipe {
     /// Ctrl-C, with the writer still open: the exit status, standard output, and the rest of
     /// standard error.
     fn interrupt(mut self) -> (std::process::ExitStatus, String, String) {
-        sigint(&self.child);
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        let mut rest = String::new();
-        self.err.read_to_string(&mut rest).unwrap();
-        let status = self.child.wait().unwrap();
+        let r = interrupt(&mut self.child, &mut self.err);
         drop(self.watchdog);
         drop(self.stdin);
-        (status, out, rest)
+        r
     }
 }
 
