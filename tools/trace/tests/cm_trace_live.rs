@@ -13,7 +13,7 @@
 )]
 
 #[cfg(feature = "live")]
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 #[cfg(feature = "live")]
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -201,16 +201,7 @@ fn live_capture_on_loopback_in_a_netns() {
         .unwrap();
     // A guard against a hang (a lost datagram would leave cm-trace waiting for its third
     // packet): the capture is ended after two minutes, and the test then fails on its output.
-    let (done, guard) = std::sync::mpsc::channel::<()>();
-    let pid = child.id().to_string();
-    let watchdog = std::thread::spawn(move || {
-        if guard
-            .recv_timeout(std::time::Duration::from_secs(120))
-            .is_err()
-        {
-            let _ = Command::new("kill").arg(&pid).status();
-        }
-    });
+    let watchdog = common::Watchdog::new(&child);
     let mut err = BufReader::new(child.stderr.take().unwrap());
     // Wait until the capture is open (cm-trace says so on standard error), then send.
     let mut line = String::new();
@@ -228,18 +219,8 @@ fn live_capture_on_loopback_in_a_netns() {
         .unwrap();
     assert!(sent.success());
     // Three packets pass the filter: cm-trace stops by itself (--count 3).
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    let status = child.wait().unwrap();
-    let _ = done.send(());
-    watchdog.join().unwrap();
+    let (status, out, rest) = common::finish(&mut child, &mut err);
+    drop(watchdog);
     assert!(status.success(), "{rest}");
     let v: Vec<serde_json::Value> = out
         .lines()

@@ -91,9 +91,15 @@ pub(crate) fn sigint(child: &Child) {
 }
 
 /// Ctrl-C to a child whose standard output is piped and whose standard error is `err`: its
-/// exit status, standard output, and the rest of standard error.
+/// exit status, standard output, and the rest of standard error ([`finish`]).
 pub(crate) fn interrupt(child: &mut Child, err: &mut impl Read) -> (ExitStatus, String, String) {
     sigint(child);
+    finish(child, err)
+}
+
+/// Waits for a child whose standard output is piped and whose standard error is `err` to
+/// end: its exit status, standard output, and the rest of standard error.
+pub(crate) fn finish(child: &mut Child, err: &mut impl Read) -> (ExitStatus, String, String) {
     let mut out = String::new();
     child
         .stdout
