@@ -750,8 +750,10 @@ int ibcm_get_event(struct ibcm_ctx *ctx, struct ibcm_event **event);
 int ibcm_wait_event(struct ibcm_ctx *ctx, int timeout_ms, struct ibcm_event **event);
 
 /**
- * Gives an event back (frees it). `IBCM_EINVAL` for a pointer this context did not hand
- * out or that was acknowledged already.
+ * Gives an event back (frees it). Acknowledging a connection's final event (`REJECTED`,
+ * `UNREACHABLE`, `CONNECT_ERROR`, `DISCONNECTED`) also forgets its handle: calls on it then
+ * return `IBCM_ENOENT` (before, `IBCM_ECLOSED`). `IBCM_EINVAL` for a pointer this context
+ * did not hand out or that was acknowledged already.
  *
  * # Safety
  * `ctx` is NULL or a live context; `event` any pointer (it is only compared until found).
