@@ -1,7 +1,7 @@
 //! The task that owns the [`proto::Endpoint`](crate::proto::Endpoint), its transport and
 //! its [`App`](crate::App), if any.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::time::Instant;
 
@@ -60,12 +60,40 @@ pub(crate) struct Driver<T> {
     log: LogLimit,
     /// Datagrams received in this turn, not yet handled.
     inbox: Vec<(PeerAddr, Bytes)>,
+    /// REQs and SIDR_REQs received and not yet handled, oldest first (at most
+    /// [`REQ_BACKLOG`]; [`TURN_REQS`] are handled per receive, after its other MADs).
+    reqs: VecDeque<(PeerAddr, Bytes)>,
+    /// Requests dropped because the backlog was full (the oldest goes).
+    reqs_shed: u64,
     /// MADs to send at the end of this turn.
     outbox: Vec<Transmit>,
 }
 
 /// Most commands taken without waiting in one turn (after the one that woke the driver).
 const TURN_COMMANDS: usize = 256;
+
+/// Requests (REQ, SIDR_REQ: the MADs that make the endpoint create state and answer) handled
+/// per receive, after its other MADs. Under a flood the driver reads the socket faster than
+/// it handles requests: every other MAD (the RTU that completes a connection, a DREQ) is
+/// handled as soon as it is read instead of waiting behind the socket's queue of requests,
+/// and the excess requests are dropped here, oldest first ([`REQ_BACKLOG`]), rather than in
+/// the kernel's socket buffer, blind to what they are.
+const TURN_REQS: usize = 128;
+
+/// Requests waiting to be handled at most; beyond it the oldest is dropped (counted as
+/// `req_backlog_full`). A peer whose REQ is dropped retransmits it.
+const REQ_BACKLOG: usize = 2048;
+
+/// Extra receive calls per turn while the socket has more: the driver reads up to
+/// `(2 + READS_AHEAD) × 64` datagrams per turn (one batch woke it), so that the socket's
+/// queue drains even when requests come faster than they are handled.
+const READS_AHEAD: usize = 7;
+
+/// Whether a received MAD is a REQ or a SIDR_REQ (attribute ID at bytes 16..18): the
+/// requests that make the endpoint create state ([`TURN_REQS`]).
+fn is_request(mad: &[u8]) -> bool {
+    matches!(mad.get(16..18), Some([0x00, 0x10 | 0x17]))
+}
 
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
@@ -97,6 +125,8 @@ impl<T: DatagramTransport> Driver<T> {
             closed: 0,
             log: LogLimit::default(),
             inbox: Vec::new(),
+            reqs: VecDeque::new(),
+            reqs_shed: 0,
             outbox: Vec::new(),
         }
     }
@@ -140,6 +170,9 @@ impl<T: DatagramTransport> Driver<T> {
                         return Err(e);
                     }
                 }
+                // Requests are waiting: no sleep, but the runtime's other tasks (the
+                // application's) get their turn first.
+                () = tokio::task::yield_now(), if !self.reqs.is_empty() => {}
             }
             self.dispatch();
             self.handle_inbox();
@@ -228,9 +261,18 @@ impl<T: DatagramTransport> Driver<T> {
                 Err(mpsc::error::TryRecvError::Empty) => break,
             }
         }
-        if let Err(e) = self.transport.try_recv_batch(&mut self.inbox) {
-            warn!(error = %e, "transport receive failed; stopping");
-            return Err(e);
+        // Read on while datagrams keep coming (up to `READS_AHEAD` more batches): under a
+        // flood the MADs behind the requests in the socket are handled now, and the excess
+        // requests dropped in the backlog.
+        for _ in 0..=READS_AHEAD {
+            let before = self.inbox.len();
+            if let Err(e) = self.transport.try_recv_batch(&mut self.inbox) {
+                warn!(error = %e, "transport receive failed; stopping");
+                return Err(e);
+            }
+            if self.inbox.len() == before {
+                break;
+            }
         }
         self.handle_inbox();
         Ok(None)
@@ -239,7 +281,7 @@ impl<T: DatagramTransport> Driver<T> {
     /// Each received datagram, followed by its events. One receive's datagrams arrived
     /// together: they are handled at one instant.
     fn handle_inbox(&mut self) {
-        if self.inbox.is_empty() {
+        if self.inbox.is_empty() && self.reqs.is_empty() {
             return;
         }
         let mut inbox = std::mem::take(&mut self.inbox);
@@ -249,11 +291,26 @@ impl<T: DatagramTransport> Driver<T> {
         }
         let t = now();
         for (from, mad) in inbox.drain(..) {
+            if is_request(&mad) {
+                if self.reqs.len() >= REQ_BACKLOG {
+                    self.reqs.pop_front();
+                    self.reqs_shed += 1;
+                }
+                self.reqs.push_back((from, mad));
+                continue;
+            }
             self.ep.handle_datagram(t, from, &mad);
             self.dispatch();
         }
         // Keep the allocation for the next turn.
         self.inbox = inbox;
+        for _ in 0..TURN_REQS {
+            let Some((from, mad)) = self.reqs.pop_front() else {
+                break;
+            };
+            self.ep.handle_datagram(t, from, &mad);
+            self.dispatch();
+        }
     }
 
     /// The timer fired: the endpoint's timers, then the app's, each if due.
@@ -578,9 +635,11 @@ impl<T: DatagramTransport> Driver<T> {
                 let _ = reply.send(r);
             }
             Command::Stats { reply } => {
+                let mut transport = self.transport.stats();
+                transport.dropped.push(("req_backlog_full", self.reqs_shed));
                 let _ = reply.send(CmStats {
                     endpoint: self.ep.stats().clone(),
-                    transport: self.transport.stats(),
+                    transport,
                     closed: self.closed,
                     log_suppressed: self.log.suppressed,
                     connections: self.ep.len(),

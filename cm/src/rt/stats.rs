@@ -24,8 +24,10 @@ pub struct TransportStats {
 
 impl TransportStats {
     /// Every counter name the transports of this crate use ([`UdpTransport`](super::UdpTransport),
-    /// [`UmadTransport`](super::UmadTransport)).
-    pub const NAMES: [&'static str; 7] = [
+    /// [`UmadTransport`](super::UmadTransport)), and `req_backlog_full`: requests (REQ,
+    /// SIDR_REQ) the driver dropped before the endpoint saw them because its backlog of
+    /// requests was full (a flood; the driver adds it to [`Cm::stats`](super::Cm::stats)).
+    pub const NAMES: [&'static str; 8] = [
         "bad_icrc",
         "not_mad",
         "icrc_unverified",
@@ -33,6 +35,7 @@ impl TransportStats {
         "send_failed",
         "recv_calls",
         "send_calls",
+        "req_backlog_full",
     ];
 
     /// `name` as one of [`TransportStats::NAMES`].
