@@ -475,10 +475,7 @@ impl SimNet {
     }
 
     fn put_on_wire(&mut self, from: usize, to_addr: PeerAddr, mad: Bytes) {
-        let attr = mad
-            .get(16..18)
-            .and_then(|b| b.first_chunk::<2>())
-            .map_or(0, |b| u16::from_be_bytes(*b));
+        let attr = ibcm_mad::MadHeader::peek_attr_id(&mad).map_or(0, ibcm_mad::AttrId::raw);
         *self.sent.entry((from, attr)).or_default() += 1;
         if self.count_copies {
             if let Some(id) = Mad::parse(&mad).ok().and_then(|m| m.msg.local_comm_id()) {

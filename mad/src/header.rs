@@ -70,6 +70,14 @@ impl MadHeader {
         }
     }
 
+    /// The attribute ID of a MAD (bytes 16..18) without parsing the rest of its header; `None`
+    /// when fewer than 18 bytes are given. For the quick looks a driver takes at a received
+    /// MAD before the endpoint parses it (which kind, to prefetch or to queue it).
+    pub fn peek_attr_id(bytes: &[u8]) -> Option<AttrId> {
+        let b = bytes.get(16..18)?.first_chunk::<2>()?;
+        Some(AttrId::from_raw(u16::from_be_bytes(*b)))
+    }
+
     /// Parses the common header of any MAD class.
     ///
     /// # Errors
@@ -177,6 +185,16 @@ mod tests {
         assert_eq!(h.attr_id, AttrId::Req);
         assert_eq!(h.attr_mod, 0);
         assert!(!h.is_response());
+    }
+
+    #[test]
+    fn peek_attr_id_agrees_with_parse() {
+        assert_eq!(MadHeader::peek_attr_id(&REQ_HDR), Some(AttrId::Req));
+        assert_eq!(
+            MadHeader::peek_attr_id(&REQ_HDR),
+            Some(MadHeader::parse(&REQ_HDR).unwrap().attr_id)
+        );
+        assert_eq!(MadHeader::peek_attr_id(&REQ_HDR[..17]), None);
     }
 
     #[test]

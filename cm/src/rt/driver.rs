@@ -89,10 +89,13 @@ const REQ_BACKLOG: usize = 2048;
 /// queue drains even when requests come faster than they are handled.
 const READS_AHEAD: usize = 7;
 
-/// Whether a received MAD is a REQ or a SIDR_REQ (attribute ID at bytes 16..18): the
-/// requests that make the endpoint create state ([`TURN_REQS`]).
+/// Whether a received MAD is a REQ or a SIDR_REQ: the requests that make the endpoint create
+/// state ([`TURN_REQS`]).
 fn is_request(mad: &[u8]) -> bool {
-    matches!(mad.get(16..18), Some([0x00, 0x10 | 0x17]))
+    matches!(
+        ibcm_mad::MadHeader::peek_attr_id(mad),
+        Some(ibcm_mad::AttrId::Req | ibcm_mad::AttrId::SidrReq)
+    )
 }
 
 fn now() -> Instant {

@@ -127,6 +127,11 @@ impl Guard<'_> {
         self.extra.as_ref().and_then(|x| x.more.as_deref())
     }
 
+    /// [`More`] if there is one (unlike [`Guard::more`], which makes it).
+    fn more_if_any(&mut self) -> Option<&mut More> {
+        self.extra.as_mut().and_then(|x| x.more.as_deref_mut())
+    }
+
     fn status(&self) -> ConnStatus {
         let e = || {
             self.more_ref()
@@ -162,9 +167,7 @@ impl Guard<'_> {
 
     /// Takes every waker out (to be woken once the lock is released).
     fn take_wakers(&mut self) -> Vec<(u64, Waker)> {
-        self.extra
-            .as_mut()
-            .and_then(|x| x.more.as_mut())
+        self.more_if_any()
             .map(|m| std::mem::take(&mut m.wakers))
             .unwrap_or_default()
     }
@@ -194,7 +197,7 @@ struct Waiter<'a> {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         let mut g = self.slot.lock();
-        if let Some(m) = g.extra.as_mut().and_then(|x| x.more.as_mut()) {
+        if let Some(m) = g.more_if_any() {
             m.wakers.retain(|(t, _)| *t != self.token);
         }
     }
@@ -274,9 +277,9 @@ impl Slot {
         let mut g = self.lock();
         if let Some(x) = g.extra.as_mut() {
             x.rep = None;
-            if let Some(m) = x.more.as_mut() {
-                m.private_data = Box::default();
-            }
+        }
+        if let Some(m) = g.more_if_any() {
+            m.private_data = Box::default();
         }
     }
 

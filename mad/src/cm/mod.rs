@@ -327,10 +327,8 @@ impl Mad {
     /// so that a clone (a retransmission buffer's copy) allocates nothing.
     pub fn to_bytes(&self) -> Bytes {
         let mut mad = [0u8; MAD_LEN];
-        let mut dst = &mut mad[..];
-        // Exactly `MAD_LEN` bytes, as `emit_into` relies on.
-        self.header.emit(&mut dst);
-        self.msg.emit_body(&mut dst);
+        // Cannot fail: the buffer is `MAD_LEN` bytes.
+        let _ = self.emit_into(&mut mad);
         Bytes::from_owner(mad)
     }
 }

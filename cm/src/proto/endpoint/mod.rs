@@ -610,9 +610,9 @@ impl Endpoint {
                 .and_then(|b| b.first_chunk::<8>())
                 .map(|b| u64::from_be_bytes(*b))
         };
-        let guid_at = match data.get(16..18) {
-            Some([0x00, 0x10]) => 24 + 16,
-            Some([0x00, 0x13]) => 24 + 28,
+        let guid_at = match ibcm_mad::MadHeader::peek_attr_id(data) {
+            Some(ibcm_mad::AttrId::Req) => 24 + 16,
+            Some(ibcm_mad::AttrId::Rep) => 24 + 28,
             _ => return,
         };
         if let (Some(id), Some(guid)) = (be_u32(24), be_u64(guid_at)) {
