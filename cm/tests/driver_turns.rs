@@ -18,6 +18,7 @@ use ibcm_mad::*;
 
 mod rt_common;
 use rt_common::addr;
+mod sec_common;
 
 /// Queues a Connect command (the first poll of `start_connect` sends it; its reply has not
 /// come, since the driver has not run yet).
@@ -92,16 +93,8 @@ async fn requests_beyond_the_backlog_are_dropped_and_counted() {
     const N: u32 = 5000;
     // All queued before the driver first runs.
     for i in 0..N {
-        let mut req = Req {
-            local_comm_id: CommId(0x1000 + i),
-            service_id: ServiceId(0x42),
-            local_ca_guid: Guid(0x99),
-            local_qpn: Qpn::masked(0x2000 + i),
-            ..Req::default()
-        };
-        req.set_transport(ReqTransport::Rc);
-        let mad = ibcm_mad::cm::Mad::new(Tid(u64::from(i)), ibcm_mad::cm::CmMessage::Req(req));
-        flooder.send(l_addr, &mad.to_bytes()).await.unwrap();
+        let req = sec_common::hostile_req(0x1000 + i, 0x99, 0x2000 + i, 20, 15);
+        flooder.send(l_addr, &req).await.unwrap();
     }
     // The clock moves only once the driver is idle: every REQ was handled or dropped by then.
     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
