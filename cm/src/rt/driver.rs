@@ -61,10 +61,13 @@ pub(crate) struct Driver<T> {
     /// Datagrams received in this turn, not yet handled.
     inbox: Vec<(PeerAddr, Bytes)>,
     /// REQs and SIDR_REQs received and not yet handled, oldest first (at most
-    /// [`REQ_BACKLOG`]; [`TURN_REQS`] are handled per receive, after its other MADs).
+    /// [`REQ_BACKLOG`]; the newest [`TURN_REQS`] are handled per receive, after its other
+    /// MADs).
     reqs: VecDeque<(PeerAddr, Bytes)>,
     /// Requests dropped because the backlog was full (the oldest goes).
     reqs_shed: u64,
+    /// MADs the transport could not send (its send call failed: `send_error`).
+    send_errors: u64,
     /// MADs to send at the end of this turn.
     outbox: Vec<Transmit>,
 }
@@ -78,6 +81,13 @@ const TURN_COMMANDS: usize = 256;
 /// handled as soon as it is read instead of waiting behind the socket's queue of requests,
 /// and the excess requests are dropped here, oldest first ([`REQ_BACKLOG`]), rather than in
 /// the kernel's socket buffer, blind to what they are.
+///
+/// The *newest* `TURN_REQS` of the backlog are handled (in the order they came), not the
+/// oldest: when requests come faster than the endpoint handles them, first come first served
+/// makes every request wait the whole backlog (2,048 requests are seconds on a slow host),
+/// beyond its peer's patience, so that none completes; newest first answers a request
+/// within a turn or two of its arrival while the old ones wait and are the ones dropped.
+/// A backlog of at most `TURN_REQS` (no overload) is handled whole, in arrival order.
 const TURN_REQS: usize = 128;
 
 /// Requests waiting to be handled at most; beyond it the oldest is dropped (counted as
@@ -130,6 +140,7 @@ impl<T: DatagramTransport> Driver<T> {
             inbox: Vec::new(),
             reqs: VecDeque::new(),
             reqs_shed: 0,
+            send_errors: 0,
             outbox: Vec::new(),
         }
     }
@@ -307,13 +318,14 @@ impl<T: DatagramTransport> Driver<T> {
         }
         // Keep the allocation for the next turn.
         self.inbox = inbox;
-        for _ in 0..TURN_REQS {
-            let Some((from, mad)) = self.reqs.pop_front() else {
-                break;
-            };
+        // The newest requests, in the order they came ([`TURN_REQS`]).
+        let mut reqs = std::mem::take(&mut self.reqs);
+        let newest = reqs.len().saturating_sub(TURN_REQS);
+        for (from, mad) in reqs.drain(newest..) {
             self.ep.handle_datagram(t, from, &mad);
             self.dispatch();
         }
+        self.reqs = reqs;
     }
 
     /// The timer fired: the endpoint's timers, then the app's, each if due.
@@ -361,7 +373,8 @@ impl<T: DatagramTransport> Driver<T> {
         }
         let failed = self.transport.send_batch(&self.outbox).await;
         for (i, e) in failed {
-            // Like a lost packet: the core retransmits requests.
+            // Like a lost packet (the core retransmits requests), counted.
+            self.send_errors += 1;
             if self.log.ok(now()) {
                 let to = self.outbox.get(i).map(|t| t.to);
                 debug!(to = ?to, error = %e, "send failed");
@@ -640,6 +653,7 @@ impl<T: DatagramTransport> Driver<T> {
             Command::Stats { reply } => {
                 let mut transport = self.transport.stats();
                 transport.dropped.push(("req_backlog_full", self.reqs_shed));
+                transport.dropped.push(("send_error", self.send_errors));
                 let _ = reply.send(CmStats {
                     endpoint: self.ep.stats().clone(),
                     transport,

@@ -23,6 +23,7 @@
 mod command;
 mod driver;
 mod handle;
+mod neigh;
 pub mod node;
 mod pending;
 mod slot;

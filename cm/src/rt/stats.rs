@@ -24,18 +24,24 @@ pub struct TransportStats {
 
 impl TransportStats {
     /// Every counter name the transports of this crate use ([`UdpTransport`](super::UdpTransport),
-    /// [`UmadTransport`](super::UmadTransport)), and `req_backlog_full`: requests (REQ,
-    /// SIDR_REQ) the driver dropped before the endpoint saw them because its backlog of
-    /// requests was full (a flood; the driver adds it to [`Cm::stats`](super::Cm::stats)).
-    pub const NAMES: [&'static str; 8] = [
+    /// [`UmadTransport`](super::UmadTransport)), and the two the driver adds to
+    /// [`Cm::stats`](super::Cm::stats): `req_backlog_full`, requests (REQ, SIDR_REQ) it dropped
+    /// before the endpoint saw them because its backlog of requests was full (a flood), and
+    /// `send_error`, MADs whose send call failed (not handed to the network; `send_failed`
+    /// counts those the umad kernel module took and then reported failed).
+    pub const NAMES: [&'static str; 12] = [
         "bad_icrc",
         "not_mad",
         "icrc_unverified",
         "short_record",
+        "neigh_unresolved",
+        "held_send_error",
         "send_failed",
+        "neigh_held",
         "recv_calls",
         "send_calls",
         "req_backlog_full",
+        "send_error",
     ];
 
     /// `name` as one of [`TransportStats::NAMES`].

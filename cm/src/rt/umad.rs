@@ -20,21 +20,38 @@
 //! several MADs per call, but that is a fallback whose behaviour changes with the file
 //! operations of the running kernel (converting umad to `read_iter`/`write_iter` has been
 //! proposed), and it stops at the first short record. This transport therefore stays at one
-//! MAD per call ([`DatagramTransport`]'s default `recv_batch`/`send_batch`); the driver still
-//! takes every ready command per turn and sends a turn's MADs together.
+//! MAD per call, but reads ahead: `try_recv_batch` reads up to 64 records while the file has
+//! them. The kernel's receive list is first come first served and unbounded; read into the
+//! driver, the requests wait in its backlog instead, where the newest are answered first and
+//! the excess is dropped and counted (`driver.rs`, `TURN_REQS`). Before, one record per turn
+//! left a REQ flood queued in the kernel, and a legitimate REQ waited behind all of it.
+//!
+//! # Writes that would wait for ARP
+//! On RoCE the kernel resolves each write's destination MAC address inside `write`, waiting
+//! up to 1 s when the neighbour entry is not valid (module `neigh`). The transport checks
+//! the kernel's neighbour table first and holds a MAD whose destination is being resolved
+//! (at most 16 per destination, 256 destinations, 1 s; then dropped and counted as
+//! `neigh_unresolved`; `neigh_held` counts those that waited). Held MADs are written at the
+//! next check once the entry is valid: checks 1 ms after the first hold, then doubling to
+//! 64 ms, run by the transport's own receive.
 //!
 //! umad rewrites the high 32 bits of the TID of every request MAD it sends with the agent's
 //! `hi_tid` (docs/interop.md §8.10); the core never compares TIDs, so this is harmless.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ibcm_mad::{Gid, Lid, Qkey, Qpn, MAD_LEN};
 use tokio::io::unix::AsyncFd;
 
+use super::neigh::{roce_ip, Neighbours, Reach};
 use super::sys;
 use super::{DatagramTransport, TransportStats};
 use crate::proto::{IbAddr, PeerAddr};
@@ -243,7 +260,37 @@ pub struct UmadTransport {
     local: PeerAddr,
     buf: Box<[u8; UMAD_HDR_LEN + MAD_LEN]>,
     counts: UmadCounts,
+    /// Whether a RoCE destination can be written to without the kernel waiting for ARP.
+    neigh: Neighbours,
+    /// MADs held until their destination's neighbour entry is resolved, by destination.
+    held: HashMap<IpAddr, Held>,
 }
+
+/// The MADs held for one destination ([`UmadTransport::send`]).
+#[derive(Debug)]
+struct Held {
+    since: Instant,
+    next_check: Instant,
+    /// Time to the next check (doubling).
+    backoff: Duration,
+    recs: Vec<Record>,
+}
+
+/// A umad record: header and MAD.
+type Record = [u8; UMAD_HDR_LEN + MAD_LEN];
+
+/// How long a MAD waits for its destination's address to resolve at most (the kernel's own
+/// resolution gives up after 1 s, `rdma_addr_find_l2_eth_by_grh`).
+const HOLD_MAX: Duration = Duration::from_secs(1);
+
+/// Destinations with held MADs at most, and MADs held per destination at most; beyond, the
+/// MAD is dropped (`neigh_unresolved`). A spoofed-source flood fills this, not the driver.
+const HELD_DESTS_MAX: usize = 256;
+const HELD_PER_DEST: usize = 16;
+
+/// The first check of a held destination after this; then doubling, at most `CHECK_MAX`.
+const CHECK_FIRST: Duration = Duration::from_millis(1);
+const CHECK_MAX: Duration = Duration::from_millis(64);
 
 /// Counters of a [`UmadTransport`] (reported through [`DatagramTransport::stats`]).
 #[derive(Debug, Default, Clone, Copy)]
@@ -254,6 +301,13 @@ struct UmadCounts {
     short: u64,
     /// Completions of failed sends (non-zero status).
     send_failed: u64,
+    /// MADs that waited for their destination's address resolution.
+    neigh_held: u64,
+    /// MADs dropped because their destination did not resolve within [`HOLD_MAX`], or too
+    /// many waited.
+    neigh_unresolved: u64,
+    /// Held MADs whose write failed once their destination had resolved.
+    held_send_error: u64,
 }
 
 impl UmadTransport {
@@ -317,6 +371,8 @@ impl UmadTransport {
             local: PeerAddr::Ib(IbAddr::roce(local_gid)),
             buf: Box::new([0; UMAD_HDR_LEN + MAD_LEN]),
             counts: UmadCounts::default(),
+            neigh: Neighbours::open(),
+            held: HashMap::new(),
         })
     }
 
@@ -324,6 +380,101 @@ impl UmadTransport {
     pub fn agent(&self) -> u32 {
         self.agent
     }
+
+    /// Writes one record. umad never refuses a write for lack of room (its poll is always
+    /// writable), so the call does not wait, except in the kernel's address resolution,
+    /// which [`UmadTransport::send`] avoids.
+    fn write_record(&mut self, rec: &Record) -> io::Result<()> {
+        self.fd.get_ref().write_all(rec)?;
+        self.counts.tx += 1;
+        Ok(())
+    }
+
+    /// The held destinations whose check is due: written if resolved now, dropped when held
+    /// too long.
+    fn flush_held(&mut self, now: Instant) {
+        if self.held.is_empty() {
+            return;
+        }
+        let due: Vec<IpAddr> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.next_check <= now)
+            .map(|(ip, _)| *ip)
+            .collect();
+        for ip in due {
+            let reach = self.neigh.reach(ip, now);
+            let Some(h) = self.held.get_mut(&ip) else {
+                continue;
+            };
+            if reach == Reach::Later && now.duration_since(h.since) < HOLD_MAX {
+                h.backoff = (h.backoff * 2).min(CHECK_MAX);
+                h.next_check = now + h.backoff;
+                continue;
+            }
+            let Some(h) = self.held.remove(&ip) else {
+                continue;
+            };
+            if reach == Reach::Later {
+                self.counts.neigh_unresolved += h.recs.len() as u64;
+                continue;
+            }
+            for rec in h.recs {
+                if self.write_record(&rec).is_err() {
+                    self.counts.held_send_error += 1;
+                }
+            }
+        }
+    }
+
+    /// When the next held destination is to be checked.
+    fn next_check(&self) -> Option<Instant> {
+        self.held.values().map(|h| h.next_check).min()
+    }
+}
+
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Sleeps until `t` (never returns for `None`).
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Most records [`UmadTransport`]'s `try_recv_batch` reads in one call.
+const UMAD_BATCH: usize = 64;
+
+/// The MAD of a record `read` returned (`n` bytes of `buf`), or `None` for a record that is
+/// not one (a failed send's completion, a short record), counted.
+fn take_record(buf: &[u8], n: usize, counts: &mut UmadCounts) -> Option<(PeerAddr, Bytes)> {
+    let hdr = UmadHdr::decode(buf.first_chunk::<UMAD_HDR_LEN>()?);
+    if hdr.status != 0 {
+        // A failed send's completion.
+        counts.send_failed += 1;
+        return None;
+    }
+    counts.rx += 1;
+    if n < UMAD_HDR_LEN + MAD_LEN {
+        counts.short += 1;
+        return None;
+    }
+    let mad = buf.get(UMAD_HDR_LEN..UMAD_HDR_LEN + MAD_LEN)?;
+    Some((PeerAddr::Ib(hdr.peer()), Bytes::copy_from_slice(mad)))
+}
+
+/// Holds `rec` for its destination (dropped, counted, when the destination holds its most).
+fn hold(h: &mut Held, rec: Record, counts: &mut UmadCounts) -> io::Result<()> {
+    if h.recs.len() >= HELD_PER_DEST {
+        counts.neigh_unresolved += 1;
+    } else {
+        counts.neigh_held += 1;
+        h.recs.push(rec);
+    }
+    Ok(())
 }
 
 impl DatagramTransport for UmadTransport {
@@ -335,7 +486,7 @@ impl DatagramTransport for UmadTransport {
             ));
         };
         let hdr = UmadHdr::for_send(self.agent, &ib, self.gid_index).encode();
-        let mut rec = [0u8; UMAD_HDR_LEN + MAD_LEN];
+        let mut rec: Record = [0u8; UMAD_HDR_LEN + MAD_LEN];
         rec.get_mut(..UMAD_HDR_LEN)
             .unwrap_or(&mut [])
             .copy_from_slice(&hdr);
@@ -344,49 +495,89 @@ impl DatagramTransport for UmadTransport {
         {
             dst.copy_from_slice(src);
         }
-        loop {
-            let mut guard = self.fd.writable().await?;
-            match guard.try_io(|f| f.get_ref().write(&rec)) {
-                Ok(r) => {
-                    r?;
-                    self.counts.tx += 1;
+        let t = now();
+        self.flush_held(t);
+        // On RoCE: never let the kernel wait for ARP in this call (module `neigh`).
+        if let Some(ip) = ib.gid.and_then(roce_ip) {
+            if let Some(h) = self.held.get_mut(&ip) {
+                return hold(h, rec, &mut self.counts);
+            }
+            if self.neigh.reach(ip, t) == Reach::Later {
+                if self.held.len() >= HELD_DESTS_MAX {
+                    self.counts.neigh_unresolved += 1;
                     return Ok(());
                 }
-                Err(_would_block) => continue,
+                let h = self.held.entry(ip).or_insert(Held {
+                    since: t,
+                    next_check: t + CHECK_FIRST,
+                    backoff: CHECK_FIRST,
+                    recs: Vec::new(),
+                });
+                return hold(h, rec, &mut self.counts);
             }
         }
+        self.write_record(&rec)
     }
 
     async fn recv(&mut self) -> io::Result<(PeerAddr, Bytes)> {
         loop {
-            let mut guard = self.fd.readable().await?;
+            // While MADs are held, wake for their checks too.
+            let check = self.next_check();
+            let ready = tokio::select! {
+                g = self.fd.readable() => Some(g?),
+                () = sleep_until(check), if check.is_some() => None,
+            };
+            let Some(mut guard) = ready else {
+                self.flush_held(now());
+                continue;
+            };
             let buf = &mut self.buf[..];
             match guard.try_io(|f| f.get_ref().read(buf)) {
                 Ok(Ok(n)) => {
-                    let Some(hdr) = self.buf.first_chunk::<UMAD_HDR_LEN>() else {
-                        continue;
-                    };
-                    let hdr = UmadHdr::decode(hdr);
-                    if hdr.status != 0 {
-                        // A failed send's completion.
-                        self.counts.send_failed += 1;
-                        continue;
+                    if let Some(m) = take_record(&self.buf[..], n, &mut self.counts) {
+                        return Ok(m);
                     }
-                    self.counts.rx += 1;
-                    if n < UMAD_HDR_LEN + MAD_LEN {
-                        self.counts.short += 1;
-                        continue;
-                    }
-                    let mad = self
-                        .buf
-                        .get(UMAD_HDR_LEN..UMAD_HDR_LEN + MAD_LEN)
-                        .unwrap_or(&[]);
-                    return Ok((PeerAddr::Ib(hdr.peer()), Bytes::copy_from_slice(mad)));
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(_would_block) => continue,
             }
         }
+    }
+
+    async fn recv_batch(&mut self, out: &mut Vec<(PeerAddr, Bytes)>) -> io::Result<()> {
+        let m = self.recv().await?;
+        out.push(m);
+        self.try_recv_batch(out)
+    }
+
+    /// Up to 64 records, one `read` each (umad returns one MAD per call): the
+    /// kernel's queue of received MADs is first come first served and unbounded, so that the
+    /// driver must take them into its own backlog of requests, where the newest are answered
+    /// first and the excess is dropped and counted, instead of letting them wait there.
+    fn try_recv_batch(&mut self, out: &mut Vec<(PeerAddr, Bytes)>) -> io::Result<()> {
+        // The noop waker takes the fd's poll-slot waker only; `recv` waits through
+        // `readable()`, whose waiters are kept apart.
+        self.flush_held(now());
+        let mut cx = Context::from_waker(Waker::noop());
+        for _ in 0..UMAD_BATCH {
+            let mut guard = match self.fd.poll_read_ready(&mut cx) {
+                Poll::Ready(Ok(g)) => g,
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => return Ok(()),
+            };
+            let buf = &mut self.buf[..];
+            match guard.try_io(|f| f.get_ref().read(buf)) {
+                Ok(Ok(n)) => {
+                    if let Some(m) = take_record(&self.buf[..], n, &mut self.counts) {
+                        out.push(m);
+                    }
+                }
+                Ok(Err(e)) => return Err(e),
+                // Empty: readiness cleared, the next `recv` waits.
+                Err(_would_block) => return Ok(()),
+            }
+        }
+        Ok(())
     }
 
     fn local_addr(&self) -> PeerAddr {
@@ -398,8 +589,12 @@ impl DatagramTransport for UmadTransport {
         TransportStats {
             rx: c.rx,
             tx: c.tx,
-            dropped: vec![("short_record", c.short)],
-            other: vec![("send_failed", c.send_failed)],
+            dropped: vec![
+                ("short_record", c.short),
+                ("neigh_unresolved", c.neigh_unresolved),
+                ("held_send_error", c.held_send_error),
+            ],
+            other: vec![("send_failed", c.send_failed), ("neigh_held", c.neigh_held)],
         }
     }
 }
@@ -457,6 +652,83 @@ mod tests {
         assert_eq!(h.qpn.get(), 0xff_ffff);
         assert!(h.grh_present);
         assert_eq!(UmadHdr::decode(&h.encode()), h);
+    }
+
+    /// A transport whose "device" is one end of a datagram socket pair (one record per
+    /// read, like umad); the other end plays the kernel.
+    fn over_socket() -> (UmadTransport, std::os::unix::net::UnixDatagram) {
+        let (dev, kernel) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        dev.set_nonblocking(true).unwrap();
+        let file = File::from(std::os::fd::OwnedFd::from(dev));
+        let t = UmadTransport {
+            fd: sys::async_fd(file).unwrap(),
+            agent: 0,
+            gid_index: 0,
+            local: PeerAddr::Ib(IbAddr::roce(Gid::ZERO)),
+            buf: Box::new([0; UMAD_HDR_LEN + MAD_LEN]),
+            counts: UmadCounts::default(),
+            neigh: Neighbours::open(),
+            held: HashMap::new(),
+        };
+        (t, kernel)
+    }
+
+    /// A received record from `ip` whose MAD is filled with `fill`.
+    fn record(ip: &str, fill: u8) -> Vec<u8> {
+        let from = IbAddr::roce(Gid::from_ip(ip.parse().unwrap()));
+        let mut r = UmadHdr::for_send(0, &from, 0).encode().to_vec();
+        r.extend_from_slice(&[fill; MAD_LEN]);
+        r
+    }
+
+    #[tokio::test]
+    async fn a_receive_takes_what_the_kernel_has_queued_in_batches() {
+        let (mut t, kernel) = over_socket();
+        // 150 MADs, a failed send's completion and a short record among them.
+        for i in 0..150u8 {
+            kernel.send(&record("10.77.0.1", i)).unwrap();
+            if i == 10 {
+                let mut done = record("10.77.0.1", 0xee);
+                done[4..8].copy_from_slice(&110u32.to_ne_bytes()); // status ETIMEDOUT
+                kernel.send(&done).unwrap();
+                kernel
+                    .send(&record("10.77.0.1", 0xdd)[..UMAD_HDR_LEN + 8])
+                    .unwrap();
+            }
+        }
+        let mut got = Vec::new();
+        t.recv_batch(&mut got).await.unwrap();
+        assert_eq!(
+            got.len(),
+            1 + UMAD_BATCH - 2,
+            "the first MAD and one batch of records"
+        );
+        while got.len() < 150 {
+            // A new poll of the task: tokio's cooperative budget (128 polls of its I/O
+            // resources per poll of a task) would end a batch early.
+            tokio::task::yield_now().await;
+            let before = got.len();
+            t.try_recv_batch(&mut got).unwrap();
+            assert!(got.len() > before, "records were left");
+        }
+        let fills: Vec<u8> = got.iter().map(|(_, m)| m[0]).collect();
+        assert_eq!(fills, (0..150u8).collect::<Vec<_>>(), "in order");
+        assert!(got.iter().all(|(from, m)| m.len() == MAD_LEN
+            && *from == PeerAddr::Ib(IbAddr::roce(Gid::from_ip("10.77.0.1".parse().unwrap())))));
+        assert_eq!(
+            (t.counts.rx, t.counts.short, t.counts.send_failed),
+            (151, 1, 1)
+        );
+        // Empty: nothing more, no error; the next record still wakes a receive.
+        t.try_recv_batch(&mut got).unwrap();
+        assert_eq!(got.len(), 150);
+        kernel.send(&record("10.77.0.2", 7)).unwrap();
+        let (from, m) = t.recv().await.unwrap();
+        assert_eq!(m[0], 7);
+        assert_eq!(
+            from,
+            PeerAddr::Ib(IbAddr::roce(Gid::from_ip("10.77.0.2".parse().unwrap())))
+        );
     }
 
     #[test]
