@@ -23,7 +23,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tracing::{debug, warn};
+use tracing::{trace, warn};
 
 /// What [`Neighbours::reach`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +142,7 @@ impl Neighbours {
             return Reach::Now;
         }
         let r = self.check(dst);
-        debug!(%dst, result = ?r, "neighbour check");
+        trace!(%dst, result = ?r, "neighbour check");
         match r {
             Ok(Reach::Now) => {
                 if self.known.len() >= KNOWN_MAX {
@@ -163,7 +163,7 @@ impl Neighbours {
 
     fn check(&mut self, dst: IpAddr) -> io::Result<Reach> {
         let route = self.request(&route_request(dst))?;
-        debug!(%dst, ?route, "route");
+        trace!(%dst, ?route, "route");
         let hop = match route {
             Answer::Route {
                 kind: RTN_UNICAST,
@@ -177,7 +177,7 @@ impl Neighbours {
             _ => return Ok(Reach::Now),
         };
         let neigh = self.request(&neigh_request(hop, false))?;
-        debug!(%dst, ?neigh, "neighbour");
+        trace!(%dst, ?neigh, "neighbour");
         match neigh {
             Answer::Neigh { state } if state & NUD_VALID != 0 => return Ok(Reach::Now),
             Answer::Neigh { .. } => {}

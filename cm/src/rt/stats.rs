@@ -29,7 +29,7 @@ impl TransportStats {
     /// before the endpoint saw them because its backlog of requests was full (a flood), and
     /// `send_error`, MADs whose send call failed (not handed to the network; `send_failed`
     /// counts those the umad kernel module took and then reported failed).
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 13] = [
         "bad_icrc",
         "not_mad",
         "icrc_unverified",
@@ -38,6 +38,7 @@ impl TransportStats {
         "held_send_error",
         "send_failed",
         "neigh_held",
+        "write_stalls",
         "recv_calls",
         "send_calls",
         "req_backlog_full",

@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ibcm_mad::{Gid, Lid, Qkey, Qpn, MAD_LEN};
 use tokio::io::unix::AsyncFd;
+use tracing::debug;
 
 use super::neigh::{roce_ip, Neighbours, Reach};
 use super::sys;
@@ -292,6 +293,9 @@ const HELD_PER_DEST: usize = 16;
 const CHECK_FIRST: Duration = Duration::from_millis(1);
 const CHECK_MAX: Duration = Duration::from_millis(64);
 
+/// A write that takes this long is counted as a stall (`write_stalls`).
+const WRITE_STALL: Duration = Duration::from_millis(100);
+
 /// Counters of a [`UmadTransport`] (reported through [`DatagramTransport::stats`]).
 #[derive(Debug, Default, Clone, Copy)]
 struct UmadCounts {
@@ -308,6 +312,8 @@ struct UmadCounts {
     neigh_unresolved: u64,
     /// Held MADs whose write failed once their destination had resolved.
     held_send_error: u64,
+    /// Writes that took [`WRITE_STALL`] or longer (the kernel waited in them).
+    write_stalls: u64,
 }
 
 impl UmadTransport {
@@ -385,7 +391,20 @@ impl UmadTransport {
     /// writable), so the call does not wait, except in the kernel's address resolution,
     /// which [`UmadTransport::send`] avoids.
     fn write_record(&mut self, rec: &Record) -> io::Result<()> {
-        self.fd.get_ref().write_all(rec)?;
+        let t = now();
+        let r = self.fd.get_ref().write_all(rec);
+        let took = now().duration_since(t);
+        if took >= WRITE_STALL {
+            self.counts.write_stalls += 1;
+            let to = UmadHdr::decode(rec.first_chunk().unwrap_or(&[0; UMAD_HDR_LEN])).peer();
+            debug!(
+                ?to,
+                ?took,
+                ok = r.is_ok(),
+                "umad write waited in the kernel"
+            );
+        }
+        r?;
         self.counts.tx += 1;
         Ok(())
     }
@@ -594,7 +613,11 @@ impl DatagramTransport for UmadTransport {
                 ("neigh_unresolved", c.neigh_unresolved),
                 ("held_send_error", c.held_send_error),
             ],
-            other: vec![("send_failed", c.send_failed), ("neigh_held", c.neigh_held)],
+            other: vec![
+                ("send_failed", c.send_failed),
+                ("neigh_held", c.neigh_held),
+                ("write_stalls", c.write_stalls),
+            ],
         }
     }
 }
