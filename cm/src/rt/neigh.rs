@@ -94,6 +94,9 @@ pub(crate) struct Neighbours {
     seq: u32,
     /// Destinations whose next hop was valid, until when.
     known: HashMap<IpAddr, Instant>,
+    /// Tests: the answers to give instead of asking the kernel (then `Later` for ever).
+    #[cfg(test)]
+    script: Option<std::collections::VecDeque<Reach>>,
 }
 
 impl std::fmt::Debug for Neighbours {
@@ -129,19 +132,32 @@ impl Neighbours {
             sock,
             seq: 0,
             known: HashMap::new(),
+            #[cfg(test)]
+            script: None,
         }
     }
 
-    /// Whether a write to `dst` goes out without waiting for address resolution; when not,
-    /// the kernel has been asked to resolve it.
-    pub(crate) fn reach(&mut self, dst: IpAddr, now: Instant) -> Reach {
+    /// Tests: a table that answers `answers` in turn, then [`Reach::Later`].
+    #[cfg(test)]
+    pub(crate) fn scripted(answers: &[Reach]) -> Self {
+        Neighbours {
+            script: Some(answers.iter().copied().collect()),
+            ..Neighbours::open()
+        }
+    }
+
+    /// Whether a write to `dst` goes out without waiting for address resolution; when not
+    /// and `resolve` is set, the kernel has been asked to resolve it (an ARP request or
+    /// neighbour solicitation: the caller asks only for destinations it can hold MADs for, so
+    /// that a flood from spoofed sources does not become one ARP request per REQ).
+    pub(crate) fn reach(&mut self, dst: IpAddr, now: Instant, resolve: bool) -> Reach {
         if self.known.get(&dst).is_some_and(|&until| now < until) {
             return Reach::Now;
         }
         if self.sock.is_none() {
             return Reach::Now;
         }
-        let r = self.check(dst);
+        let r = self.check(dst, resolve);
         trace!(%dst, result = ?r, "neighbour check");
         match r {
             Ok(Reach::Now) => {
@@ -161,7 +177,11 @@ impl Neighbours {
         }
     }
 
-    fn check(&mut self, dst: IpAddr) -> io::Result<Reach> {
+    fn check(&mut self, dst: IpAddr, resolve: bool) -> io::Result<Reach> {
+        #[cfg(test)]
+        if let Some(script) = self.script.as_mut() {
+            return Ok(script.pop_front().unwrap_or(Reach::Later));
+        }
         let route = self.request(&route_request(dst))?;
         trace!(%dst, ?route, "route");
         let hop = match route {
@@ -184,6 +204,9 @@ impl Neighbours {
             Answer::Error(e) if e == -libc::ENOENT => {}
             Answer::Error(e) => return Err(io::Error::from_raw_os_error(-e)),
             Answer::Route { .. } => return Err(io::Error::other("a route for a neighbour")),
+        }
+        if !resolve {
+            return Ok(Reach::Later);
         }
         match self.request(&neigh_request(hop, true))? {
             Answer::Error(0) => Ok(Reach::Later),
@@ -415,7 +438,8 @@ mod tests {
         assert_eq!(
             n.reach(
                 "127.0.0.1".parse().unwrap(),
-                tokio::time::Instant::now().into_std()
+                tokio::time::Instant::now().into_std(),
+                true
             ),
             Reach::Now
         );

@@ -33,7 +33,9 @@
 //! (at most 16 per destination, 256 destinations, 1 s; then dropped and counted as
 //! `neigh_unresolved`; `neigh_held` counts those that waited). Held MADs are written at the
 //! next check once the entry is valid: checks 1 ms after the first hold, then doubling to
-//! 64 ms, run by the transport's own receive.
+//! 64 ms, run by the transport's own receive. The kernel is asked to resolve a destination
+//! only when there is room to hold its MADs: a flood from spoofed sources costs at most 256
+//! resolutions (ARP requests) at a time, not one per REQ.
 //!
 //! umad rewrites the high 32 bits of the TID of every request MAD it sends with the agent's
 //! `hi_tid` (docs/interop.md §8.10); the core never compares TIDs, so this is harmless.
@@ -422,7 +424,7 @@ impl UmadTransport {
             .map(|(ip, _)| *ip)
             .collect();
         for ip in due {
-            let reach = self.neigh.reach(ip, now);
+            let reach = self.neigh.reach(ip, now, true);
             let Some(h) = self.held.get_mut(&ip) else {
                 continue;
             };
@@ -521,8 +523,10 @@ impl DatagramTransport for UmadTransport {
             if let Some(h) = self.held.get_mut(&ip) {
                 return hold(h, rec, &mut self.counts);
             }
-            if self.neigh.reach(ip, t) == Reach::Later {
-                if self.held.len() >= HELD_DESTS_MAX {
+            // With every hold in use, a destination not resolved yet is not even asked for.
+            let room = self.held.len() < HELD_DESTS_MAX;
+            if self.neigh.reach(ip, t, room) == Reach::Later {
+                if !room {
                     self.counts.neigh_unresolved += 1;
                     return Ok(());
                 }
@@ -680,6 +684,10 @@ mod tests {
     /// A transport whose "device" is one end of a datagram socket pair (one record per
     /// read, like umad); the other end plays the kernel.
     fn over_socket() -> (UmadTransport, std::os::unix::net::UnixDatagram) {
+        over_socket_with(Neighbours::open())
+    }
+
+    fn over_socket_with(neigh: Neighbours) -> (UmadTransport, std::os::unix::net::UnixDatagram) {
         let (dev, kernel) = std::os::unix::net::UnixDatagram::pair().unwrap();
         dev.set_nonblocking(true).unwrap();
         let file = File::from(std::os::fd::OwnedFd::from(dev));
@@ -690,7 +698,7 @@ mod tests {
             local: PeerAddr::Ib(IbAddr::roce(Gid::ZERO)),
             buf: Box::new([0; UMAD_HDR_LEN + MAD_LEN]),
             counts: UmadCounts::default(),
-            neigh: Neighbours::open(),
+            neigh,
             held: HashMap::new(),
         };
         (t, kernel)
@@ -752,6 +760,46 @@ mod tests {
             from,
             PeerAddr::Ib(IbAddr::roce(Gid::from_ip("10.77.0.2".parse().unwrap())))
         );
+    }
+
+    /// The MADs of `kernel`'s queue (non-blocking), by their first MAD byte.
+    fn written(kernel: &std::os::unix::net::UnixDatagram) -> Vec<u8> {
+        kernel.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; UMAD_HDR_LEN + MAD_LEN + 1];
+        let mut got = Vec::new();
+        while let Ok(n) = kernel.recv(&mut buf) {
+            assert_eq!(n, UMAD_HDR_LEN + MAD_LEN);
+            got.push(buf[UMAD_HDR_LEN]);
+        }
+        got
+    }
+
+    /// MADs to a destination the kernel would have to resolve wait, without a blocking
+    /// write, and go out in order once it is resolved; those to one that does not resolve
+    /// within a second are dropped and counted.
+    #[tokio::test(start_paused = true)]
+    async fn writes_wait_for_address_resolution_outside_the_kernel() {
+        use Reach::{Later, Now};
+        // 10.1.2.3: unresolved at the first MAD and at the first check, resolved at the
+        // second; 10.9.9.9 (asked next): never.
+        let (mut t, kernel) = over_socket_with(Neighbours::scripted(&[Later, Later, Now]));
+        let to = |ip: &str| PeerAddr::Ib(IbAddr::roce(Gid::from_ip(ip.parse().unwrap())));
+        t.send(to("10.1.2.3"), &[1; MAD_LEN]).await.unwrap();
+        t.send(to("10.1.2.3"), &[2; MAD_LEN]).await.unwrap();
+        assert_eq!(written(&kernel), [0u8; 0], "nothing written yet");
+        assert_eq!(t.counts.neigh_held, 2);
+        // The transport's receive runs the checks (1 ms, then 2 ms later).
+        let _ = tokio::time::timeout(Duration::from_millis(10), t.recv()).await;
+        assert_eq!(written(&kernel), [1, 2], "written in order once resolved");
+        assert_eq!(t.counts.tx, 2);
+        t.send(to("10.9.9.9"), &[3; MAD_LEN]).await.unwrap();
+        let _ = tokio::time::timeout(HOLD_MAX * 2, t.recv()).await;
+        assert_eq!(written(&kernel), [0u8; 0]);
+        assert_eq!((t.counts.neigh_held, t.counts.neigh_unresolved), (3, 1));
+        assert!(t.held.is_empty());
+        // A link-local (RoCE v1 / IB) destination is not checked: written at once.
+        t.send(to("fe80::1"), &[4; MAD_LEN]).await.unwrap();
+        assert_eq!(written(&kernel), [4]);
     }
 
     #[test]
