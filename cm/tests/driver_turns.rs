@@ -13,7 +13,7 @@ use std::pin::pin;
 use std::task::{Context, Waker};
 
 use ibcm::proto::*;
-use ibcm::rt::{Cm, DatagramTransport, MemNetwork};
+use ibcm::rt::{Cm, DatagramTransport, MemNetwork, MemTransport};
 use ibcm_mad::*;
 
 mod rt_common;
@@ -74,28 +74,35 @@ async fn a_turns_requests_go_out_in_order_even_when_it_ends_in_shutdown() {
     );
 }
 
+const L_ADDR: &str = "127.0.0.2:4791";
+
+/// An endpoint on [`L_ADDR`] (no listener) and a peer that has sent it `n` REQs, all queued
+/// before the endpoint's driver first runs.
+async fn flooded(n: u32) -> (Cm, MemTransport) {
+    let net = MemNetwork::new();
+    let (l, _task) = Cm::bind(
+        net.transport(addr(L_ADDR)),
+        EndpointConfig {
+            rng_seed: Some(1),
+            ..Default::default()
+        },
+    );
+    let mut peer = net.transport(addr("127.0.0.9:4791"));
+    for i in 0..n {
+        let req = sec_common::hostile_req(0x1000 + i, 0x99, 0x2000 + i, 20, 15);
+        peer.send(addr(L_ADDR), &req).await.unwrap();
+    }
+    (l, peer)
+}
+
 /// A burst of REQs beyond the driver's backlog of requests (2,048): the oldest excess is
 /// dropped before the core sees it and counted as `req_backlog_full`; every other REQ reaches
 /// the core. (Before the backlog every REQ reached the core in arrival order, however many
 /// waited: under a flood the kernel dropped the excess blindly and an RTU waited behind them.)
 #[tokio::test(start_paused = true)]
 async fn requests_beyond_the_backlog_are_dropped_and_counted() {
-    let net = MemNetwork::new();
-    let l_addr = addr("127.0.0.2:4791");
-    let (l, _task) = Cm::bind(
-        net.transport(l_addr),
-        EndpointConfig {
-            rng_seed: Some(1),
-            ..Default::default()
-        },
-    );
-    let mut flooder = net.transport(addr("127.0.0.9:4791"));
     const N: u32 = 5000;
-    // All queued before the driver first runs.
-    for i in 0..N {
-        let req = sec_common::hostile_req(0x1000 + i, 0x99, 0x2000 + i, 20, 15);
-        flooder.send(l_addr, &req).await.unwrap();
-    }
+    let (l, _flooder) = flooded(N).await;
     // The clock moves only once the driver is idle: every REQ was handled or dropped by then.
     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     let st = l.stats().await.unwrap();
@@ -120,28 +127,15 @@ async fn requests_beyond_the_backlog_are_dropped_and_counted() {
 /// Under overload the driver answers the newest requests first: a REQ that comes while
 /// thousands of older ones wait in the backlog is answered within a turn or two, before most
 /// of them. (First come first served made it wait for the whole backlog: on a slow host
-/// longer than its peer waits, so that during a flood no connection completed — the lab's
-/// hostile run on a loaded machine, 0 of 100.)
+/// longer than its peer waits, so that during a flood no connection would complete.)
 #[tokio::test(start_paused = true)]
 async fn a_request_that_comes_during_a_backlog_is_answered_before_it() {
-    let net = MemNetwork::new();
-    let l_addr = addr("127.0.0.2:4791");
-    let (_l, _task) = Cm::bind(
-        net.transport(l_addr),
-        EndpointConfig {
-            rng_seed: Some(1),
-            ..Default::default()
-        },
-    );
     // One peer for the flood and the late REQ, so that the order of the answers it receives
     // is the order in which the listener handled the REQs. No listener: each REQ is answered
     // with a REJ whose remote comm ID is the REQ's.
-    let mut peer = net.transport(addr("127.0.0.9:4791"));
     const N: u32 = 3000;
-    for i in 0..N {
-        let req = sec_common::hostile_req(0x1000 + i, 0x99, 0x2000 + i, 20, 15);
-        peer.send(l_addr, &req).await.unwrap();
-    }
+    let (_l, mut peer) = flooded(N).await;
+    let l_addr = addr(L_ADDR);
     // Let the driver read them (its first turns), then the late REQ.
     tokio::task::yield_now().await;
     const LATE: u32 = 0x9999;
