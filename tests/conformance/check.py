@@ -269,8 +269,11 @@ def cleanup_cell(out):
 
 # ------------------------------------------------------------------------------------------
 def tshark_cm(pcap):
-    """-> list of (attributeid int, tid str, rej reason or None) via tshark"""
-    p = subprocess.run(["tshark", "-r", pcap, "-Y", "infiniband.mad.mgmtclass == 0x07", "-T", "fields",
+    """-> list of (attributeid int, tid str, rej reason or None) via tshark. Not the MADs that
+    ICMP errors quote: when a host answers a late datagram with "port unreachable" (the
+    hostile run's client closes its socket while the guest's last DREPs are on their way),
+    tshark decodes the quoted packet as a MAD; pcaptool, like any CM, sees no MAD there."""
+    p = subprocess.run(["tshark", "-r", pcap, "-Y", "infiniband.mad.mgmtclass == 0x07 && !icmp && !icmpv6", "-T", "fields",
                         "-e", "infiniband.mad.attributeid", "-e", "infiniband.mad.transactionid",
                         "-e", "infiniband.cm.rej.reason"], capture_output=True, text=True)
     rows = []
