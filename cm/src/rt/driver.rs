@@ -13,6 +13,7 @@ use tracing::{debug, debug_span, warn};
 
 use super::command::{Command, Reply};
 use super::handle::SHUTDOWN_LINGER;
+use super::now;
 use super::slot::Registry;
 use super::slot::Slot;
 
@@ -106,10 +107,6 @@ fn is_request(mad: &[u8]) -> bool {
         ibcm_mad::MadHeader::peek_attr_id(mad),
         Some(ibcm_mad::AttrId::Req | ibcm_mad::AttrId::SidrReq)
     )
-}
-
-fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
 }
 
 impl<T: DatagramTransport> Driver<T> {

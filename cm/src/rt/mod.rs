@@ -35,6 +35,11 @@ mod types;
 pub mod udp;
 pub mod umad;
 
+/// The driver's clock (tokio's, so that paused-time tests move it) as the core's `Instant`.
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT, SHUTDOWN_LINGER};
 pub use pending::PendingConnection;
 pub use stateless::Arrival;

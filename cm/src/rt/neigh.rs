@@ -436,11 +436,7 @@ mod tests {
     fn a_local_address_is_reachable_now() {
         let mut n = Neighbours::open();
         assert_eq!(
-            n.reach(
-                "127.0.0.1".parse().unwrap(),
-                tokio::time::Instant::now().into_std(),
-                true
-            ),
+            n.reach("127.0.0.1".parse().unwrap(), super::super::now(), true),
             Reach::Now
         );
     }

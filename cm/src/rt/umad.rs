@@ -55,7 +55,7 @@ use tokio::io::unix::AsyncFd;
 use tracing::debug;
 
 use super::neigh::{roce_ip, Neighbours, Reach};
-use super::sys;
+use super::{now, sys};
 use super::{DatagramTransport, TransportStats};
 use crate::proto::{IbAddr, PeerAddr};
 
@@ -372,16 +372,33 @@ impl UmadTransport {
             path: path.clone(),
             source,
         })?;
-        Ok(UmadTransport {
+        Ok(UmadTransport::with(
+            fd,
+            agent,
+            gid_index,
+            local_gid,
+            Neighbours::open(),
+        ))
+    }
+
+    /// The transport over an open, registered device file.
+    fn with(
+        fd: AsyncFd<File>,
+        agent: u32,
+        gid_index: u8,
+        local_gid: Gid,
+        neigh: Neighbours,
+    ) -> Self {
+        UmadTransport {
             fd,
             agent,
             gid_index,
             local: PeerAddr::Ib(IbAddr::roce(local_gid)),
             buf: Box::new([0; UMAD_HDR_LEN + MAD_LEN]),
             counts: UmadCounts::default(),
-            neigh: Neighbours::open(),
+            neigh,
             held: HashMap::new(),
-        })
+        }
     }
 
     /// The agent ID the kernel assigned.
@@ -454,10 +471,6 @@ impl UmadTransport {
     }
 }
 
-fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
-}
-
 /// Sleeps until `t` (never returns for `None`).
 async fn sleep_until(t: Option<Instant>) {
     match t {
@@ -488,14 +501,13 @@ fn take_record(buf: &[u8], n: usize, counts: &mut UmadCounts) -> Option<(PeerAdd
 }
 
 /// Holds `rec` for its destination (dropped, counted, when the destination holds its most).
-fn hold(h: &mut Held, rec: Record, counts: &mut UmadCounts) -> io::Result<()> {
+fn hold(h: &mut Held, rec: Record, counts: &mut UmadCounts) {
     if h.recs.len() >= HELD_PER_DEST {
         counts.neigh_unresolved += 1;
     } else {
         counts.neigh_held += 1;
         h.recs.push(rec);
     }
-    Ok(())
 }
 
 impl DatagramTransport for UmadTransport {
@@ -521,7 +533,8 @@ impl DatagramTransport for UmadTransport {
         // On RoCE: never let the kernel wait for ARP in this call (module `neigh`).
         if let Some(ip) = ib.gid.and_then(roce_ip) {
             if let Some(h) = self.held.get_mut(&ip) {
-                return hold(h, rec, &mut self.counts);
+                hold(h, rec, &mut self.counts);
+                return Ok(());
             }
             // With every hold in use, a destination not resolved yet is not even asked for.
             let room = self.held.len() < HELD_DESTS_MAX;
@@ -536,7 +549,8 @@ impl DatagramTransport for UmadTransport {
                     backoff: CHECK_FIRST,
                     recs: Vec::new(),
                 });
-                return hold(h, rec, &mut self.counts);
+                hold(h, rec, &mut self.counts);
+                return Ok(());
             }
         }
         self.write_record(&rec)
@@ -695,16 +709,7 @@ mod tests {
         let (dev, kernel) = std::os::unix::net::UnixDatagram::pair().unwrap();
         dev.set_nonblocking(true).unwrap();
         let file = File::from(std::os::fd::OwnedFd::from(dev));
-        let t = UmadTransport {
-            fd: sys::async_fd(file).unwrap(),
-            agent: 0,
-            gid_index: 0,
-            local: PeerAddr::Ib(IbAddr::roce(Gid::ZERO)),
-            buf: Box::new([0; UMAD_HDR_LEN + MAD_LEN]),
-            counts: UmadCounts::default(),
-            neigh,
-            held: HashMap::new(),
-        };
+        let t = UmadTransport::with(sys::async_fd(file).unwrap(), 0, 0, Gid::ZERO, neigh);
         (t, kernel)
     }
 
