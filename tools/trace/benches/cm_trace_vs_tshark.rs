@@ -8,18 +8,27 @@
 //!   JSON keys (frame, time, addresses, attribute, TID, comm IDs, Service ID, QPNs, EECN,
 //!   transport type, REJ reason, ICRC),
 //!
-//! both writing into a pipe that this process drains and counts, and prints
-//! `cm-trace: X s; tshark: Y s; ratio: Z` (wall-clock times), with the load averages before
-//! and after (the machine may be shared). On a loaded machine the wall-clock ratio swings with
-//! the other processes, so the CPU time (user + system) of each command, from this process's
-//! children times in `/proc/self/stat`, is printed too, as `cpu ratio`: cm-trace's threads
-//! (tracking, decoding and formatting, writing) all count there, so it is the ratio of work,
-//! not of waiting. The capture is deleted afterwards.
+//! both writing into a pipe that this process drains (1 MiB reads, lines counted with
+//! `memchr`), and prints `cm-trace: X s; tshark: Y s; ratio: Z` (wall-clock times), with the
+//! load averages before and after (the machine may be shared). On a loaded machine the
+//! wall-clock ratio swings with the other processes, so the CPU time (user + system) of each
+//! command, from this process's children times in `/proc/self/stat`, is printed too, as
+//! `cpu ratio`: cm-trace's threads (tracking, decoding and formatting, writing) all count
+//! there, so it is the ratio of work, not of waiting.
 //!
-//! Last measured 2026-12-02 on the project's 2-core machine, load average 1.2–1.5: cm-trace
-//! 0.813 / 0.870 / 0.818 s (CPU 1.05 / 1.08 / 1.05 s), tshark 27.2 / 28.3 / 26.9 s: ratio
-//! 33.5 / 32.6 / 32.9, CPU ratio 25.9 / 26.2 / 25.6 (README.md, "cm-trace vs tshark", has the
-//! history and where the time goes). The goal of 100× is not reached.
+//! **The floor**, measured in the same run: cm-trace's JSON output, saved once, written into
+//! the same kind of drained pipe by this binary re-executed as a writer that does nothing
+//! else (1 MiB `write` calls into a pipe enlarged to 1 MiB, as cm-trace's writer thread
+//! does), timed from its first byte to its last, best of three. It is what moving that many
+//! bytes to the consumer costs on this machine; the benchmark prints cm-trace's time as a
+//! multiple of it and tshark's time divided by it, the highest ratio a tool that writes
+//! cm-trace's output with `write` could reach here. The capture and the saved output are deleted afterwards.
+//!
+//! Last measured 2026-12-02 on the project's 2-core machine, load average 0.8–1.0: cm-trace
+//! 0.471 / 0.459 / 0.457 s (CPU 0.72 / 0.72 / 0.69 s), floor 0.165 / 0.164 / 0.169 s, tshark
+//! 21.9 / 21.3 / 21.7 s: ratio 46.5 / 46.5 / 47.6, highest reachable 132.6 / 130.3 / 129.0
+//! (README.md, "cm-trace vs tshark", has the history and where the time goes). The goal of
+//! 100× is not reached.
 //!
 //! `CM_TRACE_BENCH_PACKETS=N` changes the size. Without `--bench` (as `cargo test --benches`
 //! runs it) it is a smoke run with 2,000 packets.
@@ -84,12 +93,23 @@ fn children_cpu(ticks: Option<u64>) -> Option<Duration> {
     ))
 }
 
-/// Runs a command with stdout into a pipe drained here; returns (wall time, lines, CPU time
-/// when known).
-fn timed(
-    cmd: &mut Command,
-    ticks: Option<u64>,
-) -> Result<(Duration, u64, Option<Duration>), String> {
+/// What one timed command did.
+struct Timed {
+    /// From the spawn to the exit.
+    wall: Duration,
+    /// From the first byte read from its standard output to the end of it.
+    streaming: Duration,
+    /// Lines it printed.
+    lines: u64,
+    /// Bytes it printed.
+    bytes: u64,
+    /// Its CPU time (user + system), when known.
+    cpu: Option<Duration>,
+}
+
+/// Runs a command with stdout into a pipe drained here (1 MiB reads, lines counted with
+/// `memchr`, as a consumer that looks at every byte would).
+fn timed(cmd: &mut Command, ticks: Option<u64>) -> Result<Timed, String> {
     let cpu0 = children_cpu(ticks);
     let start = Instant::now();
     let mut child = cmd
@@ -97,23 +117,27 @@ fn timed(
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| e.to_string())?;
-    let mut lines = 0u64;
+    let (mut lines, mut bytes) = (0u64, 0u64);
+    let mut first: Option<Instant> = None;
+    let mut last = start;
     if let Some(mut out) = child.stdout.take() {
         let mut buf = vec![0u8; 1 << 20];
         loop {
             match out.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    lines += buf
-                        .get(..n)
-                        .map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count() as u64);
+                    last = Instant::now();
+                    first.get_or_insert(last);
+                    let got = buf.get(..n).unwrap_or_default();
+                    lines += memchr::memchr_iter(b'\n', got).count() as u64;
+                    bytes += n as u64;
                 }
                 Err(e) => return Err(e.to_string()),
             }
         }
     }
     let status = child.wait().map_err(|e| e.to_string())?;
-    let t = start.elapsed();
+    let wall = start.elapsed();
     if !status.success() {
         return Err(format!("exit status {status}"));
     }
@@ -121,7 +145,37 @@ fn timed(
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
-    Ok((t, lines, cpu))
+    Ok(Timed {
+        wall,
+        streaming: first.map_or(Duration::ZERO, |f| last.saturating_duration_since(f)),
+        lines,
+        bytes,
+        cpu,
+    })
+}
+
+/// With this variable naming a file, the benchmark's binary is the floor's writer
+/// ([`write_floor`]) instead of the benchmark.
+const FLOOR_ENV: &str = "CM_TRACE_BENCH_FLOOR_FILE";
+
+/// The floor's writer: reads the file into memory, then writes it to standard output in
+/// 1 MiB `write` calls into a pipe enlarged to 1 MiB, as cm-trace's writer thread does, and
+/// does nothing else. The time from its first byte to its last, drained by [`timed`], is
+/// what moving that output through the pipe costs on this machine, without any decoding.
+fn write_floor(path: &std::ffi::OsStr) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let data = std::fs::read(path).map_err(|e| e.to_string())?;
+    let fd = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| e.to_string())?;
+    let _ = rustix::pipe::fcntl_setpipe_size(&fd, 1 << 20);
+    let mut out = std::fs::File::from(fd);
+    for chunk in data.chunks(1 << 20) {
+        out.write_all(chunk).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 fn have_tshark() -> bool {
@@ -134,6 +188,13 @@ fn have_tshark() -> bool {
 }
 
 fn main() {
+    if let Some(path) = std::env::var_os(FLOOR_ENV) {
+        if let Err(e) = write_floor(&path) {
+            eprintln!("cm_trace_vs_tshark (floor writer): {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if let Err(e) = bench() {
         eprintln!("cm_trace_vs_tshark: {e}");
         std::process::exit(1);
@@ -197,18 +258,21 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
     let _ = std::fs::read(path);
     let mut best = Duration::MAX;
     let mut best_cpu: Option<Duration> = None;
+    let mut out_bytes = 0;
     for _ in 0..3 {
-        let (t, lines, cpu) = timed(Command::new(CM_TRACE).args(["--json", file]), ticks)?;
-        if lines != packets {
+        let r = timed(Command::new(CM_TRACE).args(["--json", file]), ticks)?;
+        if r.lines != packets {
             return Err(format!(
-                "cm-trace printed {lines} lines for {packets} packets"
+                "cm-trace printed {} lines for {packets} packets",
+                r.lines
             ));
         }
-        best = best.min(t);
-        best_cpu = match (best_cpu, cpu) {
+        best = best.min(r.wall);
+        best_cpu = match (best_cpu, r.cpu) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        out_bytes = r.bytes;
     }
     let ct = best.as_secs_f64();
     let cpu_text = |c: Option<Duration>| {
@@ -221,6 +285,17 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
         "cm-trace --json: {ct:.3} s ({:.0} packets/s); CPU {}",
         packets as f64 / ct,
         cpu_text(best_cpu)
+    );
+    let json = path.with_extension("json");
+    let floor = pipe_floor(file, &json, out_bytes, ticks);
+    let _ = std::fs::remove_file(&json);
+    let floor = floor?;
+    println!(
+        "floor: cm-trace's output ({:.1} MB) written into the same pipe by a program that only \
+         writes it (1 MiB writes): {floor:.3} s from its first byte to its last (best of 3); \
+         cm-trace is at {:.2}× the floor",
+        out_bytes as f64 / 1e6,
+        ct / floor
     );
     if !have_tshark() {
         if std::env::var_os("IBCM_REQUIRE_TSHARK").is_some_and(|v| v != "0") {
@@ -237,20 +312,21 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
     for f in FIELDS {
         cmd.args(["-e", f]);
     }
-    let (tt, lines, tcpu) = timed(&mut cmd, ticks)?;
-    if lines != packets {
+    let r = timed(&mut cmd, ticks)?;
+    if r.lines != packets {
         return Err(format!(
-            "tshark printed {lines} lines for {packets} packets"
+            "tshark printed {} lines for {packets} packets",
+            r.lines
         ));
     }
-    let ts = tt.as_secs_f64();
+    let ts = r.wall.as_secs_f64();
     println!(
         "tshark -T fields ({} fields): {ts:.3} s ({:.0} packets/s); CPU {}",
         FIELDS.len(),
         packets as f64 / ts,
-        cpu_text(tcpu)
+        cpu_text(r.cpu)
     );
-    if let (Some(c), Some(t)) = (best_cpu, tcpu) {
+    if let (Some(c), Some(t)) = (best_cpu, r.cpu) {
         if c > Duration::ZERO {
             println!(
                 "cpu: cm-trace {:.2} s; tshark {:.2} s; cpu ratio: {:.1}",
@@ -261,9 +337,43 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
         }
     }
     println!(
+        "the highest ratio cm-trace's output allows here (tshark ÷ floor): {:.1}",
+        ts / floor
+    );
+    println!(
         "cm-trace: {ct:.3} s; tshark: {ts:.3} s; ratio: {:.1}",
         ts / ct
     );
     println!("load average after: {}", load_average());
     Ok(())
+}
+
+/// The floor of `cm-trace --json` on this capture: its output, saved once to `json`, written
+/// by this binary in floor mode ([`write_floor`]) into the same kind of drained pipe; the
+/// best of three, first byte to last (so neither process start nor reading the saved file
+/// counts against it). Checks that all `bytes` arrive.
+fn pipe_floor(file: &str, json: &Path, bytes: u64, ticks: Option<u64>) -> Result<f64, String> {
+    let out = std::fs::File::create(json).map_err(|e| e.to_string())?;
+    let status = Command::new(CM_TRACE)
+        .args(["--json", file])
+        .stdout(out)
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("cm-trace --json into a file: exit status {status}"));
+    }
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut best = Duration::MAX;
+    for _ in 0..3 {
+        let r = timed(Command::new(&me).env(FLOOR_ENV, json), ticks)?;
+        if r.bytes != bytes {
+            return Err(format!(
+                "the floor's writer wrote {} bytes, cm-trace {bytes}",
+                r.bytes
+            ));
+        }
+        best = best.min(r.streaming);
+    }
+    Ok(best.as_secs_f64().max(1e-9))
 }
