@@ -19,6 +19,17 @@ I=$MYIP
 CM_ARGS="--umad /dev/infiniband/umad0 --gid-index $(gid_index) --local-ip $I"
 mark vm.ready
 waitfor host.ready 60
+# The attacker's addresses (the flood's 8 sources .101-.108, the attack source .109, the
+# victims' client .110) are resolved before the cells begin. On RoCE the kernel resolves every
+# received MAD's sender MAC before umad (or the kernel CM) sees it, synchronously in the port's
+# MAD receive path (recv_handler in drivers/infiniband/core/user_mad.c calls
+# ib_init_ah_attr_from_wc, which calls ib_resolve_unicast_gid_dmac in verbs.c: rdma_resolve_ip
+# with a 1 s timeout in addr.c). For a sender without a valid neighbour entry that held up
+# every MAD of the port, in this lab, for about 1 s for some of the sources (2 of 8 in a run
+# traced on 2026-12-02), whatever listens on umad: seconds of silence at the flood's start that
+# decided whether the legitimate connects (given up after about 4.5 s) got through. The cells
+# measure the listener, not that resolution (docs/protocol.md, section 5.11).
+run resolve 40 sh -c 'for i in $(seq 101 110); do ping -c 1 -W 2 10.78.0.$i | grep -c "bytes from"; done; ip neigh show'
 
 cell_begin hostile-ibcm
 bg hostile-ibcm 120 cm-ping --listen $I $CM_ARGS --port 7600 --stateless --stateless-threshold 64 --peer-counts --quiet
