@@ -93,7 +93,7 @@ def hostile_cells(out):
         for n in CELLS[:-1]:
             cell(n, False, why + "; see %s.log" % os.path.join(out, RUN))
     else:
-        ibcm_cells(atk, per, js, lrc, wire[0])
+        ibcm_cells(atk, per, js, lrc, wire[0], resolved(read(os.path.join(res, "a.resolve.out"))))
     kc = Check()
     if kc(kern is not None, "no attacker figures against the kernel listener"):
         res_lines = read(os.path.join(res, "a.hostile-kernel-res.out")).split()
@@ -124,7 +124,13 @@ def line(f, per, spoofed_dreqs):
                f["td_ok"], f["td"], "?" if spoofed_dreqs is None else spoofed_dreqs, f["reqs"], f["rate"]))
 
 
-def ibcm_cells(f, per, js, lrc, wire_teardowns):
+def resolved(txt):
+    """the guest's `resolve` step (hostile.sh: one ping to each of the attacker's ten addresses,
+    `grep -c "bytes from"` each, then the neighbour table) -> how many answered"""
+    return sum(1 for l in txt.splitlines()[:10] if l.strip() == "1")
+
+
+def ibcm_cells(f, per, js, lrc, wire_teardowns, n_resolved):
     dropped = js.get("dropped", {})
     # legitimate connects during the flood: established on both sides (the client's count and
     # the listener's own, for the client's address), at least 99 %, in the stateless mode
@@ -136,9 +142,14 @@ def ibcm_cells(f, per, js, lrc, wire_teardowns):
     c(js.get("stateless_replies", 0) > 0, "no stateless REP: the listener never was under pressure")
     c(f["reqs"] > 0, "no flood")
     c(lrc == "0", "cm-ping exit status %s" % lrc)
+    # unresolved senders stall the port's MAD receive path in the kernel, up to 1 s each
+    # (docs/protocol.md §5.11): the cell measures the listener only with all ten resolved
+    c(n_resolved == 10, "the guest resolved %d of the attacker's 10 addresses before the cells "
+      "(a.resolve.out)" % n_resolved)
     c.done("hostile-ibcm-legit",
            "%d/%d established on both sides during a flood of %d REQs at %d/s (connect ms p50 %.1f p99 %.1f); "
-           "listener: %d stateless REPs, %d stateless connections, %d MADs received in all"
+           "listener: %d stateless REPs, %d stateless connections, %d MADs received in all; the attacker's "
+           "10 addresses resolved by the guest first"
            % (both, f["n"], f["reqs"], f["rate"], f["p50"], f["p99"], js.get("stateless_replies", 0),
               js.get("stateless_established", 0), js.get("rx", 0)))
     # blind RTUs: no connection of the listener has a spoofed source; the guessed RTUs are
