@@ -37,6 +37,14 @@
 //! only when there is room to hold its MADs: a flood from spoofed sources costs at most 256
 //! resolutions (ARP requests) at a time, not one per REQ.
 //!
+//! # Reads that wait for ARP, which this transport cannot avoid
+//! The kernel resolves the sender of every received MAD the same way before it queues the
+//! MAD for `read` (`recv_handler` in `drivers/infiniband/core/user_mad.c` calls
+//! `ib_init_ah_attr_from_wc`), in the port's MAD receive path: a sender without a valid
+//! neighbour entry holds up every MAD of the port for up to 1 s, and one that never answers
+//! ARP keeps doing so with each MAD it sends (measured in the lab, kernel CM alike:
+//! docs/protocol.md §5.11).
+//!
 //! umad rewrites the high 32 bits of the TID of every request MAD it sends with the agent's
 //! `hi_tid` (docs/interop.md §8.10); the core never compares TIDs, so this is harmless.
 
