@@ -1,13 +1,15 @@
 #!/bin/sh
 # unresolvable.sh -- a manual run, not part of the suite (tests/conformance/README.md,
-# "A source that never answers ARP"). The listener, ibcm's `cm-ping --listen --stateless` on
-# rxe0 (umad), is flooded as in hostile.sh while one more spoofed source, 10.78.0.120, sends REQs; the host
-# part drops 10.78.0.120's ARP answers. On RoCE the kernel resolves every received MAD's
-# sender before any CM sees it, waiting up to 1 s in the port's MAD receive path
-# (docs/protocol.md, section 5.11). Host part: unresolvable.host; with STALL_ON=0 in lab.sh's
-# environment the host answers 10.78.0.120's ARP (the control). Run:
-#   LAB_PEER_BIN="out/bin/cm-ping out/bin/cm-bench" tests/conformance/lab.sh run-netns unresolvable
-# The figures: results/host.unres-ibcm.out (the attacker's line) and wire.pcap.
+# "A source that never answers ARP"). A listener on rxe0 -- ibcm's `cm-ping --listen
+# --stateless` on umad, or with LISTENER=kernel the kernel CM's `cmtime` -- is flooded as in
+# hostile.sh while one more spoofed source, 10.78.0.120, sends REQs; the host part drops
+# 10.78.0.120's ARP answers (not with STALL_ON=0: the control). On RoCE the kernel resolves
+# every received MAD's sender before any CM sees it, waiting up to 1 s (docs/protocol.md,
+# section 5.11). Host part: unresolvable.host, which takes LISTENER and STALL_ON from lab.sh's
+# environment. Run:
+#   [LISTENER=kernel] [STALL_ON=0] LAB_PEER_BIN="out/bin/cm-ping out/bin/cm-bench" \
+#     tests/conformance/lab.sh run-netns unresolvable
+# The figures: results/host.unres.out (the attacker's line) and wire.pcap.
 # lab-mods-a: nocm
 # lab-timeout: 240
 . /lab/lib.sh
@@ -15,14 +17,22 @@ I=$MYIP
 CM_ARGS="--umad /dev/infiniband/umad0 --gid-index $(gid_index) --local-ip $I"
 mark vm.ready
 waitfor host.ready 60
+KIND=$(cat "$LAB_DIR/sync/listener" 2>/dev/null || echo ibcm)
 run resolve 40 sh -c 'for i in $(seq 101 110); do ping -c 1 -W 2 10.78.0.$i | grep -c "bytes from"; done; ip neigh show'
-cell_begin unres-ibcm
-bg unres-ibcm 120 cm-ping --listen $I $CM_ARGS --port 7600 --stateless --stateless-threshold 64 --peer-counts --quiet
-wait_line unres-ibcm '^listening on' 20; mark unres-ibcm.ready
-waitfor unres-ibcm.flooded 100
+cell_begin unres
+if [ "$KIND" = kernel ]; then
+  run modprobe 20 modprobe rdma_ucm
+  bg unres 120 cmtime -p 7601 -c 20000
+  wait_cm_listen 100
+else
+  bg unres 120 cm-ping --listen $I $CM_ARGS --port 7600 --stateless --stateless-threshold 64 --peer-counts --quiet
+  wait_line unres '^listening on' 20
+fi
+mark unres.ready
+waitfor unres.flooded 100
 run neigh 10 ip neigh show
-bgkill unres-ibcm; bgwait unres-ibcm 20
-mark unres-ibcm.stopped
-cell_end unres-ibcm
+bgkill unres; bgwait unres 20
+mark unres.stopped
+cell_end unres
 mark vm.done
 lab_exit
