@@ -125,8 +125,8 @@ def line(f, per, spoofed_dreqs):
 
 
 def resolved(txt):
-    """the guest's `resolve` step (hostile.sh: one ping to each of the attacker's ten addresses,
-    `grep -c "bytes from"` each, then the neighbour table) -> how many answered"""
+    """the guest's `resolve` step (hostile.sh: `ping_each` of guest/lib.sh over the attacker's ten
+    addresses, a line each, 1 if it answered) -> how many answered"""
     return sum(1 for l in txt.splitlines()[:10] if l.strip() == "1")
 
 

@@ -9,6 +9,9 @@
 #                           to the peer's port 9, so the wire pcap can be cut per cell
 #   gid_index               index of rxe0's RoCEv2 IPv4-mapped GID (1 in this lab)
 #   wait_cm_listen [N]      until an rdma_cm id is in LISTEN (rdma res show cm_id)
+#   ping_each PFX FIRST LAST  one ping to each of PFX.FIRST .. PFX.LAST (so that their neighbour
+#                           entries are valid): a line per address, 1 if it answered, else 0;
+#                           then the neighbour table (check_hostile.py reads the first lines)
 #   lab_exit                the scenario's last command: exit 1 if a waitfor / wait_line /
 #                           wait_cm_listen of this role timed out (a step never happened, so
 #                           the run is broken whatever the cells say), else exit 0
@@ -87,6 +90,10 @@ wait_cm_listen() {
     sleep 0.1; _i=$((_i+1)); [ $_i -ge ${1:-100} ] && { sync_timeout "wait_cm_listen"; return 1; }
   done
   return 0
+}
+ping_each() {
+  for _i in $(seq "$2" "$3"); do ping -c 1 -W 2 "$1.$_i" | grep -c "bytes from"; done
+  ip neigh show
 }
 counters() { for _f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do printf '%s=%s ' "$(basename "$_f")" "$(cat "$_f")"; done; echo; }
 # wait_line NAME REGEX [SECS]: until the output of run/bg job NAME has a matching line

@@ -29,7 +29,7 @@ waitfor host.ready 60
 # traced on 2026-12-02), whatever listens on umad: seconds of silence at the flood's start that
 # decided whether the legitimate connects (given up after about 4.5 s) got through. The cells
 # measure the listener, not that resolution (docs/protocol.md, section 5.11).
-run resolve 40 sh -c 'for i in $(seq 101 110); do ping -c 1 -W 2 10.78.0.$i | grep -c "bytes from"; done; ip neigh show'
+run resolve 40 sh -c '. /lab/lib.sh; ping_each 10.78.0 101 110'
 
 cell_begin hostile-ibcm
 bg hostile-ibcm 120 cm-ping --listen $I $CM_ARGS --port 7600 --stateless --stateless-threshold 64 --peer-counts --quiet

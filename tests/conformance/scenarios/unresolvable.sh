@@ -18,7 +18,7 @@ CM_ARGS="--umad /dev/infiniband/umad0 --gid-index $(gid_index) --local-ip $I"
 mark vm.ready
 waitfor host.ready 60
 KIND=$(cat "$LAB_DIR/sync/listener" 2>/dev/null || echo ibcm)
-run resolve 40 sh -c 'for i in $(seq 101 110); do ping -c 1 -W 2 10.78.0.$i | grep -c "bytes from"; done; ip neigh show'
+run resolve 40 sh -c '. /lab/lib.sh; ping_each 10.78.0 101 110'
 cell_begin unres
 if [ "$KIND" = kernel ]; then
   run modprobe 20 modprobe rdma_ucm

@@ -16,17 +16,18 @@
 //! `cpu ratio`: cm-trace's threads (tracking, decoding and formatting, writing) all count
 //! there, so it is the ratio of work, not of waiting.
 //!
-//! **The floor**, measured in the same run: cm-trace's JSON output, saved once, written into
-//! the same kind of drained pipe by this binary re-executed as a writer that does nothing
-//! else (1 MiB `write` calls into a pipe enlarged to 1 MiB, as cm-trace's writer thread
-//! does), timed from its first byte to its last, best of three. It is what moving that many
-//! bytes to the consumer costs on this machine; the benchmark prints cm-trace's time as a
-//! multiple of it and tshark's time divided by it, the highest ratio a tool that writes
-//! cm-trace's output with `write` could reach here. The capture and the saved output are deleted afterwards.
+//! **The floor**, measured in the same run: cm-trace's JSON output, written into the same
+//! kind of drained pipe by this binary re-executed as a writer that does nothing else (it
+//! collects `cm-trace --json`'s output in memory first, then writes it three times over in
+//! 1 MiB `write` calls into a pipe enlarged to 1 MiB, as cm-trace's writer thread does), timed
+//! from the first byte of each copy to its last, the best of the three. It is what moving
+//! that many bytes to the consumer costs on this machine; the benchmark prints cm-trace's
+//! time as a multiple of it and tshark's time divided by it, the highest ratio a tool that
+//! writes cm-trace's output with `write` could reach here. The capture is deleted afterwards.
 //!
-//! Last measured 2026-12-02 on the project's 2-core machine, load average 0.8–1.0: cm-trace
-//! 0.471 / 0.459 / 0.457 s (CPU 0.72 / 0.72 / 0.69 s), floor 0.165 / 0.164 / 0.169 s, tshark
-//! 21.9 / 21.3 / 21.7 s: ratio 46.5 / 46.5 / 47.6, highest reachable 132.6 / 130.3 / 129.0
+//! Last measured 2026-12-02 on the project's 2-core machine, load average 0.4–1.0: cm-trace
+//! 0.589 / 0.504 / 0.428 s (CPU 0.97 / 0.77 / 0.67 s), floor 0.155 / 0.181 / 0.160 s, tshark
+//! 19.1 / 19.2 / 18.7 s: ratio 32.4 / 38.0 / 43.7, highest reachable 123.2 / 106.0 / 117.2
 //! (README.md, "cm-trace vs tshark", has the history and where the time goes). The goal of
 //! 100× is not reached.
 //!
@@ -97,19 +98,22 @@ fn children_cpu(ticks: Option<u64>) -> Option<Duration> {
 struct Timed {
     /// From the spawn to the exit.
     wall: Duration,
-    /// From the first byte read from its standard output to the end of it.
-    streaming: Duration,
+    /// When the first byte of its standard output was read.
+    first: Option<Instant>,
     /// Lines it printed.
     lines: u64,
     /// Bytes it printed.
     bytes: u64,
+    /// With [`timed`]'s `segment`: when each whole segment of that many bytes had been read.
+    segment_ends: Vec<Instant>,
     /// Its CPU time (user + system), when known.
     cpu: Option<Duration>,
 }
 
 /// Runs a command with stdout into a pipe drained here (1 MiB reads, lines counted with
-/// `memchr`, as a consumer that looks at every byte would).
-fn timed(cmd: &mut Command, ticks: Option<u64>) -> Result<Timed, String> {
+/// `memchr`, as a consumer that looks at every byte would). With `segment`, also notes when
+/// each whole `segment` bytes of the output had arrived (to within one read).
+fn timed(cmd: &mut Command, ticks: Option<u64>, segment: Option<u64>) -> Result<Timed, String> {
     let cpu0 = children_cpu(ticks);
     let start = Instant::now();
     let mut child = cmd
@@ -119,18 +123,23 @@ fn timed(cmd: &mut Command, ticks: Option<u64>) -> Result<Timed, String> {
         .map_err(|e| e.to_string())?;
     let (mut lines, mut bytes) = (0u64, 0u64);
     let mut first: Option<Instant> = None;
-    let mut last = start;
+    let mut segment_ends = Vec::new();
     if let Some(mut out) = child.stdout.take() {
         let mut buf = vec![0u8; 1 << 20];
         loop {
             match out.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    last = Instant::now();
-                    first.get_or_insert(last);
+                    let now = Instant::now();
+                    first.get_or_insert(now);
                     let got = buf.get(..n).unwrap_or_default();
                     lines += memchr::memchr_iter(b'\n', got).count() as u64;
                     bytes += n as u64;
+                    if let Some(seg) = segment.filter(|&g| g > 0) {
+                        while bytes / seg > segment_ends.len() as u64 {
+                            segment_ends.push(now);
+                        }
+                    }
                 }
                 Err(e) => return Err(e.to_string()),
             }
@@ -147,33 +156,48 @@ fn timed(cmd: &mut Command, ticks: Option<u64>) -> Result<Timed, String> {
     };
     Ok(Timed {
         wall,
-        streaming: first.map_or(Duration::ZERO, |f| last.saturating_duration_since(f)),
+        first,
         lines,
         bytes,
+        segment_ends,
         cpu,
     })
 }
 
-/// With this variable naming a file, the benchmark's binary is the floor's writer
+/// With this variable naming a capture, the benchmark's binary is the floor's writer
 /// ([`write_floor`]) instead of the benchmark.
-const FLOOR_ENV: &str = "CM_TRACE_BENCH_FLOOR_FILE";
+const FLOOR_ENV: &str = "CM_TRACE_BENCH_FLOOR_CAPTURE";
 
-/// The floor's writer: reads the file into memory, then writes it to standard output in
-/// 1 MiB `write` calls into a pipe enlarged to 1 MiB, as cm-trace's writer thread does, and
-/// does nothing else. The time from its first byte to its last, drained by [`timed`], is
-/// what moving that output through the pipe costs on this machine, without any decoding.
-fn write_floor(path: &std::ffi::OsStr) -> Result<(), String> {
+/// How many times the floor's writer writes cm-trace's output, back to back.
+const FLOOR_COPIES: u64 = 3;
+
+/// The floor's writer: collects `cm-trace --json CAPTURE`'s output in memory, then writes it
+/// [`FLOOR_COPIES`] times to standard output in 1 MiB `write` calls into a pipe enlarged to
+/// 1 MiB, as cm-trace's writer thread does, and does nothing else. The time each copy takes
+/// to arrive, drained by [`timed`], is what moving that output through the pipe costs on this
+/// machine, without any decoding.
+fn write_floor(capture: &std::ffi::OsStr) -> Result<(), String> {
     use std::io::Write;
     use std::os::fd::AsFd;
-    let data = std::fs::read(path).map_err(|e| e.to_string())?;
+    let run = Command::new(CM_TRACE)
+        .arg("--json")
+        .arg(capture)
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !run.status.success() {
+        return Err(format!("cm-trace --json: exit status {}", run.status));
+    }
     let fd = std::io::stdout()
         .as_fd()
         .try_clone_to_owned()
         .map_err(|e| e.to_string())?;
     let _ = rustix::pipe::fcntl_setpipe_size(&fd, 1 << 20);
     let mut out = std::fs::File::from(fd);
-    for chunk in data.chunks(1 << 20) {
-        out.write_all(chunk).map_err(|e| e.to_string())?;
+    for _ in 0..FLOOR_COPIES {
+        for chunk in run.stdout.chunks(1 << 20) {
+            out.write_all(chunk).map_err(|e| e.to_string())?;
+        }
     }
     Ok(())
 }
@@ -260,7 +284,7 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
     let mut best_cpu: Option<Duration> = None;
     let mut out_bytes = 0;
     for _ in 0..3 {
-        let r = timed(Command::new(CM_TRACE).args(["--json", file]), ticks)?;
+        let r = timed(Command::new(CM_TRACE).args(["--json", file]), ticks, None)?;
         if r.lines != packets {
             return Err(format!(
                 "cm-trace printed {} lines for {packets} packets",
@@ -286,14 +310,11 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
         packets as f64 / ct,
         cpu_text(best_cpu)
     );
-    let json = path.with_extension("json");
-    let floor = pipe_floor(file, &json, out_bytes, ticks);
-    let _ = std::fs::remove_file(&json);
-    let floor = floor?;
+    let floor = pipe_floor(path, out_bytes, ticks)?;
     println!(
         "floor: cm-trace's output ({:.1} MB) written into the same pipe by a program that only \
-         writes it (1 MiB writes): {floor:.3} s from its first byte to its last (best of 3); \
-         cm-trace is at {:.2}× the floor",
+         writes it (1 MiB writes): {floor:.3} s from a copy's first byte to its last (best of \
+         3 copies written back to back); cm-trace is at {:.2}× the floor",
         out_bytes as f64 / 1e6,
         ct / floor
     );
@@ -312,7 +333,7 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
     for f in FIELDS {
         cmd.args(["-e", f]);
     }
-    let r = timed(&mut cmd, ticks)?;
+    let r = timed(&mut cmd, ticks, None)?;
     if r.lines != packets {
         return Err(format!(
             "tshark printed {} lines for {packets} packets",
@@ -348,32 +369,25 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The floor of `cm-trace --json` on this capture: its output, saved once to `json`, written
-/// by this binary in floor mode ([`write_floor`]) into the same kind of drained pipe; the
-/// best of three, first byte to last (so neither process start nor reading the saved file
-/// counts against it). Checks that all `bytes` arrive.
-fn pipe_floor(file: &str, json: &Path, bytes: u64, ticks: Option<u64>) -> Result<f64, String> {
-    let out = std::fs::File::create(json).map_err(|e| e.to_string())?;
-    let status = Command::new(CM_TRACE)
-        .args(["--json", file])
-        .stdout(out)
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| e.to_string())?;
-    if !status.success() {
-        return Err(format!("cm-trace --json into a file: exit status {status}"));
-    }
+/// The floor of `cm-trace --json` on `capture`: its output written [`FLOOR_COPIES`] times by
+/// this binary in floor mode ([`write_floor`]) into the same kind of drained pipe; the best
+/// copy, from its first byte to its last (so neither process start nor making the output
+/// counts against it). Checks that all the bytes arrive (`bytes` per copy).
+fn pipe_floor(capture: &Path, bytes: u64, ticks: Option<u64>) -> Result<f64, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut best = Duration::MAX;
-    for _ in 0..3 {
-        let r = timed(Command::new(&me).env(FLOOR_ENV, json), ticks)?;
-        if r.bytes != bytes {
-            return Err(format!(
-                "the floor's writer wrote {} bytes, cm-trace {bytes}",
-                r.bytes
-            ));
-        }
-        best = best.min(r.streaming);
+    let r = timed(Command::new(me).env(FLOOR_ENV, capture), ticks, Some(bytes))?;
+    if r.bytes != FLOOR_COPIES * bytes {
+        return Err(format!(
+            "the floor's writer wrote {} bytes, {FLOOR_COPIES} copies of cm-trace's {bytes}",
+            r.bytes
+        ));
     }
+    // A copy starts where the one before it ended; the first, at the first byte.
+    let starts = std::iter::once(r.first).chain(r.segment_ends.iter().copied().map(Some));
+    let best = starts
+        .zip(&r.segment_ends)
+        .filter_map(|(a, b)| a.map(|a| b.saturating_duration_since(a)))
+        .min()
+        .ok_or("the floor's writer wrote nothing")?;
     Ok(best.as_secs_f64().max(1e-9))
 }
