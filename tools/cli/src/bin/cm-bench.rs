@@ -103,9 +103,9 @@ enum Cmd {
         /// baselines are too short to be the path's steady rate).
         #[arg(long, default_value_t = 300_000)]
         datagrams: u64,
-        /// Rounds of (sleeping baseline, polling baseline, ibcm): the limit is the best
-        /// baseline, ibcm's figure its best round.
-        #[arg(long, default_value_t = 2)]
+        /// Rounds of (sleeping baseline, polling baseline, ibcm): each round's ibcm run is
+        /// set against the better of its two baselines, and the ratio is the median round's.
+        #[arg(long, default_value_t = 3)]
         rounds: u32,
     },
     /// Memory per connection and setup rate with many live connections (in memory).
