@@ -5,9 +5,11 @@
 //! It is the runtime's whole per-connection cost besides the core's table, so it is kept
 //! small. A slot is one 24-byte allocation ([`SlotRef`], a reference-counted pointer without a
 //! weak count: a 32-byte heap chunk): the ID, the phase of the status in one byte, and one
-//! pointer to what a connection has only sometimes ([`Extra`]): the REP's fixed fields packed
-//! into 40 bytes (active side), and, rarer still, behind one more pointer, the REP's private
-//! data, the error of a closed connection and the wakers of tasks waiting for a change. An
+//! pointer to what a connection has only sometimes ([`Extra`], a 48-byte chunk): the REP's
+//! fixed fields packed into 32 bytes (active side; its Remote Communication ID and the remote
+//! QPN to use follow from the rest), and, rarer still, behind one more pointer, the REP's
+//! private data, the error of a closed connection and the wakers of tasks waiting for a
+//! change. An
 //! established passive connection nobody waits on has none of it. The pointer is guarded by
 //! one of [`STRIPES`] process-wide locks picked by the connection ID (a lock per slot would
 //! double its size). A `tokio::sync::watch` channel per connection cost ~400 bytes, a
@@ -66,11 +68,11 @@ const ESTABLISHED: u8 = 1;
 const CLOSED: u8 = 2;
 const GONE: u8 = 3;
 
-/// What a connection has only sometimes.
+/// What a connection has only sometimes: 40 bytes, a 48-byte heap chunk.
 #[derive(Debug, Default)]
 struct Extra {
-    /// The REP's fixed fields ([`pack_rep`]).
-    rep: Option<[u8; REP_LEN]>,
+    /// The REP's fixed fields ([`pack_rep`]); all zero when there is none.
+    rep: PackedRep,
     more: Option<Box<More>>,
 }
 
@@ -83,11 +85,17 @@ struct More {
     error: Option<ConnectionError>,
     /// The tasks waiting for a change, by waiter.
     wakers: Vec<(u64, Waker)>,
+    /// What the packed REP cannot hold, when the REP kept has it (never for a REP the
+    /// driver keeps: see [`RepRest`]).
+    rep_rest: Option<RepRest>,
 }
 
 impl More {
     fn is_empty(&self) -> bool {
-        self.private_data.is_empty() && self.error.is_none() && self.wakers.is_empty()
+        self.private_data.is_empty()
+            && self.error.is_none()
+            && self.wakers.is_empty()
+            && self.rep_rest.is_none()
     }
 }
 
@@ -109,7 +117,7 @@ impl Drop for Guard<'_> {
                 x.more = None;
             }
         }
-        let keep = extra.filter(|x| x.rep.is_some() || x.more.is_some());
+        let keep = extra.filter(|x| x.rep.is_set() || x.more.is_some());
         self.slot.extra.store(keep);
     }
 }
@@ -160,9 +168,14 @@ impl Guard<'_> {
     }
 
     fn rep(&self) -> Option<RepInfo> {
-        let fixed = self.extra.as_ref()?.rep.as_ref()?;
-        let pd = self.more_ref().map_or(&[][..], |m| &m.private_data[..]);
-        Some(unpack_rep(fixed, pd))
+        let fixed = &self.extra.as_ref()?.rep;
+        if !fixed.is_set() {
+            return None;
+        }
+        let more = self.more_ref();
+        let pd = more.map_or(&[][..], |m| &m.private_data[..]);
+        let rest = more.and_then(|m| m.rep_rest);
+        Some(unpack_rep(fixed, pd, self.slot.id, rest))
     }
 
     /// Takes every waker out (to be woken once the lock is released).
@@ -262,10 +275,13 @@ impl Slot {
     pub(crate) fn set_rep(&self, rep: &RepInfo) {
         let wakers = {
             let mut g = self.lock();
-            g.extra_mut().rep = Some(pack_rep(rep));
+            let (packed, rest) = pack_rep(rep, self.id);
+            g.extra_mut().rep = packed;
             let pd = rep.rep.private_data.trimmed();
-            if !pd.is_empty() || g.more_ref().is_some() {
-                g.more().private_data = pd.into();
+            if !pd.is_empty() || rest.is_some() || g.more_ref().is_some() {
+                let m = g.more();
+                m.private_data = pd.into();
+                m.rep_rest = rest;
             }
             g.take_wakers()
         };
@@ -276,10 +292,11 @@ impl Slot {
     pub(crate) fn clear_rep(&self) {
         let mut g = self.lock();
         if let Some(x) = g.extra.as_mut() {
-            x.rep = None;
+            x.rep = PackedRep::default();
         }
         if let Some(m) = g.more_if_any() {
             m.private_data = Box::default();
+            m.rep_rest = None;
         }
     }
 
@@ -330,11 +347,43 @@ impl Slot {
 }
 
 /// Bytes of a packed REP ([`pack_rep`]).
-const REP_LEN: usize = 40;
+const REP_LEN: usize = 32;
 
-/// The REP's fields but its private data, as on the wire (bytes 0–35 of its body), then the
-/// remote QPN to use (bytes 36–38) and the Failover Accepted code (byte 39, whole).
-fn pack_rep(i: &RepInfo) -> [u8; REP_LEN] {
+/// The packed REP's byte that holds, besides the RNR Retry Count (bits 7–5) and SRQ (bit 4),
+/// the Failover Accepted code (bits 3–2) and two flags.
+const FLAGS: usize = 23;
+/// A REP is kept (a packed REP of all zeros is none).
+const KEPT: u8 = 0x01;
+/// The remote QPN to use is the REP's XRC TGT QPN (its EECN field), not its Local QPN.
+const TGT_QPN: u8 = 0x02;
+
+/// A REP's fixed fields packed into 32 bytes ([`pack_rep`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct PackedRep([u8; REP_LEN]);
+
+impl PackedRep {
+    /// Whether a REP is kept.
+    fn is_set(&self) -> bool {
+        self.0.get(FLAGS).is_some_and(|f| f & KEPT != 0)
+    }
+}
+
+/// The fields of a kept REP that its packed form leaves out because they normally follow from
+/// the rest: its Remote Communication ID (the connection's own ID), the remote QPN to use (its
+/// Local QPN, or its TGT QPN for XRC) and a Failover Accepted code of 2 bits. A REP the driver
+/// keeps always fits; any other is kept whole with this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RepRest {
+    remote_comm_id: CommId,
+    remote_qpn: Qpn,
+    failover_accepted: FailoverAccepted,
+}
+
+/// Packs a REP the connection `own` received: its fields but the private data, the Remote
+/// Communication ID and the remote QPN, as on the wire (bytes 0–3 and 8–35 of its body; the
+/// Failover Accepted code, two bits, in byte 23 with the flags), and what does not follow
+/// from them ([`RepRest`]).
+fn pack_rep(i: &RepInfo, own: ConnId) -> (PackedRep, Option<RepRest>) {
     let r = &i.rep;
     let mut b = [0u8; REP_LEN];
     let [_, ece_hi, ece_mid, ece_lo] = r.ece_vendor_id.get().to_be_bytes();
@@ -342,9 +391,12 @@ fn pack_rep(i: &RepInfo) -> [u8; REP_LEN] {
         let [_, x, y, z] = v.to_be_bytes();
         [x, y, z]
     };
-    let parts: [&[u8]; 16] = [
+    let tgt = i.remote_qpn != r.local_qpn && i.remote_qpn == r.xrc_tgt_qpn();
+    let failover = r.failover_accepted.raw();
+    let fits = r.remote_comm_id == own && (i.remote_qpn == r.local_qpn || tgt) && failover <= 3;
+    let flags = KEPT | if tgt { TGT_QPN } else { 0 } | (failover & 3) << 2;
+    let parts: [&[u8]; 13] = [
         &r.local_comm_id.0.to_be_bytes(),
-        &r.remote_comm_id.0.to_be_bytes(),
         &r.local_qkey.0.to_be_bytes(),
         &u24(r.local_qpn.get()),
         &[ece_hi],
@@ -354,10 +406,8 @@ fn pack_rep(i: &RepInfo) -> [u8; REP_LEN] {
         &[ece_lo],
         &[r.responder_resources, r.initiator_depth],
         &[(r.target_ack_delay.get() << 3) | u8::from(r.end_to_end_flow_control)],
-        &[(r.rnr_retry_count.get() << 5) | (u8::from(r.srq) << 4)],
+        &[(r.rnr_retry_count.get() << 5) | (u8::from(r.srq) << 4) | flags],
         &r.local_ca_guid.0.to_be_bytes(),
-        &u24(i.remote_qpn.get()),
-        &[r.failover_accepted.raw()],
         &[],
     ];
     let mut at = 0;
@@ -367,10 +417,17 @@ fn pack_rep(i: &RepInfo) -> [u8; REP_LEN] {
         }
         at += p.len();
     }
-    b
+    let rest = (!fits).then_some(RepRest {
+        remote_comm_id: r.remote_comm_id,
+        remote_qpn: i.remote_qpn,
+        failover_accepted: r.failover_accepted,
+    });
+    (PackedRep(b), rest)
 }
 
-fn unpack_rep(b: &[u8; REP_LEN], private_data: &[u8]) -> RepInfo {
+/// The REP that [`pack_rep`] packed for connection `own`.
+fn unpack_rep(p: &PackedRep, private_data: &[u8], own: ConnId, rest: Option<RepRest>) -> RepInfo {
+    let b = &p.0;
     let u32_at = |o: usize| {
         let mut x = [0u8; 4];
         if let Some(s) = b.get(o..o + 4) {
@@ -381,30 +438,37 @@ fn unpack_rep(b: &[u8; REP_LEN], private_data: &[u8]) -> RepInfo {
     let at = |o: usize| b.get(o).copied().unwrap_or(0);
     let u24_at = |o: usize| u32::from_be_bytes([0, at(o), at(o + 1), at(o + 2)]);
     let mut guid = [0u8; 8];
-    if let Some(s) = b.get(28..36) {
+    if let Some(s) = b.get(24..32) {
         guid.copy_from_slice(s);
     }
-    RepInfo {
-        rep: Rep {
-            local_comm_id: CommId(u32_at(0)),
-            remote_comm_id: CommId(u32_at(4)),
-            local_qkey: Qkey(u32_at(8)),
-            local_qpn: Qpn::masked(u24_at(12)),
-            ece_vendor_id: VendorId::masked(u32::from_be_bytes([0, at(15), at(19), at(23)])),
-            local_eecn: Eecn::masked(u24_at(16)),
-            starting_psn: Psn::masked(u24_at(20)),
-            responder_resources: at(24),
-            initiator_depth: at(25),
-            target_ack_delay: TimeoutExp::masked(at(26) >> 3),
-            failover_accepted: FailoverAccepted::from_raw(at(39)),
-            end_to_end_flow_control: at(26) & 0x01 != 0,
-            rnr_retry_count: U3::masked(at(27) >> 5),
-            srq: at(27) & 0x10 != 0,
-            local_ca_guid: Guid(u64::from_be_bytes(guid)),
-            private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
-        },
-        remote_qpn: Qpn::masked(u24_at(36)),
-    }
+    let flags = at(FLAGS);
+    let mut rep = Rep {
+        local_comm_id: CommId(u32_at(0)),
+        remote_comm_id: own,
+        local_qkey: Qkey(u32_at(4)),
+        local_qpn: Qpn::masked(u24_at(8)),
+        ece_vendor_id: VendorId::masked(u32::from_be_bytes([0, at(11), at(15), at(19)])),
+        local_eecn: Eecn::masked(u24_at(12)),
+        starting_psn: Psn::masked(u24_at(16)),
+        responder_resources: at(20),
+        initiator_depth: at(21),
+        target_ack_delay: TimeoutExp::masked(at(22) >> 3),
+        failover_accepted: FailoverAccepted::from_raw((flags >> 2) & 3),
+        end_to_end_flow_control: at(22) & 0x01 != 0,
+        rnr_retry_count: U3::masked(flags >> 5),
+        srq: flags & 0x10 != 0,
+        local_ca_guid: Guid(u64::from_be_bytes(guid)),
+        private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
+    };
+    let remote_qpn = match rest {
+        Some(x) => {
+            rep.remote_comm_id = x.remote_comm_id;
+            rep.failover_accepted = x.failover_accepted;
+            x.remote_qpn
+        }
+        None => rep.remote_qpn_for(flags & TGT_QPN != 0),
+    };
+    RepInfo { rep, remote_qpn }
 }
 
 /// The registry the handles read: connection ID → its [`Slot`] (status, REP), written by the
@@ -512,18 +576,43 @@ mod tests {
         };
         s.set_rep(&empty);
         assert_eq!(s.rep(), Some(empty));
+        let (packed, rest) = pack_rep(&info, CommId(0xdead_beef));
+        assert!(
+            rest.is_some(),
+            "remote QPN 0x55 is neither the Local QPN nor the TGT QPN"
+        );
         assert_eq!(
-            unpack_rep(&pack_rep(&info), &[1, 0, 2]),
+            unpack_rep(&packed, &[1, 0, 2], CommId(0xdead_beef), rest),
             info,
             "packed directly"
         );
+        // What the driver keeps fits the packed form alone: the REP to this connection, the
+        // remote QPN its Local QPN (RC) or its TGT QPN (XRC).
+        for xrc in [false, true] {
+            let mut rep = info.rep;
+            rep.private_data = Default::default();
+            let info = RepInfo {
+                remote_qpn: rep.remote_qpn_for(xrc),
+                rep,
+            };
+            let (packed, rest) = pack_rep(&info, CommId(0xdead_beef));
+            assert_eq!(rest, None, "xrc {xrc}");
+            assert_eq!(unpack_rep(&packed, &[], CommId(0xdead_beef), None), info);
+            let s = Slot::new(CommId(0xdead_beef));
+            s.set_rep(&info);
+            assert_eq!(s.rep(), Some(info));
+            // No private data, nobody waiting: the packed REP alone.
+            let x = s.extra.take().expect("the REP is kept");
+            assert!(x.more.is_none() && x.rep.is_set());
+        }
     }
 
     #[test]
     fn slot_is_small() {
         // One pointer, the ID and the phase: a 24-byte allocation with the reference count.
         assert_eq!(std::mem::size_of::<Slot>(), 16);
-        assert!(std::mem::size_of::<Extra>() <= 56);
+        // The packed REP and one pointer: a 48-byte heap chunk (56 would take 64).
+        assert_eq!(std::mem::size_of::<Extra>(), 40);
         let s = Slot::new(CommId(1));
         s.set(ConnStatus::Established);
         // Established, no REP, nobody waiting: nothing besides the slot.
