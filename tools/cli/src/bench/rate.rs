@@ -650,3 +650,39 @@ fn udp_single(from: SocketAddrV4, to: SocketAddrV4, n: u64) -> Result<f64> {
         _ => anyhow::bail!("no datagrams received"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ibcm run of 1,000 connections at `mad_rate` MADs per second.
+    fn run_at(mad_rate: f64) -> CmRun {
+        CmRun {
+            setup: 3_000.0 / mad_rate,
+            teardown: 2_000.0 / mad_rate,
+            setup_tx: 3_000,
+            teardown_tx: 2_000,
+            cpu: Cpu::default(),
+            calls: Calls::default(),
+        }
+    }
+
+    #[test]
+    fn the_median_round_is_the_middle_ratio_not_the_middle_rate() {
+        // Ratios 0.9, 0.5, 0.8: the median is the third round's, although the first round
+        // has the middle MAD rate.
+        let runs = vec![
+            (run_at(180.0), 200.0),
+            (run_at(250.0), 500.0),
+            (run_at(80.0), 100.0),
+        ];
+        let (cm, limit) = median_round(runs, 1_000).expect("three rounds");
+        assert_eq!(limit, 100.0);
+        assert!((cm.mad_rate(1_000) / limit - 0.8).abs() < 1e-9);
+        // Of two, the lower.
+        let runs = vec![(run_at(90.0), 100.0), (run_at(70.0), 100.0)];
+        let (cm, limit) = median_round(runs, 1_000).expect("two rounds");
+        assert!((cm.mad_rate(1_000) / limit - 0.7).abs() < 1e-9);
+        assert!(median_round(Vec::new(), 1_000).is_none());
+    }
+}
