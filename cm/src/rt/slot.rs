@@ -9,10 +9,9 @@
 //! fixed fields packed into 32 bytes (active side; its Remote Communication ID and the remote
 //! QPN to use follow from the rest), and, rarer still, behind one more pointer, the REP's
 //! private data, the error of a closed connection and the wakers of tasks waiting for a
-//! change. An
-//! established passive connection nobody waits on has none of it. The pointer is guarded by
-//! one of [`STRIPES`] process-wide locks picked by the connection ID (a lock per slot would
-//! double its size). A `tokio::sync::watch` channel per connection cost ~400 bytes, a
+//! change. An established passive connection nobody waits on has none of it. The pointer is
+//! guarded by one of [`STRIPES`] process-wide locks picked by the connection ID (a lock per
+//! slot would double its size). A `tokio::sync::watch` channel per connection cost ~400 bytes, a
 //! `Mutex` with a `Notify` 80.
 //!
 //! The registry that finds a slot by connection ID ([`Registry`]) is one hash table of slot
