@@ -394,7 +394,7 @@ fn pack_rep(i: &RepInfo, own: ConnId) -> (PackedRep, Option<RepRest>) {
     let failover = r.failover_accepted.raw();
     let fits = r.remote_comm_id == own && (i.remote_qpn == r.local_qpn || tgt) && failover <= 3;
     let flags = KEPT | if tgt { TGT_QPN } else { 0 } | (failover & 3) << 2;
-    let parts: [&[u8]; 13] = [
+    let parts: [&[u8]; 12] = [
         &r.local_comm_id.0.to_be_bytes(),
         &r.local_qkey.0.to_be_bytes(),
         &u24(r.local_qpn.get()),
@@ -407,7 +407,6 @@ fn pack_rep(i: &RepInfo, own: ConnId) -> (PackedRep, Option<RepRest>) {
         &[(r.target_ack_delay.get() << 3) | u8::from(r.end_to_end_flow_control)],
         &[(r.rnr_retry_count.get() << 5) | (u8::from(r.srq) << 4) | flags],
         &r.local_ca_guid.0.to_be_bytes(),
-        &[],
     ];
     let mut at = 0;
     for p in parts {

@@ -97,6 +97,33 @@ fn children_cpu(ticks: Option<u64>) -> Option<Duration> {
     ))
 }
 
+/// The children's CPU time since `cpu0` (an earlier [`children_cpu`]), when both are known.
+fn cpu_since(cpu0: Option<Duration>, ticks: Option<u64>) -> Option<Duration> {
+    Some(children_cpu(ticks)?.saturating_sub(cpu0?))
+}
+
+/// The lowest wall-clock time and the lowest CPU time of several runs of one command.
+#[derive(Default)]
+struct Best {
+    wall: Option<Duration>,
+    cpu: Option<Duration>,
+}
+
+impl Best {
+    fn add(&mut self, wall: Duration, cpu: Option<Duration>) {
+        self.wall = Some(self.wall.map_or(wall, |w| w.min(wall)));
+        self.cpu = match (self.cpu, cpu) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// The lowest wall-clock time in seconds (above zero, to divide by).
+    fn secs(&self) -> f64 {
+        self.wall.map_or(0.0, |w| w.as_secs_f64()).max(1e-9)
+    }
+}
+
 /// What one timed command did.
 struct Timed {
     /// From the spawn to the exit.
@@ -153,10 +180,7 @@ fn timed(cmd: &mut Command, ticks: Option<u64>, segment: Option<u64>) -> Result<
     if !status.success() {
         return Err(format!("exit status {status}"));
     }
-    let cpu = match (cpu0, children_cpu(ticks)) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-        _ => None,
-    };
+    let cpu = cpu_since(cpu0, ticks);
     Ok(Timed {
         wall,
         first,
@@ -283,8 +307,7 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
     }
     // Warm the page cache, then take the best of three cm-trace runs.
     let _ = std::fs::read(path);
-    let mut best = Duration::MAX;
-    let mut best_cpu: Option<Duration> = None;
+    let mut best = Best::default();
     let mut out_bytes = 0;
     for _ in 0..3 {
         let r = timed(Command::new(CM_TRACE).args(["--json", file]), ticks, None)?;
@@ -294,14 +317,11 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
                 r.lines
             ));
         }
-        best = best.min(r.wall);
-        best_cpu = match (best_cpu, r.cpu) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        best.add(r.wall, r.cpu);
         out_bytes = r.bytes;
     }
-    let ct = best.as_secs_f64();
+    let ct = best.secs();
+    let best_cpu = best.cpu;
     let cpu_text = |c: Option<Duration>| {
         c.map_or_else(
             || "unknown".to_string(),
@@ -313,11 +333,12 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
         packets as f64 / ct,
         cpu_text(best_cpu)
     );
-    let (alone, alone_cpu) = discarded(file, ticks)?;
+    let discarded = discarded(file, ticks)?;
+    let alone = discarded.secs();
     println!(
         "cm-trace --json with its output discarded (standard output /dev/null: no pipe, no \
          consumer): {alone:.3} s; CPU {} (best of 3)",
-        cpu_text(alone_cpu)
+        cpu_text(discarded.cpu)
     );
     let floor = pipe_floor(path, out_bytes, ticks)?;
     println!(
@@ -383,9 +404,8 @@ fn compare(path: &Path, packets: u64) -> Result<(), String> {
 /// `cm-trace --json FILE` with standard output on `/dev/null` (its writes cost nothing and
 /// nothing reads them): the best wall-clock time and CPU time of three runs, cm-trace's own
 /// work without the cost of moving its output.
-fn discarded(file: &str, ticks: Option<u64>) -> Result<(f64, Option<Duration>), String> {
-    let mut best = Duration::MAX;
-    let mut best_cpu: Option<Duration> = None;
+fn discarded(file: &str, ticks: Option<u64>) -> Result<Best, String> {
+    let mut best = Best::default();
     for _ in 0..3 {
         let cpu0 = children_cpu(ticks);
         let start = Instant::now();
@@ -399,13 +419,9 @@ fn discarded(file: &str, ticks: Option<u64>) -> Result<(f64, Option<Duration>), 
         if !status.success() {
             return Err(format!("cm-trace --json > /dev/null: exit status {status}"));
         }
-        best = best.min(wall);
-        if let (Some(a), Some(b)) = (cpu0, children_cpu(ticks)) {
-            let c = b.saturating_sub(a);
-            best_cpu = Some(best_cpu.map_or(c, |x: Duration| x.min(c)));
-        }
+        best.add(wall, cpu_since(cpu0, ticks));
     }
-    Ok((best.as_secs_f64().max(1e-9), best_cpu))
+    Ok(best)
 }
 
 /// The floor of `cm-trace --json` on `capture`: its output written [`FLOOR_COPIES`] times by
