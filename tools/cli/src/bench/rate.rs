@@ -36,6 +36,9 @@
 //! * **CPU time**: `getrusage` of the process over ibcm's two phases (both threads) per MAD,
 //!   and of each baseline thread per datagram, waiting included: figures that depend less on
 //!   what else the machine runs than the rates do.
+//! * **The machine**: after each round and for the whole run, the load average and the
+//!   shares of all CPUs' time that were idle and stolen by the hypervisor ([`host`]): on a
+//!   shared virtual machine the rates move with them.
 //! * **Batches**: datagrams per `recvmmsg` and per `sendmmsg` of ibcm's two transports over
 //!   its two phases (their `recv_calls` and `send_calls` counters), to see that the batched
 //!   calls carry full batches under load.
@@ -54,6 +57,7 @@ use ibcm::proto::{
 use ibcm::rt::{Cm, Connection, UdpTransport};
 use ibcm_mad::{Guid, Qpn, ServiceId};
 
+use super::host;
 use super::sys as mmsg;
 
 /// The options of `cm-bench rate`.
@@ -103,8 +107,10 @@ pub(crate) fn rate(o: RateOpts) -> Result<()> {
     let mut baselines = Vec::new();
     let mut runs: Vec<(CmRun, f64)> = Vec::new();
     let rounds = o.rounds.max(1);
+    let run_start = host::Sample::now();
     for r in 1..=rounds {
         let when = format!("round {r} of {rounds}");
+        let round_start = host::Sample::now();
         let mut limit: f64 = 0.0;
         for wait in [true, false] {
             let b = udp_batched(sa, sb, o.datagrams, wait)?;
@@ -121,6 +127,8 @@ pub(crate) fn rate(o: RateOpts) -> Result<()> {
              (its better baseline): ratio {:.2}",
             mads / limit
         );
+        print!("{when}, ");
+        host::print_since(&round_start);
         runs.push((cm, limit));
     }
     let single = udp_single(sa, sb, o.datagrams)?;
@@ -150,6 +158,8 @@ pub(crate) fn rate(o: RateOpts) -> Result<()> {
     );
     let (cm, limit) = median_round(runs, o.conns).context("no ibcm round")?;
     let mads = cm.mad_rate(o.conns);
+    print!("the whole run, ");
+    host::print_since(&run_start);
     println!(
         "the median of the {rounds} rounds' ratios (each round's ibcm run against the better of \
          the two baselines measured just before it):"

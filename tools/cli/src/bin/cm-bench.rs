@@ -45,6 +45,8 @@ use clap::{Parser, Subcommand};
 
 #[path = "../bench/flood.rs"]
 mod flood;
+#[path = "../bench/host.rs"]
+mod host;
 #[path = "../bench/node_kill.rs"]
 mod node_kill;
 #[path = "../common/qpn.rs"]
