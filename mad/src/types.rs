@@ -458,8 +458,23 @@ impl<const N: usize> PrivateData<N> {
     /// The area without its trailing zero bytes (for display; the wire cannot tell them
     /// apart from padding).
     pub fn trimmed(&self) -> &[u8] {
-        let end = self.0.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
-        self.0.get(..end).unwrap_or(&[])
+        // Mostly zeros as a rule (up to 224 bytes of them): whole 8-byte words are skipped
+        // first, then the bytes of the last nonzero word.
+        let b = self.0.as_slice();
+        let mut end = b.len();
+        while let Some(w) = end
+            .checked_sub(8)
+            .and_then(|s| b.get(s..end))
+            .and_then(|w| w.first_chunk::<8>())
+        {
+            if u64::from_ne_bytes(*w) != 0 {
+                break;
+            }
+            end -= 8;
+        }
+        let head = b.get(..end).unwrap_or(&[]);
+        let end = head.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
+        head.get(..end).unwrap_or(&[])
     }
 
     /// Whether every byte is zero.
@@ -541,6 +556,23 @@ mod tests {
         assert_eq!(g.to_ip(), ip);
         let ip6: core::net::IpAddr = "fe80::1".parse().unwrap();
         assert_eq!(Gid::from_ip(ip6).to_ip(), ip6);
+    }
+
+    #[test]
+    fn trimmed_removes_exactly_the_trailing_zeros() {
+        // Every length of nonzero head (with a zero inside it) in a 40-byte area: the word
+        // loop and the byte loop both end in the right place.
+        for last in 0..=40 {
+            let mut b = [0u8; 40];
+            for (i, x) in b.iter_mut().enumerate().take(last) {
+                *x = if i == 1 { 0 } else { 7 };
+            }
+            let pd = PrivateData::<40>(b);
+            let want = if last == 2 { &b[..1] } else { &b[..last] };
+            assert_eq!(pd.trimmed(), want, "last {last}");
+        }
+        assert!(PrivateData::<224>::zeroed().trimmed().is_empty());
+        assert_eq!(PrivateData::<3>([0, 0, 5]).trimmed(), &[0, 0, 5]);
     }
 
     #[test]

@@ -48,12 +48,6 @@ pub(super) fn map<K, V>(seed: u64) -> HashMap<K, V> {
     ))
 }
 
-/// Private data with its trailing zeros removed (for events).
-pub(super) fn trimmed(b: &[u8]) -> Vec<u8> {
-    let end = b.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
-    b.get(..end).unwrap_or(&[]).to_vec()
-}
-
 /// Checks that a command's field fits its wire size.
 pub(super) fn check_len(what: &'static str, data: &[u8], max: usize) -> Result<(), CallError> {
     if data.len() > max {

@@ -40,7 +40,7 @@ use siphasher::sip128::{Hasher128, SipHasher24 as Sip128};
 use super::io::rej;
 use super::limits::source_of;
 use super::Endpoint;
-use crate::proto::util::{check_len, trimmed};
+use crate::proto::util::check_len;
 use crate::proto::{
     CallError, DropReason, EventKind, PeerAddr, ReqInfo, State, StatelessAccept, StatelessInfo,
 };
@@ -527,7 +527,7 @@ impl Endpoint {
                     cma_header,
                 },
                 rep,
-                rtu_private_data: trimmed(m.private_data.as_bytes()),
+                rtu_private_data: m.private_data.trimmed().to_vec(),
             })),
         );
     }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use ibcm_mad::{Apr, AprStatus, CmMessage, CommId, Lap, PathInfo, PrivateData, TimeoutExp};
 
 use super::Endpoint;
-use crate::proto::util::{check_len, trimmed};
+use crate::proto::util::check_len;
 use crate::proto::{CallError, ConnId, DropReason, EventKind, LapState, PeerAddr, State};
 
 impl Endpoint {
@@ -119,7 +119,7 @@ impl Endpoint {
                     id,
                     EventKind::LapReceived {
                         path: m.alternate_path,
-                        private_data: trimmed(m.private_data.as_bytes()),
+                        private_data: m.private_data.trimmed().to_vec(),
                     },
                 );
             }
@@ -144,7 +144,7 @@ impl Endpoint {
             EventKind::AprReceived {
                 status: m.ap_status,
                 additional_info: m.additional_info_bytes().to_vec(),
-                private_data: trimmed(m.private_data.as_bytes()),
+                private_data: m.private_data.trimmed().to_vec(),
             },
         );
     }

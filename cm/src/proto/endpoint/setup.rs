@@ -18,7 +18,7 @@ use super::Endpoint;
 use crate::proto::conn::{Conn, Micros};
 use crate::proto::ids::{cm_ack_timeout, form_tid};
 use crate::proto::timer::TimerKind;
-use crate::proto::util::{check_len, trimmed};
+use crate::proto::util::check_len;
 use crate::proto::{
     roce_path, AcceptParams, CallError, ConnId, ConnectError, ConnectParams, ConnectionError,
     DropReason, EventKind, LapState, PeerAddr, RepInfo, ReqInfo, Side, State,
@@ -557,7 +557,7 @@ impl Endpoint {
             ConnectionError::Rejected {
                 reason: m.reason,
                 ari: m.ari_bytes().to_vec(),
-                private_data: trimmed(m.private_data.as_bytes()),
+                private_data: m.private_data.trimmed().to_vec(),
             }
         };
         let timewait = match c.state {

@@ -12,7 +12,7 @@ use ibcm_mad::{CmMessage, PrivateData, SidrRep, SidrReq, SidrStatus, Tid, Vendor
 use super::Endpoint;
 use crate::proto::conn::{Pending, SidrIn, SidrOut};
 use crate::proto::ids::{form_tid, SidrReqId};
-use crate::proto::util::{check_len, trimmed};
+use crate::proto::util::check_len;
 use crate::proto::{
     CallError, ConnId, ConnectError, DropReason, EventKind, PeerAddr, SidrRepParams, SidrReqInfo,
     SidrReqParams,
@@ -188,7 +188,7 @@ impl Endpoint {
                 status: m.status,
                 qpn: m.qpn,
                 qkey: m.qkey,
-                private_data: trimmed(m.private_data.as_bytes()),
+                private_data: m.private_data.trimmed().to_vec(),
             },
         );
     }

@@ -6,7 +6,7 @@ use ibcm_mad::{CmMessage, CommId, Drep, Dreq, PrivateData, RejReason, Tid};
 
 use super::io::timeout_rej;
 use super::Endpoint;
-use crate::proto::util::{check_len, trimmed};
+use crate::proto::util::check_len;
 use crate::proto::{CallError, ConnId, ConnectionError, DropReason, LapState, PeerAddr, State};
 
 impl Endpoint {
@@ -102,7 +102,7 @@ impl Endpoint {
                     c,
                     ConnectionError::Disconnected {
                         by_peer: true,
-                        private_data: trimmed(m.private_data.as_bytes()),
+                        private_data: m.private_data.trimmed().to_vec(),
                     },
                 );
                 // Reply with the DREQ's TID.
