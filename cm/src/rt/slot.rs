@@ -390,9 +390,10 @@ fn pack_rep(i: &RepInfo, own: ConnId) -> (PackedRep, Option<RepRest>) {
         let [_, x, y, z] = v.to_be_bytes();
         [x, y, z]
     };
-    let tgt = i.remote_qpn != r.local_qpn && i.remote_qpn == r.xrc_tgt_qpn();
+    // The remote QPN follows from the REP by the same rule `unpack_rep` applies.
+    let tgt = i.remote_qpn != r.local_qpn;
     let failover = r.failover_accepted.raw();
-    let fits = r.remote_comm_id == own && (i.remote_qpn == r.local_qpn || tgt) && failover <= 3;
+    let fits = r.remote_comm_id == own && i.remote_qpn == r.remote_qpn_for(tgt) && failover <= 3;
     let flags = KEPT | if tgt { TGT_QPN } else { 0 } | (failover & 3) << 2;
     let parts: [&[u8]; 12] = [
         &r.local_comm_id.0.to_be_bytes(),

@@ -96,17 +96,15 @@ fn parse(loadavg: &str, stat: &str) -> Option<Sample> {
     Some(Sample { load1, ticks })
 }
 
-/// Prints the machine's figures between `start` and now, or why there are none.
-pub(crate) fn print_since(start: &io::Result<Sample>) {
-    let end = Sample::now();
-    match (start, &end) {
-        (Ok(s), Ok(e)) => match between(s, e) {
-            Some(span) => println!("machine during the run: {span}"),
-            None => println!("machine during the run: no clock tick passed; no figures"),
-        },
-        (Err(err), _) | (_, Err(err)) => {
-            println!("machine during the run: no figures (/proc unreadable: {err})");
-        }
+/// The machine's figures between `start` and now, or why there are none.
+pub(crate) fn since(start: &io::Result<Sample>) -> String {
+    match (start, Sample::now()) {
+        (Ok(s), Ok(e)) => between(s, &e).map_or_else(
+            || "no clock tick passed; no figures".to_string(),
+            |span| span.to_string(),
+        ),
+        (Err(err), _) => format!("no figures (/proc unreadable: {err})"),
+        (_, Err(err)) => format!("no figures (/proc unreadable: {err})"),
     }
 }
 

@@ -127,8 +127,10 @@ pub(crate) fn rate(o: RateOpts) -> Result<()> {
              (its better baseline): ratio {:.2}",
             mads / limit
         );
-        print!("{when}, ");
-        host::print_since(&round_start);
+        println!(
+            "{when}, machine during the run: {}",
+            host::since(&round_start)
+        );
         runs.push((cm, limit));
     }
     let single = udp_single(sa, sb, o.datagrams)?;
@@ -158,8 +160,10 @@ pub(crate) fn rate(o: RateOpts) -> Result<()> {
     );
     let (cm, limit) = median_round(runs, o.conns).context("no ibcm round")?;
     let mads = cm.mad_rate(o.conns);
-    print!("the whole run, ");
-    host::print_since(&run_start);
+    println!(
+        "the whole run, machine during the run: {}",
+        host::since(&run_start)
+    );
     println!(
         "the median of the {rounds} rounds' ratios (each round's ibcm run against the better of \
          the two baselines measured just before it):"
