@@ -513,11 +513,13 @@ def kernel_paths_cells(out):
     ksays(c, n, "EVENT DISCONNECTED")
     ksays(c, n, "RESULT ok established=1")
     isays(c, n, "connection 1: stale connection")
-    isays(c, n, "(disconnected (by the peer))")
-    isum(c, n, (1, 1, 0, 1), "2")
-    c.done(n, "cm-ping --same-qpn (test only) connects twice with one QPN while the first connection is established: "
-           "the kernel rejects the second REQ with REJ 10 (stale connection) and sends the first a DREQ, which ibcm "
-           "answers; the second fails as stale, exit 2")
+    c(re.search(r"^conn 0 closed by peer after \d+ ms: DREQ", o("b", n), re.M),
+      "cm-ping lacks 'conn 0 closed by peer after … ms: DREQ'")
+    isays(c, n, "cm-ping: 1 established, 1 rejected, 0 timed out, 0 disconnected, 1 closed by peer")
+    c(rc("b", n) == "2", "cm-ping exit status %r, want '2'" % rc("b", n))
+    c.done(n, "cm-ping --same-qpn (test only) --stay connects twice with one QPN while the first connection is "
+           "established: the kernel rejects the second REQ with REJ 10 (stale connection) and sends the first a "
+           "DREQ, which ibcm answers; the second fails as stale, exit 2")
 
     def reuse(c, m, passive):
         if wire(c, m, "REQ REP RTU DREQ DREP REQ REP RTU DREQ DREP"):

@@ -185,8 +185,11 @@ else
   # Local ACK Timeout 21: the kernel stays ms(21) = 8.6 s in TimeWait; ibcm's DREQ timer (its
   # REQ's) is 2*ms(18) + ms(17) = 2.7 s; the kernel's first DREP is lost at ibcm's ingress
   ilose_active kp-act-drep-lost-timewait 40 0x0016 1 --connect $KIP:7512 --timeout-exp 17 --local-ack-timeout 21
-  # --same-qpn (test only): connection 1 announces connection 0's QPN while 0 is held
-  iactive kp-act-stale 30 --connect $KIP:7513 --same-qpn --count 2 --hold
+  # --same-qpn (test only): connection 1 announces connection 0's QPN while 0 is held.
+  # --stay: cm-ping never disconnects connection 0 itself, so the kernel's DREQ is the only
+  # one (with --hold cm-ping disconnected it right after the REJ: its DREQ and the kernel's
+  # crossed in one CI run, a legal exchange the cell did not expect)
+  iactive kp-act-stale 30 --connect $KIP:7513 --same-qpn --count 2 --stay
   # ---- kernel active -> ibcm passive
   ipassive kp-pas-rep-lost 40 --port 7521
   ipassive kp-pas-rep-lost-dup-req 40 --port 7522
