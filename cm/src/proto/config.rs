@@ -111,6 +111,15 @@ pub struct EndpointConfig {
     /// RTU again. Two REPs per REQ at most (2×, within the 3× of anti-amplification).
     /// Default 500 ms (docs/protocol.md §5.12).
     pub stateless_resend: Option<Duration>,
+    /// Give the connection table's large allocations (4 MiB and more: the records' from 65 537
+    /// connections on, the indexes' from a few hundred thousand) mappings of their own backed
+    /// by transparent huge pages (`madvise(MADV_HUGEPAGE)`), which cuts the TLB misses of the
+    /// lookups in a large table. Default `true`. Linux honours it when THP is `always` or
+    /// `madvise` (its default). With the kernel's default `defrag` setting a page fault in
+    /// such a table may compact memory to find a huge page, so `false` suits an application
+    /// for which a rare stall of that kind is worse than slower lookups (docs/protocol.md
+    /// §5.13).
+    pub huge_pages: bool,
 }
 
 impl Default for EndpointConfig {
@@ -142,6 +151,7 @@ impl Default for EndpointConfig {
             stateless_slots: 65_536,
             stateless_period: Duration::from_secs(8),
             stateless_resend: Some(Duration::from_millis(500)),
+            huge_pages: true,
         }
     }
 }

@@ -14,6 +14,10 @@
 //! stays there (lookups then probe on past it, which is correct, only slower) until the
 //! index grows. The load stays at most 10 entries per 12 places.
 
+use allocator_api2::vec::Vec;
+
+use super::sys::TableAlloc;
+
 /// Places per line.
 const WIDTH: usize = 12;
 /// The tag of an empty place.
@@ -40,10 +44,10 @@ const EMPTY_LINE: Line = Line {
 };
 
 /// The index (see the module docs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct LineIndex {
     /// A power of two of them, or none.
-    lines: Vec<Line>,
+    lines: Vec<Line, TableAlloc>,
     len: usize,
 }
 
@@ -53,6 +57,14 @@ fn tag(hash: u64) -> u8 {
 }
 
 impl LineIndex {
+    /// An empty index whose lines come from `alloc`.
+    pub(super) fn new(alloc: TableAlloc) -> Self {
+        LineIndex {
+            lines: Vec::new_in(alloc),
+            len: 0,
+        }
+    }
+
     /// The line a hash's probe starts at.
     fn home(&self, hash: u64) -> usize {
         (hash as usize) & self.lines.len().wrapping_sub(1)
@@ -148,7 +160,9 @@ impl LineIndex {
     /// Twice the lines (one to begin with), every entry placed again.
     fn grow(&mut self, rehash: &impl Fn(u32) -> u64) {
         let n = (self.lines.len() * 2).max(1);
-        let old = std::mem::replace(&mut self.lines, vec![EMPTY_LINE; n]);
+        let mut lines = Vec::with_capacity_in(n, *self.lines.allocator());
+        lines.resize(n, EMPTY_LINE);
+        let old = std::mem::replace(&mut self.lines, lines);
         for line in &old {
             for (&t, &s) in line.tags.iter().zip(line.slots.iter()) {
                 if t != EMPTY {
@@ -198,7 +212,7 @@ mod tests {
     fn finds_what_it_holds_and_nothing_else() {
         for spread in [true, false] {
             // Slot number = key, so the hash of an entry is known from it.
-            let mut ix = LineIndex::default();
+            let mut ix = LineIndex::new(TableAlloc::default());
             for k in 0..5_000u32 {
                 ix.insert_unique(h(k, spread), k, |s| h(s, spread));
             }
@@ -237,7 +251,7 @@ mod tests {
 
     #[test]
     fn empty_index_finds_nothing() {
-        let mut ix = LineIndex::default();
+        let mut ix = LineIndex::new(TableAlloc::default());
         assert_eq!(ix.find(5, |_| true), None);
         assert_eq!(ix.remove(5, |_| true), None);
         assert_eq!(ix.heap_bytes(), 0);

@@ -20,6 +20,7 @@ mod peers;
 mod state;
 mod stateless;
 mod stats;
+mod sys;
 mod table;
 mod timer;
 mod util;

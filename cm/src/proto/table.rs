@@ -28,6 +28,7 @@
 
 use std::hash::BuildHasher;
 
+use allocator_api2::vec::Vec;
 use foldhash::fast::SeedableRandomState;
 use hashbrown::HashTable;
 use ibcm_mad::{CommId, Guid, Qpn};
@@ -35,21 +36,22 @@ use ibcm_mad::{CommId, Guid, Qpn};
 use super::conn::Conn;
 use super::ids::IdAllocator;
 use super::index::LineIndex;
+use super::sys::TableAlloc;
 
 /// The records and their indexes.
 #[derive(Debug)]
 pub(super) struct ConnTable {
-    slots: Vec<Option<Conn>>,
+    slots: Vec<Option<Conn>, TableAlloc>,
     /// Free slots, the most recently freed last (reused first: its memory is warm).
     free: Vec<u32>,
     len: usize,
     /// Local comm ID → slot.
-    by_id: HashTable<u32>,
+    by_id: HashTable<u32, TableAlloc>,
     /// (remote comm ID, remote CA GUID) → slot: duplicate detection. Its keys have no order,
     /// so each of its probes goes to a random place: one cache line each ([`LineIndex`]).
     by_remote: LineIndex,
     /// (remote QPN, remote CA GUID) → slot: stale-connection detection.
-    by_qpn: HashTable<u32>,
+    by_qpn: HashTable<u32, TableAlloc>,
     hasher: Hasher,
     /// The last (local comm ID, slot) found or inserted through `&mut self`: a handler looks
     /// its connection up several times, and the comm ID's hash runs the ID permutation
@@ -125,15 +127,16 @@ fn rehash<'a>(slots: &'a [Option<Conn>], h: &'a Hasher, key: Key) -> impl Fn(&u3
 }
 
 impl ConnTable {
-    /// An empty table; `ids` is the endpoint's comm ID allocator.
-    pub(super) fn new(seed: u64, ids: IdAllocator) -> Self {
+    /// An empty table; `ids` is the endpoint's comm ID allocator, `alloc` the allocator of
+    /// the records and indexes.
+    pub(super) fn new(seed: u64, ids: IdAllocator, alloc: TableAlloc) -> Self {
         ConnTable {
-            slots: Vec::new(),
+            slots: Vec::new_in(alloc),
             free: Vec::new(),
             len: 0,
-            by_id: HashTable::new(),
-            by_remote: LineIndex::default(),
-            by_qpn: HashTable::new(),
+            by_id: HashTable::new_in(alloc),
+            by_remote: LineIndex::new(alloc),
+            by_qpn: HashTable::new_in(alloc),
             hasher: Hasher {
                 seeded: SeedableRandomState::with_seed(seed, foldhash::SharedSeed::global_fixed()),
                 ids,
@@ -245,7 +248,7 @@ impl ConnTable {
     }
 
     /// The hashbrown index of `key` (`by_remote` is a [`LineIndex`]).
-    fn index(&self, key: Key) -> Option<&HashTable<u32>> {
+    fn index(&self, key: Key) -> Option<&HashTable<u32, TableAlloc>> {
         match key {
             Key::Id => Some(&self.by_id),
             Key::Remote => None,
@@ -459,7 +462,11 @@ mod tests {
     #[test]
     fn indexes_follow_the_records() {
         let mut peers = Peers::new(1);
-        let mut t = ConnTable::new(7, IdAllocator::new(0, [1, 2, 3, 4, 5, 6, 7, 8]));
+        let mut t = ConnTable::new(
+            7,
+            IdAllocator::new(0, [1, 2, 3, 4, 5, 6, 7, 8]),
+            TableAlloc::default(),
+        );
         for i in 1..=1000u32 {
             t.insert(CommId(i * 7), conn(&mut peers, i, i, 9));
             t.index_remote(CommId(i * 7));

@@ -14,8 +14,12 @@ pub(super) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::Seedab
 /// their hash needs no seed ([`QpnHasher`]); it keeps the (near-)sequential QPNs of an HCA in
 /// neighbouring buckets of a large table, 64 to a block (as the connection table's indexes do,
 /// `proto/table.rs`).
-pub(super) type LocalQpnMap<V> =
-    std::collections::HashMap<ibcm_mad::Qpn, V, std::hash::BuildHasherDefault<QpnHasher>>;
+pub(super) type LocalQpnMap<V> = hashbrown::HashMap<
+    ibcm_mad::Qpn,
+    V,
+    std::hash::BuildHasherDefault<QpnHasher>,
+    super::sys::TableAlloc,
+>;
 
 /// The hash of [`LocalQpnMap`]: the value written (a QPN's `u32`) in 64-bucket blocks placed
 /// by a mix of its high bits, with a mixed tag in its top 7 bits (what hashbrown compares

@@ -1,5 +1,6 @@
-//! The few system calls the transports need that std, tokio and socket2 do not wrap. This is
-//! the only module of the crate with `unsafe` code.
+//! The few system calls the transports need that std, tokio and socket2 do not wrap. This and
+//! the core's `proto/sys.rs` (huge-page advice) are the only modules of the crate with
+//! `unsafe` code.
 #![allow(unsafe_code)]
 
 use std::io;

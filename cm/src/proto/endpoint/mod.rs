@@ -75,6 +75,7 @@ use tracing::{debug, trace};
 
 use super::conn::{Conn, SidrIn, SidrOut};
 use super::ids::{IdAllocator, SidrReqId};
+use super::sys::TableAlloc;
 use super::table::{table_bytes, ConnTable};
 use super::timer::{Expired, TimerKind};
 use super::util::{map, HashMap, HashSet, LocalQpnMap};
@@ -174,12 +175,15 @@ impl Endpoint {
         let seed: u64 = rng.random();
         let cookies = cookie::Cookies::new(&rng);
         let ids = IdAllocator::new(start, keys);
+        let alloc = TableAlloc {
+            huge: cfg.huge_pages,
+        };
         Endpoint {
             cfg,
-            conns: ConnTable::new(seed, ids.clone()),
+            conns: ConnTable::new(seed, ids.clone(), alloc),
             ids,
             rng,
-            local_qpns: LocalQpnMap::default(),
+            local_qpns: LocalQpnMap::with_hasher_in(Default::default(), alloc),
             quarantine: map(seed),
             listeners: BTreeMap::new(),
             sidr_out: map(seed),

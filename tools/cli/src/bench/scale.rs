@@ -58,13 +58,14 @@ struct Pair {
 }
 
 impl Pair {
-    fn new(now: Instant) -> Result<Pair> {
+    fn new(now: Instant, huge_pages: bool) -> Result<Pair> {
         let a_addr = PeerAddr::Udp("127.0.0.1:4791".parse()?);
         let b_addr = PeerAddr::Udp("127.0.0.2:4791".parse()?);
         let sid = ServiceId(0x1234);
         let mut p = Pair {
             a: Endpoint::new(EndpointConfig {
                 rng_seed: Some(1),
+                huge_pages,
                 ..Default::default()
             }),
             b: Endpoint::new(EndpointConfig {
@@ -73,6 +74,7 @@ impl Pair {
                 max_half_open: usize::MAX,
                 max_established: usize::MAX,
                 max_established_per_peer: usize::MAX,
+                huge_pages,
                 ..Default::default()
             }),
             a_addr,
@@ -151,12 +153,39 @@ fn median(v: &[f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// Runs the measurement and prints the figures (`rss_bytes`: the process's RSS now).
-pub(crate) fn scale(n: u64, rss_bytes: fn() -> u64) -> Result<()> {
+/// What backs the tables: the core's huge-page advice, glibc's tunable, the kernel's THP mode
+/// and the huge pages the process holds now (`/proc`; "unknown" where it cannot be read).
+fn pages_line(huge_pages: bool) -> String {
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .ok()
+        .and_then(|s| {
+            let (_, rest) = s.split_once('[')?;
+            Some(rest.split_once(']')?.0.to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let held = std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("AnonHugePages:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(format!("{:.0} MiB", kib as f64 / 1024.0))
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let tunable = std::env::var("GLIBC_TUNABLES").unwrap_or_else(|_| "not set".into());
+    format!(
+        "pages: the core's huge-page advice (EndpointConfig::huge_pages) {}; GLIBC_TUNABLES \
+         {tunable}; kernel THP mode {thp}; huge pages held now {held}",
+        if huge_pages { "on" } else { "off" }
+    )
+}
+
+/// Runs the measurement and prints the figures (`rss_bytes`: the process's RSS now;
+/// `huge_pages`: the endpoints' `EndpointConfig::huge_pages`).
+pub(crate) fn scale(n: u64, huge_pages: bool, rss_bytes: fn() -> u64) -> Result<()> {
     anyhow::ensure!(n >= 2 * BATCH, "--conns must be at least {}", 2 * BATCH);
     #[allow(clippy::disallowed_methods)]
     let now = Instant::now();
-    let mut p = Pair::new(now)?;
+    let mut p = Pair::new(now, huge_pages)?;
     let rss0 = rss_bytes();
     // The fill, batch by batch (the sequential figures: its first and last five batches).
     let (mut rates, mut wall_rates) = (Vec::new(), Vec::new());
@@ -181,6 +210,7 @@ pub(crate) fn scale(n: u64, rss_bytes: fn() -> u64) -> Result<()> {
         rss0 as f64 / 1048576.0,
         rss1 as f64 / 1048576.0
     );
+    println!("{}", pages_line(huge_pages));
     let (ma, mb) = (p.a.memory(), p.b.memory());
     let per_conn = |x: usize, y: usize| (x + y) as f64 / (2 * n) as f64;
     println!(
@@ -211,7 +241,7 @@ pub(crate) fn scale(n: u64, rss_bytes: fn() -> u64) -> Result<()> {
     let (mut small, mut large, mut small_wall, mut large_wall) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        let mut fresh = Pair::new(now)?;
+        let mut fresh = Pair::new(now, huge_pages)?;
         for _ in 0..BATCHES {
             let (cpu, wall) = fresh.batch(BATCH)?;
             small.push(cpu);

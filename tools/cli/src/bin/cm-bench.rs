@@ -115,9 +115,15 @@ enum Cmd {
         /// Connections to hold.
         #[arg(long, default_value_t = 1_000_000)]
         conns: u64,
-        /// Do not ask glibc for transparent huge pages (see below).
+        /// Do not re-run with glibc's huge-page tunable (see below): the allocator's default
+        /// settings, as a runtime that embeds ibcm runs. The core's own huge-page advice for
+        /// its tables stays on (see --small-pages).
         #[arg(long)]
         no_thp: bool,
+        /// Turn the core's huge-page advice off (`EndpointConfig::huge_pages = false`); with
+        /// --no-thp nothing asks for huge pages.
+        #[arg(long)]
+        small_pages: bool,
         /// Through the async API (`ibcm::rt`, two `Cm` endpoints over an in-memory network,
         /// every `Connection` handle held) instead of the sans-IO core; prints B/conn next to
         /// the core's, measured in a child process of the same run.
@@ -250,11 +256,16 @@ fn main() -> Result<()> {
             parallel,
             ..
         } => scale_rt::scale_rt(conns, parallel, rss_bytes),
-        Cmd::Scale { conns, no_thp, .. } => {
+        Cmd::Scale {
+            conns,
+            no_thp,
+            small_pages,
+            ..
+        } => {
             if !no_thp && std::env::var_os("GLIBC_TUNABLES").is_none() {
                 return reexec_with_thp();
             }
-            scale::scale(conns, rss_bytes)
+            scale::scale(conns, !small_pages, rss_bytes)
         }
     }
 }
