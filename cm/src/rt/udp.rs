@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ibcm_mad::frame::{
     bth, deth, icrc, udp, BthRepr, IpRepr, Opcode, RoceV2UdRepr, ROCEV2_UDP_PORT,
 };
@@ -85,6 +85,9 @@ pub struct UdpTransport {
     rx_bufs: Box<[[u8; RECV_LEN]]>,
     /// What `recvmmsg` said about each.
     rx_meta: Box<[sys::Received; MMSG_BATCH]>,
+    /// The received MADs handed out, one slice each: a buffer shared by a batch's MADs, whose
+    /// room is reused once the driver has dropped them all (no allocation per MAD).
+    rx_mads: BytesMut,
     /// Encoded datagrams, one per datagram of a `sendmmsg`.
     tx_bufs: Box<[[u8; SEND_LEN]]>,
     /// For each of `tx_bufs`: the index of its MAD in the batch, destination and length.
@@ -144,6 +147,7 @@ impl UdpTransport {
                     truncated: false,
                 }; MMSG_BATCH],
             ),
+            rx_mads: BytesMut::new(),
             tx_bufs: vec![[0; SEND_LEN]; MMSG_BATCH].into_boxed_slice(),
             tx_meta: Vec::with_capacity(MMSG_BATCH),
         })
@@ -192,6 +196,9 @@ impl UdpTransport {
     /// Decodes the first `n` datagrams of the receive buffers into `out`, counting them and
     /// what is dropped.
     fn take_received(&mut self, n: usize, out: &mut Vec<(PeerAddr, Bytes)>) {
+        let mads = &mut self.rx_mads;
+        // Room for the whole batch: reclaimed in place when the last batch's MADs are gone.
+        mads.reserve(n.min(MMSG_BATCH) * MAD_LEN);
         for (meta, buf) in self.rx_meta.iter().zip(self.rx_bufs.iter()).take(n) {
             self.stats.rx.fetch_add(1, Ordering::Relaxed);
             let payload = buf.get(..meta.len).unwrap_or(&[]);
@@ -201,8 +208,9 @@ impl UdpTransport {
                 }
                 _ => None,
             };
-            if let Some(m) = accept(decoded, self.policy, &self.stats, self.local) {
-                out.push(m);
+            if let Some((from, mad)) = accept(decoded, self.policy, &self.stats, self.local) {
+                mads.extend_from_slice(mad);
+                out.push((from, mads.split().freeze()));
             }
         }
     }
@@ -238,12 +246,12 @@ impl UdpTransport {
 
 /// A decoded datagram (source, MAD, whether the ICRC matched) → what the endpoint gets, per
 /// the ICRC policy; counts the drops.
-fn accept(
-    decoded: Option<(SocketAddr, Bytes, bool)>,
+fn accept<'a>(
+    decoded: Option<(SocketAddr, &'a [u8], bool)>,
     policy: IcrcPolicy,
     stats: &UdpStats,
     local: SocketAddr,
-) -> Option<(PeerAddr, Bytes)> {
+) -> Option<(PeerAddr, &'a [u8])> {
     let Some((from, mad, icrc_ok)) = decoded else {
         stats.not_mad.fetch_add(1, Ordering::Relaxed);
         return None;
@@ -270,7 +278,7 @@ const TRANSPORT_HEADERS: usize = bth::HEADER_LEN + deth::HEADER_LEN;
 /// Decodes a received UDP payload (BTH .. ICRC) that came from `from` to `local`. The ICRC is
 /// checked over an IP header rebuilt as this transport's sender writes it (IPv4 ID 0, DF).
 /// Returns the MAD and whether the ICRC matched, or `None` if it is not a UD MAD for QP1.
-fn decode(payload: &[u8], from: SocketAddr, local: SocketAddr) -> Option<(Bytes, bool)> {
+fn decode(payload: &[u8], from: SocketAddr, local: SocketAddr) -> Option<(&[u8], bool)> {
     let bth_bytes = payload.get(..bth::HEADER_LEN)?;
     let bth = BthRepr::parse(&bth::Packet::new_checked(bth_bytes).ok()?).ok()?;
     if bth.opcode != Opcode::UD_SEND_ONLY || bth.dest_qp.get() > 1 {
@@ -302,7 +310,7 @@ fn decode(payload: &[u8], from: SocketAddr, local: SocketAddr) -> Option<(Bytes,
     )
     .ok()?;
     let ok = cfg!(fuzzing) || expected == found;
-    Some((Bytes::copy_from_slice(mad), ok))
+    Some((mad, ok))
 }
 
 impl DatagramTransport for UdpTransport {
@@ -325,8 +333,8 @@ impl DatagramTransport for UdpTransport {
             self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
             let payload = buf.get(..len).unwrap_or(&[]);
             let decoded = decode(payload, from, self.local).map(|(mad, ok)| (from, mad, ok));
-            if let Some(m) = accept(decoded, self.policy, &self.stats, self.local) {
-                return Ok(m);
+            if let Some((from, mad)) = accept(decoded, self.policy, &self.stats, self.local) {
+                return Ok((from, Bytes::copy_from_slice(mad)));
             }
         }
     }
@@ -566,6 +574,12 @@ mod tests {
         assert!(got
             .iter()
             .all(|(from, m)| *from == a.local_addr() && m.len() == MAD_LEN));
+        // Every byte is its own MAD's (the MADs of a batch share one buffer, and these are
+        // all still held while later batches are received).
+        assert!(got
+            .iter()
+            .zip(&want)
+            .all(|((_, m), &w)| m.iter().all(|&x| x == w)));
         // Nothing left: a non-blocking receive adds nothing.
         b.try_recv_batch(&mut got).unwrap();
         assert_eq!(got.len(), 147);
