@@ -501,4 +501,41 @@ mod tests {
         assert_eq!(ids.len(), t.len());
         assert_eq!(ids.first(), Some(&4));
     }
+
+    /// With huge pages on, the slab grows from the global allocator's block into mappings of
+    /// its own (at 65 537 records, 4 MiB and more), moving every record; the indexes follow.
+    #[test]
+    fn records_moved_into_huge_page_mappings_stay_found() {
+        let mut peers = Peers::new(1);
+        let mut t = ConnTable::new(
+            7,
+            IdAllocator::new(0, [1, 2, 3, 4, 5, 6, 7, 8]),
+            TableAlloc { huge: true },
+        );
+        let n = 80_000u32;
+        for i in 1..=n {
+            t.insert(CommId(i), conn(&mut peers, i + 1_000_000, i, 9));
+            t.index_remote(CommId(i));
+            t.index_qpn(CommId(i));
+        }
+        let slab = t.slots.capacity() * core::mem::size_of::<Option<Conn>>();
+        assert!(slab >= super::super::sys::HUGE_FROM, "{slab}");
+        if cfg!(target_os = "linux") {
+            assert_eq!(t.slots.as_ptr() as usize % (2 << 20), 0);
+        }
+        for i in (1..=n).step_by(7) {
+            assert_eq!(
+                t.get(&CommId(i)).map(|c| c.remote_id),
+                Some(CommId(i + 1_000_000))
+            );
+            assert_eq!(t.by_remote(CommId(i + 1_000_000), Guid(9)), Some(CommId(i)));
+            assert_eq!(t.by_qpn(Qpn::masked(i), Guid(9)), Some(CommId(i)));
+        }
+        for i in (1..=n).step_by(2) {
+            assert!(t.remove(&CommId(i)).is_some());
+        }
+        assert_eq!(t.len(), n as usize / 2);
+        assert_eq!(t.by_remote(CommId(1_000_001), Guid(9)), None);
+        assert_eq!(t.by_remote(CommId(1_000_002), Guid(9)), Some(CommId(2)));
+    }
 }
