@@ -29,3 +29,15 @@ impl MemoryUse {
         self.records + self.indexes + self.qpns + self.side + self.peers
     }
 }
+
+/// The heap bytes of a hashbrown table (`std`'s `HashMap` is one) of `capacity` entries of
+/// `entry` bytes: its buckets (capacity 7/8 of them, a power of two) with one control byte
+/// each, plus one group of control bytes.
+pub(super) fn table_bytes(capacity: usize, entry: usize) -> usize {
+    let buckets = match capacity {
+        0 => return 0,
+        c if c < 7 => (c + 1).next_power_of_two(),
+        c => (c / 7 * 8).next_power_of_two(),
+    };
+    buckets * (entry + 1) + 16
+}

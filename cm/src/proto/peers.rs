@@ -73,7 +73,7 @@ impl Peers {
         self.addrs.capacity() * core::mem::size_of::<PeerAddr>()
             + self.refs.capacity() * core::mem::size_of::<u32>()
             + self.free.capacity() * core::mem::size_of::<u32>()
-            + super::table::table_bytes(
+            + super::memory::table_bytes(
                 self.index.capacity(),
                 core::mem::size_of::<(PeerAddr, u32)>(),
             )

@@ -36,7 +36,9 @@ use ibcm_mad::{CommId, Guid, Qpn};
 use super::conn::Conn;
 use super::ids::IdAllocator;
 use super::index::LineIndex;
+use super::memory::table_bytes;
 use super::sys::TableAlloc;
+use super::util::{blocked, BLOCK_BITS};
 
 /// The records and their indexes.
 #[derive(Debug)]
@@ -65,22 +67,6 @@ struct Hasher {
     seeded: SeedableRandomState,
     /// The endpoint's comm ID allocator (for its permutation's inverse only).
     ids: IdAllocator,
-}
-
-/// hashbrown's tag: the top 7 bits.
-const TAG: u64 = 0x7f << 57;
-
-/// Keys per block of neighbouring buckets (log2).
-const BLOCK_BITS: u32 = 6;
-
-/// The hash of a key whose low [`BLOCK_BITS`] are `n`'s and whose block is placed by
-/// `block` (a hash of the rest of the key): the bucket is the block's position plus `n`'s low
-/// bits; the tag is mixed from both.
-pub(super) fn blocked(block: u64, n: u64) -> u64 {
-    let low_mask = (1u64 << BLOCK_BITS) - 1;
-    let low = n & low_mask;
-    let tag = (block ^ low).wrapping_mul(0x9e37_79b9_7f4a_7c15) & TAG;
-    (block & !low_mask & !TAG) | low | tag
 }
 
 /// Which key of a record an index hashes.
@@ -378,18 +364,6 @@ impl ConnTable {
             + self.by_remote.heap_bytes();
         (records, indexes)
     }
-}
-
-/// The heap bytes of a hashbrown table (`std`'s `HashMap` is one) of `capacity` entries of
-/// `entry` bytes: its buckets (capacity 7/8 of them, a power of two) with one control byte
-/// each, plus one group of control bytes.
-pub(super) fn table_bytes(capacity: usize, entry: usize) -> usize {
-    let buckets = match capacity {
-        0 => return 0,
-        c if c < 7 => (c + 1).next_power_of_two(),
-        c => (c / 7 * 8).next_power_of_two(),
-    };
-    buckets * (entry + 1) + 16
 }
 
 /// Whether two records have the same key for an index.

@@ -108,7 +108,7 @@ impl Timers {
     /// Heap bytes: the per-connection map from its capacity, the queue at its entries' size.
     pub(crate) fn heap_bytes(&self) -> usize {
         let conn = core::mem::size_of::<(CommId, (Instant, TimerKind))>();
-        super::table::table_bytes(self.conns.capacity(), conn)
+        super::memory::table_bytes(self.conns.capacity(), conn)
             + self.queue.len() * core::mem::size_of::<(Instant, u32, TimerKind)>()
     }
 

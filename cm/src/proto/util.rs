@@ -1,5 +1,6 @@
-//! Small helpers of the endpoint that know nothing of it: the seeded hash maps, private data
-//! for events, the length check of command fields.
+//! Small helpers of the endpoint that know nothing of it: the seeded hash maps, the blocked
+//! hash that keeps neighbouring keys in neighbouring buckets ([`blocked`]), private data for
+//! events, the length check of command fields.
 
 use super::CallError;
 
@@ -41,8 +42,24 @@ impl std::hash::Hasher for QpnHasher {
     fn finish(&self) -> u64 {
         let mut block = (self.0 >> 6).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         block ^= block >> 31;
-        super::table::blocked(block, self.0)
+        blocked(block, self.0)
     }
+}
+
+/// hashbrown's tag: the top 7 bits.
+const TAG: u64 = 0x7f << 57;
+
+/// Keys per block of neighbouring buckets (log2).
+pub(super) const BLOCK_BITS: u32 = 6;
+
+/// The hash of a key whose low [`BLOCK_BITS`] are `n`'s and whose block is placed by
+/// `block` (a hash of the rest of the key): the bucket is the block's position plus `n`'s low
+/// bits; the tag is mixed from both.
+pub(super) fn blocked(block: u64, n: u64) -> u64 {
+    let low_mask = (1u64 << BLOCK_BITS) - 1;
+    let low = n & low_mask;
+    let tag = (block ^ low).wrapping_mul(0x9e37_79b9_7f4a_7c15) & TAG;
+    (block & !low_mask & !TAG) | low | tag
 }
 
 pub(super) fn map<K, V>(seed: u64) -> HashMap<K, V> {

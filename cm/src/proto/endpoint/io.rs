@@ -16,8 +16,8 @@ use crate::log_limit::LogLimit;
 #[cfg(doc)]
 use crate::log_limit::LOG_BURST;
 use crate::proto::conn::{Conn, Extra, Pending};
+use crate::proto::memory::table_bytes;
 use crate::proto::peers::Peers;
-use crate::proto::table::table_bytes;
 use crate::proto::timer::{TimerKind, Timers};
 use crate::proto::util::{map, HashMap};
 use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};

@@ -75,8 +75,9 @@ use tracing::{debug, trace};
 
 use super::conn::{Conn, SidrIn, SidrOut};
 use super::ids::{IdAllocator, SidrReqId};
+use super::memory::table_bytes;
 use super::sys::TableAlloc;
-use super::table::{table_bytes, ConnTable};
+use super::table::ConnTable;
 use super::timer::{Expired, TimerKind};
 use super::util::{map, HashMap, HashSet, LocalQpnMap};
 use super::{
