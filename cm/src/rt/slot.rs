@@ -49,7 +49,8 @@ pub(crate) struct Slot {
     /// Taken out (under the connection's stripe lock) while it is read or changed.
     extra: AtomicCell<Option<Box<Extra>>>,
     id: ConnId,
-    /// A [`Phase`]; written under the stripe lock.
+    /// The status's phase ([`CONNECTING`], [`ESTABLISHED`], [`CLOSED`] or [`GONE`]); written
+    /// under the stripe lock.
     phase: AtomicU8,
 }
 

@@ -297,7 +297,7 @@ pub fn fill(encap: Encap, packet: &mut [u8]) -> Result<(), FrameError> {
 }
 
 /// ICRC of a whole captured Ethernet frame carrying RoCEv2 (or RoCEv1): the packet is found
-/// as [`super::decode`] finds it (VLAN tags walked, ICRC located from the IP/UDP lengths, any
+/// as [`super::decode()`] finds it (VLAN tags walked, ICRC located from the IP/UDP lengths, any
 /// Ethernet padding or FCS ignored) and its ICRC computed; the ICRC on the wire is not read.
 ///
 /// Returns `None` if the frame does not decode to an IB/RoCE packet.

@@ -6,12 +6,12 @@
 //!   **reprs** (e.g. [`BthRepr`]) with `parse`, `emit` and `buffer_len`. A view made by
 //!   `new_checked` never panics in an accessor; `emit` never panics, and writes the whole
 //!   header into a buffer of at least `buffer_len()` bytes.
-//! * The whole-packet [`decode`] (what cm-trace and the tests call), which goes from a capture
+//! * The whole-packet [`decode()`] (what cm-trace and the tests call), which goes from a capture
 //!   record's bytes and link type to a [`Decoded`] packet, and the RoCEv2 emitters of
 //!   [`RoceV2UdRepr`] (what the CM's UDP transport and the test generators call).
 //!
 //! Nothing here allocates or panics on any input. Malformed input gives a [`FrameError`] naming
-//! the layer and the byte offset (from the start of the buffer given to [`decode`]).
+//! the layer and the byte offset (from the start of the buffer given to [`decode()`]).
 //!
 //! # Example
 //! ```
@@ -214,7 +214,7 @@ pub type VcrcStatus = CrcStatus<u16>;
 
 /// Why a frame could not be decoded or emitted.
 ///
-/// Offsets are from the start of the buffer handed to [`decode`] (for a view or repr used on
+/// Offsets are from the start of the buffer handed to [`decode()`] (for a view or repr used on
 /// its own: from the start of that header). `layer` names the header ("IPv4", "BTH", …).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

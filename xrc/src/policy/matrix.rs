@@ -1,4 +1,4 @@
-//! The policy × event matrix as code: [`POLICY_MATRIX`], read by [`decide`](super::decide).
+//! The policy × event matrix as code: [`POLICY_MATRIX`], read by [`decide`].
 
 use ibcm_mad::xrc::GoneCause;
 #[cfg(doc)]

@@ -140,7 +140,7 @@ impl Cm {
     /// services reaches its [`Listener`](crate::rt::Listener), and [`Cm::stats`] gives the
     /// daemon endpoint's counters (node-wide). Not served through a daemon:
     /// [`Cm::with_app`] (the app runs in the daemon) fails with
-    /// [`CmError::DriverGone`](crate::rt::CmError::DriverGone). [`Cm::connection_count`]
+    /// [`CmError::DriverGone`]. [`Cm::connection_count`]
     /// counts this client's connections.
     ///
     /// # Errors
