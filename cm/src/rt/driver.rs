@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -12,7 +12,6 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
 
 use super::command::{Command, Reply};
-use super::handle::SHUTDOWN_LINGER;
 use super::now;
 use super::slot::Registry;
 use super::slot::Slot;
@@ -26,6 +25,10 @@ use crate::proto::{
     CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, PeerAddr, SidrRepParams, State,
     StatelessInfo, Transmit,
 };
+
+/// How long a stopping endpoint waits for the DREPs of the DREQs it sends
+/// ([`Cm::shutdown`](super::Cm::shutdown), or the last handle dropped).
+pub const SHUTDOWN_LINGER: Duration = Duration::from_secs(2);
 
 /// The application a driver runs (sent to its task: `Send`).
 pub(crate) type BoxApp = Box<dyn DynApp + Send>;
@@ -200,7 +203,7 @@ impl<T: DatagramTransport> Driver<T> {
     /// as [`Endpoint::disconnect`] does it — DREQ when established, REJ during setup — and
     /// the driver keeps answering and retransmitting until every DREQ is answered (the
     /// connection is in TimeWait or gone), or for `linger` at most.
-    async fn close_all(&mut self, linger: std::time::Duration) -> io::Result<()> {
+    async fn close_all(&mut self, linger: Duration) -> io::Result<()> {
         let t = now();
         for id in self.ep.conn_ids() {
             let _ = self.ep.disconnect(t, id, &[]);
@@ -260,7 +263,7 @@ impl<T: DatagramTransport> Driver<T> {
     /// The rest of a turn: the commands and datagrams ready now, without waiting (bounded,
     /// commands first as in [`Driver::run`]). `Some(linger)` when the driver must stop
     /// (a shutdown, or the last handle dropped).
-    fn take_ready(&mut self) -> io::Result<Option<std::time::Duration>> {
+    fn take_ready(&mut self) -> io::Result<Option<Duration>> {
         for _ in 0..TURN_COMMANDS {
             match self.rx.try_recv() {
                 Ok(Command::Shutdown { linger }) => return Ok(Some(linger)),

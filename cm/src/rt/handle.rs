@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use super::command::{AppCall, Command};
-use super::driver::{BoxApp, Driver};
+use super::driver::{BoxApp, Driver, SHUTDOWN_LINGER};
 use super::slot::{Registry, SlotRef};
 use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
@@ -578,10 +578,6 @@ impl Drop for Listener {
         });
     }
 }
-
-/// How long a stopping endpoint waits for the DREPs of the DREQs it sends ([`Cm::shutdown`],
-/// or the last handle dropped).
-pub const SHUTDOWN_LINGER: Duration = Duration::from_secs(2);
 
 /// A default for waiting on paused-clock tests and tools.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);

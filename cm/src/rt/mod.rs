@@ -40,7 +40,8 @@ fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
-pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT, SHUTDOWN_LINGER};
+pub use driver::SHUTDOWN_LINGER;
+pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT};
 pub use pending::PendingConnection;
 pub use stateless::Arrival;
 pub use stats::{CmStats, TransportStats};
