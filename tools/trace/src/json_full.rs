@@ -12,7 +12,7 @@ use ibcm_mad::{CmMessage, Gid, PathInfo};
 
 use std::io::Write;
 
-use crate::render::{put_ipv4, put_json_str, put_u64};
+use crate::put::{put_ipv4, put_json_str, put_u64};
 
 /// Hex digit pairs of each byte value (first digit in the lowest byte).
 // Indexing in a const initialiser cannot panic at run time.

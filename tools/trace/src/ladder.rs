@@ -56,7 +56,8 @@ use crate::conn::{
     Conn, ConnKind, DataStats, Detail, End, LadderEntry, Outcome, Side, Verdict, FAMILIES,
     NAK_CODES,
 };
-use crate::render::{human, put_secs, put_wire_addr, Obj, JSON_SCHEMA_VERSION};
+use crate::put::put_secs;
+use crate::render::{human, put_wire_addr, Obj, JSON_SCHEMA_VERSION};
 use crate::stats::SLOW;
 use crate::style::{msg_role, Palette, Role};
 use crate::trace::Icrc;

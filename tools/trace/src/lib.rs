@@ -62,6 +62,7 @@ mod json_full;
 mod ladder;
 #[cfg(feature = "live")]
 mod live;
+mod put;
 mod render;
 mod report;
 mod stats;

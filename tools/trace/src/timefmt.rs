@@ -16,7 +16,7 @@ use std::io::Write;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::render::{put_f64, put_secs};
+use crate::put::{put_f64, put_secs};
 
 /// A time format of the per-MAD views (`-t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -205,7 +205,7 @@ pub(crate) fn put_epoch(out: &mut Vec<u8>, d: Duration) {
     if nanos.is_multiple_of(1000) && (1_000_000_000..1 << 32).contains(&secs) {
         let us = nanos / 1000;
         if rounds_to(secs * 1_000_000 + u64::from(us), f) {
-            crate::render::put_u64(out, secs);
+            crate::put::put_u64(out, secs);
             let mut digits = *b".000000";
             let mut v = us;
             for b in digits.iter_mut().skip(1).rev() {

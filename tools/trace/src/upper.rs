@@ -346,7 +346,7 @@ impl Upper {
 
     /// Appends the JSON object (`{"protocol":…, …}`).
     pub(crate) fn json(&self, out: &mut Vec<u8>) {
-        use crate::render::put_u64;
+        use crate::put::put_u64;
         let num = |out: &mut Vec<u8>, key: &str, v: u64| {
             out.extend_from_slice(b",\"");
             out.extend_from_slice(key.as_bytes());
