@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::capture::erf::{looks_like_erf, read_full, ErfReader};
-use crate::capture::{CaptureError, CaptureReader, Record};
+use crate::capture::{CaptureError, CaptureReader, Record, RecordError};
 use crate::interrupt::{Pump, PumpWait};
 
 /// A reader that counts the bytes it delivers.
@@ -110,22 +110,6 @@ pub(crate) struct Opened {
 fn is_pipe(t: std::fs::FileType) -> bool {
     use std::os::unix::fs::FileTypeExt;
     t.is_fifo() || t.is_socket()
-}
-
-/// An error from [`Source::next_record`]: it ends the file unless `resumes`.
-#[derive(Debug)]
-pub(crate) struct RecordError {
-    /// What happened, with the record number and byte offset.
-    pub(crate) msg: String,
-    /// The file is damaged before its end (an impossible record header, an I/O error), so
-    /// the bytes up to the next plausible record header (or the rest of it) were skipped;
-    /// `false` for a last record cut short (a capture copied while being written), which loses
-    /// nothing else.
-    pub(crate) damaged: bool,
-    /// Reading goes on after it (a plausible record header was found after the damage).
-    pub(crate) resumes: bool,
-    /// Bytes skipped over the damage.
-    pub(crate) skipped: u64,
 }
 
 impl Source {

@@ -9,8 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::capture::Record;
-use crate::input::RecordError;
+use crate::capture::{Record, RecordError};
 
 /// The kernel filter: RoCEv2 and RoCEv1.
 pub const FILTER: &str = "udp port 4791 or ether proto 0x8915";

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::capture::RecordError;
 use crate::conn::{Conn, Note, Outcome, Tracker, TrackerConfig};
-use crate::input::{RecordError, Source};
+use crate::input::Source;
 use crate::interrupt::PumpWait;
 use crate::ladder::{conn_json, has_msg, ladder, outcome_text};
 use crate::render::{json_line, text_line};

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use crate::capture::Record;
+use crate::capture::{Record, RecordError};
 use crate::conn::Note;
-use crate::input::{RecordError, Source};
+use crate::input::Source;
 use crate::render::json_line;
 use crate::timefmt::{TimeFormat, TimeRef};
 use crate::trace::{classify, Item};

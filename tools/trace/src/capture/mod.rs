@@ -71,6 +71,23 @@ pub enum CaptureFormat {
     PcapNg,
 }
 
+/// An error reading the next record of a capture (a file's or a live one's): it ends the
+/// input unless `resumes`.
+#[derive(Debug)]
+pub(crate) struct RecordError {
+    /// What happened, with the record number and byte offset.
+    pub(crate) msg: String,
+    /// The file is damaged before its end (an impossible record header, an I/O error), so
+    /// the bytes up to the next plausible record header (or the rest of it) were skipped;
+    /// `false` for a last record cut short (a capture copied while being written), which loses
+    /// nothing else.
+    pub(crate) damaged: bool,
+    /// Reading goes on after it (a plausible record header was found after the damage).
+    pub(crate) resumes: bool,
+    /// Bytes skipped over the damage.
+    pub(crate) skipped: u64,
+}
+
 /// One captured packet, borrowing the reader's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record<'a> {
