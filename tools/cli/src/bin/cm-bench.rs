@@ -87,6 +87,14 @@ enum Cmd {
         /// Where `ibcmd` and `cm-ping` are (default: next to cm-bench).
         #[arg(long)]
         bin_dir: Option<std::path::PathBuf>,
+        /// Kill and restart the daemon instead of a client: the time from the restart to
+        /// the DREQs of the connections its journal names.
+        #[arg(long)]
+        restart: bool,
+        /// With --restart: drop the DREQs that arrive here in the first N ms after the
+        /// restart (the daemon must retransmit them).
+        #[arg(long, default_value_t = 0, requires = "restart")]
+        drop_ms: u64,
     },
     /// ibcm's MAD rate over RoCEv2/UDP loopback (connection setup and teardown) vs the
     /// batched raw UDP datagram rate between the same addresses.
@@ -193,12 +201,16 @@ fn main() -> Result<()> {
             daemon_ip,
             peer_ip,
             bin_dir,
+            restart,
+            drop_ms,
         } => node_kill::node_kill(&node_kill::NodeKillOpts {
             conns,
             rounds,
             daemon_ip,
             peer_ip,
             bin_dir,
+            restart,
+            drop_ms,
         }),
         Cmd::Rate {
             conns,
