@@ -99,7 +99,7 @@ impl Event {
             } => {
                 ev.by_peer = *by_peer;
                 ev.private_data.clone_from(private_data);
-                if let Some(tg) = target_gone(private_data) {
+                if let Some(tg) = TargetGone::parse(private_data) {
                     ev.target_gone = true;
                     ev.reason = tg.kind.to_string();
                 }
@@ -111,7 +111,8 @@ impl Event {
             } => {
                 ev.rej_reason = reason.raw();
                 ev.private_data.clone_from(private_data);
-                if let Some(tg) = target_gone(ari).or_else(|| target_gone(private_data)) {
+                if let Some(tg) = TargetGone::parse(ari).or_else(|| TargetGone::parse(private_data))
+                {
                     ev.target_gone = true;
                     ev.reason = format!("{} ({why})", tg.kind);
                 }
@@ -141,19 +142,6 @@ impl Event {
         ev.reason = line;
         ev
     }
-}
-
-/// The XRC target-gone block at the start of `data` (trailing zeros the runtime trimmed put
-/// back).
-fn target_gone(data: &[u8]) -> Option<TargetGone> {
-    if data.is_empty() {
-        return None;
-    }
-    let mut v = data.to_vec();
-    if v.len() < TargetGone::LEN {
-        v.resize(TargetGone::LEN, 0);
-    }
-    TargetGone::parse(&v)
 }
 
 /// The queue and its fd.

@@ -166,11 +166,30 @@ impl TargetGone {
         write_parts(out, &[&self.to_bytes()])
     }
 
-    /// Parses the block from an ARI or from the start of REJ private data; `None` if the
-    /// bytes are not this format. Never panics.
+    /// Parses the block from an ARI or from the start of REJ or DREQ private data; `None` if
+    /// the bytes are not this format. Never panics.
+    ///
+    /// Fewer than 12 bytes are read as if the missing ones were zeros, so a block whose
+    /// trailing zeros were trimmed (as `ibcm`'s `ConnectionError` trims private data: a
+    /// block with a TGT QPN ends in one zero byte, one without in seven) parses as the block
+    /// sent. At least the marker and the version (4 bytes) must be there.
+    ///
+    /// ```
+    /// use ibcm_mad::xrc::{GoneCause, TargetGone};
+    /// use ibcm_mad::Qpn;
+    ///
+    /// let g = TargetGone::gone(GoneCause::CreatorExited, Qpn::masked(0x48));
+    /// let b = g.to_bytes();
+    /// assert_eq!(TargetGone::parse(&b[..11]), Some(g));
+    /// ```
     pub fn parse(b: &[u8]) -> Option<Self> {
-        let head = b.first_chunk::<{ Self::LEN }>()?;
-        let [m0, m1, m2, VERSION, kind, cause, _, _, q0, q1, q2, _] = *head else {
+        let mut head = [0u8; Self::LEN];
+        let n = b.len().min(Self::LEN);
+        if n < 4 {
+            return None;
+        }
+        head.get_mut(..n)?.copy_from_slice(b.get(..n)?);
+        let [m0, m1, m2, VERSION, kind, cause, _, _, q0, q1, q2, _] = head else {
             return None;
         };
         if [m0, m1, m2] != MARKER {

@@ -164,6 +164,23 @@ fn random_bytes_never_panic() {
     }
 }
 
+/// A block whose trailing zeros were trimmed (a DREQ's private data as `ConnectionError`
+/// reports it: 11 bytes with a TGT QPN, 6 without) parses as the block sent (issue 26 §1.5).
+#[test]
+fn trimmed_target_gone_blocks_parse() {
+    let g = TargetGone::gone(GoneCause::CreatorExited, qpn(0x48));
+    let b = g.to_bytes();
+    assert_eq!(TargetGone::parse(&b[..11]), Some(g));
+    let n = TargetGone {
+        kind: RejectKind::Gone(GoneCause::DomainClosed),
+        qpn: None,
+    };
+    assert_eq!(TargetGone::parse(&n.to_bytes()[..6]), Some(n));
+    // The marker and the version must be there.
+    assert_eq!(TargetGone::parse(&b[..3]), None);
+    assert_eq!(TargetGone::parse(&[]), None);
+}
+
 #[test]
 fn target_gone_kinds() {
     for cause in 1..=7 {
@@ -387,6 +404,10 @@ proptest! {
         let mut b = g.to_bytes().to_vec();
         b.extend_from_slice(&pad);
         prop_assert_eq!(TargetGone::parse(&b), Some(g));
+        // Trimmed of its trailing zeros, as the runtime reports private data.
+        let t = g.to_bytes();
+        let keep = t.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
+        prop_assert_eq!(TargetGone::parse(&t[..keep]), Some(g));
     }
 
     #[test]

@@ -104,19 +104,11 @@ pub enum IniOutcome {
     Failed(ConnectionError),
 }
 
-/// [`TargetGone::parse`] tolerant of the CM's trimming of trailing zero bytes.
-fn block_of(b: &[u8]) -> Option<TargetGone> {
-    let mut buf = [0u8; TargetGone::LEN];
-    let n = b.len().min(TargetGone::LEN);
-    buf.get_mut(..n)?.copy_from_slice(b.get(..n)?);
-    TargetGone::parse(&buf)
-}
-
 impl IniOutcome {
     /// Sorts a REJ: reason 1 whose ARI (or, for rdma_cm peers, private data) is a
     /// [`TargetGone`] block of kind 01 is "target gone"; everything else is "refused".
     pub fn from_rej(reason: RejReason, ari: &[u8], private_data: &[u8]) -> Self {
-        let info = block_of(ari).or_else(|| block_of(private_data));
+        let info = TargetGone::parse(ari).or_else(|| TargetGone::parse(private_data));
         match info {
             Some(TargetGone {
                 kind: RejectKind::Gone(cause),
@@ -141,7 +133,7 @@ impl IniOutcome {
             ConnectionError::Disconnected {
                 by_peer,
                 private_data,
-            } => match block_of(private_data) {
+            } => match TargetGone::parse(private_data) {
                 Some(TargetGone {
                     kind: RejectKind::Gone(cause),
                     qpn,

@@ -451,9 +451,7 @@ async fn kill_and_time(
                 by_peer: true,
                 private_data,
             } => {
-                let mut pd = private_data.clone();
-                pd.resize(pd.len().max(TargetGone::LEN), 0);
-                if want_gone && TargetGone::parse(&pd).is_none() {
+                if want_gone && TargetGone::parse(private_data).is_none() {
                     bail!("a DREQ without the target-gone block");
                 }
             }
@@ -464,9 +462,7 @@ async fn kill_and_time(
                 private_data,
                 ..
             } if want_gone && *reason == ibcm_mad::RejReason::NoQp => {
-                let mut pd = private_data.clone();
-                pd.resize(pd.len().max(TargetGone::LEN), 0);
-                if TargetGone::parse(&pd).is_none() {
+                if TargetGone::parse(private_data).is_none() {
                     bail!("a REJ without the target-gone block");
                 }
             }
@@ -563,9 +559,7 @@ async fn xrc_round(
                     ari,
                     ..
                 }) => {
-                    let mut pd = private_data.clone();
-                    pd.resize(pd.len().max(TargetGone::LEN), 0);
-                    format!("{:?}; ARI {ari:02x?}", TargetGone::parse(&pd))
+                    format!("{:?}; ARI {ari:02x?}", TargetGone::parse(private_data))
                 }
                 _ => String::new(),
             };

@@ -36,7 +36,7 @@ pub(crate) fn peer_reason(why: &ConnectionError) -> String {
         ConnectionError::Disconnected {
             by_peer: true,
             private_data,
-        } => match TargetGone::parse(&padded(private_data)) {
+        } => match TargetGone::parse(private_data) {
             Some(tg) => match tg.qpn {
                 Some(q) => format!("{} (DREQ, tgt_qpn {q})", tg.kind),
                 None => format!("{} (DREQ)", tg.kind),
@@ -46,16 +46,6 @@ pub(crate) fn peer_reason(why: &ConnectionError) -> String {
         },
         other => other.to_string(),
     }
-}
-
-/// The DREQ's private data with the trailing zeros the runtime trimmed put back (the block
-/// ends with a zero byte).
-fn padded(pd: &[u8]) -> Vec<u8> {
-    let mut v = pd.to_vec();
-    if v.len() < TargetGone::LEN {
-        v.resize(TargetGone::LEN, 0);
-    }
-    v
 }
 
 /// The summary line of `--stay`.
