@@ -30,9 +30,9 @@
 //! divided by it is the highest ratio cm-trace's decoding, tracking and formatting as they are
 //! allow even if moving the output were free.
 //!
-//! Last measured 2026-12-02 on the project's 2-core machine: see README.md, "cm-trace vs
-//! tshark", for the runs, the history and where the time goes. The goal of 100× is not
-//! reached.
+//! Last measured 2026-12-02 on the project's 2-core machine: see docs/benchmarks.md §4,
+//! "cm-trace vs tshark", for the runs, the history and where the time goes. The goal of 100×
+//! is not reached.
 //!
 //! `CM_TRACE_BENCH_PACKETS=N` changes the size. Without `--bench` (as `cargo test --benches`
 //! runs it) it is a smoke run with 2,000 packets.
