@@ -216,3 +216,77 @@ pub fn stale_dreq(e: &JournalEntry, private_data: &[u8]) -> Vec<u8> {
     let tid = Tid(u64::from(e.comm_id) << 32 | 0xdead);
     Mad::new(tid, CmMessage::Dreq(dreq)).to_bytes().to_vec()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+    use super::*;
+
+    fn entry(id: u32) -> JournalEntry {
+        JournalEntry {
+            comm_id: id,
+            remote_comm_id: id ^ 0xffff,
+            remote_qpn: 0x100 + id,
+            peer: WirePeer::from_peer(&PeerAddr::from(std::net::SocketAddr::from((
+                [127, 0, 25, 9],
+                4791,
+            )))),
+            xrc_tgt: false,
+        }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ibcm-journal-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_compacting_append_keeps_its_entry() {
+        let d = scratch("compact");
+        let p = d.join("journal");
+        let (_, j) = Journal::open(&p).unwrap();
+        for id in 1..=COMPACT_EVERY as u32 {
+            j.add(entry(id));
+        }
+        drop(j);
+        let (old, _) = Journal::open(&p).unwrap();
+        assert_eq!(old.len(), COMPACT_EVERY, "entries replayed after {COMPACT_EVERY} adds");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn line(e: &JournalEntry) -> Vec<u8> {
+        let mut l = serde_json::to_vec(&Line::Add(e.clone())).unwrap();
+        l.push(b'\n');
+        l
+    }
+
+    #[test]
+    fn a_non_utf8_byte_spoils_one_line_only() {
+        let d = scratch("utf8");
+        let p = d.join("journal");
+        let mut text = line(&entry(1));
+        text.extend_from_slice(b"{\"add\":\xff}\n");
+        text.extend(line(&entry(2)));
+        std::fs::write(&p, &text).unwrap();
+        let (old, _) = Journal::open(&p).unwrap();
+        assert_eq!(old, vec![entry(1), entry(2)]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_cut_last_line_and_garbage_are_skipped() {
+        let d = scratch("cut");
+        let p = d.join("journal");
+        let mut text = line(&entry(1));
+        text.extend_from_slice(b"garbage here\n");
+        text.extend(line(&entry(2)));
+        let cut = line(&entry(3));
+        text.extend_from_slice(&cut[..cut.len() / 2]);
+        std::fs::write(&p, &text).unwrap();
+        let (old, _) = Journal::open(&p).unwrap();
+        assert_eq!(old, vec![entry(1), entry(2)]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
