@@ -89,7 +89,12 @@ fn the_state_directory_and_the_journal_are_private() {
     c.wait_out(|l| l.starts_with("established"), "established");
     let m = std::fs::symlink_metadata(&state).unwrap();
     assert!(m.is_dir(), "--state is a directory");
-    assert_eq!(m.mode() & 0o777, 0o700, "state directory mode {:o}", m.mode());
+    assert_eq!(
+        m.mode() & 0o777,
+        0o700,
+        "state directory mode {:o}",
+        m.mode()
+    );
     let j = std::fs::symlink_metadata(journal_of(&state)).unwrap();
     assert!(j.is_file());
     assert_eq!(j.mode() & 0o777, 0o600, "journal mode {:o}", j.mode());
@@ -135,8 +140,9 @@ fn a_symlink_in_the_state_directory_is_never_followed() {
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
     assert!(std::fs::symlink_metadata(&victim).unwrap().mode() & 0o777 == 0o600);
 
+    // The planted link is gone (removed, never followed).
+    assert!(std::fs::symlink_metadata(state.join("journal.tmp")).is_err());
     // The journal itself a symlink: refused, never followed.
-    std::fs::remove_file(state.join("journal.tmp")).unwrap();
     let _ = std::fs::remove_file(journal_of(&state));
     std::os::unix::fs::symlink(&victim, journal_of(&state)).unwrap();
     let mut p = Proc::spawn(
@@ -214,7 +220,11 @@ fn a_journal_or_directory_of_another_user_is_refused_never_replayed() {
     // Nothing went to the address the planted journal names.
     let mut buf = [0u8; 512];
     assert!(target.recv_from(&mut buf).is_err(), "a DREQ was sent");
-    assert_eq!(std::fs::read_to_string(&j).unwrap(), planted, "the journal changed");
+    assert_eq!(
+        std::fs::read_to_string(&j).unwrap(),
+        planted,
+        "the journal changed"
+    );
 
     // The directory: another user's, then writable by others.
     std::fs::remove_file(&j).unwrap();
@@ -381,14 +391,20 @@ fn restart_dreqs_are_retried_and_journaled_until_answered() {
             ),
         }
     }
-    assert_eq!(dropped, before, "the first DREQ of each journaled connection dropped");
+    assert_eq!(
+        dropped, before,
+        "the first DREQ of each journaled connection dropped"
+    );
     assert!(
         closed.iter().all(|w| w.contains("by the peer")),
         "{closed:#?}"
     );
     // Each DREP ends its entry: the journal empties.
     for _ in 0..N {
-        d2.wait_err(|l| l.contains("previous run") && l.contains("answered"), "answered");
+        d2.wait_err(
+            |l| l.contains("previous run") && l.contains("answered"),
+            "answered",
+        );
     }
     assert!(live_in(&journal_of(&state)).is_empty());
     d2.signal("TERM");
@@ -401,9 +417,7 @@ struct Mount(PathBuf);
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg(&self.0)
-            .status();
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
     }
 }
 
@@ -417,7 +431,14 @@ fn a_connection_that_cannot_be_journaled_is_refused() {
     let state = dir.join("state");
     std::fs::create_dir(&state).unwrap();
     let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=16k,mode=0700", "ibcmd-test", state.to_str().unwrap()])
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=16k,mode=0700",
+            "ibcmd-test",
+            state.to_str().unwrap(),
+        ])
         .status()
         .unwrap()
         .success();
@@ -457,7 +478,10 @@ fn a_connection_that_cannot_be_journaled_is_refused() {
             &format!("peer disconnect #{i}"),
         );
     }
-    d.wait_err(|l| l.contains("journal write failed"), "'journal write failed'");
+    d.wait_err(
+        |l| l.contains("journal write failed"),
+        "'journal write failed'",
+    );
     d.signal("TERM");
     assert!(d.wait().success());
 }

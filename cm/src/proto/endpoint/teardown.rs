@@ -2,12 +2,19 @@
 
 use std::time::Instant;
 
-use ibcm_mad::{CmMessage, CommId, Drep, Dreq, PrivateData, RejReason, Tid};
+use ibcm_mad::{
+    CmMessage, CommId, Drep, Dreq, Guid, PrivateData, Qpn, RejReason, ReqTransport, Tid, TimeoutExp,
+};
 
 use super::io::timeout_rej;
 use super::Endpoint;
+use crate::proto::conn::{Conn, Micros};
+use crate::proto::ids::form_tid;
 use crate::proto::util::check_len;
-use crate::proto::{CallError, ConnId, ConnectionError, DropReason, LapState, PeerAddr, State};
+use crate::proto::{
+    CallError, ConnId, ConnectionError, DropReason, LapState, PeerAddr, Side, StaleConnection,
+    State,
+};
 
 impl Endpoint {
     /// Closes a connection in whatever way its state calls for:
@@ -58,6 +65,70 @@ impl Endpoint {
             | State::MraRepRcvd => self.reject(now, conn, RejReason::ConsumerReject, &[], &[]),
             State::DreqSent | State::DreqRcvd | State::Timewait | State::Idle => Ok(()),
         }
+    }
+
+    /// Ends a connection of an earlier life of this node at its peer ([`StaleConnection`]):
+    /// the connection enters the table under its old comm ID in DREQ_SENT and its DREQ goes
+    /// out; the DREQ timer retransmits it (`s.timeout`, `s.max_retries`) until the DREP,
+    /// which closes it (`Closed(Disconnected { by_peer: false })`), or until the retries are
+    /// over (`Closed(DisconnectTimedOut)`); then TimeWait, as any DREQ_SENT connection.
+    ///
+    /// The record knows no local QPN (it holds none, quarantines none) and no remote CA GUID
+    /// (it is in neither the duplicate-REQ nor the stale-QPN index); a DREQ from the peer
+    /// crossing ours names a QPN it does not have and is dropped (`QpnMismatch`): the peer
+    /// answers ours anyway.
+    ///
+    /// # Errors
+    /// [`CallError::WrongState`] if the comm ID is in use here (a connection, or an incoming
+    /// SIDR request, in `state`); [`CallError::TooLong`] for private data over 220 bytes.
+    pub fn end_stale(&mut self, now: Instant, s: StaleConnection) -> Result<ConnId, CallError> {
+        check_len("DREQ private data", &s.private_data, Dreq::PRIVATE_DATA_LEN)?;
+        let id = s.local_comm_id;
+        if let Some(c) = self.conns.get(&id) {
+            return Err(CallError::WrongState {
+                op: "end_stale",
+                state: c.state,
+            });
+        }
+        if self.sidr_in.contains_key(&id) {
+            return Err(CallError::WrongState {
+                op: "end_stale",
+                state: State::Idle,
+            });
+        }
+        let mut conn = Conn {
+            id,
+            state: State::Idle,
+            lap: LapState::Uninit,
+            side: Side::Active,
+            transport: ReqTransport::Rc,
+            closed: false,
+            auto_rtu: false,
+            holds_qpn: false,
+            remote_id: s.remote_comm_id,
+            local_qpn: Qpn::default(),
+            remote_qpn: s.remote_qpn,
+            remote_ca_guid: Guid(0),
+            peer: self.io.peers.intern(s.peer),
+            tid: form_tid(self.cfg.hi_tid, id),
+            request_timeout: Micros::from_duration(s.timeout),
+            max_retries: s.max_retries,
+            packet_life_time: TimeoutExp::masked(18),
+            timewait: Micros::from_duration(s.timeout),
+        };
+        // Counted as connected until TimeWait, as a DREQ_SENT connection is.
+        self.io.set_state(id, &mut conn, State::DreqSent);
+        let dreq = Dreq {
+            local_comm_id: id,
+            remote_comm_id: s.remote_comm_id,
+            remote_qpn_eecn: s.remote_qpn,
+            private_data: PrivateData::from_slice(&s.private_data).unwrap_or_default(),
+        };
+        let budget = conn.request_budget();
+        self.io
+            .send_request(now, id, &conn, CmMessage::Dreq(dreq), budget);
+        self.conns.insert(id, conn);
+        Ok(id)
     }
 
     pub(super) fn on_dreq(&mut self, now: Instant, from: PeerAddr, tid: Tid, m: Dreq) {

@@ -92,6 +92,8 @@ async fn run(o: &NodeKillOpts) -> Result<()> {
     let mut daemon = Command::new(&ibcmd)
         .args(["--addr", &o.daemon_ip.to_string(), "--socket"])
         .arg(&sock)
+        .arg("--state")
+        .arg(tmp.join("state"))
         .env("IBCMD_LOG", "warn")
         .kill_on_drop(true)
         .spawn()
