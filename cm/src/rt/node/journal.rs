@@ -610,3 +610,73 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
+
+/// The cost of the durability policy (module docs), measured: `cargo test -p ibcm --features
+/// rt --release --lib journal_sync_cost -- --ignored --nocapture` (directory:
+/// `IBCM_JOURNAL_DIR`, default the temporary directory).
+#[cfg(test)]
+mod cost {
+    // A measurement reads the clock.
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::disallowed_methods
+    )]
+    use std::os::unix::fs::DirBuilderExt;
+    use std::time::Instant;
+
+    use super::*;
+
+    #[test]
+    #[ignore = "a measurement"]
+    fn journal_sync_cost() {
+        const N: u32 = 1000;
+        let base =
+            std::env::var_os("IBCM_JOURNAL_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+        let d = base.join(format!("ibcm-journal-cost-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+        let entry = |id: u32| JournalEntry {
+            comm_id: id,
+            remote_comm_id: id,
+            remote_qpn: id,
+            peer: WirePeer::from_peer(&PeerAddr::from(std::net::SocketAddr::from((
+                [127, 0, 25, 9],
+                4791,
+            )))),
+            xrc_tgt: false,
+        };
+        let (_, j) = Journal::open(StateDir::open(&d).unwrap()).unwrap();
+        let t = Instant::now();
+        for id in 1..=N {
+            j.add(entry(id)).unwrap();
+        }
+        let plain = t.elapsed();
+        drop(j);
+        // The same lines, each followed by fdatasync.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(d.join("synced"))
+            .unwrap();
+        let t = Instant::now();
+        for id in 1..=N {
+            let mut l = serde_json::to_vec(&Line::Add(entry(id))).unwrap();
+            l.push(b'\n');
+            f.write_all(&l).unwrap();
+            f.sync_data().unwrap();
+        }
+        let synced = t.elapsed();
+        println!(
+            "{N} adds in {}: write only {:.1} ms ({:.1} µs each); write + fdatasync {:.1} ms ({:.1} µs each)",
+            base.display(),
+            plain.as_secs_f64() * 1e3,
+            plain.as_secs_f64() * 1e6 / f64::from(N),
+            synced.as_secs_f64() * 1e3,
+            synced.as_secs_f64() * 1e6 / f64::from(N),
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
