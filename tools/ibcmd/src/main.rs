@@ -214,7 +214,10 @@ async fn end_stale(cm: &Cm, stale: Vec<JournalEntry>, journal: &JournalTx) {
                 info!(comm_id = e.comm_id, peer = %to, "DREQ for a connection of the previous run");
                 let journal = journal.clone();
                 tokio::spawn(async move {
-                    match conn.closed().await {
+                    let why = conn.closed().await;
+                    // Forgotten first: the log line says the journal no longer holds it.
+                    journal.remove(e.comm_id);
+                    match why {
                         ConnectionError::DisconnectTimedOut => warn!(
                             comm_id = e.comm_id, peer = %to,
                             "DREQ of the previous run unanswered after every retry: forgotten"
@@ -224,7 +227,6 @@ async fn end_stale(cm: &Cm, stale: Vec<JournalEntry>, journal: &JournalTx) {
                             "DREQ of the previous run answered"
                         ),
                     }
-                    journal.remove(e.comm_id);
                 });
             }
             Err(err) => {
