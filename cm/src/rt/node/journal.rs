@@ -109,11 +109,15 @@ impl StateDir {
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
-            .map_err(|e| {
-                refuse(format!(
-                    "the state directory {} is not a directory (or a symlink to one): {e}",
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOTDIR | libc::ELOOP) => refuse(format!(
+                    "the state directory {} is not a directory (a symlink is refused too)",
                     path.display()
-                ))
+                )),
+                _ => io::Error::new(
+                    e.kind(),
+                    format!("cannot open the state directory {}: {e}", path.display()),
+                ),
             })?;
         let m = dir.metadata()?;
         let me = at::euid();
