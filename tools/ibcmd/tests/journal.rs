@@ -485,3 +485,51 @@ fn a_connection_that_cannot_be_journaled_is_refused() {
     d.signal("TERM");
     assert!(d.wait().success());
 }
+
+#[test]
+fn a_journal_with_bad_lines_is_replayed_and_the_daemon_starts() {
+    let dir = scratch("bad-lines");
+    let peer = UdpSocket::bind("127.0.25.26:4791").unwrap();
+    peer.set_read_timeout(Some(DEADLINE)).unwrap();
+    let state = dir.join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let good = concat!(
+        r#"{"add":{"comm_id":305419896,"remote_comm_id":2271560481,"remote_qpn":4660,"#,
+        r#""peer":{"udp":"127.0.25.26:4791"},"xrc_tgt":false}}"#,
+        "\n"
+    );
+    let mut text = b"{\"add\":\xff}\n".to_vec();
+    text.extend_from_slice(good.as_bytes());
+    text.extend_from_slice(b"garbage\n{\"add\":{\"comm_id\":7,\"remo");
+    let j = journal_of(&state);
+    std::fs::write(&j, &text).unwrap();
+    std::fs::set_permissions(&j, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let st = state.to_str().unwrap();
+    let (mut d, _) = daemon_with(&dir, "a", "127.0.25.25", &["--state", st]);
+    let skipped = d
+        .seen_err
+        .iter()
+        .find(|l| l.contains("journal lines skipped"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        skipped.contains("replayed=1") && skipped.contains("skipped=3"),
+        "{:#?}",
+        d.seen_err
+    );
+    // The valid entry's DREQ reaches its peer (RoCEv2: BTH 12 + DETH 8, then the MAD, whose
+    // attribute ID at MAD byte 16 is 0x0015, DREQ; the Local Comm ID at MAD byte 24).
+    let mut buf = [0u8; 512];
+    let (n, _) = peer.recv_from(&mut buf).unwrap();
+    assert!(n >= 20 + 256, "{n} bytes");
+    let mad = &buf[20..];
+    assert_eq!(u16::from_be_bytes([mad[16], mad[17]]), 0x0015, "a DREQ");
+    assert_eq!(
+        u32::from_be_bytes([mad[24], mad[25], mad[26], mad[27]]),
+        305_419_896
+    );
+    assert_eq!(live_in(&j), BTreeSet::from([305_419_896]));
+    d.signal("TERM");
+    assert!(d.wait().success());
+}
