@@ -533,3 +533,83 @@ fn a_journal_with_bad_lines_is_replayed_and_the_daemon_starts() {
     d.signal("TERM");
     assert!(d.wait().success());
 }
+
+#[test]
+fn an_xrc_connection_that_cannot_be_journaled_is_refused() {
+    if !is_root() {
+        println!("SKIPPED: needs root (mounts a 16 KiB tmpfs)");
+        return;
+    }
+    let dir = scratch("full-xrc");
+    let state = dir.join("state");
+    std::fs::create_dir(&state).unwrap();
+    let ok = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=16k,mode=0700",
+            "ibcmd-test",
+            state.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap()
+        .success();
+    if !ok {
+        println!("SKIPPED: cannot mount a tmpfs here");
+        return;
+    }
+    let _mount = Mount(state.clone());
+    let st = state.to_str().unwrap();
+    let (_d, sock) = daemon_with(&dir, "a", "127.0.25.51", &["--state", st]);
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(state.join("filler")).unwrap();
+        while f.write_all(&[0u8; 1024]).is_ok() {}
+    }
+    let mut listener = Proc::spawn(
+        "listener",
+        &cm_ping_bin(),
+        &[
+            "--listen",
+            "127.0.25.51",
+            "--daemon",
+            sock.to_str().unwrap(),
+            "--xrc",
+            "--policy",
+            "explicit",
+        ],
+    );
+    listener.wait_out(|l| l.starts_with("listening"), "'listening'");
+    let mut c = Proc::spawn(
+        "connector",
+        &cm_ping_bin(),
+        &[
+            "--connect",
+            "127.0.25.51",
+            "--bind",
+            "127.0.25.52",
+            "--xrc",
+            "--count",
+            "2",
+            "--stay",
+        ],
+    );
+    for i in 0..2 {
+        let l = listener.wait_out(
+            |l| l.starts_with("refused conn=") || l.starts_with("established conn="),
+            &format!("report #{i}"),
+        );
+        assert!(
+            l.starts_with("refused conn=") && l.contains("journal"),
+            "{l}"
+        );
+    }
+    // The initiator's connections end by the target's DREQ.
+    let rest = c.rest_of_out();
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("cm-ping: 2 established, 0 rejected, 0 timed out, 0 disconnected, 2 closed by peer"),
+        "{rest:#?}"
+    );
+}
