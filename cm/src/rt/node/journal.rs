@@ -536,6 +536,17 @@ mod tests {
     }
 
     #[test]
+    fn a_state_directory_serves_one_daemon_at_a_time() {
+        let d = scratch("lock");
+        let first = StateDir::open(&d).unwrap();
+        let e = StateDir::open(&d).unwrap_err();
+        assert!(e.to_string().contains("in use by another daemon"), "{e}");
+        drop(first);
+        StateDir::open(&d).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn replayed_entries_stay_live_until_removed() {
         let d = scratch("stay");
         let (_, j) = open(&d);
