@@ -447,6 +447,51 @@ impl AcceptParams {
     }
 }
 
+/// A connection of an earlier life of this node's CM (a killed daemon's, read from its
+/// journal) to end at its peer: [`Endpoint::end_stale`](super::Endpoint::end_stale) takes it
+/// into the table in DREQ_SENT, and the ordinary DREQ timer retransmits the DREQ until the
+/// DREP comes or the retries are over.
+#[derive(Debug, Clone)]
+pub struct StaleConnection {
+    /// Our comm ID in the earlier life (the DREQ's Local Comm ID; the connection's ID here).
+    pub local_comm_id: ibcm_mad::CommId,
+    /// The peer's comm ID.
+    pub remote_comm_id: ibcm_mad::CommId,
+    /// The peer's QPN (the DREQ's Remote QPN/EECN).
+    pub remote_qpn: Qpn,
+    /// The peer's CM.
+    pub peer: PeerAddr,
+    /// DREQ private data, at most 220 bytes.
+    pub private_data: Vec<u8>,
+    /// Time to wait for the DREP per attempt (also the TimeWait that follows).
+    pub timeout: Duration,
+    /// Retransmissions before giving up.
+    pub max_retries: u8,
+}
+
+impl StaleConnection {
+    /// A stale connection with the DREQ timing of a connection made with
+    /// [`ConnectParams::new`]'s defaults: (2 × 2^18 + 2^20) × 4.096 µs ≈ 6.4 s per attempt
+    /// (packet life time 18 twice, remote CM response timeout 20), 15 retries.
+    pub fn new(
+        local_comm_id: ibcm_mad::CommId,
+        remote_comm_id: ibcm_mad::CommId,
+        remote_qpn: Qpn,
+        peer: impl Into<PeerAddr>,
+    ) -> Self {
+        StaleConnection {
+            local_comm_id,
+            remote_comm_id,
+            remote_qpn,
+            peer: peer.into(),
+            private_data: Vec::new(),
+            timeout: TimeoutExp::masked(18).to_duration() * 2
+                + TimeoutExp::masked(20).to_duration(),
+            max_retries: 15,
+        }
+    }
+}
+
 /// Which REQs a listener takes.
 #[derive(Debug, Clone, Default)]
 pub struct ListenOptions {

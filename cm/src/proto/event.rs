@@ -149,6 +149,11 @@ pub enum ConnectionError {
     /// The application aborted the connection during setup.
     #[error("closed locally during setup")]
     LocallyClosed,
+    /// The node's CM service (`ibcmd`) refused the connection when the peer had completed
+    /// it, and disconnected it: it could not note the connection in its journal (a full file
+    /// system, say), so it could not promise to end it at the peer after a crash.
+    #[error("refused by the node's CM service: {0}")]
+    Refused(String),
 }
 
 impl ConnectionError {

@@ -28,7 +28,7 @@ mod util;
 pub use addr::{IbAddr, PeerAddr};
 pub use config::{
     gid_of, roce_path, AcceptParams, ConnectParams, EndpointConfig, ListenOptions, SidrRepParams,
-    SidrReqParams, DEFAULT_CONNECT_TIMEOUT,
+    SidrReqParams, StaleConnection, DEFAULT_CONNECT_TIMEOUT,
 };
 pub use endpoint::Endpoint;
 pub use error::{CallError, ConnectError};

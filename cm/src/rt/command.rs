@@ -13,7 +13,7 @@ use super::stats::CmStats;
 use super::types::{CmError, IncomingKind, SidrAnswer};
 use crate::proto::{
     AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, ListenOptions,
-    SidrRepParams, SidrReqParams, StatelessAccept, StatelessInfo,
+    SidrRepParams, SidrReqParams, StaleConnection, StatelessAccept, StatelessInfo,
 };
 
 /// A new active connection: its ID, its slot, and the REQ as sent.
@@ -78,6 +78,12 @@ pub(crate) enum Command {
         conn: ConnId,
         private_data: Vec<u8>,
         reply: Reply<Result<(), CallError>>,
+    },
+    /// [`Cm::end_stale`](super::Cm::end_stale): a connection of an earlier life, taken into
+    /// the table in DREQ_SENT.
+    EndStale {
+        stale: StaleConnection,
+        reply: Reply<Result<SlotRef, CallError>>,
     },
     Sidr {
         params: SidrReqParams,

@@ -632,6 +632,14 @@ impl<T: DatagramTransport> Driver<T> {
             } => {
                 let _ = reply.send(self.ep.disconnect(t, conn, &private_data));
             }
+            Command::EndStale { stale, reply } => {
+                let r = self.ep.end_stale(t, stale).map(|id| {
+                    let slot = Slot::new(id);
+                    self.registry.insert(slot.clone());
+                    slot
+                });
+                let _ = reply.send(r);
+            }
             Command::Sidr { params, reply } => {
                 let r = self.ep.sidr_request(t, params).map(|id| {
                     let (tx, rx) = oneshot::channel();

@@ -583,6 +583,28 @@ impl Drop for Listener {
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Cm {
+    /// Ends a connection of an earlier life of this node at its peer (a killed daemon's, read
+    /// from its journal): [`Endpoint::end_stale`](crate::proto::Endpoint::end_stale) sends its
+    /// DREQ and retransmits it until the DREP or the last retry. The returned handle's
+    /// [`Connection::closed`] says which (`Disconnected { by_peer: false }`, or
+    /// `DisconnectTimedOut`).
+    ///
+    /// # Errors
+    /// [`CmError::Call`] if the comm ID is in use here or the private data is too long;
+    /// [`CmError::DriverGone`].
+    pub async fn end_stale(
+        &self,
+        stale: crate::proto::StaleConnection,
+    ) -> Result<Connection, CmError> {
+        let slot = self
+            .call(|reply| Command::EndStale { stale, reply })
+            .await??;
+        Ok(Connection {
+            cm: self.clone(),
+            slot,
+        })
+    }
+
     /// A handle to an existing connection by ID (e.g. one accepted elsewhere).
     pub fn connection(&self, id: ConnId) -> Option<Connection> {
         self.slot(id).map(|slot| Connection {

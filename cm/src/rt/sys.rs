@@ -262,3 +262,97 @@ mod tests {
         assert_eq!(IB_USER_MAD_ENABLE_PKEY, 0x0000_1b03);
     }
 }
+
+/// The daemon's state directory (`node::journal`): opens and renames relative to an open
+/// directory, so that no path component can be swapped between a check and a use.
+pub(crate) mod at {
+    use std::ffi::CString;
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd};
+
+    fn c_name(name: &str) -> io::Result<CString> {
+        CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a name"))
+    }
+
+    /// `openat(dir, name, flags | O_CLOEXEC, mode)`.
+    pub(crate) fn open(
+        dir: &impl AsRawFd,
+        name: &str,
+        flags: libc::c_int,
+        mode: u32,
+    ) -> io::Result<File> {
+        let c = c_name(name)?;
+        // SAFETY: `dir` is an open descriptor for the duration of the call and `c` a
+        // NUL-terminated string that outlives it; the mode is passed as the variadic
+        // `mode_t` argument `openat` reads when `O_CREAT` is set.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by `openat` and is owned by nothing else: the
+        // `File` becomes its only owner and closes it.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// `renameat(dir, from, dir, to)`.
+    pub(crate) fn rename(dir: &impl AsRawFd, from: &str, to: &str) -> io::Result<()> {
+        let (f, t) = (c_name(from)?, c_name(to)?);
+        // SAFETY: `dir` is an open descriptor and both names NUL-terminated strings that
+        // outlive the call.
+        let rc =
+            unsafe { libc::renameat(dir.as_raw_fd(), f.as_ptr(), dir.as_raw_fd(), t.as_ptr()) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// `unlinkat(dir, name, 0)` (a symlink is removed, never followed); a missing name is no
+    /// error.
+    pub(crate) fn unlink(dir: &impl AsRawFd, name: &str) -> io::Result<()> {
+        let c = c_name(name)?;
+        // SAFETY: `dir` is an open descriptor and `c` a NUL-terminated string that outlives
+        // the call.
+        let rc = unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::NotFound {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+
+    /// `flock(fd, LOCK_EX | LOCK_NB)`: `Ok(false)` if another open file holds the lock.
+    pub(crate) fn try_lock(f: &impl AsRawFd) -> io::Result<bool> {
+        // SAFETY: `f` is an open descriptor for the duration of the call; `flock` touches no
+        // memory of ours.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            Ok(false)
+        } else {
+            Err(e)
+        }
+    }
+
+    /// The process's effective user ID.
+    pub(crate) fn euid() -> u32 {
+        // SAFETY: `geteuid` takes no arguments, touches no memory and cannot fail.
+        unsafe { libc::geteuid() }
+    }
+}

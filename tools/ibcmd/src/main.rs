@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
-//!       [--state PATH] [--umad DEV --gid-index N] [--max-conns-per-client N]
+//!       [--state DIR] [--umad DEV --gid-index N] [--max-conns-per-client N]
 //!       [--max-conns-per-user N] [--max-clients-per-user N] [--reserve RANGE=UID]…
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
@@ -21,11 +21,14 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use ibcm::proto::{EndpointConfig, PeerAddr};
-use ibcm::rt::node::{stale_dreq, Journal, JournalEntry, NodeServer, Reservation, ServerConfig};
-use ibcm::rt::{DatagramTransport, UdpTransport, UmadTransport};
+use ibcm::proto::{ConnectionError, EndpointConfig, StaleConnection};
+use ibcm::rt::node::{
+    Journal, JournalEntry, JournalTx, NodeServer, Reservation, ServerConfig, StateDir,
+    DEFAULT_STATE_DIR,
+};
+use ibcm::rt::{Cm, UdpTransport, UmadTransport};
 use ibcm_mad::xrc::{GoneCause, RejectKind, TargetGone};
-use ibcm_mad::{Gid, Guid};
+use ibcm_mad::{CommId, Gid, Guid, Qpn};
 use ibcm_xrc::cm::rt::XrcServer;
 use ibcm_xrc::cm::{XrcTarget, XrcTargetConfig};
 use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
@@ -66,9 +69,10 @@ struct Args {
     /// Group of the socket file (a name from /etc/group, or a number).
     #[arg(long)]
     group: Option<String>,
-    /// Journal of live connections (default: the socket path with `.journal`).
-    #[arg(long)]
-    state: Option<PathBuf>,
+    /// State directory (the journal of live connections): created mode 0700 if missing;
+    /// refused if another user owns it or others may write to it.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_STATE_DIR)]
+    state: PathBuf,
     /// Use Linux umad on this device instead of UDP.
     #[arg(long, value_name = "DEV")]
     umad: Option<String>,
@@ -178,11 +182,14 @@ enum Transport {
     Umad(UmadTransport),
 }
 
-async fn send_all<T: DatagramTransport>(t: &mut T, stale: &[JournalEntry]) {
+/// Ends the connections of the previous run at their peers: each enters the endpoint in
+/// DREQ_SENT ([`Cm::end_stale`]), its DREQ retransmitted by the ordinary DREQ timer; its
+/// journal entry goes when the DREP comes or the retries are over.
+async fn end_stale(cm: &Cm, stale: Vec<JournalEntry>, journal: &JournalTx) {
     for e in stale {
         // The XRC "target gone (keeper lost)" block for connections on a TGT QP, which tells
         // an ibcm initiator why.
-        let pd = if e.xrc_tgt {
+        let private_data = if e.xrc_tgt {
             TargetGone {
                 kind: RejectKind::Gone(GoneCause::KeeperLost),
                 qpn: None,
@@ -192,14 +199,39 @@ async fn send_all<T: DatagramTransport>(t: &mut T, stale: &[JournalEntry]) {
         } else {
             Vec::new()
         };
-        let mad = stale_dreq(e, &pd);
-        let to: PeerAddr = e.peer();
-        match t.send(to, &mad).await {
-            Ok(()) => {
-                info!(comm_id = e.comm_id, peer = %to, "DREQ for a connection of the previous run")
+        let to = e.peer();
+        let s = StaleConnection {
+            private_data,
+            ..StaleConnection::new(
+                CommId(e.comm_id),
+                CommId(e.remote_comm_id),
+                Qpn::masked(e.remote_qpn),
+                to,
+            )
+        };
+        match cm.end_stale(s).await {
+            Ok(conn) => {
+                info!(comm_id = e.comm_id, peer = %to, "DREQ for a connection of the previous run");
+                let journal = journal.clone();
+                tokio::spawn(async move {
+                    let why = conn.closed().await;
+                    // Forgotten first: the log line says the journal no longer holds it.
+                    journal.remove(e.comm_id);
+                    match why {
+                        ConnectionError::DisconnectTimedOut => warn!(
+                            comm_id = e.comm_id, peer = %to,
+                            "DREQ of the previous run unanswered after every retry: forgotten"
+                        ),
+                        why => info!(
+                            comm_id = e.comm_id, peer = %to, end = %why,
+                            "DREQ of the previous run answered"
+                        ),
+                    }
+                });
             }
             Err(err) => {
-                warn!(comm_id = e.comm_id, peer = %to, error = %err, "DREQ of the previous run not sent")
+                warn!(comm_id = e.comm_id, peer = %to, error = %err, "DREQ of the previous run not sent");
+                journal.remove(e.comm_id);
             }
         }
     }
@@ -237,7 +269,7 @@ async fn run(args: Args) -> Result<()> {
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     clear_socket_path(&args.socket)?;
     let (verbs, spare, kernel) = backend(args.backend)?;
-    let mut transport =
+    let transport =
         match &args.umad {
             Some(dev) => Transport::Umad(UmadTransport::open(
                 dev,
@@ -248,22 +280,16 @@ async fn run(args: Args) -> Result<()> {
                 format!("cannot bind UDP {}", SocketAddr::new(args.addr, 4791))
             })?),
         };
-    let state = args.state.clone().unwrap_or_else(|| {
-        let mut p = args.socket.clone().into_os_string();
-        p.push(".journal");
-        PathBuf::from(p)
-    });
-    let (stale, journal) = Journal::open(&state)
-        .with_context(|| format!("cannot use the journal {}", state.display()))?;
-    if !stale.is_empty() {
+    let state = StateDir::open(&args.state)
+        .with_context(|| format!("cannot use the state directory {}", args.state.display()))?;
+    let (replay, journal) = Journal::open(state)
+        .with_context(|| format!("cannot use the journal in {}", args.state.display()))?;
+    if !replay.entries.is_empty() {
         info!(
-            n = stale.len(),
+            n = replay.entries.len(),
+            skipped = replay.skipped,
             "the previous run left live connections: ending them"
         );
-    }
-    match &mut transport {
-        Transport::Udp(t) => send_all(t, &stale).await,
-        Transport::Umad(t) => send_all(t, &stale).await,
     }
     let cfg = EndpointConfig {
         local_ca_guid: Guid(0x0002_c903_00d0_0000 | u64::from(std::process::id())),
@@ -278,6 +304,7 @@ async fn run(args: Args) -> Result<()> {
         Transport::Udp(t) => XrcServer::bind(t, cfg, target),
         Transport::Umad(t) => XrcServer::bind(t, cfg, target),
     };
+    end_stale(server.cm(), replay.entries, &journal).await;
     let hooks = xrc::XrcHooks::new(server.clone(), kernel, Some(journal.clone())).await;
     let journal_left = journal.clone();
     let node = NodeServer::new(

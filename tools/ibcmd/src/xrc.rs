@@ -386,13 +386,27 @@ async fn journal_xrc(
             })
             .await;
         if let Ok(Some((remote_comm_id, remote_qpn, peer))) = known {
-            journal.add(JournalEntry {
+            let added = journal.add(JournalEntry {
                 comm_id: conn.0,
                 remote_comm_id: remote_comm_id.0,
                 remote_qpn: remote_qpn.get(),
                 peer: WirePeer::from_peer(&peer),
                 xrc_tgt: true,
             });
+            if let Err(e) = added {
+                // Not journaled: not reported established, and ended at the initiator.
+                warn!(%conn, error = %e, "XRC connection refused: it cannot be journaled");
+                let _ = server
+                    .with(move |_, ep, now| ep.disconnect(now, conn, &[]))
+                    .await;
+                if let Some((sink, sid, _)) = report {
+                    sink.xrc_event(
+                        sid,
+                        format!("refused conn={conn}: the daemon's journal cannot note it ({e})"),
+                    );
+                }
+                continue;
+            }
         }
         if let Some((sink, sid, line)) = report {
             sink.xrc_event(sid, line);

@@ -123,10 +123,20 @@ fn a_client_refuses_a_daemon_of_another_user() {
     std::fs::set_permissions(&*dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let sock = dir.join("n.sock");
     let s = sock.to_str().unwrap();
+    let state = dir.join("n.state");
     let mut d = as_nobody(
         "nobody-daemon",
         &ibcmd_bin(),
-        &["--addr", "127.0.0.84", "--socket", s, "--mode", "666"],
+        &[
+            "--addr",
+            "127.0.0.84",
+            "--socket",
+            s,
+            "--mode",
+            "666",
+            "--state",
+            state.to_str().unwrap(),
+        ],
     );
     d.wait_err(|l| l.contains("ibcmd serving"), "'ibcmd serving'");
     assert_eq!(std::fs::metadata(&sock).unwrap().uid(), 65534);

@@ -2,12 +2,19 @@
 
 use std::time::Instant;
 
-use ibcm_mad::{CmMessage, CommId, Drep, Dreq, PrivateData, RejReason, Tid};
+use ibcm_mad::{
+    CmMessage, CommId, Drep, Dreq, Guid, PrivateData, Qpn, RejReason, ReqTransport, Tid, TimeoutExp,
+};
 
 use super::io::timeout_rej;
 use super::Endpoint;
+use crate::proto::conn::{Conn, Micros};
+use crate::proto::ids::form_tid;
 use crate::proto::util::check_len;
-use crate::proto::{CallError, ConnId, ConnectionError, DropReason, LapState, PeerAddr, State};
+use crate::proto::{
+    CallError, ConnId, ConnectionError, DropReason, LapState, PeerAddr, Side, StaleConnection,
+    State,
+};
 
 impl Endpoint {
     /// Closes a connection in whatever way its state calls for:
@@ -58,6 +65,70 @@ impl Endpoint {
             | State::MraRepRcvd => self.reject(now, conn, RejReason::ConsumerReject, &[], &[]),
             State::DreqSent | State::DreqRcvd | State::Timewait | State::Idle => Ok(()),
         }
+    }
+
+    /// Ends a connection of an earlier life of this node at its peer ([`StaleConnection`]):
+    /// the connection enters the table under its old comm ID in DREQ_SENT and its DREQ goes
+    /// out; the DREQ timer retransmits it (`s.timeout`, `s.max_retries`) until the DREP,
+    /// which closes it (`Closed(Disconnected { by_peer: false })`), or until the retries are
+    /// over (`Closed(DisconnectTimedOut)`); then TimeWait, as any DREQ_SENT connection.
+    ///
+    /// The record knows no local QPN (it holds none, quarantines none) and no remote CA GUID
+    /// (it is in neither the duplicate-REQ nor the stale-QPN index); a DREQ from the peer
+    /// crossing ours names a QPN it does not have and is dropped (`QpnMismatch`): the peer
+    /// answers ours anyway.
+    ///
+    /// # Errors
+    /// [`CallError::WrongState`] if the comm ID is in use here (a connection, or an incoming
+    /// SIDR request, in `state`); [`CallError::TooLong`] for private data over 220 bytes.
+    pub fn end_stale(&mut self, now: Instant, s: StaleConnection) -> Result<ConnId, CallError> {
+        check_len("DREQ private data", &s.private_data, Dreq::PRIVATE_DATA_LEN)?;
+        let id = s.local_comm_id;
+        if let Some(c) = self.conns.get(&id) {
+            return Err(CallError::WrongState {
+                op: "end_stale",
+                state: c.state,
+            });
+        }
+        if self.sidr_in.contains_key(&id) {
+            return Err(CallError::WrongState {
+                op: "end_stale",
+                state: State::Idle,
+            });
+        }
+        let mut conn = Conn {
+            id,
+            state: State::Idle,
+            lap: LapState::Uninit,
+            side: Side::Active,
+            transport: ReqTransport::Rc,
+            closed: false,
+            auto_rtu: false,
+            holds_qpn: false,
+            remote_id: s.remote_comm_id,
+            local_qpn: Qpn::default(),
+            remote_qpn: s.remote_qpn,
+            remote_ca_guid: Guid(0),
+            peer: self.io.peers.intern(s.peer),
+            tid: form_tid(self.cfg.hi_tid, id),
+            request_timeout: Micros::from_duration(s.timeout),
+            max_retries: s.max_retries,
+            packet_life_time: TimeoutExp::masked(18),
+            timewait: Micros::from_duration(s.timeout),
+        };
+        // Counted as connected until TimeWait, as a DREQ_SENT connection is.
+        self.io.set_state(id, &mut conn, State::DreqSent);
+        let dreq = Dreq {
+            local_comm_id: id,
+            remote_comm_id: s.remote_comm_id,
+            remote_qpn_eecn: s.remote_qpn,
+            private_data: PrivateData::from_slice(&s.private_data).unwrap_or_default(),
+        };
+        let budget = conn.request_budget();
+        self.io
+            .send_request(now, id, &conn, CmMessage::Dreq(dreq), budget);
+        self.conns.insert(id, conn);
+        Ok(id)
     }
 
     pub(super) fn on_dreq(&mut self, now: Instant, from: PeerAddr, tid: Tid, m: Dreq) {
@@ -143,5 +214,157 @@ impl Endpoint {
         };
         self.io.close(id, c, ConnectionError::DisconnectTimedOut);
         self.enter_timewait(now, id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // A test's start instant: the endpoint itself never reads the clock.
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::disallowed_methods
+    )]
+    use std::time::Duration;
+
+    use ibcm_mad::Mad;
+
+    use super::*;
+    use crate::proto::{EndpointConfig, EventKind};
+
+    fn addr(s: &str) -> PeerAddr {
+        s.parse::<std::net::SocketAddr>().unwrap().into()
+    }
+
+    fn stale(peer: PeerAddr) -> StaleConnection {
+        StaleConnection {
+            timeout: Duration::from_secs(1),
+            max_retries: 2,
+            ..StaleConnection::new(
+                CommId(0x1234),
+                CommId(0x5678),
+                Qpn::new(0x99).unwrap(),
+                peer,
+            )
+        }
+    }
+
+    fn endpoint(seed: u64) -> Endpoint {
+        Endpoint::new(EndpointConfig {
+            rng_seed: Some(seed),
+            local_ca_guid: Guid(seed),
+            ..EndpointConfig::default()
+        })
+    }
+
+    fn dreq_of(mad: &[u8]) -> Dreq {
+        match Mad::parse(mad).unwrap().msg {
+            CmMessage::Dreq(d) => d,
+            m => panic!("not a DREQ: {m}"),
+        }
+    }
+
+    #[test]
+    fn a_stale_connection_is_ended_by_the_drep_of_a_peer_that_forgot_it() {
+        let now = Instant::now();
+        let (a_addr, b_addr) = (addr("127.0.25.1:4791"), addr("127.0.25.2:4791"));
+        let mut a = endpoint(1);
+        let mut b = endpoint(2);
+        let id = a.end_stale(now, stale(b_addr)).unwrap();
+        assert_eq!(id, CommId(0x1234));
+        assert_eq!(a.state(id), Some(State::DreqSent));
+        assert_eq!(
+            a.io.guard.established(),
+            1,
+            "counted as connected until TimeWait"
+        );
+        // The comm ID is taken: a second one is refused.
+        assert!(matches!(
+            a.end_stale(now, stale(b_addr)),
+            Err(CallError::WrongState {
+                state: State::DreqSent,
+                ..
+            })
+        ));
+        let t = a.poll_transmit().unwrap();
+        assert_eq!(t.to, b_addr);
+        let d = dreq_of(&t.mad);
+        assert_eq!(
+            (d.local_comm_id, d.remote_comm_id, d.remote_qpn_eecn),
+            (CommId(0x1234), CommId(0x5678), Qpn::new(0x99).unwrap())
+        );
+        assert!(a.poll_transmit().is_none());
+        // Lost: the DREQ timer sends it again, unchanged.
+        a.handle_timeout(now + Duration::from_secs(1));
+        let again = a.poll_transmit().unwrap();
+        assert_eq!(again.mad, t.mad);
+        assert_eq!(a.state(id), Some(State::DreqSent));
+        // The peer knows no such connection and answers with an orphan DREP.
+        b.handle_datagram(now, a_addr, &again.mad);
+        let drep = b.poll_transmit().unwrap();
+        assert_eq!(drep.to, a_addr);
+        // From another address: not the peer's answer.
+        a.handle_datagram(now, addr("127.0.25.3:4791"), &drep.mad);
+        assert_eq!(a.state(id), Some(State::DreqSent));
+        a.handle_datagram(now, b_addr, &drep.mad);
+        let ev = a.poll_event().unwrap();
+        assert_eq!(ev.conn, id);
+        assert_eq!(
+            ev.kind,
+            EventKind::Closed(ConnectionError::Disconnected {
+                by_peer: false,
+                private_data: Vec::new()
+            })
+        );
+        assert_eq!(a.state(id), Some(State::Timewait));
+        assert_eq!(a.io.guard.established(), 0);
+        assert!(
+            a.local_qpns.is_empty() && a.quarantine.is_empty(),
+            "no QPN held"
+        );
+        // No more DREQs; TimeWait ends and the record leaves the table.
+        a.handle_timeout(now + Duration::from_secs(10));
+        assert!(a.poll_transmit().is_none());
+        assert!(matches!(
+            a.poll_event().unwrap().kind,
+            EventKind::TimewaitExit { .. }
+        ));
+        assert_eq!(a.state(id), None);
+        assert_eq!(a.len(), 0);
+        assert!(a.io.pending.is_empty());
+    }
+
+    #[test]
+    fn a_stale_connection_s_dreq_gives_up_after_its_retries() {
+        let now = Instant::now();
+        let b_addr = addr("127.0.25.2:4791");
+        let mut a = endpoint(1);
+        let id = a.end_stale(now, stale(b_addr)).unwrap();
+        let mut sent = 0;
+        for s in 0..=3 {
+            a.handle_timeout(now + Duration::from_secs(s));
+            while a.poll_transmit().is_some() {
+                sent += 1;
+            }
+        }
+        assert_eq!(sent, 3, "the DREQ and its 2 retries");
+        assert_eq!(
+            a.poll_event().unwrap().kind,
+            EventKind::Closed(ConnectionError::DisconnectTimedOut)
+        );
+        assert_eq!(a.state(id), Some(State::Timewait));
+        assert_eq!(a.io.guard.established(), 0);
+    }
+
+    #[test]
+    fn new_connections_do_not_take_a_stale_connection_s_comm_id() {
+        let now = Instant::now();
+        let mut a = endpoint(1);
+        let id = a.end_stale(now, stale(addr("127.0.25.2:4791"))).unwrap();
+        for _ in 0..1000 {
+            assert_ne!(a.alloc_id(), id);
+        }
     }
 }

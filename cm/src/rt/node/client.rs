@@ -456,7 +456,9 @@ impl Client {
                 }
                 Ok(())
             }
-            Command::Shutdown { .. } => Ok(()),
+            // The daemon ends its own earlier life's connections; a client has none. The
+            // reply is dropped: the caller gets `CmError::DriverGone`.
+            Command::EndStale { .. } | Command::Shutdown { .. } => Ok(()),
         }
     }
 

@@ -234,6 +234,11 @@ pub enum WireConnError {
     DisconnectTimedOut,
     /// `LocallyClosed`.
     LocallyClosed,
+    /// `Refused`.
+    Refused {
+        /// Why.
+        why: String,
+    },
 }
 
 impl WireConnError {
@@ -263,6 +268,7 @@ impl WireConnError {
             },
             ConnectionError::DisconnectTimedOut => Self::DisconnectTimedOut,
             ConnectionError::LocallyClosed => Self::LocallyClosed,
+            ConnectionError::Refused(why) => Self::Refused { why: why.clone() },
         }
     }
 
@@ -292,6 +298,7 @@ impl WireConnError {
             },
             Self::DisconnectTimedOut => ConnectionError::DisconnectTimedOut,
             Self::LocallyClosed => ConnectionError::LocallyClosed,
+            Self::Refused { why } => ConnectionError::Refused(why.clone()),
         }
     }
 }

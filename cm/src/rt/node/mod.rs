@@ -11,7 +11,8 @@
 //! * `server`: [`NodeServer`], the daemon's sessions, ownership and limits; `requests`: a
 //!   session's requests;
 //! * `sidr`: SIDR both ways and the counters through the service;
-//! * `journal`: [`Journal`], the state file of live connections for a restart.
+//! * `journal`: [`StateDir`] and [`Journal`], the daemon's private state directory and its
+//!   file of live connections for a restart.
 //!
 //! The protocol, the ownership rules and an example session: `docs/ibcmd.md`.
 
@@ -25,7 +26,7 @@ mod sidr;
 mod wire;
 
 pub use client::{attach, Attached, Node, NodeError};
-pub use journal::{stale_dreq, Journal, JournalEntry, JournalTx};
+pub use journal::{Journal, JournalEntry, JournalTx, Replay, StateDir, DEFAULT_STATE_DIR};
 pub use server::{
     EventSink, HookFuture, NodeHooks, NodeServer, Reservation, ServerConfig, SessionInfo,
 };

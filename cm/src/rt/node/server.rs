@@ -19,12 +19,13 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
+use super::errors::WireConnError;
 use super::journal::{JournalEntry, JournalTx};
 use super::proto::{
     encode_frame, read_frame, sid, ClientMsg, DaemonMsg, FrameError, Op, WirePeer, WireRep,
     WireResult, WireStatus, VERSION,
 };
-use crate::proto::PeerAddr;
+use crate::proto::{ConnectionError, PeerAddr};
 use crate::rt::command::Command;
 use crate::rt::handle::Cm;
 use crate::rt::slot::SlotRef;
@@ -505,15 +506,42 @@ impl NodeServer {
                 });
             }
             let mut last = ConnStatus::Connecting;
+            // Set when the connection could not be journaled: the client heard it closed
+            // with this error, and hears it gone with it.
+            let mut refused: Option<ConnectionError> = None;
             loop {
                 let st = slot.wait(|st| (*st != last).then(|| st.clone())).await;
-                // In the journal before the client hears of it.
-                me.journal_note(&s, conn, &st);
-                s.out.push(&DaemonMsg::Status {
-                    conn,
-                    status: WireStatus::from_status(&st),
-                });
-                if matches!(st, ConnStatus::Gone(_)) {
+                let gone = matches!(st, ConnStatus::Gone(_));
+                match &refused {
+                    None => {
+                        // In the journal before the client hears of it; if it cannot be,
+                        // the client never hears it established.
+                        let status = match me.journal_note(&s, conn, &st) {
+                            Ok(()) => st.clone(),
+                            Err(why) => {
+                                let e = ConnectionError::Refused(why);
+                                let (reply, _) = oneshot::channel();
+                                me.cm.send(Command::Disconnect {
+                                    conn: ibcm_mad::CommId(conn),
+                                    private_data: Vec::new(),
+                                    reply,
+                                });
+                                refused = Some(e.clone());
+                                ConnStatus::Closed(e)
+                            }
+                        };
+                        s.out.push(&DaemonMsg::Status {
+                            conn,
+                            status: WireStatus::from_status(&status),
+                        });
+                    }
+                    Some(e) if gone => s.out.push(&DaemonMsg::Status {
+                        conn,
+                        status: WireStatus::Gone(WireConnError::from_error(e)),
+                    }),
+                    Some(_) => {}
+                }
+                if gone {
                     s.lock().conns.remove(&conn);
                     return;
                 }
@@ -522,28 +550,42 @@ impl NodeServer {
         });
     }
 
-    fn journal_note(&self, s: &Session, conn: u32, st: &ConnStatus) {
+    /// Notes an established connection in the journal, forgets a closed one. An error says
+    /// why an established connection could not be noted: it must not be reported
+    /// established.
+    fn journal_note(&self, s: &Session, conn: u32, st: &ConnStatus) -> Result<(), String> {
         let Some(j) = &self.journal else {
-            return;
+            return Ok(());
         };
         match st {
             ConnStatus::Established => {
-                let st = s.lock();
-                let Some(c) = st.conns.get(&conn) else {
-                    return;
-                };
-                if let (Some((remote_comm_id, remote_qpn)), Some(peer)) = (c.remote, c.peer) {
-                    j.add(JournalEntry {
+                let entry = {
+                    let st = s.lock();
+                    let Some(c) = st.conns.get(&conn) else {
+                        return Ok(());
+                    };
+                    let (Some((remote_comm_id, remote_qpn)), Some(peer)) = (c.remote, c.peer)
+                    else {
+                        return Ok(());
+                    };
+                    JournalEntry {
                         comm_id: conn,
                         remote_comm_id,
                         remote_qpn,
                         peer: WirePeer::from_peer(&peer),
                         xrc_tgt: false,
-                    });
-                }
+                    }
+                };
+                j.add(entry).map_err(|e| {
+                    warn!(conn, error = %e, "connection refused: it cannot be journaled");
+                    format!("the daemon's journal cannot note it ({e})")
+                })
             }
-            ConnStatus::Closed(_) | ConnStatus::Gone(_) => j.remove(conn),
-            ConnStatus::Connecting => {}
+            ConnStatus::Closed(_) | ConnStatus::Gone(_) => {
+                j.remove(conn);
+                Ok(())
+            }
+            ConnStatus::Connecting => Ok(()),
         }
     }
 

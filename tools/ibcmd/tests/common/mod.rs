@@ -189,11 +189,17 @@ pub(crate) fn daemon(dir: &Path, name: &str, ip: &str) -> (Proc, PathBuf) {
     daemon_with(dir, name, ip, &[])
 }
 
-/// [`daemon`] with more options.
+/// [`daemon`] with more options. Its state directory is `dir/name.state` unless `extra`
+/// gives `--state` (never the default `/run/ibcmd`, which is the node's).
 pub(crate) fn daemon_with(dir: &Path, name: &str, ip: &str, extra: &[&str]) -> (Proc, PathBuf) {
     let sock = dir.join(format!("{name}.sock"));
     let s = sock.to_str().unwrap().to_string();
+    let state = dir.join(format!("{name}.state"));
+    let st = state.to_str().unwrap().to_string();
     let mut args = vec!["--addr", ip, "--socket", &s];
+    if !extra.contains(&"--state") {
+        args.extend_from_slice(&["--state", &st]);
+    }
     args.extend_from_slice(extra);
     let mut p = Proc::spawn(name, &ibcmd_bin(), &args);
     p.wait_err(|l| l.contains("ibcmd serving"), "'ibcmd serving'");
