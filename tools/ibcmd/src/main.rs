@@ -18,6 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
@@ -182,6 +183,14 @@ enum Transport {
     Umad(UmadTransport),
 }
 
+/// How long a restart DREQ waits for its DREP before it is sent again. The journal keeps no
+/// path timing, so the daemon picks one: half a second, so that a peer unreachable for a
+/// while (a lossy wire, a link flap) hears the DREQ within half a second of coming back.
+const RESTART_DREQ_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Retransmissions of a restart DREQ before its connection is forgotten (16 DREQs over 8 s).
+const RESTART_DREQ_RETRIES: u8 = 15;
+
 /// Ends the connections of the previous run at their peers: each enters the endpoint in
 /// DREQ_SENT ([`Cm::end_stale`]), its DREQ retransmitted by the ordinary DREQ timer; its
 /// journal entry goes when the DREP comes or the retries are over.
@@ -202,6 +211,8 @@ async fn end_stale(cm: &Cm, stale: Vec<JournalEntry>, journal: &JournalTx) {
         let to = e.peer();
         let s = StaleConnection {
             private_data,
+            timeout: RESTART_DREQ_TIMEOUT,
+            max_retries: RESTART_DREQ_RETRIES,
             ..StaleConnection::new(
                 CommId(e.comm_id),
                 CommId(e.remote_comm_id),
