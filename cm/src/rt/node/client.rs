@@ -436,10 +436,13 @@ impl Client {
             Command::Sidr { params, reply } => {
                 // The answer comes later, in its own reply; the caller waits on `rx`.
                 let (tx, rx) = oneshot::channel();
-                let _ = reply.send(Ok(rx));
+                // The daemon knows the request by this client's `seq`; a cancel is not sent
+                // (the daemon frees the session's requests when it ends).
+                let _ = reply.send(Ok((ibcm_mad::CommId(0), rx)));
                 let op = super::sidr::sidr_op(&params);
                 self.request(op, Some(Waiter::Sidr(tx))).await
             }
+            Command::SidrCancel { .. } => Ok(()),
             Command::SidrReply { id, params, reply } => {
                 let op = Op::SidrReply {
                     conn: id.0,

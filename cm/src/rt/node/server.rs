@@ -201,8 +201,10 @@ pub(super) struct SessionState {
     pub(super) xrc: BTreeSet<u64>,
     /// SIDR_REQs delivered to the client and not answered yet, with their arrival.
     pub(super) sidr_in: BTreeMap<u32, tokio::time::Instant>,
-    /// The client's SIDR_REQs waiting for their SIDR_REP.
-    pub(super) sidr_out: usize,
+    /// The client's SIDR_REQs waiting for their SIDR_REP (the endpoint's request IDs).
+    pub(super) sidr_out: BTreeSet<u32>,
+    /// The client's SIDR_REQs on their way to the endpoint.
+    pub(super) sidr_starting: usize,
     pub(super) closed: bool,
 }
 
@@ -227,6 +229,8 @@ pub struct NodeServer {
     /// Service ID → the session listening on it (CM or XRC).
     pub(super) services: Mutex<HashMap<u64, u64>>,
     sessions: Mutex<BTreeMap<u64, Arc<Session>>>,
+    /// The SIDR datagram budgets of the sessions and the users.
+    pub(super) sidr_budgets: Mutex<super::sidr::SidrBudgets>,
     next_session: AtomicU64,
     journal: Option<JournalTx>,
 }
@@ -256,6 +260,7 @@ impl NodeServer {
             cfg,
             services: Mutex::new(HashMap::new()),
             sessions: Mutex::new(BTreeMap::new()),
+            sidr_budgets: Mutex::new(super::sidr::SidrBudgets::default()),
             next_session: AtomicU64::new(1),
             journal,
         })
@@ -442,7 +447,7 @@ impl NodeServer {
     /// The end of a session: its connections disconnected (REJ while being set up), its
     /// pending requests rejected, its listeners removed, then the XRC hook.
     async fn end_session(&self, s: &Arc<Session>) {
-        let (conns, listens, xrc) = {
+        let (conns, listens, xrc, sidr_out) = {
             let mut st = s.lock();
             if st.closed {
                 return;
@@ -452,8 +457,17 @@ impl NodeServer {
                 std::mem::take(&mut st.conns),
                 std::mem::take(&mut st.listens),
                 std::mem::take(&mut st.xrc),
+                std::mem::take(&mut st.sidr_out),
             )
         };
+        // Its SIDR_REQs in flight: forgotten by the endpoint (no more retransmissions), their
+        // tasks end.
+        for &id in &sidr_out {
+            self.cm.send(Command::SidrCancel {
+                id: ibcm_mad::CommId(id),
+            });
+        }
+        lock(&self.sidr_budgets).by_session.remove(&s.info.id);
         for (id, c) in &conns {
             let id = ibcm_mad::CommId(*id);
             if c.unanswered {
