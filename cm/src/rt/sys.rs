@@ -262,3 +262,16 @@ mod tests {
         assert_eq!(IB_USER_MAD_ENABLE_PKEY, 0x0000_1b03);
     }
 }
+
+/// The soft limit of open descriptors of this process (`RLIMIT_NOFILE`); `None` when
+/// unlimited or unknown.
+pub(crate) fn nofile_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a live, writable `rlimit` for the duration of the call, which only
+    // writes it.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}

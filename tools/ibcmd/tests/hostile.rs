@@ -201,7 +201,7 @@ async fn a_too_long_field_is_refused_without_its_echo() {
         Op::Reject {
             conn: 1,
             reason: 28,
-            ari: vec![7; 60_000],
+            ari: vec![7; 10_000],
             private_data: vec![],
         },
     )

@@ -177,19 +177,21 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
         op: Op::Hello { version: VERSION },
     })
     .map_err(io::Error::other)?;
-    write_frame(&mut wr, &hello).await?;
+    // A daemon that refuses this client at once says why and closes: the hello may find the
+    // socket closed, the refusal is read all the same.
+    let sent = write_frame(&mut wr, &hello).await;
     match read_frame::<DaemonMsg, _>(&mut rd).await {
         Ok(DaemonMsg::Reply {
             result: WireResult::Ok,
             ..
-        }) => {}
+        }) => sent?,
         Ok(other) => {
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
                 format!("the node service refused this client: {other:?}"),
             ))
         }
-        Err(e) => return Err(io::Error::other(e)),
+        Err(e) => return Err(sent.err().unwrap_or_else(|| io::Error::other(e))),
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let registry = Registry::default();
