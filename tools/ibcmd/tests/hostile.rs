@@ -219,7 +219,8 @@ async fn a_client_that_never_reads_is_bounded_in_bytes() {
     let dir = scratch("h-bytes");
     let (mut d, sock) = daemon_with(&dir, "a", "127.0.26.8", &[]);
     let mut s = hello(&sock).await;
-    // 4,000 stats replies (~4 KB each): under 8,192 messages, above 4 MiB.
+    // 7,000 stats replies (~1 KB each): under 8,192 messages, well above 4 MiB (and the
+    // socket buffers).
     let frame = encode_frame(&ClientMsg {
         seq: 1,
         op: Op::Stats,
@@ -229,7 +230,7 @@ async fn a_client_that_never_reads_is_bounded_in_bytes() {
         .iter()
         .copied()
         .cycle()
-        .take(frame.len() * 4000)
+        .take(frame.len() * 7000)
         .collect();
     let w = tokio::spawn(async move {
         let _ = s.write_all(&burst).await;
@@ -262,7 +263,7 @@ async fn a_user_s_queues_are_bounded_in_bytes() {
         .iter()
         .copied()
         .cycle()
-        .take(frame.len() * 2000)
+        .take(frame.len() * 4000)
         .collect();
     let w = tokio::spawn(async move {
         let _ = s.write_all(&burst).await;

@@ -311,9 +311,14 @@ impl Limited {
         if !self.limit.ok(tokio::time::Instant::now().into_std()) {
             return None;
         }
+        Some(self.unreported())
+    }
+
+    /// Lines suppressed since the last one logged (or the last call), now reported.
+    pub(super) fn unreported(&mut self) -> u64 {
         let n = self.limit.suppressed - self.reported;
         self.reported = self.limit.suppressed;
-        Some(n)
+        n
     }
 }
 
@@ -420,8 +425,22 @@ impl NodeServer {
         lock(&self.admission).not_root_cap = cap;
         info!(sessions_of_other_users = cap, "descriptors kept for root");
         let mut pause = Duration::ZERO;
+        // Once a second: how many log lines the rate limit suppressed, if any (the next line
+        // logged may be long in coming).
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            match listener.accept().await {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = tick.tick() => {
+                    let suppressed = lock(&self.log).unreported();
+                    if suppressed > 0 {
+                        warn!(suppressed, "log lines about clients suppressed (rate limit)");
+                    }
+                    continue;
+                }
+            };
+            match accepted {
                 Ok((stream, _)) => {
                     pause = Duration::ZERO;
                     self.admit(stream);
