@@ -107,3 +107,41 @@ pub(super) fn check(op: &Op) -> Result<(), String> {
         | Op::Stats => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_over_its_maximum_is_named_not_echoed() {
+        let op = Op::XrcListen {
+            service_id: 1,
+            policy: "x".repeat(60_000),
+            srqns: vec![1],
+        };
+        let why = check(&op).unwrap_err();
+        assert_eq!(
+            why,
+            "the policy name of 60000 bytes is above its maximum of 32"
+        );
+        let op = Op::Reject {
+            conn: 1,
+            reason: 28,
+            ari: vec![0; 72],
+            private_data: vec![0; 149],
+        };
+        assert!(check(&op)
+            .unwrap_err()
+            .starts_with("REJ private data of 149"));
+        let op = Op::Establish {
+            conn: 1,
+            private_data: vec![0; 224],
+        };
+        assert!(check(&op).is_ok());
+        let op = Op::Disconnect {
+            conn: 1,
+            private_data: vec![0; 221],
+        };
+        assert!(check(&op).is_err());
+    }
+}

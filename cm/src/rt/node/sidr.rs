@@ -642,6 +642,63 @@ mod tests {
         assert_eq!(Stats::default().counters().len(), fields, "{dbg}");
     }
 
+    /// 16 + 3 per request toward one address; the unsent retries given back; an address back
+    /// at its start forgotten; another address (another IP; not another port) has its own.
+    #[test]
+    fn the_budget_is_16_plus_3_per_request() {
+        let peer = |s: &str| Dest::of(&PeerAddr::Udp(s.parse().unwrap()));
+        let (a, a2, b) = (
+            peer("127.0.0.1:4791"),
+            peer("127.0.0.1:9"),
+            peer("127.0.0.2:4791"),
+        );
+        assert_eq!(a, a2);
+        let mut m = SidrBudget::default();
+        assert!(m.ask(a));
+        assert_eq!(m.room(a), 19);
+        m.spend(a, 16);
+        assert_eq!(m.room(a), 3);
+        assert_eq!(m.room(b), 16);
+        for room in [6, 9, 12, 15, 18] {
+            assert!(m.ask(a));
+            assert_eq!(m.room(a), room);
+        }
+        m.spend(a, 16);
+        assert_eq!(m.room(a), 2);
+        // Answered after one datagram: 15 back, 17 left, more than a fresh start: forgotten.
+        m.refund(a, 15);
+        assert!(m.is_empty());
+        assert_eq!(m.room(a), 16);
+        let full: Vec<Dest> = (0..SIDR_BUDGET_ADDRESSES as u32)
+            .map(|i| Dest::Ip(std::net::Ipv4Addr::from(0x0a00_0000 + i).into()))
+            .collect();
+        for d in &full {
+            assert!(m.ask(*d));
+        }
+        assert!(!m.ask(b));
+        assert!(m.ask(full[0]));
+    }
+
+    #[test]
+    fn sidr_timing_is_clamped() {
+        let mut w = WireSidrReq::from_params(&SidrReqParams::new(
+            "127.0.0.1:4791".parse::<std::net::SocketAddr>().unwrap(),
+            ibcm_mad::ServiceId(1),
+        ));
+        (w.timeout_ms, w.max_retries) = (1, 255);
+        let p = w.to_clamped_params();
+        assert_eq!(p.timeout, Duration::from_millis(SIDR_TIMEOUT_MIN_MS));
+        assert_eq!(p.max_retries, SIDR_MAX_RETRIES);
+        w.timeout_ms = u64::MAX;
+        assert_eq!(
+            w.to_clamped_params().timeout,
+            Duration::from_millis(SIDR_TIMEOUT_MAX_MS)
+        );
+        (w.timeout_ms, w.max_retries) = (4096, 3);
+        let p = w.to_clamped_params();
+        assert_eq!((p.timeout.as_millis(), p.max_retries), (4096, 3));
+    }
+
     #[test]
     fn a_counter_this_build_does_not_know_is_named() {
         let w = WireStats {
