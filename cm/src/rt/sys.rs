@@ -250,19 +250,6 @@ pub(crate) fn async_fd(file: std::fs::File) -> io::Result<tokio::io::unix::Async
     unsafe { tokio::io::unix::AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ioctl_numbers_match_the_kernel_header() {
-        // _IOWR(0x1b, 1, 28-byte struct) and _IO(0x1b, 3).
-        assert_eq!(core::mem::size_of::<UmadRegReq>(), 28);
-        assert_eq!(IB_USER_MAD_REGISTER_AGENT, 0xc01c_1b01);
-        assert_eq!(IB_USER_MAD_ENABLE_PKEY, 0x0000_1b03);
-    }
-}
-
 /// The soft limit of open descriptors of this process (`RLIMIT_NOFILE`); `None` when
 /// unlimited or unknown.
 pub(crate) fn nofile_limit() -> Option<u64> {
@@ -274,4 +261,17 @@ pub(crate) fn nofile_limit() -> Option<u64> {
     // writes it.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
     (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioctl_numbers_match_the_kernel_header() {
+        // _IOWR(0x1b, 1, 28-byte struct) and _IO(0x1b, 3).
+        assert_eq!(core::mem::size_of::<UmadRegReq>(), 28);
+        assert_eq!(IB_USER_MAD_REGISTER_AGENT, 0xc01c_1b01);
+        assert_eq!(IB_USER_MAD_ENABLE_PKEY, 0x0000_1b03);
+    }
 }
