@@ -5,8 +5,16 @@
 //! its listeners (and the connections they became), and its listeners; they live in the
 //! session's own tables, so a request naming anything else finds nothing ("no connection").
 //! A service ID is listened on by one session at a time. Replies and events go through a
-//! bounded queue per session, written by that session's own task: a client that stops
-//! reading fills only its own queue and is then dropped, as if it had exited.
+//! queue per session, bounded in messages and in bytes (and the bytes of all a user's
+//! sessions), written by that session's own task: a client that stops reading fills only its
+//! own queue and is then dropped, as if it had exited.
+//!
+//! Hostile clients: a session counts against its user's quota from its accept; one that has
+//! not said hello within [`ServerConfig::hello_timeout`] is closed, and nothing but a hello
+//! runs before it; other users' sessions are refused before the daemon's last
+//! [`ServerConfig::reserved_fds`] descriptors, so root can always attach; a failed accept
+//! is retried after a growing pause; the log lines clients cause are rate-limited. A
+//! session's SIDRs in flight end with it, and its SIDR datagrams are budgeted (`sidr`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -138,7 +146,8 @@ pub struct ServerConfig {
     /// SIDR requests a session may have in flight, and SIDR_REQs for its services it may
     /// leave unanswered at once (more are answered "rejected").
     pub max_sidr: usize,
-    /// Sessions one Unix user may have open at once (a further hello is refused).
+    /// Sessions one Unix user may have open at once, counted from their accept, hello or not
+    /// (a further session is refused at once).
     pub max_sessions_per_user: usize,
     /// Connections one Unix user may hold over all its sessions (as `max_connections`).
     pub max_connections_per_user: usize,

@@ -144,9 +144,10 @@ pub struct WireSidrReq {
     pub pkey: u16,
     /// Private data (at most 216 bytes).
     pub private_data: Vec<u8>,
-    /// Time to wait for the SIDR_REP per attempt, in ms.
+    /// Time to wait for the SIDR_REP per attempt, in ms (served as
+    /// [`SIDR_TIMEOUT_MIN_MS`]..=[`SIDR_TIMEOUT_MAX_MS`]).
     pub timeout_ms: u64,
-    /// Retransmissions before giving up.
+    /// Retransmissions before giving up (served as at most [`SIDR_MAX_RETRIES`]).
     pub max_retries: u8,
 }
 
