@@ -66,11 +66,13 @@ impl Dest {
     }
 }
 
-/// Datagrams toward one address: requests naming it, datagrams sent (or reserved).
+/// Datagrams toward one address: requests naming it, datagrams sent (or reserved), requests
+/// in flight.
 #[derive(Debug, Default, Clone, Copy)]
 struct Credit {
     asked: u64,
     spent: u64,
+    in_flight: u32,
 }
 
 impl Credit {
@@ -102,16 +104,19 @@ impl SidrBudget {
         self.by_dest.get(&d).copied().unwrap_or_default().room()
     }
 
+    /// A request reserves `n` datagrams.
     fn spend(&mut self, d: Dest, n: u64) {
         let c = self.by_dest.entry(d).or_default();
         c.spent = c.spent.saturating_add(n);
+        c.in_flight = c.in_flight.saturating_add(1);
     }
 
-    /// `n` datagrams reserved and not sent.
+    /// A request ended; `n` of the datagrams it reserved were not sent.
     fn refund(&mut self, d: Dest, n: u64) {
         if let Some(c) = self.by_dest.get_mut(&d) {
             c.spent = c.spent.saturating_sub(n);
-            if c.room() >= SIDR_BUDGET_ALLOWANCE {
+            c.in_flight = c.in_flight.saturating_sub(1);
+            if c.in_flight == 0 && c.room() >= SIDR_BUDGET_ALLOWANCE {
                 self.by_dest.remove(&d);
             }
         }
@@ -666,8 +671,13 @@ mod tests {
         }
         m.spend(a, 16);
         assert_eq!(m.room(a), 2);
-        // Answered after one datagram: 15 back, 17 left, more than a fresh start: forgotten.
+        // Two in flight. One answered after one datagram: 15 back, room 17, but the other
+        // still flies: kept.
         m.refund(a, 15);
+        assert_eq!(m.room(a), 17);
+        assert!(!m.is_empty());
+        // The other timed out (all 16 sent): room 17, more than a fresh start: forgotten.
+        m.refund(a, 0);
         assert!(m.is_empty());
         assert_eq!(m.room(a), 16);
         let full: Vec<Dest> = (0..SIDR_BUDGET_ADDRESSES as u32)
