@@ -1001,6 +1001,32 @@ fn sidr_req_sent_sidr_rep_rx_idle() {
     assert!(h.ep.is_empty());
 }
 
+/// A SIDR_REQ whose requester is gone (`sidr_cancel`): no retransmission, no event, nothing
+/// left; its late SIDR_REP is dropped as unknown.
+#[test]
+fn sidr_req_sent_cancel_idle() {
+    let mut h = H::new();
+    let mut p = SidrReqParams::new(h.peer, ServiceId(5));
+    p.timeout = Duration::from_millis(100);
+    let id = h.ep.sidr_request(h.now, p).unwrap();
+    let req = h.tx1();
+    assert!(h.ep.sidr_cancel(id));
+    assert!(!h.ep.sidr_cancel(id));
+    h.run_timers(Duration::from_secs(10));
+    assert!(h.tx().is_empty());
+    assert!(h.events().is_empty());
+    assert!(h.ep.is_empty());
+    h.rx(
+        req.header.tid,
+        CmMessage::SidrRep(SidrRep {
+            request_id: RequestId(id.0),
+            ..SidrRep::default()
+        }),
+    );
+    assert!(h.events().is_empty());
+    assert_eq!(h.ep.stats().dropped(DropReason::UnknownSidr), 1);
+}
+
 #[test]
 fn listen_sidr_req_rx_sidr_req_rcvd() {
     let mut h = H::new();

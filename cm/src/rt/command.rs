@@ -21,6 +21,9 @@ pub(super) type Connected = (ConnId, SlotRef, Box<ibcm_mad::Req>);
 
 pub(crate) type Reply<T> = oneshot::Sender<T>;
 
+/// A SIDR_REQ sent: its ID, and where its answer comes.
+pub(crate) type SidrPending = (ConnId, oneshot::Receiver<Result<SidrAnswer, CmError>>);
+
 /// Commands from the handles.
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -87,7 +90,12 @@ pub(crate) enum Command {
     },
     Sidr {
         params: SidrReqParams,
-        reply: Reply<Result<oneshot::Receiver<Result<SidrAnswer, CmError>>, ConnectError>>,
+        /// The request's ID (for [`Command::SidrCancel`]) and where its answer comes.
+        reply: Reply<Result<SidrPending, ConnectError>>,
+    },
+    /// The requester of a SIDR_REQ is gone: the driver forgets it (no retransmission).
+    SidrCancel {
+        id: ConnId,
     },
     SidrReply {
         id: ConnId,

@@ -644,9 +644,13 @@ impl<T: DatagramTransport> Driver<T> {
                 let r = self.ep.sidr_request(t, params).map(|id| {
                     let (tx, rx) = oneshot::channel();
                     self.sidr.insert(id, tx);
-                    rx
+                    (id, rx)
                 });
                 let _ = reply.send(r);
+            }
+            Command::SidrCancel { id } => {
+                self.sidr.remove(&id);
+                self.ep.sidr_cancel(id);
             }
             Command::SidrReply { id, params, reply } => {
                 let r = self.ep.sidr_reply(t, id, params);

@@ -246,8 +246,20 @@ impl Cm {
     /// [`CmError::SidrTimedOut`], [`CmError::Connect`] (private data too long),
     /// [`CmError::DriverGone`]. A non-success status is an `Ok` answer.
     pub async fn sidr(&self, params: SidrReqParams) -> Result<SidrAnswer, CmError> {
-        let rx = self.call(|reply| Command::Sidr { params, reply }).await??;
-        rx.await.map_err(|_| CmError::DriverGone)?
+        let (id, rx) = self.call(|reply| Command::Sidr { params, reply }).await??;
+        // Dropped before its answer (the caller gave up): the endpoint forgets the request.
+        struct Cancel<'a>(&'a Cm, Option<ConnId>);
+        impl Drop for Cancel<'_> {
+            fn drop(&mut self) {
+                if let Some(id) = self.1.take() {
+                    self.0.send(Command::SidrCancel { id });
+                }
+            }
+        }
+        let mut guard = Cancel(self, Some(id));
+        let r = rx.await;
+        guard.1 = None;
+        r.map_err(|_| CmError::DriverGone)?
     }
 
     /// Counters of the endpoint ([`CmStats::endpoint`]), of the transport (its drops: bad

@@ -250,6 +250,19 @@ pub(crate) fn async_fd(file: std::fs::File) -> io::Result<tokio::io::unix::Async
     unsafe { tokio::io::unix::AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
 }
 
+/// The soft limit of open descriptors of this process (`RLIMIT_NOFILE`); `None` when
+/// unlimited or unknown.
+pub(crate) fn nofile_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a live, writable `rlimit` for the duration of the call, which only
+    // writes it.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

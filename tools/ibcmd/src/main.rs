@@ -7,6 +7,8 @@
 //! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
 //!       [--state DIR] [--umad DEV --gid-index N] [--max-conns-per-client N]
 //!       [--max-conns-per-user N] [--max-clients-per-user N] [--reserve RANGE=UID]…
+//!       [--max-queue-bytes-per-client N] [--max-queue-bytes-per-user N]
+//!       [--hello-timeout-ms N] [--reserved-fds N]
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
 //!
@@ -89,6 +91,20 @@ struct Args {
     /// Clients (sessions) one Unix user may have attached at once.
     #[arg(long, default_value_t = ServerConfig::default().max_sessions_per_user)]
     max_clients_per_user: usize,
+    /// Bytes queued towards one client (session) that does not read before it is dropped.
+    #[arg(long, default_value_t = ServerConfig::default().queue_bytes)]
+    max_queue_bytes_per_client: usize,
+    /// Bytes queued towards all the clients of one Unix user before the one over it is
+    /// dropped.
+    #[arg(long, default_value_t = ServerConfig::default().queue_bytes_per_user)]
+    max_queue_bytes_per_user: usize,
+    /// Milliseconds a new client has to say hello before it is closed.
+    #[arg(long, default_value_t = 5000)]
+    hello_timeout_ms: u64,
+    /// File descriptors kept for root's clients: other users' clients are refused once fewer
+    /// would be left below RLIMIT_NOFILE.
+    #[arg(long, default_value_t = ServerConfig::default().reserved_fds)]
+    reserved_fds: usize,
     /// Service IDs only one user may listen on: `SID=UID` or `FIRST-LAST=UID` (hex with 0x,
     /// or decimal); repeatable.
     #[arg(long, value_name = "RANGE=UID")]
@@ -325,6 +341,10 @@ async fn run(args: Args) -> Result<()> {
             max_connections: args.max_conns_per_client,
             max_connections_per_user: args.max_conns_per_user,
             max_sessions_per_user: args.max_clients_per_user,
+            queue_bytes: args.max_queue_bytes_per_client,
+            queue_bytes_per_user: args.max_queue_bytes_per_user,
+            hello_timeout: std::time::Duration::from_millis(args.hello_timeout_ms),
+            reserved_fds: args.reserved_fds,
             reserved: args.reserve.clone(),
             ..ServerConfig::default()
         },

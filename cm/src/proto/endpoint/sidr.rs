@@ -62,6 +62,20 @@ impl Endpoint {
         Ok(id.handle())
     }
 
+    /// Forgets outgoing SIDR_REQ `id` (its requester is gone): no retransmission, no event.
+    /// Whether it was still waiting for its SIDR_REP.
+    pub fn sidr_cancel(&mut self, id: ConnId) -> bool {
+        let id = SidrReqId::allocated(id);
+        let Some(s) = self.sidr_out.remove(&id) else {
+            return false;
+        };
+        if let Some(t) = s.timer {
+            self.io.timers.remove_sidr(t, id);
+        }
+        self.sidr_out_peer.remove(&id);
+        true
+    }
+
     /// Answers a SIDR_REQ reported by [`EventKind::SidrReqReceived`].
     ///
     /// # Errors

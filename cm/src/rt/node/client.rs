@@ -177,19 +177,21 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
         op: Op::Hello { version: VERSION },
     })
     .map_err(io::Error::other)?;
-    write_frame(&mut wr, &hello).await?;
+    // A daemon that refuses this client at once says why and closes: the hello may find the
+    // socket closed, the refusal is read all the same.
+    let sent = write_frame(&mut wr, &hello).await;
     match read_frame::<DaemonMsg, _>(&mut rd).await {
         Ok(DaemonMsg::Reply {
             result: WireResult::Ok,
             ..
-        }) => {}
+        }) => sent?,
         Ok(other) => {
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
                 format!("the node service refused this client: {other:?}"),
             ))
         }
-        Err(e) => return Err(io::Error::other(e)),
+        Err(e) => return Err(sent.err().unwrap_or_else(|| io::Error::other(e))),
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let registry = Registry::default();
@@ -436,10 +438,13 @@ impl Client {
             Command::Sidr { params, reply } => {
                 // The answer comes later, in its own reply; the caller waits on `rx`.
                 let (tx, rx) = oneshot::channel();
-                let _ = reply.send(Ok(rx));
+                // The daemon knows the request by this client's `seq`; a cancel is not sent
+                // (the daemon frees the session's requests when it ends).
+                let _ = reply.send(Ok((ibcm_mad::CommId(0), rx)));
                 let op = super::sidr::sidr_op(&params);
                 self.request(op, Some(Waiter::Sidr(tx))).await
             }
+            Command::SidrCancel { .. } => Ok(()),
             Command::SidrReply { id, params, reply } => {
                 let op = Op::SidrReply {
                     conn: id.0,

@@ -18,6 +18,7 @@
 
 mod client;
 mod errors;
+mod fields;
 pub mod journal;
 pub mod proto;
 mod requests;

@@ -29,6 +29,22 @@ impl NodeServer {
 
     pub(super) async fn on_request(self: &Arc<Self>, s: &Arc<Session>, m: ClientMsg) {
         let seq = m.seq;
+        if let Err(why) = super::fields::check(&m.op) {
+            // A reject that does not fit still rejects the REQ (REJ 28), as the endpoint
+            // does with one whose data it cannot carry.
+            if let Op::Reject { conn, .. } = m.op {
+                let mine = s.lock().conns.get(&conn).is_some_and(|c| c.unanswered);
+                if mine {
+                    s.lock().conns.remove(&conn);
+                    self.cm.send(Command::Unanswered {
+                        id: ibcm_mad::CommId(conn),
+                        sidr: false,
+                    });
+                }
+            }
+            Self::reply(s, seq, WireResult::Refused { why });
+            return;
+        }
         let not_yours =
             |conn: u32| WireResult::CallError(WireCallError::UnknownConnection { conn });
         let r = match m.op {

@@ -5,14 +5,23 @@
 //! its listeners (and the connections they became), and its listeners; they live in the
 //! session's own tables, so a request naming anything else finds nothing ("no connection").
 //! A service ID is listened on by one session at a time. Replies and events go through a
-//! bounded queue per session, written by that session's own task: a client that stops
-//! reading fills only its own queue and is then dropped, as if it had exited.
+//! queue per session, bounded in messages and in bytes (and the bytes of all a user's
+//! sessions), written by that session's own task: a client that stops reading fills only its
+//! own queue and is then dropped, as if it had exited.
+//!
+//! Hostile clients: a session counts against its user's quota from its accept; one that has
+//! not said hello within [`ServerConfig::hello_timeout`] is closed, and nothing but a hello
+//! runs before it; other users' sessions are refused before the daemon's last
+//! [`ServerConfig::reserved_fds`] descriptors, so root can always attach; a failed accept
+//! is retried after a growing pause; the log lines clients cause are rate-limited. A
+//! session's SIDRs in flight end with it, and its SIDR datagrams are budgeted (`sidr`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use ibcm_mad::ServiceId;
 use tokio::net::{UnixListener, UnixStream};
@@ -25,6 +34,7 @@ use super::proto::{
     encode_frame, read_frame, sid, ClientMsg, DaemonMsg, FrameError, Op, WirePeer, WireRep,
     WireResult, WireStatus, VERSION,
 };
+use crate::log_limit::LogLimit;
 use crate::proto::{ConnectionError, PeerAddr};
 use crate::rt::command::Command;
 use crate::rt::handle::Cm;
@@ -137,7 +147,8 @@ pub struct ServerConfig {
     /// SIDR requests a session may have in flight, and SIDR_REQs for its services it may
     /// leave unanswered at once (more are answered "rejected").
     pub max_sidr: usize,
-    /// Sessions one Unix user may have open at once (a further hello is refused).
+    /// Sessions one Unix user may have open at once, counted from their accept, hello or not
+    /// (a further session is refused at once).
     pub max_sessions_per_user: usize,
     /// Connections one Unix user may hold over all its sessions (as `max_connections`).
     pub max_connections_per_user: usize,
@@ -145,6 +156,17 @@ pub struct ServerConfig {
     pub reserved: Vec<Reservation>,
     /// Messages queued towards a client before it counts as stuck and is dropped.
     pub queue: usize,
+    /// Bytes queued towards a client before it counts as stuck and is dropped.
+    pub queue_bytes: usize,
+    /// Bytes queued towards all the sessions of one Unix user: the session whose message
+    /// would go over it counts as stuck and is dropped.
+    pub queue_bytes_per_user: usize,
+    /// How long a new session may take to say hello before it is closed.
+    pub hello_timeout: Duration,
+    /// Descriptors kept for root's sessions: the sessions of other users are refused at
+    /// accept once the open descriptors would leave fewer than this many free below
+    /// `RLIMIT_NOFILE`.
+    pub reserved_fds: usize,
     /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
     /// connections still unanswered then stay in the journal, for the next start).
     pub shutdown_grace: std::time::Duration,
@@ -160,16 +182,56 @@ impl Default for ServerConfig {
             max_connections_per_user: 262_144,
             reserved: Vec::new(),
             queue: 8192,
+            queue_bytes: 4 << 20,
+            queue_bytes_per_user: 64 << 20,
+            hello_timeout: Duration::from_secs(5),
+            reserved_fds: 64,
             shutdown_grace: std::time::Duration::from_secs(2),
         }
     }
 }
 
-/// A session's outbound queue (bounded); full means the client is stuck.
+/// Why a session's client is stuck, once it is.
+#[derive(Debug, Default)]
+struct Stuck {
+    notify: tokio::sync::Notify,
+    why: std::sync::OnceLock<String>,
+}
+
+impl Stuck {
+    fn set(&self, why: impl FnOnce() -> String) {
+        let _ = self.why.get_or_init(why);
+        self.notify.notify_one();
+    }
+}
+
+/// A frame in a session's queue; its bytes count against the session's and its user's
+/// bounds until it is written or dropped.
+#[derive(Debug)]
+struct Queued {
+    frame: Vec<u8>,
+    bytes: Arc<AtomicUsize>,
+    user_bytes: Arc<AtomicUsize>,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let n = self.frame.len();
+        self.bytes.fetch_sub(n, Ordering::Relaxed);
+        self.user_bytes.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// A session's outbound queue, bounded in messages and in bytes (the session's and its
+/// user's); over a bound, the client is stuck.
 #[derive(Debug, Clone)]
 pub(super) struct Outbox {
-    tx: mpsc::Sender<Vec<u8>>,
-    stuck: Arc<tokio::sync::Notify>,
+    tx: mpsc::Sender<Queued>,
+    stuck: Arc<Stuck>,
+    bytes: Arc<AtomicUsize>,
+    user_bytes: Arc<AtomicUsize>,
+    /// `ServerConfig::queue`, `queue_bytes`, `queue_bytes_per_user`, and the user.
+    limits: (usize, usize, usize, u32),
 }
 
 impl Outbox {
@@ -177,9 +239,96 @@ impl Outbox {
         let Ok(frame) = encode_frame(m) else {
             return;
         };
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(frame) {
-            self.stuck.notify_one();
+        let n = frame.len();
+        let (count, max, max_user, uid) = self.limits;
+        let mine = self.bytes.fetch_add(n, Ordering::Relaxed).saturating_add(n);
+        let user = self
+            .user_bytes
+            .fetch_add(n, Ordering::Relaxed)
+            .saturating_add(n);
+        let q = Queued {
+            frame,
+            bytes: self.bytes.clone(),
+            user_bytes: self.user_bytes.clone(),
+        };
+        if mine > max {
+            drop(q);
+            self.stuck
+                .set(|| format!("stuck: its queue is full ({max} bytes)"));
+        } else if user > max_user {
+            drop(q);
+            self.stuck
+                .set(|| format!("stuck: its queue is full ({max_user} bytes of uid {uid})"));
+        } else if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(q) {
+            self.stuck
+                .set(|| format!("stuck: its queue is full ({count} messages)"));
         }
+    }
+}
+
+/// What one Unix user holds: its sessions (from their accept, hello or not) and the bytes
+/// queued towards them.
+#[derive(Debug, Default)]
+struct UserSlot {
+    sessions: usize,
+    queue_bytes: Arc<AtomicUsize>,
+}
+
+/// The sessions by user, counted from accept.
+#[derive(Debug, Default)]
+struct Admission {
+    users: HashMap<u32, UserSlot>,
+    /// Sessions of users other than root.
+    not_root: usize,
+    /// The most sessions of users other than root ([`ServerConfig::reserved_fds`]).
+    not_root_cap: usize,
+}
+
+/// A session's place in [`Admission`], given back when dropped.
+struct Admitted {
+    server: Arc<NodeServer>,
+    uid: u32,
+    queue_bytes: Arc<AtomicUsize>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut a = lock(&self.server.admission);
+        if self.uid != 0 {
+            a.not_root = a.not_root.saturating_sub(1);
+        }
+        if let Some(u) = a.users.get_mut(&self.uid) {
+            u.sessions = u.sessions.saturating_sub(1);
+            if u.sessions == 0 {
+                a.users.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// Log lines about what clients make the daemon do (sessions refused or closed before
+/// their hello, failed accepts): at most `LOG_BURST` a second; each line logged says how
+/// many were suppressed before it.
+#[derive(Debug, Default)]
+pub(super) struct Limited {
+    limit: LogLimit,
+    reported: u64,
+}
+
+impl Limited {
+    /// `Some(lines suppressed since the last one logged)` if a line may be logged now.
+    pub(super) fn ok(&mut self) -> Option<u64> {
+        if !self.limit.ok(tokio::time::Instant::now().into_std()) {
+            return None;
+        }
+        Some(self.unreported())
+    }
+
+    /// Lines suppressed since the last one logged (or the last call), now reported.
+    pub(super) fn unreported(&mut self) -> u64 {
+        let n = self.limit.suppressed - self.reported;
+        self.reported = self.limit.suppressed;
+        n
     }
 }
 
@@ -202,8 +351,10 @@ pub(super) struct SessionState {
     pub(super) xrc: BTreeSet<u64>,
     /// SIDR_REQs delivered to the client and not answered yet, with their arrival.
     pub(super) sidr_in: BTreeMap<u32, tokio::time::Instant>,
-    /// The client's SIDR_REQs waiting for their SIDR_REP.
-    pub(super) sidr_out: usize,
+    /// The client's SIDR_REQs waiting for their SIDR_REP (the endpoint's request IDs).
+    pub(super) sidr_out: BTreeSet<u32>,
+    /// The client's SIDR_REQs on their way to the endpoint.
+    pub(super) sidr_starting: usize,
     pub(super) closed: bool,
 }
 
@@ -228,6 +379,12 @@ pub struct NodeServer {
     /// Service ID → the session listening on it (CM or XRC).
     pub(super) services: Mutex<HashMap<u64, u64>>,
     sessions: Mutex<BTreeMap<u64, Arc<Session>>>,
+    /// The SIDR datagram budgets of the sessions and the users.
+    pub(super) sidr_budgets: Mutex<super::sidr::SidrBudgets>,
+    /// Sessions by user, from accept.
+    admission: Mutex<Admission>,
+    /// The rate limit of the log lines about refused sessions and failed accepts.
+    pub(super) log: Mutex<Limited>,
     next_session: AtomicU64,
     journal: Option<JournalTx>,
 }
@@ -257,23 +414,132 @@ impl NodeServer {
             cfg,
             services: Mutex::new(HashMap::new()),
             sessions: Mutex::new(BTreeMap::new()),
+            sidr_budgets: Mutex::new(super::sidr::SidrBudgets::default()),
+            admission: Mutex::new(Admission {
+                not_root_cap: usize::MAX,
+                ..Admission::default()
+            }),
+            log: Mutex::new(Limited::default()),
             next_session: AtomicU64::new(1),
             journal,
         })
     }
 
-    /// Accepts clients on `listener` until the task is dropped.
+    /// Accepts clients on `listener` until the task is dropped. Each is counted against its
+    /// user's sessions from its accept (`SO_PEERCRED`); the sessions of users other than root
+    /// are refused once fewer than [`ServerConfig::reserved_fds`] descriptors would be left.
+    /// A failed accept (out of descriptors: `EMFILE`, `ENFILE`) is retried after a pause
+    /// that doubles up to 1 s.
     pub async fn serve(self: Arc<Self>, listener: UnixListener) {
+        let cap = self.not_root_cap();
+        lock(&self.admission).not_root_cap = cap;
+        info!(sessions_of_other_users = cap, "descriptors kept for root");
+        let mut pause = Duration::ZERO;
+        // Once a second: how many log lines the rate limit suppressed, if any (the next line
+        // logged may be long in coming).
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            match listener.accept().await {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = tick.tick() => {
+                    let suppressed = lock(&self.log).unreported();
+                    if suppressed > 0 {
+                        warn!(suppressed, "log lines about clients suppressed (rate limit)");
+                    }
+                    continue;
+                }
+            };
+            match accepted {
                 Ok((stream, _)) => {
-                    let me = self.clone();
-                    tokio::spawn(async move { me.session(stream).await });
+                    pause = Duration::ZERO;
+                    self.admit(stream);
                 }
                 Err(e) => {
-                    warn!(error = %e, "accept on the client socket failed");
-                    // Out of descriptors and the like: let the others finish something.
-                    tokio::task::yield_now().await;
+                    pause = (pause * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
+                    if let Some(suppressed) = lock(&self.log).ok() {
+                        warn!(error = %e, pause_ms = pause.as_millis() as u64, suppressed,
+                            "accept on the client socket failed");
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    /// The most sessions of users other than root: the descriptors of `RLIMIT_NOFILE` not
+    /// open now (before any session) and not reserved.
+    fn not_root_cap(&self) -> usize {
+        let Some(limit) = crate::rt::sys::nofile_limit() else {
+            return usize::MAX;
+        };
+        let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        limit.saturating_sub(open.saturating_add(self.cfg.reserved_fds))
+    }
+
+    /// A new client: counted against its user's sessions, then served; or refused at once
+    /// (the refusal answers its hello, `seq` 0) and closed.
+    fn admit(self: &Arc<Self>, stream: UnixStream) {
+        let cred = match stream.peer_cred() {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(suppressed) = lock(&self.log).ok() {
+                    warn!(error = %e, suppressed, "client without credentials refused");
+                }
+                return;
+            }
+        };
+        let uid = cred.uid();
+        let admitted = {
+            let mut a = lock(&self.admission);
+            let a = &mut *a;
+            let slot = a.users.entry(uid).or_default();
+            if slot.sessions >= self.cfg.max_sessions_per_user {
+                Err(format!(
+                    "quota: {} sessions of uid {uid}",
+                    self.cfg.max_sessions_per_user
+                ))
+            } else if uid != 0 && a.not_root >= a.not_root_cap {
+                Err(format!(
+                    "the daemon keeps its last descriptors for root ({} sessions of other users)",
+                    a.not_root_cap
+                ))
+            } else {
+                slot.sessions += 1;
+                if uid != 0 {
+                    a.not_root += 1;
+                }
+                Ok(slot.queue_bytes.clone())
+            }
+        };
+        if admitted.is_err() {
+            let mut a = lock(&self.admission);
+            if a.users.get(&uid).is_some_and(|u| u.sessions == 0) {
+                a.users.remove(&uid);
+            }
+        }
+        match admitted {
+            Ok(queue_bytes) => {
+                let slot = Admitted {
+                    server: self.clone(),
+                    uid,
+                    queue_bytes,
+                };
+                let me = self.clone();
+                tokio::spawn(async move { me.session(stream, cred, slot).await });
+            }
+            Err(why) => {
+                // The socket is new: its buffer has room for this one frame.
+                let refusal = DaemonMsg::Reply {
+                    seq: 0,
+                    result: WireResult::Refused { why: why.clone() },
+                };
+                if let Ok(f) = encode_frame(&refusal) {
+                    let _ = stream.try_write(&f);
+                }
+                if let Some(suppressed) = lock(&self.log).ok() {
+                    warn!(uid, pid = ?cred.pid(), why = %why, suppressed, "client refused");
                 }
             }
         }
@@ -329,48 +595,42 @@ impl NodeServer {
         })
     }
 
-    /// Why `info`'s user may not have this session, if it may not.
-    fn session_quota(&self, info: &SessionInfo) -> Option<String> {
-        let n = self.sessions_of(info.uid).len();
-        (n > self.cfg.max_sessions_per_user).then(|| {
-            format!(
-                "quota: {} sessions of uid {}",
-                self.cfg.max_sessions_per_user, info.uid
-            )
-        })
-    }
-
     /// A round trip through the driver: everything sent before has been handled and flushed.
     async fn sync_driver(&self) {
         let _ = self.cm.call(|reply| Command::Len { reply }).await;
     }
 
-    async fn session(self: Arc<Self>, stream: UnixStream) {
-        let cred = match stream.peer_cred() {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(error = %e, "client without credentials refused");
-                return;
-            }
-        };
+    async fn session(
+        self: Arc<Self>,
+        stream: UnixStream,
+        cred: tokio::net::unix::UCred,
+        slot: Admitted,
+    ) {
         let info = SessionInfo {
             id: self.next_session.fetch_add(1, Ordering::Relaxed),
             uid: cred.uid(),
             pid: cred.pid(),
         };
         let (mut rd, mut wr) = stream.into_split();
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(self.cfg.queue.max(16));
-        let stuck = Arc::new(tokio::sync::Notify::new());
+        let (tx, mut rx) = mpsc::channel::<Queued>(self.cfg.queue.max(16));
+        let stuck = Arc::new(Stuck::default());
         let session = Arc::new(Session {
             info,
             state: Mutex::new(SessionState::default()),
             out: Outbox {
                 tx,
                 stuck: stuck.clone(),
+                bytes: Arc::new(AtomicUsize::new(0)),
+                user_bytes: slot.queue_bytes.clone(),
+                limits: (
+                    self.cfg.queue,
+                    self.cfg.queue_bytes,
+                    self.cfg.queue_bytes_per_user,
+                    info.uid,
+                ),
             },
         });
         lock(&self.sessions).insert(info.id, session.clone());
-        info!(session = info.id, uid = info.uid, pid = ?info.pid, "client attached");
         let (finish, mut finished) = oneshot::channel::<()>();
         let writer = tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
@@ -378,7 +638,7 @@ impl NodeServer {
                 tokio::select! {
                     f = rx.recv() => match f {
                         Some(f) => {
-                            if wr.write_all(&f).await.is_err() {
+                            if wr.write_all(&f.frame).await.is_err() {
                                 return;
                             }
                         }
@@ -391,59 +651,81 @@ impl NodeServer {
             // last replies, say why a hello was refused), within a bound.
             let rest = async {
                 while let Ok(f) = rx.try_recv() {
-                    if wr.write_all(&f).await.is_err() {
+                    if wr.write_all(&f.frame).await.is_err() {
                         return;
                     }
                 }
             };
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), rest).await;
+            let _ = tokio::time::timeout(Duration::from_millis(100), rest).await;
         });
+        let hello_by = tokio::time::Instant::now() + self.cfg.hello_timeout;
         let mut greeted = false;
         let why = loop {
             tokio::select! {
                 m = read_frame::<ClientMsg, _>(&mut rd) => match m {
-                    // The first message says which protocol the client speaks.
-                    Ok(m) if !greeted => {
-                        let ok = matches!(m.op, Op::Hello { version } if version == VERSION);
-                        if let Some(why) = ok.then(|| self.session_quota(&info)).flatten() {
+                    // The first message says which protocol the client speaks; nothing else
+                    // runs before it.
+                    Ok(m) if !greeted => match m.op {
+                        Op::Hello { version } => {
+                            self.on_request(&session, m).await;
+                            if version != VERSION {
+                                break "protocol error: no hello of this version first".to_string();
+                            }
+                            greeted = true;
+                            info!(session = info.id, uid = info.uid, pid = ?info.pid, "client attached");
+                        }
+                        _ => {
+                            let why = "protocol error: a request before hello".to_string();
                             Self::reply(&session, m.seq, WireResult::Refused { why: why.clone() });
                             break why;
                         }
-                        self.on_request(&session, m).await;
-                        if !ok {
-                            break "protocol error: no hello of this version first".to_string();
-                        }
-                        greeted = true;
-                    }
+                    },
                     Ok(m) => self.on_request(&session, m).await,
                     Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                         break "closed".to_string();
                     }
                     Err(e) => break format!("protocol error: {e}"),
                 },
-                () = stuck.notified() => break "stuck: its queue is full".to_string(),
+                () = stuck.notify.notified() => {
+                    break stuck.why.get().cloned().unwrap_or_else(|| "stuck".to_string());
+                }
+                () = tokio::time::sleep_until(hello_by), if !greeted => {
+                    let why = format!("no hello within {} ms", self.cfg.hello_timeout.as_millis());
+                    Self::reply(&session, 0, WireResult::Refused { why: why.clone() });
+                    break why;
+                }
             }
         };
         let exited = info
             .pid
             .is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
-        info!(session = info.id, pid = ?info.pid, exited, why = %why, "client gone");
+        // The end of a session that never said hello is logged within the rate limit.
+        let suppressed = if greeted {
+            Some(0)
+        } else {
+            lock(&self.log).ok()
+        };
+        if let Some(suppressed) = suppressed {
+            info!(session = info.id, uid = info.uid, pid = ?info.pid, exited, why = %why,
+                suppressed, "client gone");
+        }
         self.end_session(&session).await;
         let _ = finish.send(());
         // A stuck client's writer is blocked in a write: it is dropped after the bound.
         let mut writer = writer;
-        if tokio::time::timeout(std::time::Duration::from_millis(200), &mut writer)
+        if tokio::time::timeout(Duration::from_millis(200), &mut writer)
             .await
             .is_err()
         {
             writer.abort();
         }
+        drop(slot);
     }
 
     /// The end of a session: its connections disconnected (REJ while being set up), its
     /// pending requests rejected, its listeners removed, then the XRC hook.
     async fn end_session(&self, s: &Arc<Session>) {
-        let (conns, listens, xrc) = {
+        let (conns, listens, xrc, sidr_out) = {
             let mut st = s.lock();
             if st.closed {
                 return;
@@ -453,8 +735,17 @@ impl NodeServer {
                 std::mem::take(&mut st.conns),
                 std::mem::take(&mut st.listens),
                 std::mem::take(&mut st.xrc),
+                std::mem::take(&mut st.sidr_out),
             )
         };
+        // Its SIDR_REQs in flight: forgotten by the endpoint (no more retransmissions), their
+        // tasks end.
+        for &id in &sidr_out {
+            self.cm.send(Command::SidrCancel {
+                id: ibcm_mad::CommId(id),
+            });
+        }
+        lock(&self.sidr_budgets).by_session.remove(&s.info.id);
         for (id, c) in &conns {
             let id = ibcm_mad::CommId(*id);
             if c.unanswered {

@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use ibcm_mad::{Pkey, Qkey, Qpn, SidrStatus};
+use ibcm_mad::{Pkey, Qkey, Qpn, SidrReq, SidrStatus};
 use serde::{Deserialize, Serialize};
 
 use super::proto::{sid, DaemonMsg, Op, WireConnectError, WirePeer, WireResult};
 use super::server::{NodeServer, Session};
-use crate::proto::{ConnId, DropReason, SidrRepParams, SidrReqInfo, SidrReqParams, Stats};
+use crate::proto::{
+    ConnId, DropReason, PeerAddr, SidrRepParams, SidrReqInfo, SidrReqParams, Stats,
+};
 use crate::rt::command::Command;
 use crate::rt::stats::{CmStats, TransportStats};
 use crate::rt::types::{CmError, SidrAnswer};
@@ -23,7 +25,120 @@ use crate::rt::types::{CmError, SidrAnswer};
 /// an unanswered one itself; this bounds the session's table with it).
 pub(super) const SIDR_IN_KEEP: Duration = Duration::from_secs(60);
 
-/// [`SidrReqParams`] on the wire ([`Op::Sidr`]).
+/// The shortest time a client's SIDR_REQ waits for its SIDR_REP before a retransmission, in
+/// ms: a shorter [`WireSidrReq::timeout_ms`] is raised to it.
+pub const SIDR_TIMEOUT_MIN_MS: u64 = 100;
+
+/// The longest such time, in ms (a longer one is lowered to it).
+pub const SIDR_TIMEOUT_MAX_MS: u64 = 60_000;
+
+/// The most retransmissions of a client's SIDR_REQ (rdma_cm's `CMA_MAX_CM_RETRIES`): more
+/// [`WireSidrReq::max_retries`] are lowered to it.
+pub const SIDR_MAX_RETRIES: u8 = 15;
+
+/// SIDR datagrams the daemon may send toward one address for a client (and for its user)
+/// beyond [`SIDR_BUDGET_PER_REQUEST`] per request naming it: one request of the most
+/// retries.
+pub const SIDR_BUDGET_ALLOWANCE: u64 = 1 + SIDR_MAX_RETRIES as u64;
+
+/// SIDR datagrams each request naming an address adds to the budget toward it (the wire
+/// side's anti-amplification factor): toward any one address the daemon sends at most
+/// `SIDR_BUDGET_ALLOWANCE + 3 ×` the requests of the client (and of its user) naming it.
+pub const SIDR_BUDGET_PER_REQUEST: u64 = 3;
+
+/// Addresses a session's (and a user's) SIDR budget follows at once: a request naming one
+/// more is refused.
+pub const SIDR_BUDGET_ADDRESSES: usize = 4096;
+
+/// Where a SIDR_REQ goes, for the budget: the IP (any port), or the LID and GID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Dest {
+    Ip(std::net::IpAddr),
+    Ib(u16, Option<[u8; 16]>),
+}
+
+impl Dest {
+    fn of(p: &PeerAddr) -> Self {
+        match p {
+            PeerAddr::Udp(a) => Dest::Ip(a.ip()),
+            PeerAddr::Ib(a) => Dest::Ib(a.lid.0, a.gid.map(|g| g.0)),
+        }
+    }
+}
+
+/// Datagrams toward one address: requests naming it, datagrams sent (or reserved), requests
+/// in flight.
+#[derive(Debug, Default, Clone, Copy)]
+struct Credit {
+    asked: u64,
+    spent: u64,
+    in_flight: u32,
+}
+
+impl Credit {
+    fn room(self) -> u64 {
+        (SIDR_BUDGET_ALLOWANCE + SIDR_BUDGET_PER_REQUEST.saturating_mul(self.asked))
+            .saturating_sub(self.spent)
+    }
+}
+
+/// The SIDR datagram budget of one session or one user, by address. An address whose
+/// budget is at least the allowance again is forgotten (a new entry starts there).
+#[derive(Debug, Default)]
+pub(super) struct SidrBudget {
+    by_dest: std::collections::HashMap<Dest, Credit>,
+}
+
+impl SidrBudget {
+    /// One more request naming `d`; false if the table is full and `d` is not in it.
+    fn ask(&mut self, d: Dest) -> bool {
+        if !self.by_dest.contains_key(&d) && self.by_dest.len() >= SIDR_BUDGET_ADDRESSES {
+            return false;
+        }
+        let c = self.by_dest.entry(d).or_default();
+        c.asked = c.asked.saturating_add(1);
+        true
+    }
+
+    fn room(&self, d: Dest) -> u64 {
+        self.by_dest.get(&d).copied().unwrap_or_default().room()
+    }
+
+    /// A request reserves `n` datagrams.
+    fn spend(&mut self, d: Dest, n: u64) {
+        let c = self.by_dest.entry(d).or_default();
+        c.spent = c.spent.saturating_add(n);
+        c.in_flight = c.in_flight.saturating_add(1);
+    }
+
+    /// A request ended; `n` of the datagrams it reserved were not sent.
+    fn refund(&mut self, d: Dest, n: u64) {
+        if let Some(c) = self.by_dest.get_mut(&d) {
+            c.spent = c.spent.saturating_sub(n);
+            c.in_flight = c.in_flight.saturating_sub(1);
+            if c.in_flight == 0 && c.room() >= SIDR_BUDGET_ALLOWANCE {
+                self.by_dest.remove(&d);
+            }
+        }
+    }
+
+    /// Whether nothing is followed.
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_dest.is_empty()
+    }
+}
+
+/// The SIDR budgets of the sessions and of the users (one lock for both).
+#[derive(Debug, Default)]
+pub(super) struct SidrBudgets {
+    pub(super) by_session: std::collections::HashMap<u64, SidrBudget>,
+    pub(super) by_uid: std::collections::HashMap<u32, SidrBudget>,
+}
+
+/// [`SidrReqParams`] on the wire ([`Op::Sidr`]). Through the daemon, `timeout_ms` is clamped
+/// to [`SIDR_TIMEOUT_MIN_MS`]..=[`SIDR_TIMEOUT_MAX_MS`] and `max_retries` to at most
+/// [`SIDR_MAX_RETRIES`], and the datagrams toward one address are budgeted
+/// ([`SIDR_BUDGET_PER_REQUEST`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WireSidrReq {
     /// The peer's CM.
@@ -34,9 +149,10 @@ pub struct WireSidrReq {
     pub pkey: u16,
     /// Private data (at most 216 bytes).
     pub private_data: Vec<u8>,
-    /// Time to wait for the SIDR_REP per attempt, in ms.
+    /// Time to wait for the SIDR_REP per attempt, in ms (served as
+    /// [`SIDR_TIMEOUT_MIN_MS`]..=[`SIDR_TIMEOUT_MAX_MS`]).
     pub timeout_ms: u64,
-    /// Retransmissions before giving up.
+    /// Retransmissions before giving up (served as at most [`SIDR_MAX_RETRIES`]).
     pub max_retries: u8,
 }
 
@@ -51,6 +167,18 @@ impl WireSidrReq {
             timeout_ms: u64::try_from(p.timeout.as_millis()).unwrap_or(u64::MAX),
             max_retries: p.max_retries,
         }
+    }
+
+    /// Back to parameters, with the timeout and the retries clamped as the daemon serves
+    /// them ([`SIDR_TIMEOUT_MIN_MS`], [`SIDR_TIMEOUT_MAX_MS`], [`SIDR_MAX_RETRIES`]).
+    pub fn to_clamped_params(&self) -> SidrReqParams {
+        let mut p = self.to_params();
+        p.timeout = Duration::from_millis(
+            self.timeout_ms
+                .clamp(SIDR_TIMEOUT_MIN_MS, SIDR_TIMEOUT_MAX_MS),
+        );
+        p.max_retries = self.max_retries.min(SIDR_MAX_RETRIES);
+        p
     }
 
     /// Back to parameters.
@@ -265,33 +393,65 @@ impl NodeServer {
     /// [`Op::Sidr`]: the daemon's endpoint asks; the reply to `seq` is sent when the answer
     /// (or the timeout) comes, so it may overtake the replies of later requests.
     pub(super) async fn sidr(self: &Arc<Self>, s: &Arc<Session>, seq: u64, req: WireSidrReq) {
+        if req.private_data.len() > SidrReq::PRIVATE_DATA_LEN {
+            let why = too_long(
+                "SIDR_REQ private data",
+                req.private_data.len(),
+                SidrReq::PRIVATE_DATA_LEN,
+            );
+            Self::reply(s, seq, WireResult::Refused { why });
+            return;
+        }
+        let params = req.to_clamped_params();
+        let dest = Dest::of(&params.peer);
+        let cost = 1 + u64::from(params.max_retries);
         {
             let mut st = s.lock();
-            if st.sidr_out >= self.cfg.max_sidr {
+            if st.sidr_out.len() + st.sidr_starting >= self.cfg.max_sidr {
                 drop(st);
                 let why = format!("quota: {} SIDR requests in flight", self.cfg.max_sidr);
                 Self::reply(s, seq, WireResult::Refused { why });
                 return;
             }
-            st.sidr_out += 1;
+            st.sidr_starting += 1;
         }
-        let params = req.to_params();
+        if let Err(why) = self.sidr_budget(s.info, dest, cost) {
+            s.lock().sidr_starting -= 1;
+            Self::reply(s, seq, WireResult::Refused { why });
+            return;
+        }
+        let timeout = params.timeout;
+        let started = Instant::now();
         let r = self.cm.call(|reply| Command::Sidr { params, reply }).await;
-        let rx = match r {
-            Ok(Ok(rx)) => rx,
+        let (id, rx) = match r {
+            Ok(Ok(p)) => p,
             Ok(Err(e)) => {
-                s.lock().sidr_out -= 1;
+                s.lock().sidr_starting -= 1;
+                self.sidr_refund(s.info, dest, cost);
                 let r = WireResult::ConnectError(WireConnectError::from_error(&e));
                 Self::reply(s, seq, r);
                 return;
             }
             Err(_) => {
-                s.lock().sidr_out -= 1;
+                s.lock().sidr_starting -= 1;
+                self.sidr_refund(s.info, dest, cost);
                 Self::reply(s, seq, stopped());
                 return;
             }
         };
-        let s = s.clone();
+        let closed = {
+            let mut st = s.lock();
+            st.sidr_starting -= 1;
+            if !st.closed {
+                st.sidr_out.insert(id.0);
+            }
+            st.closed
+        };
+        if closed {
+            // The session ended meanwhile: its requests go with it.
+            self.cm.send(Command::SidrCancel { id });
+        }
+        let (me, s) = (self.clone(), s.clone());
         tokio::spawn(async move {
             let r = match rx.await {
                 Ok(Ok(a)) => WireResult::Sidr(WireSidrRep::from_answer(&a)),
@@ -299,9 +459,64 @@ impl NodeServer {
                 Ok(Err(e)) => WireResult::Refused { why: e.to_string() },
                 Err(_) => stopped(),
             };
-            s.lock().sidr_out -= 1;
+            // The datagrams not sent: one per timeout that did not pass.
+            let waited = started.elapsed().as_millis() / timeout.as_millis().max(1);
+            let sent = u64::try_from(waited)
+                .unwrap_or(u64::MAX)
+                .saturating_add(1)
+                .min(cost);
+            me.sidr_refund(s.info, dest, cost - sent);
+            s.lock().sidr_out.remove(&id.0);
             Self::reply(&s, seq, r);
         });
+    }
+
+    /// Takes `cost` datagrams toward `d` from the budgets of `who`'s session and user, or
+    /// says why not. The request counts as asked either way.
+    fn sidr_budget(
+        &self,
+        who: super::server::SessionInfo,
+        d: Dest,
+        cost: u64,
+    ) -> Result<(), String> {
+        let mut b = super::server::lock(&self.sidr_budgets);
+        let b = &mut *b;
+        let mine = b.by_session.entry(who.id).or_default();
+        let user = b.by_uid.entry(who.uid).or_default();
+        if !mine.ask(d) || !user.ask(d) {
+            return Err(format!(
+                "budget: SIDR requests toward {SIDR_BUDGET_ADDRESSES} addresses at once"
+            ));
+        }
+        let (room, whose) = if mine.room(d) < user.room(d) {
+            (mine.room(d), "this client".to_string())
+        } else {
+            (user.room(d), format!("uid {}", who.uid))
+        };
+        if room < cost {
+            return Err(format!(
+                "budget: {room} SIDR datagrams left toward this address for {whose}, the \
+                 request needs {cost} (at most {SIDR_BUDGET_ALLOWANCE} + \
+                 {SIDR_BUDGET_PER_REQUEST} per request naming it)"
+            ));
+        }
+        mine.spend(d, cost);
+        user.spend(d, cost);
+        Ok(())
+    }
+
+    /// `n` datagrams taken by [`Self::sidr_budget`] and not sent.
+    fn sidr_refund(&self, who: super::server::SessionInfo, d: Dest, n: u64) {
+        let mut b = super::server::lock(&self.sidr_budgets);
+        if let Some(m) = b.by_session.get_mut(&who.id) {
+            m.refund(d, n);
+        }
+        if let Some(u) = b.by_uid.get_mut(&who.uid) {
+            u.refund(d, n);
+            if u.is_empty() {
+                b.by_uid.remove(&who.uid);
+            }
+        }
     }
 
     /// A SIDR_REQ for one of `s`'s services: delivered to the client, which answers with
@@ -372,6 +587,11 @@ impl NodeServer {
     }
 }
 
+/// A refusal that names a field too long, never its content.
+pub(super) fn too_long(what: &str, len: usize, max: usize) -> String {
+    format!("{what} of {len} bytes is above its maximum of {max}")
+}
+
 fn stopped() -> WireResult {
     WireResult::Refused {
         why: "the endpoint has stopped".into(),
@@ -426,6 +646,68 @@ mod tests {
         let dbg = format!("{:?}", Stats::default());
         let fields = dbg.matches(": 0").count();
         assert_eq!(Stats::default().counters().len(), fields, "{dbg}");
+    }
+
+    /// 16 + 3 per request toward one address; the unsent retries given back; an address back
+    /// at its start forgotten; another address (another IP; not another port) has its own.
+    #[test]
+    fn the_budget_is_16_plus_3_per_request() {
+        let peer = |s: &str| Dest::of(&PeerAddr::Udp(s.parse().unwrap()));
+        let (a, a2, b) = (
+            peer("127.0.0.1:4791"),
+            peer("127.0.0.1:9"),
+            peer("127.0.0.2:4791"),
+        );
+        assert_eq!(a, a2);
+        let mut m = SidrBudget::default();
+        assert!(m.ask(a));
+        assert_eq!(m.room(a), 19);
+        m.spend(a, 16);
+        assert_eq!(m.room(a), 3);
+        assert_eq!(m.room(b), 16);
+        for room in [6, 9, 12, 15, 18] {
+            assert!(m.ask(a));
+            assert_eq!(m.room(a), room);
+        }
+        m.spend(a, 16);
+        assert_eq!(m.room(a), 2);
+        // Two in flight. One answered after one datagram: 15 back, room 17, but the other
+        // still flies: kept.
+        m.refund(a, 15);
+        assert_eq!(m.room(a), 17);
+        assert!(!m.is_empty());
+        // The other timed out (all 16 sent): room 17, more than a fresh start: forgotten.
+        m.refund(a, 0);
+        assert!(m.is_empty());
+        assert_eq!(m.room(a), 16);
+        let full: Vec<Dest> = (0..SIDR_BUDGET_ADDRESSES as u32)
+            .map(|i| Dest::Ip(std::net::Ipv4Addr::from(0x0a00_0000 + i).into()))
+            .collect();
+        for d in &full {
+            assert!(m.ask(*d));
+        }
+        assert!(!m.ask(b));
+        assert!(m.ask(full[0]));
+    }
+
+    #[test]
+    fn sidr_timing_is_clamped() {
+        let mut w = WireSidrReq::from_params(&SidrReqParams::new(
+            "127.0.0.1:4791".parse::<std::net::SocketAddr>().unwrap(),
+            ibcm_mad::ServiceId(1),
+        ));
+        (w.timeout_ms, w.max_retries) = (1, 255);
+        let p = w.to_clamped_params();
+        assert_eq!(p.timeout, Duration::from_millis(SIDR_TIMEOUT_MIN_MS));
+        assert_eq!(p.max_retries, SIDR_MAX_RETRIES);
+        w.timeout_ms = u64::MAX;
+        assert_eq!(
+            w.to_clamped_params().timeout,
+            Duration::from_millis(SIDR_TIMEOUT_MAX_MS)
+        );
+        (w.timeout_ms, w.max_retries) = (4096, 3);
+        let p = w.to_clamped_params();
+        assert_eq!((p.timeout.as_millis(), p.max_retries), (4096, 3));
     }
 
     #[test]

@@ -161,6 +161,15 @@ impl Proc {
         }
     }
 
+    /// Reads the stderr lines that came so far without keeping them; how many.
+    pub(crate) fn count_err(&mut self) -> usize {
+        let mut n = 0;
+        while self.err.try_recv().is_ok() {
+            n += 1;
+        }
+        n
+    }
+
     /// Sends `sig` (`KILL`, `INT`, `TERM`) with kill(1).
     pub(crate) fn signal(&self, sig: &str) {
         let st = Command::new("kill")
