@@ -6,7 +6,8 @@
 //! ```text
 //! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
 //!       [--state PATH] [--umad DEV --gid-index N] [--max-conns-per-client N]
-//!       [--max-conns-per-user N] [--max-clients-per-user N] [--reserve RANGE=UID]…
+//!       [--max-conns-per-user N] [--max-clients-per-user N] [--listen-backlog N]
+//!       [--reserve RANGE=UID]…
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
 //!
@@ -84,6 +85,10 @@ struct Args {
     /// Clients (sessions) one Unix user may have attached at once.
     #[arg(long, default_value_t = ServerConfig::default().max_sessions_per_user)]
     max_clients_per_user: usize,
+    /// REQs a listener may have delivered to its client and not yet answered; beyond it the
+    /// daemon rejects REQs with REJ 3 "no resources" (a SYN backlog).
+    #[arg(long, default_value_t = ServerConfig::default().listen_backlog)]
+    listen_backlog: usize,
     /// Service IDs only one user may listen on: `SID=UID` or `FIRST-LAST=UID` (hex with 0x,
     /// or decimal); repeatable.
     #[arg(long, value_name = "RANGE=UID")]
@@ -287,6 +292,7 @@ async fn run(args: Args) -> Result<()> {
             max_connections: args.max_conns_per_client,
             max_connections_per_user: args.max_conns_per_user,
             max_sessions_per_user: args.max_clients_per_user,
+            listen_backlog: args.listen_backlog,
             reserved: args.reserve.clone(),
             ..ServerConfig::default()
         },

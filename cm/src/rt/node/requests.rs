@@ -77,9 +77,7 @@ impl NodeServer {
                             match r {
                                 // Watched since its REQ arrived.
                                 Ok(Ok(_slot)) => {
-                                    if let Some(c) = s.lock().conns.get_mut(&conn) {
-                                        c.unanswered = false;
-                                    }
+                                    s.lock().answered(conn);
                                     WireResult::Ok
                                 }
                                 Ok(Err(e)) => WireResult::CallError(WireCallError::from_error(&e)),
@@ -113,7 +111,7 @@ impl NodeServer {
                     // A rejected REQ leaves the table without a status a watcher would see.
                     let mut st = s.lock();
                     if st.conns.get(&conn).is_some_and(|c| c.unanswered) {
-                        st.conns.remove(&conn);
+                        st.remove_conn(conn);
                     }
                     unit(r)
                 }
@@ -170,7 +168,7 @@ impl NodeServer {
             Op::Unanswered { conn } => {
                 let mine = s.lock().conns.get(&conn).is_some_and(|c| c.unanswered);
                 if mine {
-                    s.lock().conns.remove(&conn);
+                    s.lock().remove_conn(conn);
                     self.cm.send(Command::Unanswered {
                         id: ibcm_mad::CommId(conn),
                         sidr: false,
@@ -249,6 +247,7 @@ impl NodeServer {
                         unanswered: false,
                         remote: None,
                         peer: Some(peer),
+                        service: None,
                     },
                 );
                 // Watched once the reply is queued: the client knows the connection before
@@ -369,10 +368,13 @@ impl NodeServer {
         match kind {
             IncomingKind::Connect(req) => {
                 let quota = self.connection_quota(s);
-                let over = {
+                let (over, full) = {
                     let mut st = s.lock();
+                    let pending = st.backlog.get(&service_id).copied().unwrap_or(0);
                     if st.closed || quota.is_some() {
-                        true
+                        (true, false)
+                    } else if pending >= self.cfg.listen_backlog {
+                        (true, true)
                     } else {
                         st.conns.insert(
                             id.0,
@@ -380,11 +382,19 @@ impl NodeServer {
                                 unanswered: true,
                                 remote: Some((req.req.local_comm_id.0, req.remote_qpn().get())),
                                 peer: Some(req.peer),
+                                service: Some(service_id),
                             },
                         );
-                        false
+                        *st.backlog.entry(service_id).or_insert(0) += 1;
+                        (false, false)
                     }
                 };
+                if full {
+                    // The listener's backlog is full: REJ 3 "no resources", as the endpoint
+                    // answers a source over its half-open cap; the client hears nothing.
+                    self.backlog_full(s, service_id, id);
+                    return;
+                }
                 if over {
                     self.cm.send(Command::Unanswered { id, sidr: false });
                     return;
@@ -403,12 +413,38 @@ impl NodeServer {
                         }
                     }
                     Err(_) => {
-                        s.lock().conns.remove(&id.0);
+                        s.lock().remove_conn(id.0);
                         self.cm.send(Command::Unanswered { id, sidr: false });
                     }
                 }
             }
             IncomingKind::Sidr(info) => self.incoming_sidr(s, service_id, id, &info),
+        }
+    }
+
+    /// Rejects the REQ `id` for `service_id` whose backlog is full; counted, and logged
+    /// (the first of a session's listener, then every 1,024th of the daemon).
+    fn backlog_full(&self, s: &Session, service_id: u64, id: ConnId) {
+        let (reply, _) = tokio::sync::oneshot::channel();
+        self.cm.send(Command::Reject {
+            conn: id,
+            reason: RejReason::NoResources,
+            ari: Vec::new(),
+            private_data: Vec::new(),
+            reply,
+        });
+        let n = self
+            .backlog_rejects
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .saturating_add(1);
+        if n == 1 || n.is_multiple_of(1024) {
+            tracing::warn!(
+                session = s.info.id,
+                service = %ServiceId(service_id),
+                backlog = self.cfg.listen_backlog,
+                rejected = n,
+                "listen backlog full: REQ rejected (REJ 3 no resources)"
+            );
         }
     }
 

@@ -144,6 +144,11 @@ pub struct ServerConfig {
     pub reserved: Vec<Reservation>,
     /// Messages queued towards a client before it counts as stuck and is dropped.
     pub queue: usize,
+    /// REQs a listener may have delivered to its client and not yet answered (accepted,
+    /// rejected or dropped), like a SYN backlog: a REQ beyond it is rejected by the daemon
+    /// with REJ 3 "no resources" and never reaches the client, so a flood cannot fill the
+    /// session's queue (`ibcmd --listen-backlog`). Default 1,024.
+    pub listen_backlog: usize,
     /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
     /// connections still unanswered then stay in the journal, for the next start).
     pub shutdown_grace: std::time::Duration,
@@ -159,6 +164,7 @@ impl Default for ServerConfig {
             max_connections_per_user: 262_144,
             reserved: Vec::new(),
             queue: 8192,
+            listen_backlog: 1024,
             shutdown_grace: std::time::Duration::from_secs(2),
         }
     }
@@ -191,6 +197,8 @@ pub(super) struct ConnEntry {
     pub(super) remote: Option<(u32, u32)>,
     /// For the journal: the peer's CM.
     pub(super) peer: Option<PeerAddr>,
+    /// The service ID of the listener whose REQ it was (passive side).
+    pub(super) service: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -203,7 +211,46 @@ pub(super) struct SessionState {
     pub(super) sidr_in: BTreeMap<u32, tokio::time::Instant>,
     /// The client's SIDR_REQs waiting for their SIDR_REP.
     pub(super) sidr_out: usize,
+    /// Per listener (service ID): its REQs delivered and not yet answered
+    /// ([`ServerConfig::listen_backlog`]).
+    pub(super) backlog: BTreeMap<u64, usize>,
     pub(super) closed: bool,
+}
+
+impl SessionState {
+    /// Removes a connection from the session's table (and from its listener's backlog if
+    /// its REQ was still unanswered).
+    pub(super) fn remove_conn(&mut self, conn: u32) -> Option<ConnEntry> {
+        let c = self.conns.remove(&conn)?;
+        if c.unanswered {
+            self.settle(c.service);
+        }
+        Some(c)
+    }
+
+    /// The client answered the REQ of `conn` (accepted it).
+    pub(super) fn answered(&mut self, conn: u32) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.unanswered {
+            c.unanswered = false;
+            let service = c.service;
+            self.settle(service);
+        }
+    }
+
+    fn settle(&mut self, service: Option<u64>) {
+        let Some(service) = service else {
+            return;
+        };
+        if let Some(n) = self.backlog.get_mut(&service) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.backlog.remove(&service);
+            }
+        }
+    }
 }
 
 /// One client's session.
@@ -229,6 +276,8 @@ pub struct NodeServer {
     sessions: Mutex<BTreeMap<u64, Arc<Session>>>,
     next_session: AtomicU64,
     journal: Option<JournalTx>,
+    /// REQs rejected because their listener's backlog was full.
+    pub(super) backlog_rejects: AtomicU64,
 }
 
 impl std::fmt::Debug for NodeServer {
@@ -258,6 +307,7 @@ impl NodeServer {
             sessions: Mutex::new(BTreeMap::new()),
             next_session: AtomicU64::new(1),
             journal,
+            backlog_rejects: AtomicU64::new(0),
         })
     }
 
@@ -514,7 +564,7 @@ impl NodeServer {
                     status: WireStatus::from_status(&st),
                 });
                 if matches!(st, ConnStatus::Gone(_)) {
-                    s.lock().conns.remove(&conn);
+                    s.lock().remove_conn(conn);
                     return;
                 }
                 last = st;
@@ -550,5 +600,11 @@ impl NodeServer {
     /// The number of sessions now.
     pub fn sessions(&self) -> usize {
         lock(&self.sessions).len()
+    }
+
+    /// REQs the daemon rejected (REJ 3 "no resources") because their listener's backlog
+    /// was full ([`ServerConfig::listen_backlog`]).
+    pub fn backlog_rejects(&self) -> u64 {
+        self.backlog_rejects.load(Ordering::Relaxed)
     }
 }
