@@ -8,6 +8,7 @@
 //!       [--state PATH] [--umad DEV --gid-index N] [--max-conns-per-client N]
 //!       [--max-conns-per-user N] [--max-clients-per-user N] [--listen-backlog N]
 //!       [--reserve RANGE=UID]…
+//! ibcmd leaks --socket PATH [--json]               (orphaned and leaked TGT QPs)
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
 //!
@@ -34,6 +35,7 @@ use ibcm_xrc::{RegistryConfig, TgtRegistry, Verbs};
 use tokio::net::UnixListener;
 use tracing::{info, warn};
 
+mod leaks;
 mod xrc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -49,7 +51,7 @@ enum Backend {
     name = "ibcmd",
     version,
     about = "The node's CM service",
-    after_help = "`ibcmd keeper serve|status|leaks|hold|request ...` runs the xrcd-keeper commands."
+    after_help = "`ibcmd leaks --socket PATH` lists the daemon's orphaned and leaked TGT QPs.\n`ibcmd keeper serve|status|leaks|hold|request ...` runs the xrcd-keeper commands."
 )]
 struct Args {
     /// Local IP: the CM listens on UDP IP:4791 (RoCEv2), or with --umad the RoCE netdev's IP.
@@ -82,6 +84,9 @@ struct Args {
     /// Connections one Unix user may hold over all its clients.
     #[arg(long, default_value_t = ServerConfig::default().max_connections_per_user)]
     max_conns_per_user: usize,
+    /// Live TGT QPs one Unix user's XRC services may have created (orphans included).
+    #[arg(long, default_value_t = ServerConfig::default().max_tgt_qps_per_user)]
+    max_tgt_qps_per_user: usize,
     /// Clients (sessions) one Unix user may have attached at once.
     #[arg(long, default_value_t = ServerConfig::default().max_sessions_per_user)]
     max_clients_per_user: usize,
@@ -93,6 +98,21 @@ struct Args {
     /// or decimal); repeatable.
     #[arg(long, value_name = "RANGE=UID")]
     reserve: Vec<Reservation>,
+}
+
+/// `ibcmd leaks`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ibcmd leaks",
+    about = "List a running ibcmd's orphaned and leaked XRC TGT QPs"
+)]
+struct LeaksArgs {
+    /// The daemon's socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Print the daemon's JSON answer.
+    #[arg(long)]
+    json: bool,
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -109,6 +129,13 @@ fn main() -> ExitCode {
         return ibcm_xrc::keeper::cli::main_from(
             std::iter::once("ibcmd keeper".into()).chain(rest),
         );
+    }
+    // `ibcmd leaks --socket PATH`: the daemon's orphaned and leaked TGT QPs.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "leaks") {
+        let args = LeaksArgs::parse_from(
+            std::iter::once("ibcmd leaks".into()).chain(std::env::args_os().skip(2)),
+        );
+        return leaks::main(&args.socket, args.json);
     }
     let args = Args::parse();
     tracing_subscriber::fmt()
@@ -291,6 +318,7 @@ async fn run(args: Args) -> Result<()> {
         ServerConfig {
             max_connections: args.max_conns_per_client,
             max_connections_per_user: args.max_conns_per_user,
+            max_tgt_qps_per_user: args.max_tgt_qps_per_user,
             max_sessions_per_user: args.max_clients_per_user,
             listen_backlog: args.listen_backlog,
             reserved: args.reserve.clone(),
@@ -298,6 +326,7 @@ async fn run(args: Args) -> Result<()> {
         },
         Some(journal),
     );
+    hooks.set_node(&node);
     let gid = args.group.as_deref().map(group_id).transpose()?;
     let listener = UnixListener::bind(&args.socket)
         .with_context(|| format!("cannot bind {}", args.socket.display()))?;

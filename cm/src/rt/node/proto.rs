@@ -130,6 +130,18 @@ pub enum Op {
     /// "target gone (owner destroyed it)" DREQ; for `Shared` QPs the client's registration
     /// is dropped instead). The answer's value is the number of QPs.
     XrcDestroy,
+    /// List the TGT QPs without a living owner (Explicit and DomainBound orphans) and the
+    /// leaks (live TGT QPs nobody uses): read only, for everyone. Answer
+    /// [`WireResult::XrcQps`].
+    XrcOrphans,
+    /// Destroy orphaned TGT QPs (owner gone, not `Shared`) of this client's user (root: of
+    /// any user): every one, or the one named. The answer's value is the number destroyed;
+    /// a named QP that is not such an orphan is refused.
+    XrcReclaim {
+        /// The QP, or `None` for all of them.
+        #[serde(default)]
+        qpn: Option<u32>,
+    },
     /// `Cm::sidr`: the daemon's endpoint sends the SIDR_REQ; the reply ([`WireResult::Sidr`],
     /// [`WireResult::SidrTimedOut`]) comes when the SIDR_REP (or the timeout) does, after
     /// the replies of requests sent meanwhile.
@@ -232,11 +244,35 @@ pub enum WireResult {
     SidrTimedOut,
     /// [`Op::Stats`].
     Stats(Box<WireStats>),
+    /// [`Op::XrcOrphans`].
+    XrcQps {
+        /// The QPs.
+        qps: Vec<WireTgtQp>,
+    },
     /// The daemon refused the request (ownership, quota, bad parameters, protocol).
     Refused {
         /// Why.
         why: String,
     },
+}
+
+/// A TGT QP in [`WireResult::XrcQps`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireTgtQp {
+    /// QP number.
+    pub qpn: u32,
+    /// Its XRC domain's name.
+    pub domain: String,
+    /// Its policy (`explicit`, `domain`, `process`, `shared`).
+    pub policy: String,
+    /// The user of the client that created it, if the daemon knows.
+    pub uid: Option<u32>,
+    /// Connections on it.
+    pub conns: u32,
+    /// Its owner is gone (an orphan, kept by its policy).
+    pub orphan: bool,
+    /// Nobody uses it: no owner, no registration, no connection.
+    pub leak: bool,
 }
 
 /// A service ID from the wire.

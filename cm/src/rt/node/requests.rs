@@ -210,6 +210,14 @@ impl NodeServer {
                 Ok(value) => WireResult::Value { value },
                 Err(why) => WireResult::Refused { why },
             },
+            Op::XrcOrphans => match self.hooks.xrc_orphans(s.info).await {
+                Ok(qps) => WireResult::XrcQps { qps },
+                Err(why) => WireResult::Refused { why },
+            },
+            Op::XrcReclaim { qpn } => match self.hooks.xrc_reclaim(s.info, qpn).await {
+                Ok(value) => WireResult::Value { value },
+                Err(why) => WireResult::Refused { why },
+            },
             Op::XrcUnlisten { service_id } => {
                 let mine = s.lock().xrc.remove(&service_id);
                 if mine {

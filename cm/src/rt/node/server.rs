@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 use super::journal::{JournalEntry, JournalTx};
 use super::proto::{
     encode_frame, read_frame, sid, ClientMsg, DaemonMsg, FrameError, Op, WirePeer, WireRep,
-    WireResult, WireStatus, VERSION,
+    WireResult, WireStatus, WireTgtQp, VERSION,
 };
 use crate::proto::PeerAddr;
 use crate::rt::command::Command;
@@ -83,6 +83,32 @@ pub trait NodeHooks: Send + Sync + 'static {
     /// The session ended (its client exited or closed the socket): end its XRC holdings per
     /// their policies. Called after its connections were disconnected.
     fn session_ended(&self, session: SessionInfo) -> HookFuture<'_, ()>;
+
+    /// The connections the XRC target holds for `session`'s services, and for every service
+    /// of its user (those of ended sessions until they close): counted against
+    /// [`ServerConfig::max_connections`] and [`ServerConfig::max_connections_per_user`].
+    /// Default: none.
+    fn xrc_connections(&self, session: SessionInfo) -> (usize, usize) {
+        let _ = session;
+        (0, 0)
+    }
+
+    /// [`Op::XrcOrphans`]: the TGT QPs without a living owner, and the leaks. Default: none.
+    fn xrc_orphans(&self, session: SessionInfo) -> HookFuture<'_, Result<Vec<WireTgtQp>, String>> {
+        let _ = session;
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// [`Op::XrcReclaim`]: destroy orphans of `session`'s user (root: any), all or `qpn`;
+    /// how many. Default: none.
+    fn xrc_reclaim(
+        &self,
+        session: SessionInfo,
+        qpn: Option<u32>,
+    ) -> HookFuture<'_, Result<u64, String>> {
+        let _ = (session, qpn);
+        Box::pin(async { Ok(0) })
+    }
 }
 
 /// A range of service IDs only one Unix user may listen on (`ibcmd --reserve`).
@@ -139,7 +165,13 @@ pub struct ServerConfig {
     /// Sessions one Unix user may have open at once (a further hello is refused).
     pub max_sessions_per_user: usize,
     /// Connections one Unix user may hold over all its sessions (as `max_connections`).
+    /// Both count the connections the XRC target accepted for the sessions' XRC services.
     pub max_connections_per_user: usize,
+    /// Live TGT QPs the XRC services of one Unix user's sessions may have created (orphans
+    /// included, until destroyed); a REQ that would create one more is rejected with REJ 3.
+    /// Default 16,384: a quarter of the sim backend's 65,536, so one user cannot take them
+    /// all (`ibcmd --max-tgt-qps-per-user`).
+    pub max_tgt_qps_per_user: usize,
     /// Service IDs reserved for one user: another user's listen (CM or XRC) there is refused.
     pub reserved: Vec<Reservation>,
     /// Messages queued towards a client before it counts as stuck and is dropped.
@@ -162,6 +194,7 @@ impl Default for ServerConfig {
             max_sidr: 1024,
             max_sessions_per_user: 1024,
             max_connections_per_user: 262_144,
+            max_tgt_qps_per_user: 16_384,
             reserved: Vec::new(),
             queue: 8192,
             listen_backlog: 1024,
@@ -362,20 +395,39 @@ impl NodeServer {
     /// Why `s`'s user may not open another connection, if it may not: the session's quota,
     /// then the user's over all its sessions.
     pub(super) fn connection_quota(&self, s: &Session) -> Option<String> {
-        if s.lock().conns.len() >= self.cfg.max_connections {
+        let own = s.lock().conns.len();
+        self.quota_of(s.info, own)
+    }
+
+    /// [`NodeServer::connection_quota`] for a connection the XRC target would accept for a
+    /// service of the session `info` (which may have ended).
+    pub fn xrc_connection_quota(&self, info: SessionInfo) -> Option<String> {
+        let s = lock(&self.sessions).get(&info.id).cloned();
+        let own = s.map_or(0, |s| s.lock().conns.len());
+        self.quota_of(info, own)
+    }
+
+    fn quota_of(&self, info: SessionInfo, own: usize) -> Option<String> {
+        let (xrc_own, xrc_user) = self.hooks.xrc_connections(info);
+        if own.saturating_add(xrc_own) >= self.cfg.max_connections {
             return Some(format!("quota: {} connections", self.cfg.max_connections));
         }
         let all: usize = self
-            .sessions_of(s.info.uid)
+            .sessions_of(info.uid)
             .iter()
             .map(|x| x.lock().conns.len())
             .sum();
-        (all >= self.cfg.max_connections_per_user).then(|| {
+        (all.saturating_add(xrc_user) >= self.cfg.max_connections_per_user).then(|| {
             format!(
                 "quota: {} connections of uid {}",
-                self.cfg.max_connections_per_user, s.info.uid
+                self.cfg.max_connections_per_user, info.uid
             )
         })
+    }
+
+    /// The limits it applies.
+    pub fn config(&self) -> &ServerConfig {
+        &self.cfg
     }
 
     /// Why `info`'s user may not have this session, if it may not.

@@ -1,0 +1,239 @@
+//! XRC through the daemon against the quotas, and explicit-policy orphans (issue 25, fault
+//! 5): the connections the daemon's XRC target accepts for a client's service and the TGT
+//! QPs it creates count against the client's and its user's quotas (orphans too, until
+//! reclaimed); an orphan is adopted by the next listener of its service of the same user, or
+//! reclaimed by its user (or root). Addresses 127.0.27.3x–5x.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use ibcm::proto::{ConnectionError, EndpointConfig};
+use ibcm::rt::node::proto::{
+    encode_frame, read_frame, ClientMsg, DaemonMsg, Op, WireResult, VERSION,
+};
+use ibcm::rt::{Cm, CmError, Connection, UdpTransport};
+use ibcm_mad::{Guid, Qpn, RejReason, ServiceId};
+use ibcm_xrc::cm::{xrc_connect_params, IniRep};
+use ibcm_xrc::XrcReqData;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+
+use common::{daemon_with, scratch};
+
+/// A raw session: hello answered.
+async fn raw(sock: &std::path::Path) -> UnixStream {
+    let mut s = UnixStream::connect(sock).await.unwrap();
+    assert!(matches!(
+        ask(&mut s, 0, Op::Hello { version: VERSION }).await,
+        WireResult::Ok
+    ));
+    s
+}
+
+async fn ask(s: &mut UnixStream, seq: u64, op: Op) -> WireResult {
+    s.write_all(&encode_frame(&ClientMsg { seq, op }).unwrap())
+        .await
+        .unwrap();
+    loop {
+        if let DaemonMsg::Reply { seq: r, result } = read_frame::<DaemonMsg, _>(s).await.unwrap() {
+            if r == seq {
+                return result;
+            }
+        }
+    }
+}
+
+async fn xrc_listen(s: &mut UnixStream, sid: u64, policy: &str, srqn: u32) {
+    let r = ask(
+        s,
+        1,
+        Op::XrcListen {
+            service_id: sid,
+            policy: policy.into(),
+            srqns: vec![srqn],
+        },
+    )
+    .await;
+    assert!(matches!(r, WireResult::Ok), "{r:?}");
+}
+
+async fn initiator(ip: &str) -> Cm {
+    let t = UdpTransport::bind(ip.parse().unwrap()).await.unwrap();
+    let cfg = EndpointConfig {
+        local_ca_guid: Guid(0x2777),
+        ..EndpointConfig::default()
+    };
+    Cm::bind(t, cfg).0
+}
+
+/// An XRC connect from INI QP `ini` to `sid`, with `data`.
+async fn xrc(
+    cm: &Cm,
+    to: SocketAddr,
+    sid: u64,
+    ini: u32,
+    data: XrcReqData,
+) -> Result<Connection, CmError> {
+    let p = xrc_connect_params(to, ServiceId(sid), Qpn::new(ini).unwrap(), &data, &[]).unwrap();
+    cm.connect(p).await
+}
+
+fn no_resources(r: &Result<Connection, CmError>) -> bool {
+    matches!(
+        r,
+        Err(CmError::Connection(ConnectionError::Rejected { reason, .. }))
+            if *reason == RejReason::NoResources
+    )
+}
+
+fn tgt(c: &Connection) -> IniRep {
+    IniRep::from_rep_info(&c.rep().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xrc_connections_count_against_the_connection_quotas() {
+    let dir = scratch("xrc-conns");
+    let extra = ["--max-conns-per-client", "2", "--max-conns-per-user", "3"];
+    let (_d, sock) = daemon_with(&dir, "a", "127.0.27.31", &extra);
+    let d_addr: SocketAddr = "127.0.27.31:4791".parse().unwrap();
+    let ini = initiator("127.0.27.32").await;
+    let mut x = raw(&sock).await;
+    let mut y = raw(&sock).await;
+    xrc_listen(&mut x, 0x2731, "process", 0x10).await;
+    xrc_listen(&mut y, 0x2732, "process", 0x20).await;
+
+    // Five connections to the first client's service: two are its quota.
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for k in 0..5 {
+        let r = xrc(&ini, d_addr, 0x2731, 0x300 + k, XrcReqData::any(None)).await;
+        if no_resources(&r) {
+            refused += 1;
+        } else {
+            held.push(r.unwrap());
+        }
+    }
+    println!("xrc quota: client 1 holds {} of 5 (quota 2)", held.len());
+    assert_eq!((held.len(), refused), (2, 3), "per client");
+    // The second client: one more is the user's third; the next is over the user's quota.
+    let third = xrc(&ini, d_addr, 0x2732, 0x310, XrcReqData::any(None)).await;
+    assert!(third.is_ok(), "{third:?}");
+    let fourth = xrc(&ini, d_addr, 0x2732, 0x311, XrcReqData::any(None)).await;
+    assert!(no_resources(&fourth), "per user: {fourth:?}");
+    // One ends: room again.
+    held.pop().unwrap().disconnect(&[]).await;
+    let again = xrc(&ini, d_addr, 0x2732, 0x312, XrcReqData::any(None)).await;
+    assert!(again.is_ok(), "after a disconnect: {again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tgt_qps_count_against_their_user_s_quota_orphans_too() {
+    let dir = scratch("xrc-qps");
+    let (_d, sock) = daemon_with(&dir, "a", "127.0.27.41", &["--max-tgt-qps-per-user", "2"]);
+    let d_addr: SocketAddr = "127.0.27.41:4791".parse().unwrap();
+    let ini = initiator("127.0.27.42").await;
+    let mut x = raw(&sock).await;
+    xrc_listen(&mut x, 0x2741, "explicit", 0x10).await;
+    let a = xrc(&ini, d_addr, 0x2741, 0x400, XrcReqData::any(None))
+        .await
+        .unwrap();
+    let b = xrc(&ini, d_addr, 0x2741, 0x401, XrcReqData::any(None))
+        .await
+        .unwrap();
+    let c = xrc(&ini, d_addr, 0x2741, 0x402, XrcReqData::any(None)).await;
+    assert!(no_resources(&c), "a third TGT QP: {c:?}");
+    // Attaching to a live QP creates none: served.
+    let q = tgt(&a).tgt_qpn;
+    let d = xrc(&ini, d_addr, 0x2741, 0x400, XrcReqData::attach(q)).await;
+    assert!(d.is_ok(), "attach: {d:?}");
+    // The client goes: its Explicit QPs are orphans, and still its user's.
+    drop(x);
+    a.closed().await;
+    b.closed().await;
+    let mut z = raw(&sock).await;
+    xrc_listen(&mut z, 0x2742, "process", 0x30).await;
+    let e = xrc(&ini, d_addr, 0x2742, 0x410, XrcReqData::any(None)).await;
+    assert!(no_resources(&e), "orphans count: {e:?}");
+    // The user reclaims them: room again.
+    match ask(&mut z, 5, Op::XrcReclaim { qpn: None }).await {
+        WireResult::Value { value } => assert_eq!(value, 2),
+        r => panic!("{r:?}"),
+    }
+    let f = xrc(&ini, d_addr, 0x2742, 0x411, XrcReqData::any(None)).await;
+    assert!(f.is_ok(), "after the reclaim: {f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_orphan_is_adopted_by_the_next_listener_of_its_service() {
+    let dir = scratch("xrc-adopt");
+    let (_d, sock) = daemon_with(&dir, "a", "127.0.27.51", &[]);
+    let d_addr: SocketAddr = "127.0.27.51:4791".parse().unwrap();
+    let ini = initiator("127.0.27.52").await;
+    let mut x = raw(&sock).await;
+    xrc_listen(&mut x, 0x2751, "explicit", 0x10).await;
+    let first = xrc(&ini, d_addr, 0x2751, 0x500, XrcReqData::any(None))
+        .await
+        .unwrap();
+    let q = tgt(&first).tgt_qpn;
+    // The client dies: its SRQs are gone (DREQ), its Explicit QP stays, an orphan.
+    drop(x);
+    first.closed().await;
+
+    // The next client of the same user listening on the service adopts it: the same INI's
+    // REQ is answered with the orphan, and the REP names the new client's SRQ. (The same INI
+    // QP, through another endpoint of the same CA GUID: the first keeps QPN 0x500 in its
+    // TimeWait quarantine.)
+    let mut y = raw(&sock).await;
+    xrc_listen(&mut y, 0x2751, "explicit", 0x40).await;
+    let ini2 = initiator("127.0.27.53").await;
+    let second = xrc(&ini2, d_addr, 0x2751, 0x500, XrcReqData::any(None))
+        .await
+        .unwrap();
+    let rep = tgt(&second);
+    println!(
+        "xrc adopt: first tgt_qpn {q}, after the new listener {} (created: {:?})",
+        rep.tgt_qpn,
+        rep.data.as_ref().map(|d| d.created)
+    );
+    assert_eq!(rep.tgt_qpn, q, "the orphan is reached again");
+    assert_eq!(rep.srqns(), vec![ibcm_xrc::SrqNum::new(0x40).unwrap()]);
+    assert_eq!(rep.data.as_ref().map(|d| d.created), Some(false));
+
+    // Orphaned again when it goes; listed (the protocol and `ibcmd leaks`), then reclaimed.
+    drop(y);
+    second.closed().await;
+    let mut w = raw(&sock).await;
+    match ask(&mut w, 2, Op::XrcOrphans).await {
+        WireResult::XrcQps { qps } => {
+            assert_eq!(qps.len(), 1, "{qps:?}");
+            assert_eq!(qps[0].qpn, q.get());
+            assert!(qps[0].orphan && qps[0].leak, "{qps:?}");
+        }
+        r => panic!("{r:?}"),
+    }
+    let out = std::process::Command::new(common::ibcmd_bin())
+        .args(["leaks", "--socket", sock.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("orphan qp {:#08x}", q.get())),
+        "ibcmd leaks: {text}"
+    );
+    match ask(&mut w, 3, Op::XrcReclaim { qpn: Some(q.get()) }).await {
+        WireResult::Value { value } => assert_eq!(value, 1),
+        r => panic!("{r:?}"),
+    }
+    match ask(&mut w, 4, Op::XrcOrphans).await {
+        WireResult::XrcQps { qps } => assert!(qps.is_empty(), "{qps:?}"),
+        r => panic!("{r:?}"),
+    }
+}
