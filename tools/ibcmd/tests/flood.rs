@@ -191,10 +191,8 @@ async fn a_req_flood_does_not_cost_a_listener_its_session() {
         }
     }
     // It answers the flood's REQs (the daemon rejects them), then accepts every REQ.
-    let mut seq = 10;
-    for conn in flood_conns {
+    for (seq, conn) in (10..).zip(flood_conns) {
         send(&mut l, seq, Op::Unanswered { conn }).await;
-        seq += 1;
     }
     let acceptor = tokio::spawn(async move {
         let mut seq = 100_000u64;

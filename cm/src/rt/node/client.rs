@@ -109,6 +109,40 @@ impl Node {
         }
     }
 
+    /// The daemon's TGT QPs without a living owner (orphans) and those nobody uses (leaks),
+    /// every user's ([`Op::XrcOrphans`]; what `ibcmd leaks` prints).
+    ///
+    /// # Errors
+    /// [`NodeError`].
+    pub async fn xrc_orphans(&self) -> Result<Vec<super::proto::WireTgtQp>, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send((Op::XrcOrphans, tx))
+            .map_err(|_| NodeError::Gone)?;
+        match rx.await.map_err(|_| NodeError::Gone)? {
+            WireResult::XrcQps { qps } => Ok(qps),
+            WireResult::Refused { why } => Err(NodeError::Refused(why)),
+            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Destroys orphaned TGT QPs of this client's user (root: of any user), all of them or
+    /// `qpn` ([`Op::XrcReclaim`]); returns how many.
+    ///
+    /// # Errors
+    /// [`NodeError`]; `Refused` for a `qpn` that is not such an orphan.
+    pub async fn xrc_reclaim(&self, qpn: Option<u32>) -> Result<u64, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send((Op::XrcReclaim { qpn }, tx))
+            .map_err(|_| NodeError::Gone)?;
+        match rx.await.map_err(|_| NodeError::Gone)? {
+            WireResult::Value { value } => Ok(value),
+            WireResult::Refused { why } => Err(NodeError::Refused(why)),
+            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
     /// The next line the daemon reported about this client's XRC services (a REQ accepted, a
     /// connection closed, a teardown…); `None` once the connection to the daemon is gone.
     pub async fn xrc_event(&self) -> Option<String> {

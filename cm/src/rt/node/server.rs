@@ -399,8 +399,10 @@ impl NodeServer {
         self.quota_of(s.info, own)
     }
 
-    /// [`NodeServer::connection_quota`] for a connection the XRC target would accept for a
-    /// service of the session `info` (which may have ended).
+    /// Why a connection the XRC target would accept for a service of the session `info`
+    /// (which may have ended) is over a quota, if it is: the session's, then its user's
+    /// ([`ServerConfig::max_connections`], [`ServerConfig::max_connections_per_user`]),
+    /// counting both RC and XRC connections.
     pub fn xrc_connection_quota(&self, info: SessionInfo) -> Option<String> {
         let s = lock(&self.sessions).get(&info.id).cloned();
         let own = s.map_or(0, |s| s.lock().conns.len());
