@@ -14,7 +14,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub use super::errors::{WireCallError, WireConnError, WireConnectError, WireStatus};
 pub use super::sidr::{WireSidrIn, WireSidrRep, WireSidrReq, WireStats};
-pub use super::wire::{WireAccept, WireConnect, WirePeer, WireRep, WireReq};
+pub use super::wire::{
+    WireAccept, WireConnect, WirePeer, WireRep, WireReq, WireStateless, WireStatelessInfo,
+};
 
 /// The largest frame either side accepts (a bigger length prefix ends the session).
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -111,6 +113,18 @@ pub enum Op {
     RandomPsn,
     /// `Cm::connection_count`: this client's connections.
     Len,
+    /// `Cm::listen_stateless`: [`Op::Listen`], and under pressure the daemon's endpoint
+    /// answers this listener's REQs from `template` without keeping state
+    /// (docs/protocol.md §5.12); a connection established that way reaches the client as
+    /// [`DaemonMsg::Stateless`].
+    ListenStateless {
+        /// Service ID.
+        service_id: u64,
+        /// Accepted transports (as [`Op::Listen`]).
+        transports: Vec<u8>,
+        /// The REP template and its QPN range.
+        template: WireStateless,
+    },
     /// Serve XRC REQs for `service_id` as an XRC target of this client: the daemon creates or
     /// attaches the TGT QPs, with `policy` for the ones it creates.
     XrcListen {
@@ -202,6 +216,16 @@ pub enum DaemonMsg {
         conn: u32,
         /// The request.
         req: WireSidrIn,
+    },
+    /// A connection established statelessly for one of the client's stateless listeners
+    /// ([`Op::ListenStateless`]): a new established connection of the client.
+    Stateless {
+        /// The listener's service ID.
+        service_id: u64,
+        /// The connection.
+        conn: u32,
+        /// Its REQ, REP and RTU.
+        info: WireStatelessInfo,
     },
     /// Something the daemon's XRC target did on one of the client's XRC services.
     XrcEvent {

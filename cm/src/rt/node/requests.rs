@@ -9,10 +9,10 @@ use tokio::sync::mpsc;
 use super::client::transport_of;
 use super::proto::{
     sid, texp, ClientMsg, DaemonMsg, Op, WireCallError, WireConnectError, WireReq, WireResult,
-    VERSION,
+    WireStatelessInfo, VERSION,
 };
 use super::server::{lock, ConnEntry, EventSink, NodeServer, Session};
-use crate::proto::{ConnId, ListenOptions};
+use crate::proto::{ConnId, ListenOptions, StatelessAccept, StatelessInfo};
 use crate::rt::command::Command;
 use crate::rt::slot::SlotRef;
 use crate::rt::types::IncomingKind;
@@ -47,7 +47,15 @@ impl NodeServer {
             Op::Listen {
                 service_id,
                 transports,
-            } => self.listen(s, service_id, transports).await,
+            } => self.listen(s, service_id, transports, None).await,
+            Op::ListenStateless {
+                service_id,
+                transports,
+                template,
+            } => match template.to_template() {
+                Ok(t) => self.listen(s, service_id, transports, Some(t)).await,
+                Err(why) => WireResult::Refused { why },
+            },
             Op::Unlisten { service_id } => {
                 let mine = s.lock().listens.remove(&service_id);
                 if let Some(token) = mine {
@@ -282,23 +290,41 @@ impl NodeServer {
         s: &Arc<Session>,
         service_id: u64,
         transports: Vec<u8>,
+        stateless: Option<StatelessAccept>,
     ) -> WireResult {
         if let Some(r) = self.claim(s, service_id) {
             return r;
         }
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let (stx, mut srx) = mpsc::unbounded_channel();
         let options = ListenOptions {
             transports: transports.into_iter().map(transport_of).collect(),
         };
-        let r = self
-            .cm
-            .call(|reply| Command::Listen {
-                service_id: sid(service_id),
-                options,
-                tx,
-                reply,
-            })
-            .await;
+        let r = match stateless {
+            None => {
+                drop(stx);
+                self.cm
+                    .call(|reply| Command::Listen {
+                        service_id: sid(service_id),
+                        options,
+                        tx,
+                        reply,
+                    })
+                    .await
+            }
+            Some(template) => {
+                self.cm
+                    .call(|reply| Command::ListenStateless {
+                        service_id: sid(service_id),
+                        options,
+                        template,
+                        tx,
+                        stateless: stx,
+                        reply,
+                    })
+                    .await
+            }
+        };
         let token = match r {
             Ok(Ok(token)) => token,
             Ok(Err(e)) => {
@@ -315,11 +341,73 @@ impl NodeServer {
         s.lock().listens.insert(service_id, token);
         let (me, s2) = (self.clone(), s.clone());
         tokio::spawn(async move {
-            while let Some((id, kind)) = rx.recv().await {
-                me.incoming(&s2, service_id, id, kind);
+            let mut stateless_open = true;
+            loop {
+                tokio::select! {
+                    biased;
+                    a = srx.recv(), if stateless_open => match a {
+                        Some((id, info)) => me.stateless(&s2, service_id, id, &info),
+                        None => stateless_open = false,
+                    },
+                    r = rx.recv() => match r {
+                        Some((id, kind)) => me.incoming(&s2, service_id, id, kind),
+                        None => return,
+                    },
+                }
             }
         });
         WireResult::Ok
+    }
+
+    /// A connection the endpoint established statelessly for a listener of `s`: a new
+    /// connection of the session (over a quota, or for a session that is closing: a DREQ).
+    fn stateless(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        service_id: u64,
+        id: ConnId,
+        info: &StatelessInfo,
+    ) {
+        let quota = self.connection_quota(s);
+        let wire = WireStatelessInfo::from_info(info);
+        let taken = {
+            let mut st = s.lock();
+            match (&wire, st.closed || quota.is_some()) {
+                (Ok(_), false) => {
+                    st.conns.insert(
+                        id.0,
+                        ConnEntry {
+                            unanswered: false,
+                            remote: Some((
+                                info.req.req.local_comm_id.0,
+                                info.req.remote_qpn().get(),
+                            )),
+                            peer: Some(info.req.peer),
+                            service: Some(service_id),
+                        },
+                    );
+                    true
+                }
+                _ => false,
+            }
+        };
+        let (Ok(wire), true) = (wire, taken) else {
+            let (reply, _) = tokio::sync::oneshot::channel();
+            self.cm.send(Command::Disconnect {
+                conn: id,
+                private_data: Vec::new(),
+                reply,
+            });
+            return;
+        };
+        s.out.push(&DaemonMsg::Stateless {
+            service_id,
+            conn: id.0,
+            info: wire,
+        });
+        if let Some(c) = self.cm.connection(id) {
+            self.watch(s.clone(), id.0, c.slot);
+        }
     }
 
     /// Takes `service_id` for `s`, or says why not.
