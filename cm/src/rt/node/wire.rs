@@ -402,6 +402,28 @@ mod tests {
     use ibcm_mad::{Psn, RejReason, ReqTransport, TimeoutExp};
 
     #[test]
+    fn stateless_template_round_trip() {
+        let mut rep = AcceptParams::new(Qpn::new(0x77).unwrap());
+        rep.private_data = vec![9, 8, 7];
+        rep.starting_psn = Psn::new(0x1234).unwrap();
+        let t = StatelessAccept::new(rep, Qpn::new(0x80_0000).unwrap(), 4096);
+        let json = serde_json::to_vec(&WireStateless::from_template(&t)).unwrap();
+        let back: WireStateless = serde_json::from_slice(&json).unwrap();
+        let u = back.to_template().unwrap();
+        assert_eq!((u.qpn_base, u.qpn_count), (t.qpn_base, t.qpn_count));
+        assert_eq!(u.rep.private_data, t.rep.private_data);
+        assert_eq!(u.rep.starting_psn, t.rep.starting_psn);
+        let bad = WireStateless {
+            accept: WireAccept {
+                rep: vec![1, 2],
+                ..back.accept
+            },
+            ..back
+        };
+        assert!(bad.to_template().is_err());
+    }
+
+    #[test]
     fn connect_params_round_trip() {
         let mut p = ConnectParams::rdma_cm(
             "127.0.0.1:49152".parse().unwrap(),
