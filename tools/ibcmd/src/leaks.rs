@@ -1,5 +1,6 @@
 //! `ibcmd leaks --socket PATH`: the TGT QPs of a running daemon that have no living owner
-//! (orphans) or that nobody uses (leaks), as `xrcd-keeper leaks` lists the keeper's.
+//! (orphans) or that nobody uses (leaks), as `xrcd-keeper leaks` lists the keeper's; and
+//! `ibcmd reclaim --socket PATH [--qpn N]`: destroy orphans of this user (root: any user's).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -24,8 +25,8 @@ pub(crate) fn main(socket: &Path, json: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(ask(socket)) {
-        Ok(qps) => {
+    match rt.block_on(ask(socket, Op::XrcOrphans)) {
+        Ok(WireResult::XrcQps { qps }) => {
             if json {
                 match serde_json::to_string(&qps) {
                     Ok(s) => println!("{s}"),
@@ -39,8 +40,45 @@ pub(crate) fn main(socket: &Path, json: bool) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Ok(other) => {
+            eprintln!("ibcmd leaks: the daemon answered {other:?}");
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("ibcmd leaks: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `ibcmd reclaim`: destroys the orphans of this user (root: of any user), all of them or
+/// `qpn`; prints how many.
+pub(crate) fn reclaim(socket: &Path, qpn: Option<u32>) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ibcmd reclaim: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(ask(socket, Op::XrcReclaim { qpn })) {
+        Ok(WireResult::Value { value }) => {
+            println!("reclaimed {value} TGT QPs");
+            ExitCode::SUCCESS
+        }
+        Ok(WireResult::Refused { why }) => {
+            eprintln!("ibcmd reclaim: refused: {why}");
+            ExitCode::FAILURE
+        }
+        Ok(other) => {
+            eprintln!("ibcmd reclaim: the daemon answered {other:?}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("ibcmd reclaim: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -61,7 +99,8 @@ fn print(qps: &[WireTgtQp]) {
     }
 }
 
-async fn ask(socket: &Path) -> Result<Vec<WireTgtQp>> {
+/// Hello, then `op`; its answer.
+async fn ask(socket: &Path, op: Op) -> Result<WireResult> {
     let mut s = UnixStream::connect(socket)
         .await
         .with_context(|| format!("cannot connect to {}", socket.display()))?;
@@ -75,7 +114,7 @@ async fn ask(socket: &Path) -> Result<Vec<WireTgtQp>> {
             cred.uid()
         );
     }
-    for (seq, op) in [(0, Op::Hello { version: VERSION }), (1, Op::XrcOrphans)] {
+    for (seq, op) in [(0, Op::Hello { version: VERSION }), (1, op)] {
         s.write_all(&encode_frame(&ClientMsg { seq, op })?).await?;
     }
     loop {
@@ -84,10 +123,7 @@ async fn ask(socket: &Path) -> Result<Vec<WireTgtQp>> {
                 seq: 0,
                 result: WireResult::Ok,
             } => {}
-            DaemonMsg::Reply {
-                seq: 1,
-                result: WireResult::XrcQps { qps },
-            } => return Ok(qps),
+            DaemonMsg::Reply { seq: 1, result } => return Ok(result),
             DaemonMsg::Reply { result, .. } => bail!("the daemon answered {result:?}"),
             _ => {}
         }

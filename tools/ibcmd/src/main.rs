@@ -9,6 +9,7 @@
 //!       [--max-conns-per-user N] [--max-clients-per-user N] [--listen-backlog N]
 //!       [--reserve RANGE=UID]…
 //! ibcmd leaks --socket PATH [--json]               (orphaned and leaked TGT QPs)
+//! ibcmd reclaim --socket PATH [--qpn N]            (destroy orphans: this user's; root: any)
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
 //!
@@ -51,7 +52,7 @@ enum Backend {
     name = "ibcmd",
     version,
     about = "The node's CM service",
-    after_help = "`ibcmd leaks --socket PATH` lists the daemon's orphaned and leaked TGT QPs.\n`ibcmd keeper serve|status|leaks|hold|request ...` runs the xrcd-keeper commands."
+    after_help = "`ibcmd leaks --socket PATH` lists the daemon's orphaned and leaked TGT QPs; `ibcmd reclaim --socket PATH [--qpn N]` destroys orphans.\n`ibcmd keeper serve|status|leaks|hold|request ...` runs the xrcd-keeper commands."
 )]
 struct Args {
     /// Local IP: the CM listens on UDP IP:4791 (RoCEv2), or with --umad the RoCE netdev's IP.
@@ -115,6 +116,30 @@ struct LeaksArgs {
     json: bool,
 }
 
+/// `ibcmd reclaim`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ibcmd reclaim",
+    about = "Destroy orphaned XRC TGT QPs of this user (root: of any user) in a running ibcmd"
+)]
+struct ReclaimArgs {
+    /// The daemon's socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Only this QP (hex with 0x, or decimal); default: all of them.
+    #[arg(long, value_parser = parse_qpn)]
+    qpn: Option<u32>,
+}
+
+fn parse_qpn(s: &str) -> Result<u32, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    };
+    v.filter(|v| *v < 1 << 24)
+        .ok_or_else(|| format!("{s:?} is not a QP number"))
+}
+
 fn parse_mode(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s, 8)
         .ok()
@@ -136,6 +161,13 @@ fn main() -> ExitCode {
             std::iter::once("ibcmd leaks".into()).chain(std::env::args_os().skip(2)),
         );
         return leaks::main(&args.socket, args.json);
+    }
+    // `ibcmd reclaim --socket PATH [--qpn N]`: destroy orphaned TGT QPs.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "reclaim") {
+        let args = ReclaimArgs::parse_from(
+            std::iter::once("ibcmd reclaim".into()).chain(std::env::args_os().skip(2)),
+        );
+        return leaks::reclaim(&args.socket, args.qpn);
     }
     let args = Args::parse();
     tracing_subscriber::fmt()

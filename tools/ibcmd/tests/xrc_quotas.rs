@@ -237,3 +237,77 @@ async fn an_explicit_orphan_is_adopted_by_the_next_listener_of_its_service() {
         r => panic!("{r:?}"),
     }
 }
+
+/// `ibcmd ARGS…` as uid/gid 65534 (through `setpriv`): its exit status, stdout, stderr.
+fn ibcmd_as_nobody(args: &[&str]) -> (bool, String, String) {
+    let bin = common::ibcmd_bin();
+    let mut a = vec![
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        bin.to_str().unwrap(),
+    ];
+    a.extend_from_slice(args);
+    let out = std::process::Command::new("setpriv")
+        .args(&a)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_may_list_but_not_reclaim_an_orphan() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        println!("SKIPPED: running a second user needs root");
+        return;
+    }
+    let dir = scratch("xrc-reclaim-user");
+    std::fs::set_permissions(&*dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (_d, sock) = daemon_with(&dir, "a", "127.0.27.56", &["--mode", "666"]);
+    let s = sock.to_str().unwrap().to_string();
+    let d_addr: SocketAddr = "127.0.27.56:4791".parse().unwrap();
+    let ini = initiator("127.0.27.57").await;
+    let mut x = raw(&sock).await;
+    xrc_listen(&mut x, 0x2756, "explicit", 0x10).await;
+    let c = xrc(&ini, d_addr, 0x2756, 0x560, XrcReqData::any(None))
+        .await
+        .unwrap();
+    let q = format!("{:#x}", tgt(&c).tgt_qpn.get());
+    drop(x);
+    c.closed().await;
+
+    let nobody = tokio::task::spawn_blocking({
+        let (s, q) = (s.clone(), q.clone());
+        move || {
+            (
+                ibcmd_as_nobody(&["reclaim", "--socket", &s, "--qpn", &q]),
+                ibcmd_as_nobody(&["reclaim", "--socket", &s]),
+                ibcmd_as_nobody(&["leaks", "--socket", &s]),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    let (named, all, list) = nobody;
+    assert!(!named.0, "{named:?}");
+    assert!(named.2.contains("not an orphan of uid 65534"), "{named:?}");
+    assert!(all.0 && all.1.contains("reclaimed 0 TGT QPs"), "{all:?}");
+    assert!(list.0 && list.1.contains("orphan qp"), "{list:?}");
+    // Root reclaims it.
+    let out = std::process::Command::new(common::ibcmd_bin())
+        .args(["reclaim", "--socket", &s, "--qpn", &q])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("reclaimed 1 TGT QPs"),
+        "{text}"
+    );
+}
