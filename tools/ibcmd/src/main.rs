@@ -6,7 +6,8 @@
 //! ```text
 //! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
 //!       [--state PATH] [--umad DEV --gid-index N] [--max-conns-per-client N]
-//!       [--max-conns-per-user N] [--max-clients-per-user N] [--listen-backlog N]
+//!       [--max-conns-per-user N] [--max-clients-per-user N] [--max-tgt-qps-per-user N]
+//!       [--max-tgt-qps-non-root N] [--listen-backlog N]
 //!       [--reserve RANGE=UID]…
 //! ibcmd leaks --socket PATH [--json]               (orphaned and leaked TGT QPs)
 //! ibcmd reclaim --socket PATH [--qpn N]            (destroy orphans: this user's; root: any)
@@ -88,6 +89,9 @@ struct Args {
     /// Live TGT QPs one Unix user's XRC services may have created (orphans included).
     #[arg(long, default_value_t = ServerConfig::default().max_tgt_qps_per_user)]
     max_tgt_qps_per_user: usize,
+    /// Live TGT QPs all users but root may have created together (the rest is root's).
+    #[arg(long, default_value_t = ServerConfig::default().max_tgt_qps_non_root)]
+    max_tgt_qps_non_root: usize,
     /// Clients (sessions) one Unix user may have attached at once.
     #[arg(long, default_value_t = ServerConfig::default().max_sessions_per_user)]
     max_clients_per_user: usize,
@@ -351,6 +355,7 @@ async fn run(args: Args) -> Result<()> {
             max_connections: args.max_conns_per_client,
             max_connections_per_user: args.max_conns_per_user,
             max_tgt_qps_per_user: args.max_tgt_qps_per_user,
+            max_tgt_qps_non_root: args.max_tgt_qps_non_root,
             max_sessions_per_user: args.max_clients_per_user,
             listen_backlog: args.listen_backlog,
             reserved: args.reserve.clone(),

@@ -621,7 +621,8 @@ static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// The XRC target's admission hook: the connection quotas of the service's session and user
 /// ([`NodeServer::xrc_connection_quota`]), and, for a REQ that would create a TGT QP, the
-/// user's TGT QP quota (its live QPs, orphans included).
+/// user's TGT QP quota (its live QPs, orphans included) and, for a user other than root,
+/// the quota of all users but root together.
 fn admission(
     routes: Arc<Mutex<Routes>>,
     node: Arc<OnceLock<Weak<NodeServer>>>,
@@ -635,14 +636,29 @@ fn admission(
         };
         let mut why = node.xrc_connection_quota(info);
         if why.is_none() && q.creates {
-            let max = node.config().max_tgt_qps_per_user;
-            let held = {
+            let cfg = node.config();
+            let (held, others) = {
                 let r = lock(&routes);
-                q.registry
-                    .live_created_by(|p| r.uids.get(&p) == Some(&info.uid))
+                let held = q
+                    .registry
+                    .live_created_by(|p| r.uids.get(&p) == Some(&info.uid));
+                // All users but root together (only asked for a user that is not root).
+                let others = (info.uid != 0).then(|| {
+                    q.registry
+                        .live_created_by(|p| r.uids.get(&p).is_some_and(|&u| u != 0))
+                });
+                (held, others)
             };
-            if held >= max {
-                why = Some(format!("quota: {max} TGT QPs of uid {}", info.uid));
+            if held >= cfg.max_tgt_qps_per_user {
+                why = Some(format!(
+                    "quota: {} TGT QPs of uid {}",
+                    cfg.max_tgt_qps_per_user, info.uid
+                ));
+            } else if others.is_some_and(|n| n >= cfg.max_tgt_qps_non_root) {
+                why = Some(format!(
+                    "quota: {} TGT QPs of the users other than root",
+                    cfg.max_tgt_qps_non_root
+                ));
             }
         }
         let Some(why) = why else {

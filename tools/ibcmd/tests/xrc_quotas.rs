@@ -311,3 +311,49 @@ async fn another_user_may_list_but_not_reclaim_an_orphan() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_but_root_cannot_take_root_s_tgt_qps() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        println!("SKIPPED: running a second user needs root");
+        return;
+    }
+    let dir = scratch("xrc-non-root");
+    std::fs::set_permissions(&*dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let extra = ["--mode", "666", "--max-tgt-qps-non-root", "1"];
+    let (_d, sock) = daemon_with(&dir, "a", "127.0.27.58", &extra);
+    let d_addr: SocketAddr = "127.0.27.58:4791".parse().unwrap();
+    let ini = initiator("127.0.27.59").await;
+    // nobody's XRC service (cm-ping through setpriv), and root's.
+    let mut a = vec!["--reuid", "65534", "--regid", "65534", "--clear-groups"];
+    let ping = common::cm_ping_bin();
+    let s = sock.to_str().unwrap();
+    a.extend_from_slice(&[
+        ping.to_str().unwrap(),
+        "--listen",
+        "127.0.27.58",
+        "--daemon",
+        s,
+        "--xrc",
+        "--policy",
+        "explicit",
+        "--service-id",
+        "0x2758",
+    ]);
+    let mut nobody = common::Proc::spawn("nobody-listener", std::path::Path::new("setpriv"), &a);
+    tokio::task::block_in_place(|| {
+        nobody.wait_out(|l| l.starts_with("listening"), "'listening'");
+    });
+    let mut root = raw(&sock).await;
+    xrc_listen(&mut root, 0x2759, "explicit", 0x10).await;
+
+    let first = xrc(&ini, d_addr, 0x2758, 0x580, XrcReqData::any(None)).await;
+    assert!(first.is_ok(), "nobody's first TGT QP: {first:?}");
+    let second = xrc(&ini, d_addr, 0x2758, 0x581, XrcReqData::any(None)).await;
+    assert!(no_resources(&second), "nobody's second: {second:?}");
+    for k in 0..3 {
+        let r = xrc(&ini, d_addr, 0x2759, 0x590 + k, XrcReqData::any(None)).await;
+        assert!(r.is_ok(), "root's TGT QP {k}: {r:?}");
+    }
+}

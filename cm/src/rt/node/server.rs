@@ -172,6 +172,11 @@ pub struct ServerConfig {
     /// Default 16,384: a quarter of the sim backend's 65,536, so one user cannot take them
     /// all (`ibcmd --max-tgt-qps-per-user`).
     pub max_tgt_qps_per_user: usize,
+    /// Live TGT QPs the XRC services of all users but root may have created together
+    /// (orphans included): what stays of the backend's QPs is root's, whatever the other
+    /// users hold or leave behind. Default 49,152: three quarters of the sim backend's
+    /// 65,536 (`ibcmd --max-tgt-qps-non-root`).
+    pub max_tgt_qps_non_root: usize,
     /// Service IDs reserved for one user: another user's listen (CM or XRC) there is refused.
     pub reserved: Vec<Reservation>,
     /// Messages queued towards a client before it counts as stuck and is dropped.
@@ -195,6 +200,7 @@ impl Default for ServerConfig {
             max_sessions_per_user: 1024,
             max_connections_per_user: 262_144,
             max_tgt_qps_per_user: 16_384,
+            max_tgt_qps_non_root: 49_152,
             reserved: Vec::new(),
             queue: 8192,
             listen_backlog: 1024,
