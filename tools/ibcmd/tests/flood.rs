@@ -18,12 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ibcm::proto::{
-    AcceptParams, ConnectParams, Endpoint, EndpointConfig, ListenOptions, PeerAddr, StatelessAccept,
+    AcceptParams, ConnectParams, ConnectionError, Endpoint, EndpointConfig, ListenOptions,
+    PeerAddr, StatelessAccept,
 };
 use ibcm::rt::node::proto::{
     encode_frame, read_frame, ClientMsg, DaemonMsg, Op, WireAccept, WireResult, WireStatus, VERSION,
 };
-use ibcm::rt::{Arrival, Cm, DatagramTransport, UdpTransport};
+use ibcm::rt::{Arrival, Cm, CmError, DatagramTransport, UdpTransport};
 use ibcm_mad::{Guid, Qpn, ServiceId};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
@@ -277,10 +278,11 @@ async fn a_stateless_listener_through_the_daemon_serves_legit_connects_under_flo
     // The listener: a client of the daemon with a stateless template (docs/protocol.md
     // §5.12), accepting every request and keeping every connection.
     let (cm, _task) = Cm::attach(&sock).await.unwrap();
+    // The QPNs of stateless REPs: the upper half of the space (cm-ping's default).
     let template = StatelessAccept::new(
-        AcceptParams::new(Qpn::masked(0x40_0000)),
-        Qpn::masked(0x40_0000),
-        1 << 16,
+        AcceptParams::new(Qpn::masked(0x80_0000)),
+        Qpn::masked(0x80_0000),
+        0x7f_ff00,
     );
     let mut l = cm
         .listen_stateless(sid, ListenOptions::default(), template)
@@ -362,17 +364,31 @@ async fn a_stateless_listener_through_the_daemon_serves_legit_connects_under_flo
     let mut ok = 0u32;
     let mut failed = Vec::new();
     let mut held = Vec::new();
+    let mut retried = 0u32;
     for batch in 0..LEGIT / 50 {
         let mut tasks = Vec::new();
         for k in 0..50 {
             let client = client.clone();
             let q = Qpn::masked(0x20_0000 + batch * 50 + k);
             tasks.push(tokio::spawn(async move {
-                client.connect(ConnectParams::new(d_addr, sid, q)).await
+                let first = client.connect(ConnectParams::new(d_addr, sid, q)).await;
+                // A stateless REP's QPN is drawn by its cookie: one may collide with the
+                // QPN of a connection this client already has with the daemon, which the
+                // CM rejects as stale (the protocol's answer, in-process too); a client
+                // connects anew, and the new REQ gets another cookie.
+                match first {
+                    Err(CmError::Connection(ConnectionError::Stale)) => {
+                        let q = Qpn::masked(q.get() | 0x1_0000);
+                        (client.connect(ConnectParams::new(d_addr, sid, q)).await, 1)
+                    }
+                    other => (other, 0),
+                }
             }));
         }
         for t in tasks {
-            match t.await.unwrap() {
+            let (r, again) = t.await.unwrap();
+            retried += again;
+            match r {
                 Ok(c) => {
                     ok += 1;
                     held.push(c);
@@ -386,7 +402,7 @@ async fn a_stateless_listener_through_the_daemon_serves_legit_connects_under_flo
     let (sent, took) = flood.await.unwrap();
     let secs = took.as_secs_f64();
     println!(
-        "flood: {sent} REQs in {secs:.2} s ({:.0}/s); legit connects {ok}/{LEGIT} during it, {} answered statelessly",
+        "flood: {sent} REQs in {secs:.2} s ({:.0}/s); legit connects {ok}/{LEGIT} during it ({retried} retried after a stale REJ), {} answered statelessly",
         f64::from(sent) / secs,
         legit_stateless.load(Ordering::Relaxed)
     );
