@@ -66,8 +66,9 @@ impl Cm {
     ///
     /// # Errors
     /// As [`Cm::listen`]; [`CmError::Call`] for a template the endpoint refuses (REP private
-    /// data over 196 bytes); [`CmError::Refused`] through the node service, which does not
-    /// offer the stateless mode.
+    /// data over 196 bytes). Through the node service ([`Cm::attach`]) the daemon's endpoint
+    /// answers statelessly at its own threshold; [`CmError::Refused`] if the daemon refuses
+    /// the listen (another client listens there, a quota, a template its endpoint refuses).
     pub async fn listen_stateless(
         &self,
         service_id: ServiceId,

@@ -6,9 +6,12 @@
 //! ```text
 //! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
 //!       [--state DIR] [--umad DEV --gid-index N] [--max-conns-per-client N]
-//!       [--max-conns-per-user N] [--max-clients-per-user N] [--reserve RANGE=UID]…
+//!       [--max-conns-per-user N] [--max-clients-per-user N] [--max-tgt-qps-per-user N]
+//!       [--max-tgt-qps-non-root N] [--listen-backlog N]
 //!       [--max-queue-bytes-per-client N] [--max-queue-bytes-per-user N]
-//!       [--hello-timeout-ms N] [--reserved-fds N]
+//!       [--hello-timeout-ms N] [--reserved-fds N] [--reserve RANGE=UID]…
+//! ibcmd leaks --socket PATH [--json]               (orphaned and leaked TGT QPs)
+//! ibcmd reclaim --socket PATH [--qpn N]            (destroy orphans: this user's; root: any)
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
 //!
@@ -39,6 +42,7 @@ use ibcm_xrc::{RegistryConfig, TgtRegistry, Verbs};
 use tokio::net::UnixListener;
 use tracing::{info, warn};
 
+mod leaks;
 mod xrc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -54,7 +58,7 @@ enum Backend {
     name = "ibcmd",
     version,
     about = "The node's CM service",
-    after_help = "`ibcmd keeper serve|status|leaks|hold|request ...` runs the xrcd-keeper commands."
+    after_help = "`ibcmd leaks --socket PATH` lists the daemon's orphaned and leaked TGT QPs; `ibcmd reclaim --socket PATH [--qpn N]` destroys orphans.\n`ibcmd keeper serve|status|leaks|hold|request ...` runs the xrcd-keeper commands."
 )]
 struct Args {
     /// Local IP: the CM listens on UDP IP:4791 (RoCEv2), or with --umad the RoCE netdev's IP.
@@ -88,6 +92,12 @@ struct Args {
     /// Connections one Unix user may hold over all its clients.
     #[arg(long, default_value_t = ServerConfig::default().max_connections_per_user)]
     max_conns_per_user: usize,
+    /// Live TGT QPs one Unix user's XRC services may have created (orphans included).
+    #[arg(long, default_value_t = ServerConfig::default().max_tgt_qps_per_user)]
+    max_tgt_qps_per_user: usize,
+    /// Live TGT QPs all users but root may have created together (the rest is root's).
+    #[arg(long, default_value_t = ServerConfig::default().max_tgt_qps_non_root)]
+    max_tgt_qps_non_root: usize,
     /// Clients (sessions) one Unix user may have attached at once.
     #[arg(long, default_value_t = ServerConfig::default().max_sessions_per_user)]
     max_clients_per_user: usize,
@@ -105,10 +115,53 @@ struct Args {
     /// would be left below RLIMIT_NOFILE.
     #[arg(long, default_value_t = ServerConfig::default().reserved_fds)]
     reserved_fds: usize,
+    /// REQs a listener may have delivered to its client and not yet answered; beyond it the
+    /// daemon rejects REQs with REJ 3 "no resources" (a SYN backlog).
+    #[arg(long, default_value_t = ServerConfig::default().listen_backlog)]
+    listen_backlog: usize,
     /// Service IDs only one user may listen on: `SID=UID` or `FIRST-LAST=UID` (hex with 0x,
     /// or decimal); repeatable.
     #[arg(long, value_name = "RANGE=UID")]
     reserve: Vec<Reservation>,
+}
+
+/// `ibcmd leaks`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ibcmd leaks",
+    about = "List a running ibcmd's orphaned and leaked XRC TGT QPs"
+)]
+struct LeaksArgs {
+    /// The daemon's socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Print the daemon's JSON answer.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `ibcmd reclaim`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ibcmd reclaim",
+    about = "Destroy orphaned XRC TGT QPs of this user (root: of any user) in a running ibcmd"
+)]
+struct ReclaimArgs {
+    /// The daemon's socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Only this QP (hex with 0x, or decimal); default: all of them.
+    #[arg(long, value_parser = parse_qpn)]
+    qpn: Option<u32>,
+}
+
+fn parse_qpn(s: &str) -> Result<u32, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    };
+    v.filter(|v| *v < 1 << 24)
+        .ok_or_else(|| format!("{s:?} is not a QP number"))
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -125,6 +178,20 @@ fn main() -> ExitCode {
         return ibcm_xrc::keeper::cli::main_from(
             std::iter::once("ibcmd keeper".into()).chain(rest),
         );
+    }
+    // `ibcmd leaks --socket PATH`: the daemon's orphaned and leaked TGT QPs.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "leaks") {
+        let args = LeaksArgs::parse_from(
+            std::iter::once("ibcmd leaks".into()).chain(std::env::args_os().skip(2)),
+        );
+        return leaks::main(&args.socket, args.json);
+    }
+    // `ibcmd reclaim --socket PATH [--qpn N]`: destroy orphaned TGT QPs.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "reclaim") {
+        let args = ReclaimArgs::parse_from(
+            std::iter::once("ibcmd reclaim".into()).chain(std::env::args_os().skip(2)),
+        );
+        return leaks::reclaim(&args.socket, args.qpn);
     }
     let args = Args::parse();
     tracing_subscriber::fmt()
@@ -340,16 +407,20 @@ async fn run(args: Args) -> Result<()> {
         ServerConfig {
             max_connections: args.max_conns_per_client,
             max_connections_per_user: args.max_conns_per_user,
+            max_tgt_qps_per_user: args.max_tgt_qps_per_user,
+            max_tgt_qps_non_root: args.max_tgt_qps_non_root,
             max_sessions_per_user: args.max_clients_per_user,
             queue_bytes: args.max_queue_bytes_per_client,
             queue_bytes_per_user: args.max_queue_bytes_per_user,
             hello_timeout: std::time::Duration::from_millis(args.hello_timeout_ms),
             reserved_fds: args.reserved_fds,
+            listen_backlog: args.listen_backlog,
             reserved: args.reserve.clone(),
             ..ServerConfig::default()
         },
         Some(journal),
     );
+    hooks.set_node(&node);
     let gid = args.group.as_deref().map(group_id).transpose()?;
     let listener = UnixListener::bind(&args.socket)
         .with_context(|| format!("cannot bind {}", args.socket.display()))?;

@@ -8,19 +8,33 @@
 //! as someone holds a registration on it: the OFED persistent server). When a client goes,
 //! the registry hears "process exit" (ProcessBound QPs: released, "creator exited"; Shared:
 //! the creator's registration dropped) and then its private domain is closed (DomainBound
-//! QPs: released, "domain closed"; Explicit QPs are kept as orphans and pin it). When the
-//! daemon stops, every QP still live is released as "keeper lost".
+//! QPs: released, "domain closed"). Its `Explicit` services create their QPs in a domain of
+//! their own per user and service ID, which stays open when the client goes: its QPs are
+//! kept there as orphans, which the next listener of that service of the same user adopts
+//! (the same initiator's REQs attach to them again, the REPs naming the new client's SRQs),
+//! or which the user (or root) reclaims ([`Op::XrcReclaim`]). When the daemon stops, every QP
+//! still live is released as "keeper lost".
+//!
+//! Quotas: the connections the target accepts for a client's services count against the
+//! client's and its user's connection quotas, the QPs they create (orphans included) against
+//! the user's TGT QP quota; a REQ over one is rejected with REJ 3 "no resources"
+//! ([`ServerConfig`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 
 use ibcm::proto::ConnId;
-use ibcm::rt::node::proto::WirePeer;
-use ibcm::rt::node::{EventSink, HookFuture, JournalEntry, JournalTx, NodeHooks, SessionInfo};
+use ibcm::rt::node::proto::{WirePeer, WireTgtQp};
+#[cfg(doc)]
+use ibcm::rt::node::{proto::Op, ServerConfig};
+use ibcm::rt::node::{
+    EventSink, HookFuture, JournalEntry, JournalTx, NodeHooks, NodeServer, SessionInfo,
+};
 use ibcm_mad::ServiceId;
 use ibcm_xrc::cm::rt::XrcServer;
-use ibcm_xrc::cm::{TargetEvent, XrcService};
+use ibcm_xrc::cm::{AdmissionQuery, TargetEvent, XrcService};
 use ibcm_xrc::verbs::model::KernelModel;
 use ibcm_xrc::{
     DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, SrqNum, TgtRegistry,
@@ -37,17 +51,56 @@ struct Holder {
     domain: Option<DomainId>,
     /// Its services (their REPs name its SRQs).
     services: Vec<ServiceId>,
+    /// The domains of its `Explicit` services (one per user and service ID).
+    explicit: Vec<DomainId>,
 }
 
 /// The name of the daemon's domain for `Shared` services.
 const SHARED_DOMAIN: &str = "ibcmd-shared";
 
 /// Where the target's events go: the session sink of each service, and each connection's
-/// service.
+/// service; and what the quotas count.
 #[derive(Default)]
 struct Routes {
     sinks: HashMap<ServiceId, EventSink>,
     conns: HashMap<ConnId, ServiceId>,
+    /// The session serving each service.
+    owners: HashMap<ServiceId, SessionInfo>,
+    /// The session each accepted connection counts for, until it closes.
+    accepted: HashMap<ConnId, SessionInfo>,
+    /// Accepted connections per session, and per uid.
+    by_session: HashMap<u64, usize>,
+    by_uid: HashMap<u32, usize>,
+    /// The user of each client process (creators of TGT QPs; kept after the client goes,
+    /// for its orphans).
+    uids: HashMap<ProcessId, u32>,
+}
+
+impl Routes {
+    fn count(&mut self, conn: ConnId, info: SessionInfo) {
+        if self.accepted.insert(conn, info).is_none() {
+            *self.by_session.entry(info.id).or_insert(0) += 1;
+            *self.by_uid.entry(info.uid).or_insert(0) += 1;
+        }
+    }
+
+    fn uncount(&mut self, conn: ConnId) {
+        let Some(info) = self.accepted.remove(&conn) else {
+            return;
+        };
+        if let Some(n) = self.by_session.get_mut(&info.id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_session.remove(&info.id);
+            }
+        }
+        if let Some(n) = self.by_uid.get_mut(&info.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_uid.remove(&info.uid);
+            }
+        }
+    }
 }
 
 /// [`NodeHooks`] over an [`XrcServer`].
@@ -56,6 +109,8 @@ pub(crate) struct XrcHooks {
     kernel: Option<KernelModel>,
     holders: Mutex<BTreeMap<u64, Holder>>,
     routes: Arc<Mutex<Routes>>,
+    /// The client service, for the quotas ([`XrcHooks::set_node`]).
+    node: Arc<OnceLock<Weak<NodeServer>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,6 +163,9 @@ impl XrcHooks {
                     ..
                 } => {
                     r.conns.insert(*conn, *service);
+                    if let Some(&info) = r.owners.get(service) {
+                        r.count(*conn, info);
+                    }
                     let how = if *created { "created" } else { "attached" };
                     (
                         *conn,
@@ -140,11 +198,22 @@ impl XrcHooks {
                     *conn,
                     format!("closed conn={conn} tgt_qpn={qpn} ({event:?})"),
                 ),
+                TargetEvent::AcceptFailed { conn, .. } => {
+                    r.uncount(*conn);
+                    info!(event = ?ev, "XRC target");
+                    return;
+                }
                 other => {
                     info!(event = ?other, "XRC target");
                     return;
                 }
             };
+            if matches!(
+                ev,
+                TargetEvent::Closed { .. } | TargetEvent::Rejected { .. }
+            ) {
+                r.uncount(conn);
+            }
             let sid = if matches!(
                 ev,
                 TargetEvent::Closed { .. } | TargetEvent::Rejected { .. }
@@ -166,12 +235,27 @@ impl XrcHooks {
         if server.set_observer(observer).await.is_err() {
             warn!("the endpoint stopped before the XRC target was set up");
         }
+        let node: Arc<OnceLock<Weak<NodeServer>>> = Arc::default();
+        let admission = admission(routes.clone(), node.clone());
+        if server
+            .with_target(move |t, _| t.set_admission(admission))
+            .await
+            .is_err()
+        {
+            warn!("the endpoint stopped before the XRC target was set up");
+        }
         Arc::new(XrcHooks {
             server,
             kernel,
             holders: Mutex::new(BTreeMap::new()),
             routes,
+            node,
         })
+    }
+
+    /// The client service whose quotas the XRC target applies.
+    pub(crate) fn set_node(&self, node: &Arc<NodeServer>) {
+        let _ = self.node.set(Arc::downgrade(node));
     }
 
     /// Releases every TGT QP still live, as a lost keeper's ("keeper lost" DREQs), for the
@@ -187,10 +271,12 @@ impl XrcHooks {
     }
 
     fn process_for(&self, session: &SessionInfo) -> ProcessId {
-        match &self.kernel {
+        let p = match &self.kernel {
             Some(k) => k.spawn().process(),
             None => ProcessId(session.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0)),
-        }
+        };
+        lock(&self.routes).uids.insert(p, session.uid);
+        p
     }
 }
 
@@ -222,44 +308,88 @@ impl NodeHooks for XrcHooks {
                 None => self.process_for(&session),
             };
             let private = existing.and_then(|(_, d)| d);
-            let name = if policy == OwnershipPolicy::Shared {
-                SHARED_DOMAIN.to_string()
-            } else {
-                format!("ibcmd-session-{}", session.id)
+            let name = match policy {
+                OwnershipPolicy::Shared => SHARED_DOMAIN.to_string(),
+                // One per user and service: the orphans of a gone client stay there, for the
+                // next listener of the service of the same user to adopt.
+                OwnershipPolicy::Explicit => {
+                    format!("ibcmd-explicit-uid{}-{service_id}", session.uid)
+                }
+                _ => format!("ibcmd-session-{}", session.id),
             };
-            let dom = self
+            let (dom, adopted) = self
                 .server
-                .with(move |t, ep, _| {
+                .with(move |t, ep, now| {
                     let dom = match private {
-                        Some(d) if policy != OwnershipPolicy::Shared => d,
+                        Some(d)
+                            if policy != OwnershipPolicy::Shared
+                                && policy != OwnershipPolicy::Explicit =>
+                        {
+                            d
+                        }
                         _ => t
                             .registry_mut()
                             .open_domain(&name, DomainSpec::Private)
                             .map_err(|e| e.to_string())?,
                     };
+                    // The orphans of an earlier listener of this service (same user).
+                    let reg = t.registry_mut();
+                    let orphans: Vec<_> = reg
+                        .tgt_qps()
+                        .into_iter()
+                        .filter(|q| {
+                            policy == OwnershipPolicy::Explicit
+                                && q.domain == dom
+                                && q.life == ibcm_xrc::QpLife::Live
+                                && q.owner.is_none()
+                                && q.policy == OwnershipPolicy::Explicit
+                        })
+                        .map(|q| q.qpn)
+                        .collect();
+                    let mut adopted = Vec::new();
+                    for qpn in orphans {
+                        if reg.adopt(now, qpn, process).is_ok() {
+                            adopted.push(qpn);
+                        }
+                    }
                     let mut svc = XrcService::new(dom, process, srqns);
                     svc.policy = Some(policy);
                     t.listen(ep, service_id, svc);
-                    Ok::<_, String>(dom)
+                    Ok::<_, String>((dom, adopted))
                 })
                 .await
                 .map_err(|e| e.to_string())??;
-            let domain = if policy == OwnershipPolicy::Shared {
-                private
-            } else {
-                Some(dom)
+            let domain = match policy {
+                OwnershipPolicy::Shared | OwnershipPolicy::Explicit => private,
+                _ => Some(dom),
             };
             let mut holders = lock(&self.holders);
             let h = holders.entry(session.id).or_insert_with(|| Holder {
                 process,
                 domain: None,
                 services: Vec::new(),
+                explicit: Vec::new(),
             });
             h.domain = domain;
             h.services.push(service_id);
+            if policy == OwnershipPolicy::Explicit && !h.explicit.contains(&dom) {
+                h.explicit.push(dom);
+            }
             drop(holders);
-            lock(&self.routes).sinks.insert(service_id, events);
+            {
+                let mut r = lock(&self.routes);
+                r.sinks.insert(service_id, events.clone());
+                r.owners.insert(service_id, session);
+            }
             info!(session = session.id, service = %service_id, %policy, "XRC service");
+            if !adopted.is_empty() {
+                let list: Vec<String> = adopted.iter().map(ToString::to_string).collect();
+                info!(session = session.id, service = %service_id, qps = ?list, "orphans adopted");
+                events.xrc_event(
+                    service_id,
+                    format!("adopted orphan TGT QPs {}", list.join(" ")),
+                );
+            }
             Ok(())
         })
     }
@@ -298,7 +428,11 @@ impl NodeHooks for XrcHooks {
 
     fn xrc_unlisten(&self, session: SessionInfo, service_id: ServiceId) -> HookFuture<'_, ()> {
         Box::pin(async move {
-            lock(&self.routes).sinks.remove(&service_id);
+            {
+                let mut r = lock(&self.routes);
+                r.sinks.remove(&service_id);
+                r.owners.remove(&service_id);
+            }
             let r = self
                 .server
                 .with(move |t, ep, _| {
@@ -309,6 +443,108 @@ impl NodeHooks for XrcHooks {
             if r.is_err() {
                 warn!(session = session.id, "the endpoint stopped");
             }
+        })
+    }
+
+    fn xrc_connections(&self, session: SessionInfo) -> (usize, usize) {
+        let r = lock(&self.routes);
+        (
+            r.by_session.get(&session.id).copied().unwrap_or(0),
+            r.by_uid.get(&session.uid).copied().unwrap_or(0),
+        )
+    }
+
+    fn xrc_orphans(&self, _session: SessionInfo) -> HookFuture<'_, Result<Vec<WireTgtQp>, String>> {
+        Box::pin(async move {
+            let uids = lock(&self.routes).uids.clone();
+            self.server
+                .with(move |t, ep, _| {
+                    // The registry's own leak report (as `xrcd-keeper leaks`), against what
+                    // the endpoint still knows.
+                    let leaks: Vec<ibcm_xrc::Qpn> =
+                        t.leaks(ep).into_iter().map(|l| l.qpn).collect();
+                    let reg = t.registry();
+                    reg.tgt_qps()
+                        .into_iter()
+                        .filter(|q| q.life == ibcm_xrc::QpLife::Live)
+                        .filter_map(|q| {
+                            let orphan = q.owner.is_none() && q.policy != OwnershipPolicy::Shared;
+                            let leak = leaks.contains(&q.qpn);
+                            (orphan || leak).then(|| WireTgtQp {
+                                qpn: q.qpn.get(),
+                                domain: reg
+                                    .domain(q.domain)
+                                    .map_or_else(|| q.domain.to_string(), |d| d.name),
+                                policy: policy_name(q.policy).to_string(),
+                                uid: uids.get(&q.creator).copied(),
+                                conns: u32::try_from(q.conns.len()).unwrap_or(u32::MAX),
+                                orphan,
+                                leak,
+                            })
+                        })
+                        .collect()
+                })
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn xrc_reclaim(
+        &self,
+        session: SessionInfo,
+        qpn: Option<u32>,
+    ) -> HookFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            let uids = lock(&self.routes).uids.clone();
+            let by = lock(&self.holders)
+                .get(&session.id)
+                .map_or(ProcessId(0), |h| h.process);
+            let r = self
+                .server
+                .with_target(move |t, now| {
+                    let reg = t.registry_mut();
+                    let mine = |q: &ibcm_xrc::TgtQp<ConnId>| {
+                        q.life == ibcm_xrc::QpLife::Live
+                            && q.owner.is_none()
+                            && q.policy != OwnershipPolicy::Shared
+                            && (session.uid == 0 || uids.get(&q.creator) == Some(&session.uid))
+                    };
+                    let all = reg.tgt_qps();
+                    let chosen: Vec<ibcm_xrc::Qpn> = match qpn {
+                        Some(n) => {
+                            let q = all.iter().find(|q| q.qpn.get() == n);
+                            match q {
+                                Some(q) if mine(q) => vec![q.qpn],
+                                _ => {
+                                    return Err(format!(
+                                        "TGT QP {n:#08x} is not an orphan of uid {}",
+                                        session.uid
+                                    ))
+                                }
+                            }
+                        }
+                        None => all.iter().filter(|q| mine(q)).map(|q| q.qpn).collect(),
+                    };
+                    let mut n = 0u64;
+                    for q in chosen {
+                        match reg.destroy(now, q, by) {
+                            Ok(_) => n += 1,
+                            Err(e) => warn!(qpn = %q, error = %e, "reclaim refused"),
+                        }
+                    }
+                    Ok(n)
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Ok(n) = &r {
+                info!(
+                    session = session.id,
+                    uid = session.uid,
+                    qps = n,
+                    "orphans reclaimed"
+                );
+            }
+            r
         })
     }
 
@@ -324,6 +560,14 @@ impl NodeHooks for XrcHooks {
                     let reg = t.registry_mut();
                     let exit = reg.process_exit(now, h.process);
                     let closed = h.domain.map(|d| reg.close_domain(now, d));
+                    // Its Explicit services' domains stay open for their orphans; one without
+                    // any QP (live, or gone and held in quarantine) is closed.
+                    let used: Vec<DomainId> = reg.tgt_qps().into_iter().map(|q| q.domain).collect();
+                    for &d in &h.explicit {
+                        if !used.contains(&d) {
+                            let _ = reg.close_domain(now, d);
+                        }
+                    }
                     // The connections its services accepted: their REPs named its SRQs, which
                     // are gone with it, even where the TGT QP is kept. Those on released QPs
                     // get their teardown (with the cause) from the target; the others a DREQ
@@ -360,6 +604,78 @@ impl NodeHooks for XrcHooks {
             }
         })
     }
+}
+
+/// The name of a policy in the protocol.
+fn policy_name(p: OwnershipPolicy) -> &'static str {
+    match p {
+        OwnershipPolicy::Explicit => "explicit",
+        OwnershipPolicy::DomainBound => "domain",
+        OwnershipPolicy::ProcessBound => "process",
+        OwnershipPolicy::Shared => "shared",
+    }
+}
+
+/// REQs refused by the quotas (for the log: the first, then every 1,024th).
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// The XRC target's admission hook: the connection quotas of the service's session and user
+/// ([`NodeServer::xrc_connection_quota`]), and, for a REQ that would create a TGT QP, the
+/// user's TGT QP quota (its live QPs, orphans included) and, for a user other than root,
+/// the quota of all users but root together.
+fn admission(
+    routes: Arc<Mutex<Routes>>,
+    node: Arc<OnceLock<Weak<NodeServer>>>,
+) -> ibcm_xrc::cm::TargetAdmission {
+    Box::new(move |q: &AdmissionQuery<'_>| {
+        let Some(node) = node.get().and_then(Weak::upgrade) else {
+            return Ok(());
+        };
+        let Some(info) = lock(&routes).owners.get(&q.service_id).copied() else {
+            return Ok(());
+        };
+        let mut why = node.xrc_connection_quota(info);
+        if why.is_none() && q.creates {
+            let cfg = node.config();
+            let (held, others) = {
+                let r = lock(&routes);
+                let held = q
+                    .registry
+                    .live_created_by(|p| r.uids.get(&p) == Some(&info.uid));
+                // All users but root together (only asked for a user that is not root).
+                let others = (info.uid != 0).then(|| {
+                    q.registry
+                        .live_created_by(|p| r.uids.get(&p).is_some_and(|&u| u != 0))
+                });
+                (held, others)
+            };
+            if held >= cfg.max_tgt_qps_per_user {
+                why = Some(format!(
+                    "quota: {} TGT QPs of uid {}",
+                    cfg.max_tgt_qps_per_user, info.uid
+                ));
+            } else if others.is_some_and(|n| n >= cfg.max_tgt_qps_non_root) {
+                why = Some(format!(
+                    "quota: {} TGT QPs of the users other than root",
+                    cfg.max_tgt_qps_non_root
+                ));
+            }
+        }
+        let Some(why) = why else {
+            return Ok(());
+        };
+        let n = REFUSED.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        if n == 1 || n.is_multiple_of(1024) {
+            warn!(
+                session = info.id,
+                service = %q.service_id,
+                refused = n,
+                why = %why,
+                "XRC REQ over a quota: REJ 3 no resources"
+            );
+        }
+        Err(why)
+    })
 }
 
 /// A connection on a TGT QP established (`true`, with the report for its client) or ended.

@@ -110,6 +110,6 @@ pub use initiator::{
     XrcInitiator,
 };
 pub use tgt::{
-    conn_event_of, passive_timewait, TargetEvent, TargetObserver, TargetStats, Teardown,
-    TeardownKind, TgtAnswer, XrcService, XrcTarget, XrcTargetConfig,
+    conn_event_of, passive_timewait, AdmissionQuery, TargetAdmission, TargetEvent, TargetObserver,
+    TargetStats, Teardown, TeardownKind, TgtAnswer, XrcService, XrcTarget, XrcTargetConfig,
 };

@@ -199,6 +199,32 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         answer
     }
 
+    /// Whether [`TgtRegistry::handle_req`] would create a TGT QP for `req` now (mode Create,
+    /// or mode Any without a live QP of the domain bound to the same initiator), so that a
+    /// CM can apply a quota on TGT QPs before deciding. `false` when the request would be
+    /// refused for its service, or is a duplicate of one already accepted.
+    pub fn would_create(&self, req: &TgtRequest<K>) -> bool {
+        if self.service_fault(req).is_some() {
+            return false;
+        }
+        if let Some(qpn) = self.conns.get(&req.conn) {
+            let dup = self
+                .qps
+                .get(qpn)
+                .is_some_and(|q| q.life == QpLife::Live && q.peer == Some(req.peer));
+            if dup {
+                return false;
+            }
+        }
+        match req.data.mode {
+            ReqMode::Attach(_) => false,
+            ReqMode::Create => true,
+            ReqMode::Any => !self.qps.values().any(|q| {
+                q.life == QpLife::Live && q.domain == req.domain && q.peer == Some(req.peer)
+            }),
+        }
+    }
+
     /// What is wrong with the service `req` was made for, if anything.
     fn service_fault(&self, req: &TgtRequest<K>) -> Option<ServiceFault> {
         let n = req.srqns.len();

@@ -225,6 +225,15 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         Ok(self.apply(now, qpn, PolicyEvent::OwnerDestroy))
     }
 
+    /// How many live TGT QPs were created by a process for which `creator` holds (orphans
+    /// included, gone ones in quarantine not): a CM's quota on the TGT QPs of a user.
+    pub fn live_created_by(&self, creator: impl Fn(ProcessId) -> bool) -> usize {
+        self.qps
+            .values()
+            .filter(|q| q.life == QpLife::Live && creator(q.creator))
+            .count()
+    }
+
     /// Makes `by` the owner of an orphaned (owner-less) QP: ownership transfer after the
     /// creator exited ("RDMA/core: Export ib_open_qp()": the creating process may exit).
     ///

@@ -21,7 +21,7 @@ use tracing::warn;
 
 use super::proto::{
     encode_frame, read_frame, write_frame, ClientMsg, DaemonMsg, Op, WireAccept, WireConnect,
-    WireResult, WireStatus, VERSION,
+    WireResult, WireStateless, WireStatus, VERSION,
 };
 use crate::proto::{CallError, ConnId, ConnectionError};
 use crate::rt::command::{Command, Reply};
@@ -101,6 +101,40 @@ impl Node {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send((Op::XrcDestroy, tx))
+            .map_err(|_| NodeError::Gone)?;
+        match rx.await.map_err(|_| NodeError::Gone)? {
+            WireResult::Value { value } => Ok(value),
+            WireResult::Refused { why } => Err(NodeError::Refused(why)),
+            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// The daemon's TGT QPs without a living owner (orphans) and those nobody uses (leaks),
+    /// every user's ([`Op::XrcOrphans`]; what `ibcmd leaks` prints).
+    ///
+    /// # Errors
+    /// [`NodeError`].
+    pub async fn xrc_orphans(&self) -> Result<Vec<super::proto::WireTgtQp>, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send((Op::XrcOrphans, tx))
+            .map_err(|_| NodeError::Gone)?;
+        match rx.await.map_err(|_| NodeError::Gone)? {
+            WireResult::XrcQps { qps } => Ok(qps),
+            WireResult::Refused { why } => Err(NodeError::Refused(why)),
+            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Destroys orphaned TGT QPs of this client's user (root: of any user), all of them or
+    /// `qpn` ([`Op::XrcReclaim`]); returns how many.
+    ///
+    /// # Errors
+    /// [`NodeError`]; `Refused` for a `qpn` that is not such an orphan.
+    pub async fn xrc_reclaim(&self, qpn: Option<u32>) -> Result<u64, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send((Op::XrcReclaim { qpn }, tx))
             .map_err(|_| NodeError::Gone)?;
         match rx.await.map_err(|_| NodeError::Gone)? {
             WireResult::Value { value } => Ok(value),
@@ -221,6 +255,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
         seq: 1,
         waiters: HashMap::new(),
         listeners: HashMap::new(),
+        stateless: HashMap::new(),
         events: ev_tx,
         unsupported_logged: false,
     };
@@ -260,9 +295,14 @@ struct Client {
     seq: u64,
     waiters: HashMap<u64, Waiter>,
     listeners: Listeners,
+    /// The stateless listeners' channels of established connections.
+    stateless: StatelessListeners,
     events: mpsc::UnboundedSender<String>,
     unsupported_logged: bool,
 }
+
+type StatelessListeners =
+    HashMap<u64, mpsc::UnboundedSender<(ConnId, Box<crate::proto::StatelessInfo>)>>;
 
 type MsgRx = mpsc::UnboundedReceiver<Result<DaemonMsg, super::proto::FrameError>>;
 
@@ -356,6 +396,7 @@ impl Client {
             }
             Command::Unlisten { service_id, .. } => {
                 self.listeners.remove(&service_id.0);
+                self.stateless.remove(&service_id.0);
                 let op = Op::Unlisten {
                     service_id: service_id.0,
                 };
@@ -430,10 +471,24 @@ impl Client {
                 self.request(Op::RandomPsn, Some(Waiter::Psn(reply))).await
             }
             Command::Len { reply } => self.request(Op::Len, Some(Waiter::Len(reply))).await,
-            Command::ListenStateless { reply, .. } => {
-                let why = "the stateless mode is not served through the node service";
-                let _ = reply.send(Err(CmError::Refused(why.into())));
-                Ok(())
+            Command::ListenStateless {
+                service_id,
+                options,
+                template,
+                tx,
+                stateless,
+                reply,
+            } => {
+                self.listeners.insert(service_id.0, tx);
+                self.stateless.insert(service_id.0, stateless);
+                let transports = options.transports.iter().map(|t| transport_code(*t));
+                let op = Op::ListenStateless {
+                    service_id: service_id.0,
+                    transports: transports.collect(),
+                    template: WireStateless::from_template(&template),
+                };
+                self.request(op, Some(Waiter::Listen(service_id.0, reply)))
+                    .await
             }
             Command::Sidr { params, reply } => {
                 // The answer comes later, in its own reply; the caller waits on `rx`.
@@ -494,6 +549,33 @@ impl Client {
                 };
                 if !delivered {
                     self.request(Op::Unanswered { conn }, None).await?;
+                }
+            }
+            DaemonMsg::Stateless {
+                service_id,
+                conn,
+                info,
+            } => {
+                let id = ibcm_mad::CommId(conn);
+                let delivered = match (info.to_info(), self.stateless.get(&service_id)) {
+                    (Ok(info), Some(tx)) => {
+                        let slot = Slot::new(id);
+                        slot.set(ConnStatus::Established);
+                        self.registry.insert(slot);
+                        let ok = tx.send((id, Box::new(info))).is_ok();
+                        if !ok {
+                            self.registry.remove(id);
+                        }
+                        ok
+                    }
+                    _ => false,
+                };
+                if !delivered {
+                    let op = Op::Disconnect {
+                        conn,
+                        private_data: Vec::new(),
+                    };
+                    self.request(op, None).await?;
                 }
             }
             DaemonMsg::IncomingSidr {
@@ -562,6 +644,7 @@ impl Client {
                 other => {
                     warn!(service_id = %ServiceId(sid), answer = ?other, "listen refused by the node service");
                     self.listeners.remove(&sid);
+                    self.stateless.remove(&sid);
                     let why = match other {
                         WireResult::Refused { why } => why,
                         other => format!("unexpected answer {other:?}"),

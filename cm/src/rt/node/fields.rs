@@ -5,7 +5,7 @@
 use ibcm_mad::cma::CmaHeader;
 use ibcm_mad::{Dreq, Rej, Rep, Req, Rtu, SidrRep, SidrReq, MAD_DATA_LEN};
 
-use super::proto::Op;
+use super::proto::{Op, WireAccept};
 use super::sidr::too_long;
 
 /// The longest XRC policy name ([`Op::XrcListen`]; the known ones are shorter).
@@ -22,13 +22,6 @@ pub const MAX_SIDR_ADDITIONAL_INFO: usize = 72;
 
 /// Why `op` carries a field above its maximum, if it does.
 pub(super) fn check(op: &Op) -> Result<(), String> {
-    let at_most = |what: &str, len: usize, max: usize| {
-        if len > max {
-            Err(too_long(what, len, max))
-        } else {
-            Ok(())
-        }
-    };
     match op {
         Op::Connect { params } => {
             at_most("the REQ body", params.req.len(), MAD_DATA_LEN)?;
@@ -46,14 +39,15 @@ pub(super) fn check(op: &Op) -> Result<(), String> {
         Op::Listen { transports, .. } => {
             at_most("the transport list", transports.len(), MAX_TRANSPORTS)
         }
-        Op::Accept { params, .. } => {
-            at_most("the REP body", params.rep.len(), MAD_DATA_LEN)?;
-            at_most(
-                "REP private data",
-                params.private_data.len(),
-                Rep::PRIVATE_DATA_LEN,
-            )
+        Op::ListenStateless {
+            transports,
+            template,
+            ..
+        } => {
+            at_most("the transport list", transports.len(), MAX_TRANSPORTS)?;
+            accept(&template.accept)
         }
+        Op::Accept { params, .. } => accept(params),
         Op::Reject {
             ari, private_data, ..
         } => {
@@ -104,7 +98,27 @@ pub(super) fn check(op: &Op) -> Result<(), String> {
         | Op::Len
         | Op::XrcUnlisten { .. }
         | Op::XrcDestroy
+        | Op::XrcOrphans
+        | Op::XrcReclaim { .. }
         | Op::Stats => Ok(()),
+    }
+}
+
+/// An accept's fields (an [`Op::Accept`], a stateless listener's template).
+fn accept(params: &WireAccept) -> Result<(), String> {
+    at_most("the REP body", params.rep.len(), MAD_DATA_LEN)?;
+    at_most(
+        "REP private data",
+        params.private_data.len(),
+        Rep::PRIVATE_DATA_LEN,
+    )
+}
+
+fn at_most(what: &str, len: usize, max: usize) -> Result<(), String> {
+    if len > max {
+        Err(too_long(what, len, max))
+    } else {
+        Ok(())
     }
 }
 

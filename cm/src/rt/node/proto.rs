@@ -18,7 +18,9 @@ pub use super::sidr::{
     WireSidrIn, WireSidrRep, WireSidrReq, WireStats, SIDR_BUDGET_ADDRESSES, SIDR_BUDGET_ALLOWANCE,
     SIDR_BUDGET_PER_REQUEST, SIDR_MAX_RETRIES, SIDR_TIMEOUT_MAX_MS, SIDR_TIMEOUT_MIN_MS,
 };
-pub use super::wire::{WireAccept, WireConnect, WirePeer, WireRep, WireReq};
+pub use super::wire::{
+    WireAccept, WireConnect, WirePeer, WireRep, WireReq, WireStateless, WireStatelessInfo,
+};
 
 /// The largest frame either side accepts (a bigger length prefix ends the session).
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -115,6 +117,18 @@ pub enum Op {
     RandomPsn,
     /// `Cm::connection_count`: this client's connections.
     Len,
+    /// `Cm::listen_stateless`: [`Op::Listen`], and under pressure the daemon's endpoint
+    /// answers this listener's REQs from `template` without keeping state
+    /// (docs/protocol.md §5.12); a connection established that way reaches the client as
+    /// [`DaemonMsg::Stateless`].
+    ListenStateless {
+        /// Service ID.
+        service_id: u64,
+        /// Accepted transports (as [`Op::Listen`]).
+        transports: Vec<u8>,
+        /// The REP template and its QPN range.
+        template: WireStateless,
+    },
     /// Serve XRC REQs for `service_id` as an XRC target of this client: the daemon creates or
     /// attaches the TGT QPs, with `policy` for the ones it creates.
     XrcListen {
@@ -134,6 +148,18 @@ pub enum Op {
     /// "target gone (owner destroyed it)" DREQ; for `Shared` QPs the client's registration
     /// is dropped instead). The answer's value is the number of QPs.
     XrcDestroy,
+    /// List the TGT QPs without a living owner (Explicit and DomainBound orphans) and the
+    /// leaks (live TGT QPs nobody uses): read only, for everyone. Answer
+    /// [`WireResult::XrcQps`].
+    XrcOrphans,
+    /// Destroy orphaned TGT QPs (owner gone, not `Shared`) of this client's user (root: of
+    /// any user): every one, or the one named. The answer's value is the number destroyed;
+    /// a named QP that is not such an orphan is refused.
+    XrcReclaim {
+        /// The QP, or `None` for all of them.
+        #[serde(default)]
+        qpn: Option<u32>,
+    },
     /// `Cm::sidr`: the daemon's endpoint sends the SIDR_REQ; the reply ([`WireResult::Sidr`],
     /// [`WireResult::SidrTimedOut`]) comes when the SIDR_REP (or the timeout) does, after
     /// the replies of requests sent meanwhile.
@@ -195,6 +221,16 @@ pub enum DaemonMsg {
         /// The request.
         req: WireSidrIn,
     },
+    /// A connection established statelessly for one of the client's stateless listeners
+    /// ([`Op::ListenStateless`]): a new established connection of the client.
+    Stateless {
+        /// The listener's service ID.
+        service_id: u64,
+        /// The connection.
+        conn: u32,
+        /// Its REQ, REP and RTU.
+        info: WireStatelessInfo,
+    },
     /// Something the daemon's XRC target did on one of the client's XRC services.
     XrcEvent {
         /// Service ID.
@@ -236,11 +272,35 @@ pub enum WireResult {
     SidrTimedOut,
     /// [`Op::Stats`].
     Stats(Box<WireStats>),
+    /// [`Op::XrcOrphans`].
+    XrcQps {
+        /// The QPs.
+        qps: Vec<WireTgtQp>,
+    },
     /// The daemon refused the request (ownership, quota, bad parameters, protocol).
     Refused {
         /// Why.
         why: String,
     },
+}
+
+/// A TGT QP in [`WireResult::XrcQps`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireTgtQp {
+    /// QP number.
+    pub qpn: u32,
+    /// Its XRC domain's name.
+    pub domain: String,
+    /// Its policy (`explicit`, `domain`, `process`, `shared`).
+    pub policy: String,
+    /// The user of the client that created it, if the daemon knows.
+    pub uid: Option<u32>,
+    /// Connections on it.
+    pub conns: u32,
+    /// Its owner is gone (an orphan, kept by its policy).
+    pub orphan: bool,
+    /// Nobody uses it: no owner, no registration, no connection.
+    pub leak: bool,
 }
 
 /// A service ID from the wire.

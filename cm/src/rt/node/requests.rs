@@ -9,10 +9,10 @@ use tokio::sync::mpsc;
 use super::client::transport_of;
 use super::proto::{
     sid, texp, ClientMsg, DaemonMsg, Op, WireCallError, WireConnectError, WireReq, WireResult,
-    VERSION,
+    WireStatelessInfo, VERSION,
 };
 use super::server::{lock, ConnEntry, EventSink, NodeServer, Session};
-use crate::proto::{ConnId, ListenOptions};
+use crate::proto::{ConnId, ListenOptions, StatelessAccept, StatelessInfo};
 use crate::rt::command::Command;
 use crate::rt::slot::SlotRef;
 use crate::rt::types::IncomingKind;
@@ -35,7 +35,7 @@ impl NodeServer {
             if let Op::Reject { conn, .. } = m.op {
                 let mine = s.lock().conns.get(&conn).is_some_and(|c| c.unanswered);
                 if mine {
-                    s.lock().conns.remove(&conn);
+                    s.lock().remove_conn(conn);
                     self.cm.send(Command::Unanswered {
                         id: ibcm_mad::CommId(conn),
                         sidr: false,
@@ -63,7 +63,15 @@ impl NodeServer {
             Op::Listen {
                 service_id,
                 transports,
-            } => self.listen(s, service_id, transports).await,
+            } => self.listen(s, service_id, transports, None).await,
+            Op::ListenStateless {
+                service_id,
+                transports,
+                template,
+            } => match template.to_template() {
+                Ok(t) => self.listen(s, service_id, transports, Some(t)).await,
+                Err(why) => WireResult::Refused { why },
+            },
             Op::Unlisten { service_id } => {
                 let mine = s.lock().listens.remove(&service_id);
                 if let Some(token) = mine {
@@ -93,9 +101,7 @@ impl NodeServer {
                             match r {
                                 // Watched since its REQ arrived.
                                 Ok(Ok(_slot)) => {
-                                    if let Some(c) = s.lock().conns.get_mut(&conn) {
-                                        c.unanswered = false;
-                                    }
+                                    s.lock().answered(conn);
                                     WireResult::Ok
                                 }
                                 Ok(Err(e)) => WireResult::CallError(WireCallError::from_error(&e)),
@@ -129,7 +135,7 @@ impl NodeServer {
                     // A rejected REQ leaves the table without a status a watcher would see.
                     let mut st = s.lock();
                     if st.conns.get(&conn).is_some_and(|c| c.unanswered) {
-                        st.conns.remove(&conn);
+                        st.remove_conn(conn);
                     }
                     unit(r)
                 }
@@ -186,7 +192,7 @@ impl NodeServer {
             Op::Unanswered { conn } => {
                 let mine = s.lock().conns.get(&conn).is_some_and(|c| c.unanswered);
                 if mine {
-                    s.lock().conns.remove(&conn);
+                    s.lock().remove_conn(conn);
                     self.cm.send(Command::Unanswered {
                         id: ibcm_mad::CommId(conn),
                         sidr: false,
@@ -228,6 +234,14 @@ impl NodeServer {
                 Ok(value) => WireResult::Value { value },
                 Err(why) => WireResult::Refused { why },
             },
+            Op::XrcOrphans => match self.hooks.xrc_orphans(s.info).await {
+                Ok(qps) => WireResult::XrcQps { qps },
+                Err(why) => WireResult::Refused { why },
+            },
+            Op::XrcReclaim { qpn } => match self.hooks.xrc_reclaim(s.info, qpn).await {
+                Ok(value) => WireResult::Value { value },
+                Err(why) => WireResult::Refused { why },
+            },
             Op::XrcUnlisten { service_id } => {
                 let mine = s.lock().xrc.remove(&service_id);
                 if mine {
@@ -265,6 +279,7 @@ impl NodeServer {
                         unanswered: false,
                         remote: None,
                         peer: Some(peer),
+                        service: None,
                     },
                 );
                 // Watched once the reply is queued: the client knows the connection before
@@ -291,23 +306,41 @@ impl NodeServer {
         s: &Arc<Session>,
         service_id: u64,
         transports: Vec<u8>,
+        stateless: Option<StatelessAccept>,
     ) -> WireResult {
         if let Some(r) = self.claim(s, service_id) {
             return r;
         }
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let (stx, mut srx) = mpsc::unbounded_channel();
         let options = ListenOptions {
             transports: transports.into_iter().map(transport_of).collect(),
         };
-        let r = self
-            .cm
-            .call(|reply| Command::Listen {
-                service_id: sid(service_id),
-                options,
-                tx,
-                reply,
-            })
-            .await;
+        let r = match stateless {
+            None => {
+                drop(stx);
+                self.cm
+                    .call(|reply| Command::Listen {
+                        service_id: sid(service_id),
+                        options,
+                        tx,
+                        reply,
+                    })
+                    .await
+            }
+            Some(template) => {
+                self.cm
+                    .call(|reply| Command::ListenStateless {
+                        service_id: sid(service_id),
+                        options,
+                        template,
+                        tx,
+                        stateless: stx,
+                        reply,
+                    })
+                    .await
+            }
+        };
         let token = match r {
             Ok(Ok(token)) => token,
             Ok(Err(e)) => {
@@ -324,11 +357,73 @@ impl NodeServer {
         s.lock().listens.insert(service_id, token);
         let (me, s2) = (self.clone(), s.clone());
         tokio::spawn(async move {
-            while let Some((id, kind)) = rx.recv().await {
-                me.incoming(&s2, service_id, id, kind);
+            let mut stateless_open = true;
+            loop {
+                tokio::select! {
+                    biased;
+                    a = srx.recv(), if stateless_open => match a {
+                        Some((id, info)) => me.stateless(&s2, service_id, id, &info),
+                        None => stateless_open = false,
+                    },
+                    r = rx.recv() => match r {
+                        Some((id, kind)) => me.incoming(&s2, service_id, id, kind),
+                        None => return,
+                    },
+                }
             }
         });
         WireResult::Ok
+    }
+
+    /// A connection the endpoint established statelessly for a listener of `s`: a new
+    /// connection of the session (over a quota, or for a session that is closing: a DREQ).
+    fn stateless(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        service_id: u64,
+        id: ConnId,
+        info: &StatelessInfo,
+    ) {
+        let quota = self.connection_quota(s);
+        let wire = WireStatelessInfo::from_info(info);
+        let taken = {
+            let mut st = s.lock();
+            match (&wire, st.closed || quota.is_some()) {
+                (Ok(_), false) => {
+                    st.conns.insert(
+                        id.0,
+                        ConnEntry {
+                            unanswered: false,
+                            remote: Some((
+                                info.req.req.local_comm_id.0,
+                                info.req.remote_qpn().get(),
+                            )),
+                            peer: Some(info.req.peer),
+                            service: Some(service_id),
+                        },
+                    );
+                    true
+                }
+                _ => false,
+            }
+        };
+        let (Ok(wire), true) = (wire, taken) else {
+            let (reply, _) = tokio::sync::oneshot::channel();
+            self.cm.send(Command::Disconnect {
+                conn: id,
+                private_data: Vec::new(),
+                reply,
+            });
+            return;
+        };
+        s.out.push(&DaemonMsg::Stateless {
+            service_id,
+            conn: id.0,
+            info: wire,
+        });
+        if let Some(c) = self.cm.connection(id) {
+            self.watch(s.clone(), id.0, c.slot);
+        }
     }
 
     /// Takes `service_id` for `s`, or says why not.
@@ -385,10 +480,13 @@ impl NodeServer {
         match kind {
             IncomingKind::Connect(req) => {
                 let quota = self.connection_quota(s);
-                let over = {
+                let (over, full) = {
                     let mut st = s.lock();
+                    let pending = st.backlog.get(&service_id).copied().unwrap_or(0);
                     if st.closed || quota.is_some() {
-                        true
+                        (true, false)
+                    } else if pending >= self.cfg.listen_backlog {
+                        (true, true)
                     } else {
                         st.conns.insert(
                             id.0,
@@ -396,11 +494,19 @@ impl NodeServer {
                                 unanswered: true,
                                 remote: Some((req.req.local_comm_id.0, req.remote_qpn().get())),
                                 peer: Some(req.peer),
+                                service: Some(service_id),
                             },
                         );
-                        false
+                        *st.backlog.entry(service_id).or_insert(0) += 1;
+                        (false, false)
                     }
                 };
+                if full {
+                    // The listener's backlog is full: REJ 3 "no resources", as the endpoint
+                    // answers a source over its half-open cap; the client hears nothing.
+                    self.backlog_full(s, service_id, id);
+                    return;
+                }
                 if over {
                     self.cm.send(Command::Unanswered { id, sidr: false });
                     return;
@@ -419,12 +525,38 @@ impl NodeServer {
                         }
                     }
                     Err(_) => {
-                        s.lock().conns.remove(&id.0);
+                        s.lock().remove_conn(id.0);
                         self.cm.send(Command::Unanswered { id, sidr: false });
                     }
                 }
             }
             IncomingKind::Sidr(info) => self.incoming_sidr(s, service_id, id, &info),
+        }
+    }
+
+    /// Rejects the REQ `id` for `service_id` whose backlog is full; counted, and logged
+    /// (the first of a session's listener, then every 1,024th of the daemon).
+    fn backlog_full(&self, s: &Session, service_id: u64, id: ConnId) {
+        let (reply, _) = tokio::sync::oneshot::channel();
+        self.cm.send(Command::Reject {
+            conn: id,
+            reason: RejReason::NoResources,
+            ari: Vec::new(),
+            private_data: Vec::new(),
+            reply,
+        });
+        let n = self
+            .backlog_rejects
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .saturating_add(1);
+        if n == 1 || n.is_multiple_of(1024) {
+            tracing::warn!(
+                session = s.info.id,
+                service = %ServiceId(service_id),
+                backlog = self.cfg.listen_backlog,
+                rejected = n,
+                "listen backlog full: REQ rejected (REJ 3 no resources)"
+            );
         }
     }
 

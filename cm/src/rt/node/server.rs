@@ -32,7 +32,7 @@ use super::errors::WireConnError;
 use super::journal::{JournalEntry, JournalTx};
 use super::proto::{
     encode_frame, read_frame, sid, ClientMsg, DaemonMsg, FrameError, Op, WirePeer, WireRep,
-    WireResult, WireStatus, VERSION,
+    WireResult, WireStatus, WireTgtQp, VERSION,
 };
 use crate::log_limit::LogLimit;
 use crate::proto::{ConnectionError, PeerAddr};
@@ -94,6 +94,32 @@ pub trait NodeHooks: Send + Sync + 'static {
     /// The session ended (its client exited or closed the socket): end its XRC holdings per
     /// their policies. Called after its connections were disconnected.
     fn session_ended(&self, session: SessionInfo) -> HookFuture<'_, ()>;
+
+    /// The connections the XRC target holds for `session`'s services, and for every service
+    /// of its user (those of ended sessions until they close): counted against
+    /// [`ServerConfig::max_connections`] and [`ServerConfig::max_connections_per_user`].
+    /// Default: none.
+    fn xrc_connections(&self, session: SessionInfo) -> (usize, usize) {
+        let _ = session;
+        (0, 0)
+    }
+
+    /// [`Op::XrcOrphans`]: the TGT QPs without a living owner, and the leaks. Default: none.
+    fn xrc_orphans(&self, session: SessionInfo) -> HookFuture<'_, Result<Vec<WireTgtQp>, String>> {
+        let _ = session;
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// [`Op::XrcReclaim`]: destroy orphans of `session`'s user (root: any), all or `qpn`;
+    /// how many. Default: none.
+    fn xrc_reclaim(
+        &self,
+        session: SessionInfo,
+        qpn: Option<u32>,
+    ) -> HookFuture<'_, Result<u64, String>> {
+        let _ = (session, qpn);
+        Box::pin(async { Ok(0) })
+    }
 }
 
 /// A range of service IDs only one Unix user may listen on (`ibcmd --reserve`).
@@ -151,7 +177,18 @@ pub struct ServerConfig {
     /// (a further session is refused at once).
     pub max_sessions_per_user: usize,
     /// Connections one Unix user may hold over all its sessions (as `max_connections`).
+    /// Both count the connections the XRC target accepted for the sessions' XRC services.
     pub max_connections_per_user: usize,
+    /// Live TGT QPs the XRC services of one Unix user's sessions may have created (orphans
+    /// included, until destroyed); a REQ that would create one more is rejected with REJ 3.
+    /// Default 16,384: a quarter of the sim backend's 65,536, so one user cannot take them
+    /// all (`ibcmd --max-tgt-qps-per-user`).
+    pub max_tgt_qps_per_user: usize,
+    /// Live TGT QPs the XRC services of all users but root may have created together
+    /// (orphans included): what stays of the backend's QPs is root's, whatever the other
+    /// users hold or leave behind. Default 49,152: three quarters of the sim backend's
+    /// 65,536 (`ibcmd --max-tgt-qps-non-root`).
+    pub max_tgt_qps_non_root: usize,
     /// Service IDs reserved for one user: another user's listen (CM or XRC) there is refused.
     pub reserved: Vec<Reservation>,
     /// Messages queued towards a client before it counts as stuck and is dropped.
@@ -167,6 +204,11 @@ pub struct ServerConfig {
     /// accept once the open descriptors would leave fewer than this many free below
     /// `RLIMIT_NOFILE`.
     pub reserved_fds: usize,
+    /// REQs a listener may have delivered to its client and not yet answered (accepted,
+    /// rejected or dropped), like a SYN backlog: a REQ beyond it is rejected by the daemon
+    /// with REJ 3 "no resources" and never reaches the client, so a flood cannot fill the
+    /// session's queue (`ibcmd --listen-backlog`). Default 1,024.
+    pub listen_backlog: usize,
     /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
     /// connections still unanswered then stay in the journal, for the next start).
     pub shutdown_grace: std::time::Duration,
@@ -180,12 +222,15 @@ impl Default for ServerConfig {
             max_sidr: 1024,
             max_sessions_per_user: 1024,
             max_connections_per_user: 262_144,
+            max_tgt_qps_per_user: 16_384,
+            max_tgt_qps_non_root: 49_152,
             reserved: Vec::new(),
             queue: 8192,
             queue_bytes: 4 << 20,
             queue_bytes_per_user: 64 << 20,
             hello_timeout: Duration::from_secs(5),
             reserved_fds: 64,
+            listen_backlog: 1024,
             shutdown_grace: std::time::Duration::from_secs(2),
         }
     }
@@ -341,6 +386,8 @@ pub(super) struct ConnEntry {
     pub(super) remote: Option<(u32, u32)>,
     /// For the journal: the peer's CM.
     pub(super) peer: Option<PeerAddr>,
+    /// The service ID of the listener whose REQ it was (passive side).
+    pub(super) service: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -355,7 +402,46 @@ pub(super) struct SessionState {
     pub(super) sidr_out: BTreeSet<u32>,
     /// The client's SIDR_REQs on their way to the endpoint.
     pub(super) sidr_starting: usize,
+    /// Per listener (service ID): its REQs delivered and not yet answered
+    /// ([`ServerConfig::listen_backlog`]).
+    pub(super) backlog: BTreeMap<u64, usize>,
     pub(super) closed: bool,
+}
+
+impl SessionState {
+    /// Removes a connection from the session's table (and from its listener's backlog if
+    /// its REQ was still unanswered).
+    pub(super) fn remove_conn(&mut self, conn: u32) -> Option<ConnEntry> {
+        let c = self.conns.remove(&conn)?;
+        if c.unanswered {
+            self.settle(c.service);
+        }
+        Some(c)
+    }
+
+    /// The client answered the REQ of `conn` (accepted it).
+    pub(super) fn answered(&mut self, conn: u32) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.unanswered {
+            c.unanswered = false;
+            let service = c.service;
+            self.settle(service);
+        }
+    }
+
+    fn settle(&mut self, service: Option<u64>) {
+        let Some(service) = service else {
+            return;
+        };
+        if let Some(n) = self.backlog.get_mut(&service) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.backlog.remove(&service);
+            }
+        }
+    }
 }
 
 /// One client's session.
@@ -387,6 +473,8 @@ pub struct NodeServer {
     pub(super) log: Mutex<Limited>,
     next_session: AtomicU64,
     journal: Option<JournalTx>,
+    /// REQs rejected because their listener's backlog was full.
+    pub(super) backlog_rejects: AtomicU64,
 }
 
 impl std::fmt::Debug for NodeServer {
@@ -422,6 +510,7 @@ impl NodeServer {
             log: Mutex::new(Limited::default()),
             next_session: AtomicU64::new(1),
             journal,
+            backlog_rejects: AtomicU64::new(0),
         })
     }
 
@@ -579,20 +668,41 @@ impl NodeServer {
     /// Why `s`'s user may not open another connection, if it may not: the session's quota,
     /// then the user's over all its sessions.
     pub(super) fn connection_quota(&self, s: &Session) -> Option<String> {
-        if s.lock().conns.len() >= self.cfg.max_connections {
+        let own = s.lock().conns.len();
+        self.quota_of(s.info, own)
+    }
+
+    /// Why a connection the XRC target would accept for a service of the session `info`
+    /// (which may have ended) is over a quota, if it is: the session's, then its user's
+    /// ([`ServerConfig::max_connections`], [`ServerConfig::max_connections_per_user`]),
+    /// counting both RC and XRC connections.
+    pub fn xrc_connection_quota(&self, info: SessionInfo) -> Option<String> {
+        let s = lock(&self.sessions).get(&info.id).cloned();
+        let own = s.map_or(0, |s| s.lock().conns.len());
+        self.quota_of(info, own)
+    }
+
+    fn quota_of(&self, info: SessionInfo, own: usize) -> Option<String> {
+        let (xrc_own, xrc_user) = self.hooks.xrc_connections(info);
+        if own.saturating_add(xrc_own) >= self.cfg.max_connections {
             return Some(format!("quota: {} connections", self.cfg.max_connections));
         }
         let all: usize = self
-            .sessions_of(s.info.uid)
+            .sessions_of(info.uid)
             .iter()
             .map(|x| x.lock().conns.len())
             .sum();
-        (all >= self.cfg.max_connections_per_user).then(|| {
+        (all.saturating_add(xrc_user) >= self.cfg.max_connections_per_user).then(|| {
             format!(
                 "quota: {} connections of uid {}",
-                self.cfg.max_connections_per_user, s.info.uid
+                self.cfg.max_connections_per_user, info.uid
             )
         })
+    }
+
+    /// The limits it applies.
+    pub fn config(&self) -> &ServerConfig {
+        &self.cfg
     }
 
     /// A round trip through the driver: everything sent before has been handled and flushed.
@@ -833,7 +943,7 @@ impl NodeServer {
                     Some(_) => {}
                 }
                 if gone {
-                    s.lock().conns.remove(&conn);
+                    s.lock().remove_conn(conn);
                     return;
                 }
                 last = st;
@@ -883,5 +993,11 @@ impl NodeServer {
     /// The number of sessions now.
     pub fn sessions(&self) -> usize {
         lock(&self.sessions).len()
+    }
+
+    /// REQs the daemon rejected (REJ 3 "no resources") because their listener's backlog
+    /// was full ([`ServerConfig::listen_backlog`]).
+    pub fn backlog_rejects(&self) -> u64 {
+        self.backlog_rejects.load(Ordering::Relaxed)
     }
 }

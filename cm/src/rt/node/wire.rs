@@ -7,7 +7,9 @@ use ibcm_mad::cma::CmaHeader;
 use ibcm_mad::{AttrId, CmMessage, Gid, Lid, Qkey, Qpn, Rep, Req, MAD_DATA_LEN};
 use serde::{Deserialize, Serialize};
 
-use crate::proto::{AcceptParams, ConnectParams, IbAddr, PeerAddr, RepInfo, ReqInfo};
+use crate::proto::{
+    AcceptParams, ConnectParams, IbAddr, PeerAddr, RepInfo, ReqInfo, StatelessAccept, StatelessInfo,
+};
 
 /// A [`PeerAddr`] on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -253,6 +255,78 @@ impl WireAccept {
     }
 }
 
+/// A [`StatelessAccept`] template on the wire (`listen-stateless`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireStateless {
+    /// The REP's parameters.
+    pub accept: WireAccept,
+    /// First local QPN of the range the stateless REPs hand out.
+    pub qpn_base: u32,
+    /// How many QPNs the range has.
+    pub qpn_count: u32,
+}
+
+impl WireStateless {
+    /// From the template.
+    pub fn from_template(t: &StatelessAccept) -> Self {
+        WireStateless {
+            accept: WireAccept::from_params(&t.rep),
+            qpn_base: t.qpn_base.get(),
+            qpn_count: t.qpn_count,
+        }
+    }
+
+    /// Back to the template.
+    ///
+    /// # Errors
+    /// A malformed REP body.
+    pub fn to_template(&self) -> Result<StatelessAccept, String> {
+        Ok(StatelessAccept::new(
+            self.accept.to_params()?,
+            Qpn::masked(self.qpn_base),
+            self.qpn_count,
+        ))
+    }
+}
+
+/// A connection established statelessly ([`StatelessInfo`]) on the wire: the REQ, the REP
+/// the endpoint sent (its body) and the RTU's private data.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireStatelessInfo {
+    /// The REQ.
+    pub req: WireReq,
+    /// The REP's body (232 bytes).
+    pub rep: Vec<u8>,
+    /// The RTU's private data.
+    pub rtu_private_data: Vec<u8>,
+}
+
+impl WireStatelessInfo {
+    /// From the endpoint's report.
+    ///
+    /// # Errors
+    /// A REQ the wire cannot carry.
+    pub fn from_info(i: &StatelessInfo) -> Result<Self, String> {
+        Ok(WireStatelessInfo {
+            req: WireReq::from_info(&i.req)?,
+            rep: body(&CmMessage::Rep(i.rep)),
+            rtu_private_data: i.rtu_private_data.clone(),
+        })
+    }
+
+    /// Back to the report.
+    ///
+    /// # Errors
+    /// A malformed REQ or REP body.
+    pub fn to_info(&self) -> Result<StatelessInfo, String> {
+        Ok(StatelessInfo {
+            req: self.req.to_info()?,
+            rep: parse_rep(&self.rep)?,
+            rtu_private_data: self.rtu_private_data.clone(),
+        })
+    }
+}
+
 /// A received REQ ([`ReqInfo`]) on the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WireReq {
@@ -326,6 +400,28 @@ mod tests {
     use crate::proto::{CallError, ConnectionError, State};
     use crate::rt::node::errors::{WireCallError, WireConnError};
     use ibcm_mad::{Psn, RejReason, ReqTransport, TimeoutExp};
+
+    #[test]
+    fn stateless_template_round_trip() {
+        let mut rep = AcceptParams::new(Qpn::new(0x77).unwrap());
+        rep.private_data = vec![9, 8, 7];
+        rep.starting_psn = Psn::new(0x1234).unwrap();
+        let t = StatelessAccept::new(rep, Qpn::new(0x80_0000).unwrap(), 4096);
+        let json = serde_json::to_vec(&WireStateless::from_template(&t)).unwrap();
+        let back: WireStateless = serde_json::from_slice(&json).unwrap();
+        let u = back.to_template().unwrap();
+        assert_eq!((u.qpn_base, u.qpn_count), (t.qpn_base, t.qpn_count));
+        assert_eq!(u.rep.private_data, t.rep.private_data);
+        assert_eq!(u.rep.starting_psn, t.rep.starting_psn);
+        let bad = WireStateless {
+            accept: WireAccept {
+                rep: vec![1, 2],
+                ..back.accept
+            },
+            ..back
+        };
+        assert!(bad.to_template().is_err());
+    }
 
     #[test]
     fn connect_params_round_trip() {

@@ -10,9 +10,11 @@
 //! established it (`established conn=… stateless`). Below the threshold the listener answers
 //! as usual, with QPNs drawn outside that range. XRC REQs are always answered with state.
 //!
+//! With `--daemon` the node service's endpoint answers statelessly, at its own threshold
+//! (so `--stateless-threshold` and `--stateless-always` are refused there).
+//!
 //! What needs the application before the REP cannot be stateless, so `--stateless` refuses
-//! `--reject`, `--accept-delay` and `--daemon` (the node service offers no stateless mode),
-//! and `--verbs`: a device allocates its QPNs itself, while the cookie chooses the REP's QPN
+//! `--reject` and `--accept-delay`, and `--verbs`: a device allocates its QPNs itself, while the cookie chooses the REP's QPN
 //! from the range, and cm-ping keeps no pool of QPs covering it.
 
 use std::collections::HashMap;
@@ -112,8 +114,11 @@ pub(crate) fn check(
              --accept-delay"
         );
     }
-    if daemon {
-        bail!("--stateless: the node's CM service (--daemon) offers no stateless mode");
+    if daemon && (a.stateless_threshold.is_some() || a.stateless_always) {
+        bail!(
+            "--stateless with --daemon: the threshold is the daemon's endpoint's setting; no \
+             --stateless-threshold or --stateless-always"
+        );
     }
     Ok(())
 }

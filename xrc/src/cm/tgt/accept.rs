@@ -74,6 +74,21 @@ impl XrcTarget {
             timewait,
             srqns: svc.srqns.clone(),
         };
+        if let Some(admit) = self.admission.as_mut() {
+            let q = super::AdmissionQuery {
+                service_id: service,
+                service: &svc,
+                creates: self.reg.would_create(&ireq),
+                registry: &self.reg,
+            };
+            if admit(&q).is_err() {
+                let info = TargetGone {
+                    kind: RejectKind::NoResources,
+                    qpn: None,
+                };
+                return Some(self.rejected(conn, service, peer, info));
+            }
+        }
         let acc = match self.reg.handle_req(now, &ireq) {
             Ok(acc) => acc,
             Err(info) => return Some(self.rejected(conn, service, peer, info)),

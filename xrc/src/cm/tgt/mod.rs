@@ -197,6 +197,25 @@ pub struct TargetStats {
 /// Called with each [`TargetEvent`] as it happens.
 pub type TargetObserver = Box<dyn FnMut(Instant, TargetEvent) + Send>;
 
+/// What an [`XrcTarget`] asks its admission hook ([`XrcTarget::set_admission`]) before it
+/// decides an XRC REQ for a service it serves.
+#[derive(Debug)]
+pub struct AdmissionQuery<'a> {
+    /// The service the REQ asks for.
+    pub service_id: ServiceId,
+    /// Who serves it.
+    pub service: &'a XrcService,
+    /// Whether the REQ would create a TGT QP ([`TgtRegistry::would_create`]); else it
+    /// attaches to a live one.
+    pub creates: bool,
+    /// The registry, to count what the service's process or user holds.
+    pub registry: &'a TgtRegistry<ConnId>,
+}
+
+/// Decides whether a REQ may be served (quotas on connections and TGT QPs): `Err(why)`
+/// refuses it with REJ 3 "no resources" (the [`TargetGone`] block of kind `NoResources`).
+pub type TargetAdmission = Box<dyn FnMut(&AdmissionQuery<'_>) -> Result<(), String> + Send>;
+
 /// The passive side of XRC over ibcm: a [`TgtRegistry`] coupled to a CM endpoint (module
 /// docs).
 pub struct XrcTarget {
@@ -212,6 +231,7 @@ pub struct XrcTarget {
     pending: VecDeque<PolicyAction<ConnId>>,
     events: VecDeque<TargetEvent>,
     observer: Option<TargetObserver>,
+    admission: Option<TargetAdmission>,
     stats: TargetStats,
 }
 
@@ -238,6 +258,7 @@ impl XrcTarget {
             pending: VecDeque::new(),
             events: VecDeque::new(),
             observer: None,
+            admission: None,
             stats: TargetStats::default(),
         }
     }
@@ -326,6 +347,12 @@ impl XrcTarget {
     /// [`XrcTarget::flush`]), instead of leaving them for [`XrcTarget::poll_event`].
     pub fn set_observer(&mut self, f: TargetObserver) {
         self.observer = Some(f);
+    }
+
+    /// Asks `f` before deciding each XRC REQ for a served service (quotas); a refusal is
+    /// answered with REJ 3 "no resources" and reported as [`TargetEvent::Rejected`].
+    pub fn set_admission(&mut self, f: TargetAdmission) {
+        self.admission = Some(f);
     }
 
     /// The next [`TargetEvent`] (those of the last [`XrcTarget::flush`] and before; none
