@@ -104,7 +104,11 @@ fn spawn_daemon(ibcmd: &Path, o: &NodeKillOpts, sock: &Path, state: &Path) -> Re
         .arg(sock)
         .arg("--state")
         .arg(state)
-        .env("IBCMD_LOG", "warn")
+        // Quiet unless the caller asks for the daemon's log.
+        .env(
+            "IBCMD_LOG",
+            std::env::var("IBCMD_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .kill_on_drop(true)
         .spawn()
         .context("cannot start ibcmd")
