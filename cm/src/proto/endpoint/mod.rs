@@ -414,20 +414,40 @@ impl Endpoint {
         theirs: CommId,
         allow_unset: bool,
     ) -> Option<(&mut Conn, &mut Io)> {
+        self.find(from, ours, theirs, allow_unset, true).ok()
+    }
+
+    /// [`lookup`](Self::lookup), saying why no connection was found, and counting the miss
+    /// only with `count`: checked in this order for every message, `UnknownCommId` (no
+    /// connection has our ID), `MismatchedCommId` (it records another remote ID), `WrongPeer`
+    /// (another source). A handler that answers some misses (`on_dreq`: the orphan DREP)
+    /// calls it with `count = false` and counts the others itself.
+    fn find(
+        &mut self,
+        from: PeerAddr,
+        ours: CommId,
+        theirs: CommId,
+        allow_unset: bool,
+        count: bool,
+    ) -> Result<(&mut Conn, &mut Io), DropReason> {
+        let stats = &mut self.io.stats;
+        let mut miss = |why: DropReason| {
+            if count {
+                stats.drop(why);
+            }
+            Err(why)
+        };
         let Some(c) = self.conns.get_mut(&ours) else {
-            self.io.stats.drop(DropReason::UnknownCommId);
-            return None;
+            return miss(DropReason::UnknownCommId);
         };
         if c.remote_id != theirs && !(allow_unset && c.remote_id == CommId(0)) {
-            self.io.stats.drop(DropReason::MismatchedCommId);
-            return None;
+            return miss(DropReason::MismatchedCommId);
         }
         if self.io.peers.addr(c.peer) != from {
-            self.io.stats.drop(DropReason::WrongPeer);
-            return None;
+            return miss(DropReason::WrongPeer);
         }
         self.io.guard.validate(ours);
-        Some((c, &mut self.io))
+        Ok((c, &mut self.io))
     }
 
     /// Whether a message about connection `id` came from its peer; counts `WrongPeer` if not.
