@@ -1302,21 +1302,26 @@ fn in_state(state: State) -> Option<InState> {
                 panic!("not a REQ")
             };
             if state == State::MraReqRcvd {
-                h.rx(req.header.tid, mra_msg(CommId(0), r.local_comm_id, MsgKind::Req));
+                h.rx(
+                    req.header.tid,
+                    mra_msg(CommId(0), r.local_comm_id, MsgKind::Req),
+                );
             }
             active(h, c)
         }
         State::RepRcvd | State::MraRepSent => {
             let (c, _, _) = h.rep_rcvd();
             if state == State::MraRepSent {
-                h.ep.mra(h.now, c, TimeoutExp::new(20).unwrap(), &[]).unwrap();
+                h.ep.mra(h.now, c, TimeoutExp::new(20).unwrap(), &[])
+                    .unwrap();
             }
             active(h, c)
         }
         State::ReqRcvd | State::MraReqSent => {
             let (c, req, _) = h.req_rcvd();
             if state == State::MraReqSent {
-                h.ep.mra(h.now, c, TimeoutExp::new(20).unwrap(), &[]).unwrap();
+                h.ep.mra(h.now, c, TimeoutExp::new(20).unwrap(), &[])
+                    .unwrap();
             }
             passive(h, c, req, Qpn::default())
         }
@@ -1411,32 +1416,34 @@ fn outcome(state: State, msg: &str) -> String {
             parts.push(format!("drop {r:?}"));
         }
     }
-    let sent: Vec<String> = s
-        .h
-        .tx()
-        .iter()
-        .map(|m| match &m.msg {
-            CmMessage::Rej(r) => format!("REJ({})", r.reason.raw()),
-            m => m.name().to_string(),
-        })
-        .collect();
+    let sent: Vec<String> =
+        s.h.tx()
+            .iter()
+            .map(|m| match &m.msg {
+                CmMessage::Rej(r) => format!("REJ({})", r.reason.raw()),
+                m => m.name().to_string(),
+            })
+            .collect();
     if !sent.is_empty() {
         parts.push(format!("send {}", sent.join("+")));
     }
-    let events: Vec<String> = s
-        .h
-        .events()
-        .iter()
-        .map(|e| match e {
-            EventKind::Closed(err) => format!("Closed({})", variant(&format!("{err:?}"))),
-            e => variant(&format!("{e:?}")).to_string(),
-        })
-        .collect();
+    let events: Vec<String> =
+        s.h.events()
+            .iter()
+            .map(|e| match e {
+                EventKind::Closed(err) => format!("Closed({})", variant(&format!("{err:?}"))),
+                e => variant(&format!("{e:?}")).to_string(),
+            })
+            .collect();
     if !events.is_empty() {
         parts.push(format!("event {}", events.join("+")));
     }
     let (st1, lap1) = (s.h.ep.state(s.conn), s.h.ep.lap_state(s.conn));
-    assert_ne!(st1, Some(State::DreqRcvd), "{state} × {msg} rests in DREQ_RCVD");
+    assert_ne!(
+        st1,
+        Some(State::DreqRcvd),
+        "{state} × {msg} rests in DREQ_RCVD"
+    );
     if st1 != st0 {
         parts.push(format!("→ {}", st1.unwrap_or(State::Idle)));
     }
@@ -1522,8 +1529,13 @@ fn every_message_in_every_state_matches_protocol_md_3_6() {
                         ));
                     }
                 }
-                [] => wrong.push(format!("{state} × {msg}: no row in protocol.md §3.6 (the endpoint does `{did}`)")),
-                _ => wrong.push(format!("{state} × {msg}: {} rows in protocol.md §3.6", mine.len())),
+                [] => wrong.push(format!(
+                    "{state} × {msg}: no row in protocol.md §3.6 (the endpoint does `{did}`)"
+                )),
+                _ => wrong.push(format!(
+                    "{state} × {msg}: {} rows in protocol.md §3.6",
+                    mine.len()
+                )),
             }
         }
     }

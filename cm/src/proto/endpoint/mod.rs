@@ -1,11 +1,14 @@
 //! The CM endpoint: the connection table, input dispatch, outputs and TimeWait; every
-//! transition of docs/protocol.md §4.7, split by feature.
+//! transition of docs/protocol.md §3, split by feature.
 //!
 //! This module holds the [`Endpoint`] struct and its tables, the `poll_*` outputs, the input
 //! dispatch ([`Endpoint::handle_datagram`] routes each message to its handler,
 //! [`Endpoint::handle_timeout`] routes each expired timer), the retransmission of pending
 //! requests, and TimeWait with its QPN quarantine. Each feature's file holds both its
-//! application commands and its message handlers:
+//! application commands and its message handlers. The table below is the handler map, the only
+//! one (docs/protocol.md §1.1 and docs/README.md point here); what each handler does with each
+//! message in each state is docs/protocol.md §3.6, which `cm/tests/state_table.rs` checks pair by
+//! pair:
 //!
 //! | message / command | file | handler |
 //! |---|---|---|
@@ -44,6 +47,7 @@
 //! | `notify_path_migrated` (PATH_MIG) | `lap.rs` | [`Endpoint::notify_path_migrated`] |
 //! | LAP retries exhausted | `lap.rs` | `on_lap_timeout` |
 //! | resend timer (retransmit, then route the give-up above) | `mod.rs` | `on_resend_timer` |
+//! | the connection a message names: comm IDs, then the source (a miss counted, or said) | `mod.rs` | `lookup`, `find`; `sent_by_peer` |
 //! | enter / leave TimeWait, QPN quarantine | `mod.rs` | `enter_timewait`, `on_timewait_exit` |
 //!
 //! Elsewhere, below this file (none of them knows the endpoint; this file and the feature files
