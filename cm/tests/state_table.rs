@@ -706,6 +706,31 @@ fn rep_rcvd_send_rtu_established() {
     assert_eq!(h.events(), vec![EventKind::Established]);
 }
 
+/// The DREQ of issue 28's newcomer (§3.6, MRA_REP_SENT × DREQ): before our RTU it is dropped,
+/// as Linux's `cm_dreq_handler` drops it; the peer's DREQ timer sends it again and, once we are
+/// established, it is answered.
+#[test]
+fn mra_rep_sent_dreq_rx_dropped_until_established() {
+    let mut h = H::new();
+    let (c, _req, their) = h.rep_rcvd();
+    h.ep.mra(h.now, c, TimeoutExp::new(20).unwrap(), &[])
+        .unwrap();
+    h.tx1();
+    h.events();
+    let dreq = dreq_msg(their, c, Qpn::new(0x11).unwrap());
+    h.rx(Tid(7), dreq);
+    assert!(h.tx().is_empty());
+    assert!(h.events().is_empty());
+    assert_eq!(h.ep.state(c), Some(State::MraRepSent));
+    assert_eq!(h.ep.stats().dropped(DropReason::WrongState), 1);
+    h.ep.establish(h.now, c, &[]).unwrap();
+    assert!(matches!(h.tx1().msg, CmMessage::Rtu(_)));
+    h.events();
+    h.rx(Tid(7), dreq);
+    assert!(matches!(h.tx1().msg, CmMessage::Drep(_)));
+    assert_eq!(h.ep.state(c), Some(State::Timewait));
+}
+
 #[test]
 fn rep_rcvd_send_rej_idle() {
     let mut h = H::new();
