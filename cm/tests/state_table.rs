@@ -706,6 +706,31 @@ fn rep_rcvd_send_rtu_established() {
     assert_eq!(h.events(), vec![EventKind::Established]);
 }
 
+/// The DREQ of issue 28's newcomer (§3.6, MRA_REP_SENT × DREQ): before our RTU it is dropped,
+/// as Linux's `cm_dreq_handler` drops it; the peer's DREQ timer sends it again and, once we are
+/// established, it is answered.
+#[test]
+fn mra_rep_sent_dreq_rx_dropped_until_established() {
+    let mut h = H::new();
+    let (c, _req, their) = h.rep_rcvd();
+    h.ep.mra(h.now, c, TimeoutExp::new(20).unwrap(), &[])
+        .unwrap();
+    h.tx1();
+    h.events();
+    let dreq = dreq_msg(their, c, Qpn::new(0x11).unwrap());
+    h.rx(Tid(7), dreq);
+    assert!(h.tx().is_empty());
+    assert!(h.events().is_empty());
+    assert_eq!(h.ep.state(c), Some(State::MraRepSent));
+    assert_eq!(h.ep.stats().dropped(DropReason::WrongState), 1);
+    h.ep.establish(h.now, c, &[]).unwrap();
+    assert!(matches!(h.tx1().msg, CmMessage::Rtu(_)));
+    h.events();
+    h.rx(Tid(7), dreq);
+    assert!(matches!(h.tx1().msg, CmMessage::Drep(_)));
+    assert_eq!(h.ep.state(c), Some(State::Timewait));
+}
+
 #[test]
 fn rep_rcvd_send_rej_idle() {
     let mut h = H::new();
@@ -1194,4 +1219,357 @@ fn established_path_mig_lap_idle() {
     h.ep.notify_path_migrated(h.now, c).unwrap();
     assert_eq!(h.ep.lap_state(c), Some(LapState::Idle));
     assert_eq!(h.ep.state(c), Some(State::Established));
+}
+
+// ------------------------------------------------------------------------------------------
+// Every message in every state: docs/protocol.md §3.6
+
+/// The 13 connection states, in the order of §3.6.
+const STATES: [State; 13] = [
+    State::Idle,
+    State::ReqSent,
+    State::ReqRcvd,
+    State::MraReqSent,
+    State::MraReqRcvd,
+    State::RepSent,
+    State::RepRcvd,
+    State::MraRepSent,
+    State::MraRepRcvd,
+    State::Established,
+    State::DreqSent,
+    State::DreqRcvd,
+    State::Timewait,
+];
+
+/// The 11 CM messages a connection may receive, in the order of §3.6.
+const MESSAGES: [&str; 11] = [
+    "REQ", "MRA", "REJ", "REP", "RTU", "DREQ", "DREP", "LAP", "APR", "SIDR_REQ", "SIDR_REP",
+];
+
+/// The handler of each message (§3.6's handler column).
+fn handler(msg: &str) -> &'static str {
+    match msg {
+        "REQ" => "setup: `on_req`",
+        "MRA" => "setup: `on_mra`",
+        "REJ" => "setup: `on_rej`",
+        "REP" => "setup: `on_rep`",
+        "RTU" => "setup: `on_rtu`",
+        "DREQ" => "teardown: `on_dreq`",
+        "DREP" => "teardown: `on_drep`",
+        "LAP" => "lap: `on_lap`",
+        "APR" => "lap: `on_apr`",
+        "SIDR_REQ" => "sidr: `on_sidr_req`",
+        "SIDR_REP" => "sidr: `on_sidr_rep`",
+        _ => "?",
+    }
+}
+
+/// A connection brought into a state, with what its peer knows of it.
+struct InState {
+    h: H,
+    conn: ConnId,
+    /// The peer's comm ID.
+    theirs: CommId,
+    /// The connection's local QPN (0 before a passive connection accepts).
+    qpn: Qpn,
+    /// The peer's QPN.
+    peer_qpn: Qpn,
+}
+
+/// Brings a connection into `state` (passive for REQ_RCVD, MRA_REQ_SENT, REP_SENT and
+/// MRA_REP_RCVD; active otherwise; IDLE: it left the table after TimeWait). The endpoint
+/// listens on `SID` in every case. `None` for DREQ_RCVD, in which the core never rests.
+fn in_state(state: State) -> Option<InState> {
+    let mut h = H::new();
+    h.ep.listen(SID, ListenOptions::default());
+    let active_theirs = CommId(0x7777_0001);
+    let (a_qpn, p_qpn) = (Qpn::new(0x11).unwrap(), Qpn::new(0x22).unwrap());
+    let (active_peer_qpn, passive_peer_qpn) = (Qpn::new(0x33).unwrap(), Qpn::new(0x99).unwrap());
+    let passive = |h: H, conn: ConnId, req: Req, qpn: Qpn| InState {
+        h,
+        conn,
+        theirs: req.local_comm_id,
+        qpn,
+        peer_qpn: passive_peer_qpn,
+    };
+    let active = |h: H, conn: ConnId| InState {
+        h,
+        conn,
+        theirs: active_theirs,
+        qpn: a_qpn,
+        peer_qpn: active_peer_qpn,
+    };
+    let st = match state {
+        State::Idle | State::Established | State::DreqSent | State::Timewait => {
+            let (c, their, _) = h.established_active();
+            if state != State::Established {
+                h.ep.disconnect(h.now, c, &[]).unwrap();
+                h.tx();
+            }
+            if matches!(state, State::Timewait | State::Idle) {
+                h.rx(
+                    Tid(9),
+                    CmMessage::Drep(Drep {
+                        local_comm_id: their,
+                        remote_comm_id: c,
+                        ..Drep::default()
+                    }),
+                );
+            }
+            if state == State::Idle {
+                h.run_timers(Duration::from_secs(600));
+            }
+            active(h, c)
+        }
+        State::ReqSent | State::MraReqRcvd => {
+            let (c, req) = h.req_sent();
+            let CmMessage::Req(r) = req.msg else {
+                panic!("not a REQ")
+            };
+            if state == State::MraReqRcvd {
+                h.rx(
+                    req.header.tid,
+                    mra_msg(CommId(0), r.local_comm_id, MsgKind::Req),
+                );
+            }
+            active(h, c)
+        }
+        State::RepRcvd | State::MraRepSent => {
+            let (c, _, _) = h.rep_rcvd();
+            if state == State::MraRepSent {
+                h.ep.mra(h.now, c, TimeoutExp::new(20).unwrap(), &[])
+                    .unwrap();
+            }
+            active(h, c)
+        }
+        State::ReqRcvd | State::MraReqSent => {
+            let (c, req, _) = h.req_rcvd();
+            if state == State::MraReqSent {
+                h.ep.mra(h.now, c, TimeoutExp::new(20).unwrap(), &[])
+                    .unwrap();
+            }
+            passive(h, c, req, Qpn::default())
+        }
+        State::RepSent | State::MraRepRcvd => {
+            let (c, req, tid, _) = h.rep_sent();
+            if state == State::MraRepRcvd {
+                h.rx(tid, mra_msg(req.local_comm_id, c, MsgKind::Rep));
+            }
+            passive(h, c, req, p_qpn)
+        }
+        State::DreqRcvd => return None,
+    };
+    let mut st = st;
+    st.h.tx();
+    st.h.events();
+    let now = st.h.ep.state(st.conn);
+    assert_eq!(now.unwrap_or(State::Idle), state, "built {state}");
+    Some(st)
+}
+
+/// The well-formed message `msg` from the connection's peer, with the IDs both sides know
+/// (§3.6 says which).
+fn message(s: &InState, state: State, msg: &str) -> CmMessage {
+    let (ours, theirs) = (s.conn, s.theirs);
+    // What the peer waits an answer for: our REQ before the REP, our REP after it, else
+    // (ESTABLISHED and later, or our side passive before the REP) a LAP or nothing.
+    let kind = match state {
+        State::ReqSent | State::MraReqRcvd => MsgKind::Req,
+        State::RepSent | State::MraRepRcvd => MsgKind::Rep,
+        _ => MsgKind::Other,
+    };
+    match msg {
+        "REQ" => CmMessage::Req(peer_req(theirs, s.peer_qpn)),
+        "MRA" => mra_msg(theirs, ours, kind),
+        "REJ" => rej_msg(theirs, ours, kind, RejReason::ConsumerReject),
+        "REP" => CmMessage::Rep(Rep {
+            local_comm_id: theirs,
+            remote_comm_id: ours,
+            local_qpn: s.peer_qpn,
+            local_ca_guid: PEER_GUID,
+            target_ack_delay: TimeoutExp::new(10).unwrap(),
+            ..Rep::default()
+        }),
+        "RTU" => rtu(theirs, ours),
+        "DREQ" => dreq_msg(theirs, ours, s.qpn),
+        "DREP" => CmMessage::Drep(Drep {
+            local_comm_id: theirs,
+            remote_comm_id: ours,
+            ..Drep::default()
+        }),
+        "LAP" => CmMessage::Lap(Lap {
+            local_comm_id: theirs,
+            remote_comm_id: ours,
+            remote_qpn_eecn: s.qpn,
+            ..Lap::default()
+        }),
+        "APR" => CmMessage::Apr(Apr {
+            local_comm_id: theirs,
+            remote_comm_id: ours,
+            ..Apr::default()
+        }),
+        "SIDR_REQ" => CmMessage::SidrReq(SidrReq {
+            request_id: RequestId(theirs.0),
+            service_id: SID,
+            ..SidrReq::default()
+        }),
+        "SIDR_REP" => CmMessage::SidrRep(SidrRep {
+            request_id: RequestId(ours.0),
+            ..SidrRep::default()
+        }),
+        m => panic!("no message {m}"),
+    }
+}
+
+/// What the endpoint does with `msg` in `state`, in §3.6's notation: `drop <DropReason>`,
+/// `send <MAD>[+<MAD>]` (a REJ with its reason), `event <EventKind>[+…]` (`Closed` with its
+/// `ConnectionError`), `→ <state>` (the connection's new state; IDLE: it left the table),
+/// `LAP → <LapState>`, joined by `; `; `nothing` if none of them; `unreachable` for
+/// DREQ_RCVD.
+fn outcome(state: State, msg: &str) -> String {
+    let Some(mut s) = in_state(state) else {
+        return "unreachable".into();
+    };
+    let before = s.h.ep.stats().clone();
+    let (st0, lap0) = (s.h.ep.state(s.conn), s.h.ep.lap_state(s.conn));
+    let m = message(&s, state, msg);
+    s.h.rx(Tid(0x0000_0002_0000_4242), m);
+    let mut parts = Vec::new();
+    let after = s.h.ep.stats().clone();
+    for r in DropReason::ALL {
+        if after.dropped(r) > before.dropped(r) {
+            parts.push(format!("drop {r:?}"));
+        }
+    }
+    let sent: Vec<String> =
+        s.h.tx()
+            .iter()
+            .map(|m| match &m.msg {
+                CmMessage::Rej(r) => format!("REJ({})", r.reason.raw()),
+                m => m.name().to_string(),
+            })
+            .collect();
+    if !sent.is_empty() {
+        parts.push(format!("send {}", sent.join("+")));
+    }
+    let events: Vec<String> =
+        s.h.events()
+            .iter()
+            .map(|e| match e {
+                EventKind::Closed(err) => format!("Closed({})", variant(&format!("{err:?}"))),
+                e => variant(&format!("{e:?}")).to_string(),
+            })
+            .collect();
+    if !events.is_empty() {
+        parts.push(format!("event {}", events.join("+")));
+    }
+    let (st1, lap1) = (s.h.ep.state(s.conn), s.h.ep.lap_state(s.conn));
+    assert_ne!(
+        st1,
+        Some(State::DreqRcvd),
+        "{state} × {msg} rests in DREQ_RCVD"
+    );
+    if st1 != st0 {
+        parts.push(format!("→ {}", st1.unwrap_or(State::Idle)));
+    }
+    if let (Some(a), Some(b)) = (lap0, lap1) {
+        if a != b {
+            parts.push(format!("LAP → {b:?}"));
+        }
+    }
+    if parts.is_empty() {
+        "nothing".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// The variant name at the start of a `Debug` rendering.
+fn variant(debug: &str) -> &str {
+    let end = debug
+        .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .unwrap_or(debug.len());
+    &debug[..end]
+}
+
+/// §3.6 of docs/protocol.md: (state, message) → (outcome, handler), from its table.
+fn table_3_6() -> Vec<(String, String, String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md");
+    let doc = std::fs::read_to_string(path).expect("docs/protocol.md");
+    let section = doc
+        .split("\n### 3.6 ")
+        .nth(1)
+        .expect("protocol.md has a §3.6");
+    let section = section.split("\n#").next().unwrap_or(section);
+    section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| state ") && !l.starts_with("|---"))
+        .map(|l| {
+            let cols: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            assert!(cols.len() >= 4, "§3.6 row with fewer than 4 columns: {l}");
+            let unquote = |s: &str| s.trim_matches('`').to_string();
+            (
+                cols[0].to_string(),
+                cols[1].to_string(),
+                unquote(cols[2]),
+                cols[3].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every (state, message) pair: what the endpoint does is what its row of docs/protocol.md
+/// §3.6 says (the drop reason, the MADs sent, the events, the new state), and the table has
+/// exactly one row per pair. `IBCM_PRINT_3_6=1` prints the rows as the endpoint behaves.
+#[test]
+fn every_message_in_every_state_matches_protocol_md_3_6() {
+    let rows = table_3_6();
+    let print = std::env::var_os("IBCM_PRINT_3_6").is_some();
+    let mut wrong = Vec::new();
+    let mut seen = 0;
+    for state in STATES {
+        for msg in MESSAGES {
+            let did = outcome(state, msg);
+            if print {
+                println!("| {state} | {msg} | `{did}` | {} |", handler(msg));
+            }
+            let mine: Vec<_> = rows
+                .iter()
+                .filter(|r| r.0 == state.name() && r.1 == msg)
+                .collect();
+            match mine.as_slice() {
+                [row] => {
+                    seen += 1;
+                    if row.2 != did {
+                        wrong.push(format!(
+                            "{state} × {msg}: protocol.md §3.6 says `{}`, the endpoint does `{did}`",
+                            row.2
+                        ));
+                    }
+                    if row.3 != handler(msg) {
+                        wrong.push(format!(
+                            "{state} × {msg}: handler column `{}`, expected `{}`",
+                            row.3,
+                            handler(msg)
+                        ));
+                    }
+                }
+                [] => wrong.push(format!(
+                    "{state} × {msg}: no row in protocol.md §3.6 (the endpoint does `{did}`)"
+                )),
+                _ => wrong.push(format!(
+                    "{state} × {msg}: {} rows in protocol.md §3.6",
+                    mine.len()
+                )),
+            }
+        }
+    }
+    if seen != rows.len() {
+        wrong.push(format!(
+            "protocol.md §3.6 has {} rows, {} of them for a (state, message) pair of the walk",
+            rows.len(),
+            seen
+        ));
+    }
+    assert!(wrong.is_empty(), "\n{}\n", wrong.join("\n"));
 }

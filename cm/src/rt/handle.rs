@@ -318,6 +318,21 @@ impl Cm {
     }
 }
 
+/// Whether a connection closed with `e` counts as established by
+/// [`Connection::established`]: a disconnect after the status was `Established`, or a DREQ
+/// from the peer (which a peer sends only once established; the core ends REP_SENT and
+/// MRA_REP_RCVD with it, docs/protocol.md §3.2). Not every `Disconnected` follows
+/// `Established`: [`Cm::end_stale`]'s connections end with one and never were.
+fn was_established(slot: &SlotRef, e: &ConnectionError) -> bool {
+    match e {
+        ConnectionError::Disconnected { by_peer: true, .. } => true,
+        ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut => {
+            slot.was_established()
+        }
+        _ => false,
+    }
+}
+
 /// A connection (either side).
 #[derive(Debug, Clone)]
 pub struct Connection {
@@ -345,7 +360,11 @@ impl Connection {
     }
 
     /// Waits until the connection is established. Returns `Ok` also when it was established
-    /// and has been disconnected since.
+    /// and has been disconnected since (`Disconnected` or `DisconnectTimedOut` after the
+    /// status was [`ConnStatus::Established`], or a DREQ from the peer, which it sends only once
+    /// established: one that overtook our lost RTU ends a passive connection in REP_SENT,
+    /// docs/protocol.md §3.2). A connection that ends otherwise without having been established
+    /// (say one of [`Cm::end_stale`], whose DREQ is answered or times out) gets its error.
     ///
     /// On the passive side this is the RTU's arrival (or a DREQ that overtook a lost RTU): the
     /// point at which the kernel's users move their QP from RTR to RTS. On the active side it
@@ -355,21 +374,17 @@ impl Connection {
     /// # Errors
     /// The [`ConnectionError`] if it fails (or has failed) instead.
     pub async fn established(&self) -> Result<(), ConnectionError> {
-        self.slot
-            .wait(|st| match st {
-                ConnStatus::Established => Some(Ok(())),
-                // A disconnect implies the connection was established first (a DREQ can
-                // overtake the RTU: docs/protocol.md §4.7, REP_SENT + DREQ rx).
-                ConnStatus::Closed(
-                    ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut,
-                )
-                | ConnStatus::Gone(
-                    ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut,
-                ) => Some(Ok(())),
-                ConnStatus::Closed(e) | ConnStatus::Gone(e) => Some(Err(e.clone())),
-                ConnStatus::Connecting => None,
-            })
-            .await
+        let slot = &self.slot;
+        slot.wait(|st| match st {
+            ConnStatus::Established => Some(Ok(())),
+            ConnStatus::Closed(e) | ConnStatus::Gone(e) => Some(if was_established(slot, e) {
+                Ok(())
+            } else {
+                Err(e.clone())
+            }),
+            ConnStatus::Connecting => None,
+        })
+        .await
     }
 
     /// Waits until the connection is closed, and says why.

@@ -49,8 +49,9 @@ pub(crate) struct Slot {
     /// Taken out (under the connection's stripe lock) while it is read or changed.
     extra: AtomicCell<Option<Box<Extra>>>,
     id: ConnId,
-    /// The status's phase ([`CONNECTING`], [`ESTABLISHED`], [`CLOSED`] or [`GONE`]); written
-    /// under the stripe lock.
+    /// The status's phase ([`CONNECTING`], [`ESTABLISHED`], [`CLOSED`] or [`GONE`]) in its low
+    /// bits ([`PHASE`]), and [`WAS_ESTABLISHED`] once the connection has been established;
+    /// written under the stripe lock.
     phase: AtomicU8,
 }
 
@@ -67,6 +68,12 @@ const CONNECTING: u8 = 0;
 const ESTABLISHED: u8 = 1;
 const CLOSED: u8 = 2;
 const GONE: u8 = 3;
+/// The bits of `Slot::phase` that hold the phase.
+const PHASE: u8 = 3;
+/// Set in `Slot::phase` when the status becomes [`ESTABLISHED`], and kept after: whether a
+/// closed connection had been established (a `Disconnected` alone does not say so: a
+/// connection of [`Endpoint::end_stale`](crate::proto::Endpoint::end_stale) never was).
+const WAS_ESTABLISHED: u8 = 4;
 
 /// What a connection has only sometimes: 40 bytes, a 48-byte heap chunk.
 #[derive(Debug, Default)]
@@ -146,7 +153,7 @@ impl Guard<'_> {
                 .and_then(|m| m.error.clone())
                 .unwrap_or(ConnectionError::LocallyClosed)
         };
-        match self.slot.phase.load(Ordering::Relaxed) {
+        match self.slot.phase.load(Ordering::Relaxed) & PHASE {
             CONNECTING => ConnStatus::Connecting,
             ESTABLISHED => ConnStatus::Established,
             CLOSED => ConnStatus::Closed(e()),
@@ -161,7 +168,13 @@ impl Guard<'_> {
             ConnStatus::Closed(e) => (CLOSED, Some(e)),
             ConnStatus::Gone(e) => (GONE, Some(e)),
         };
-        self.slot.phase.store(phase, Ordering::Relaxed);
+        let old = self.slot.phase.load(Ordering::Relaxed);
+        let was = if phase == ESTABLISHED {
+            WAS_ESTABLISHED
+        } else {
+            old & WAS_ESTABLISHED
+        };
+        self.slot.phase.store(phase | was, Ordering::Relaxed);
         if error.is_some() || self.more_ref().is_some() {
             self.more().error = error;
         }
@@ -247,6 +260,12 @@ impl Slot {
     /// The current status.
     pub(crate) fn status(&self) -> ConnStatus {
         self.lock().status()
+    }
+
+    /// Whether the status has been [`ConnStatus::Established`] at some time (it may be closed
+    /// since).
+    pub(crate) fn was_established(&self) -> bool {
+        self.phase.load(Ordering::Relaxed) & WAS_ESTABLISHED != 0
     }
 
     /// Sets the status and wakes every waiter.
@@ -617,6 +636,23 @@ mod tests {
         s.set(ConnStatus::Established);
         // Established, no REP, nobody waiting: nothing besides the slot.
         assert!(s.extra.take().is_none());
+    }
+
+    #[test]
+    fn a_closed_slot_remembers_whether_it_was_established() {
+        let e = ConnectionError::DisconnectTimedOut;
+        let never = Slot::new(CommId(1));
+        never.set(ConnStatus::Closed(e.clone()));
+        never.set(ConnStatus::Gone(e.clone()));
+        assert!(!never.was_established());
+        let was = Slot::new(CommId(2));
+        assert!(!was.was_established());
+        was.set(ConnStatus::Established);
+        was.set(ConnStatus::Closed(e.clone()));
+        assert_eq!(was.status(), ConnStatus::Closed(e.clone()));
+        was.update(|_| ConnStatus::Gone(e.clone()));
+        assert_eq!(was.status(), ConnStatus::Gone(e));
+        assert!(was.was_established());
     }
 
     #[tokio::test]

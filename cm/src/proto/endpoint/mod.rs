@@ -1,11 +1,14 @@
 //! The CM endpoint: the connection table, input dispatch, outputs and TimeWait; every
-//! transition of docs/protocol.md §4.7, split by feature.
+//! transition of docs/protocol.md §3, split by feature.
 //!
 //! This module holds the [`Endpoint`] struct and its tables, the `poll_*` outputs, the input
 //! dispatch ([`Endpoint::handle_datagram`] routes each message to its handler,
 //! [`Endpoint::handle_timeout`] routes each expired timer), the retransmission of pending
 //! requests, and TimeWait with its QPN quarantine. Each feature's file holds both its
-//! application commands and its message handlers:
+//! application commands and its message handlers. The table below is the handler map, the only
+//! one (docs/protocol.md §1.1 and docs/README.md point here); what each handler does with each
+//! message in each state is docs/protocol.md §3.6, which `cm/tests/state_table.rs` checks pair by
+//! pair:
 //!
 //! | message / command | file | handler |
 //! |---|---|---|
@@ -44,6 +47,7 @@
 //! | `notify_path_migrated` (PATH_MIG) | `lap.rs` | [`Endpoint::notify_path_migrated`] |
 //! | LAP retries exhausted | `lap.rs` | `on_lap_timeout` |
 //! | resend timer (retransmit, then route the give-up above) | `mod.rs` | `on_resend_timer` |
+//! | the connection a message names: comm IDs, then the source (a miss counted, or said) | `mod.rs` | `lookup`, `find`; `sent_by_peer` |
 //! | enter / leave TimeWait, QPN quarantine | `mod.rs` | `enter_timewait`, `on_timewait_exit` |
 //!
 //! Elsewhere, below this file (none of them knows the endpoint; this file and the feature files
@@ -414,20 +418,40 @@ impl Endpoint {
         theirs: CommId,
         allow_unset: bool,
     ) -> Option<(&mut Conn, &mut Io)> {
+        self.find(from, ours, theirs, allow_unset, true).ok()
+    }
+
+    /// [`lookup`](Self::lookup), saying why no connection was found, and counting the miss
+    /// only with `count`: checked in this order for every message, `UnknownCommId` (no
+    /// connection has our ID), `MismatchedCommId` (it records another remote ID), `WrongPeer`
+    /// (another source). A handler that answers some misses (`on_dreq`: the orphan DREP)
+    /// calls it with `count = false` and counts the others itself.
+    fn find(
+        &mut self,
+        from: PeerAddr,
+        ours: CommId,
+        theirs: CommId,
+        allow_unset: bool,
+        count: bool,
+    ) -> Result<(&mut Conn, &mut Io), DropReason> {
+        let stats = &mut self.io.stats;
+        let mut miss = |why: DropReason| {
+            if count {
+                stats.drop(why);
+            }
+            Err(why)
+        };
         let Some(c) = self.conns.get_mut(&ours) else {
-            self.io.stats.drop(DropReason::UnknownCommId);
-            return None;
+            return miss(DropReason::UnknownCommId);
         };
         if c.remote_id != theirs && !(allow_unset && c.remote_id == CommId(0)) {
-            self.io.stats.drop(DropReason::MismatchedCommId);
-            return None;
+            return miss(DropReason::MismatchedCommId);
         }
         if self.io.peers.addr(c.peer) != from {
-            self.io.stats.drop(DropReason::WrongPeer);
-            return None;
+            return miss(DropReason::WrongPeer);
         }
         self.io.guard.validate(ours);
-        Some((c, &mut self.io))
+        Ok((c, &mut self.io))
     }
 
     /// Whether a message about connection `id` came from its peer; counts `WrongPeer` if not.

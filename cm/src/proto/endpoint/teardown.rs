@@ -133,30 +133,29 @@ impl Endpoint {
 
     pub(super) fn on_dreq(&mut self, now: Instant, from: PeerAddr, tid: Tid, m: Dreq) {
         let id = m.remote_comm_id;
-        let Some(c) = self
-            .conns
-            .get_mut(&id)
-            .filter(|c| c.remote_id == m.local_comm_id)
-        else {
-            // Unknown: answer anyway (orphan DREP, IDs swapped, same TID).
-            self.io.stats.orphan_dreps += 1;
-            let drep = Drep {
-                local_comm_id: m.remote_comm_id,
-                remote_comm_id: m.local_comm_id,
-                private_data: PrivateData::zeroed(),
-            };
-            self.io.send(from, tid, CmMessage::Drep(drep));
-            return;
-        };
-        if self.io.peers.addr(c.peer) != from {
+        // Found as every message is (`find`: comm IDs, then the source); a DREQ naming no
+        // connection of ours is answered anyway.
+        let (c, io) = match self.find(from, id, m.local_comm_id, false, false) {
+            Ok(found) => found,
+            Err(DropReason::UnknownCommId | DropReason::MismatchedCommId) => {
+                // Unknown: answer anyway (orphan DREP, IDs swapped, same TID).
+                self.io.stats.orphan_dreps += 1;
+                let drep = Drep {
+                    local_comm_id: m.remote_comm_id,
+                    remote_comm_id: m.local_comm_id,
+                    private_data: PrivateData::zeroed(),
+                };
+                self.io.send(from, tid, CmMessage::Drep(drep));
+                return;
+            }
             // Right IDs from the wrong address: no teardown, and no DREP to a spoofed source.
-            self.io.stats.drop(DropReason::WrongPeer);
-            return;
-        }
-        // The DREQ echoes our comm ID from the peer's address: the peer receives.
-        self.io.guard.validate(id);
+            Err(why) => {
+                self.io.stats.drop(why);
+                return;
+            }
+        };
         if c.state != State::Timewait && m.remote_qpn_eecn != c.local_qpn {
-            self.io.stats.drop(DropReason::QpnMismatch);
+            io.stats.drop(DropReason::QpnMismatch);
             return;
         }
         let drep = CmMessage::Drep(Drep {
@@ -166,9 +165,9 @@ impl Endpoint {
         });
         match c.state {
             State::Established | State::RepSent | State::MraRepRcvd | State::DreqSent => {
-                self.io.cancel_request(id);
-                self.io.set_state(id, c, State::DreqRcvd);
-                self.io.close(
+                io.cancel_request(id);
+                io.set_state(id, c, State::DreqRcvd);
+                io.close(
                     id,
                     c,
                     ConnectionError::Disconnected {
@@ -177,15 +176,15 @@ impl Endpoint {
                     },
                 );
                 // Reply with the DREQ's TID.
-                let to = self.io.peers.addr(c.peer);
-                self.io.send(to, tid, drep);
+                let to = io.peers.addr(c.peer);
+                io.send(to, tid, drep);
                 self.enter_timewait(now, id);
             }
             State::Timewait => {
-                self.io.stats.duplicate_replies += 1;
-                self.io.send(from, tid, drep);
+                io.stats.duplicate_replies += 1;
+                io.send(from, tid, drep);
             }
-            _ => self.io.stats.drop(DropReason::WrongState),
+            _ => io.stats.drop(DropReason::WrongState),
         }
     }
 
