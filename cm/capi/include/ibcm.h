@@ -73,6 +73,11 @@
 #define IBCM_DREQ_PRIVATE_DATA_MAX 220
 
 /**
+ * The most SRQ numbers an XRC REP announces (ibcm_xrc_listen's `n_srqns`).
+ */
+#define IBCM_XRC_SRQNS_MAX 47
+
+/**
  * What an event reports (`struct ibcm_event.event`).
  */
 enum ibcm_event_type {
@@ -733,7 +738,9 @@ int ibcm_get_fd(const struct ibcm_ctx *ctx);
 
 /**
  * Takes the next event without waiting: `IBCM_OK` and `*event`, or `IBCM_EAGAIN` when none
- * is queued. Each event must be given back with ibcm_ack_event.
+ * is queued. Each event must be given back with ibcm_ack_event. Once the node service
+ * connection is gone and its events (`IBCM_EVENT_SERVICE_GONE` last) are taken:
+ * `IBCM_EGONE`.
  *
  * # Safety
  * `ctx` is NULL or a live context; `event` is NULL or writable.
@@ -742,7 +749,9 @@ int ibcm_get_event(struct ibcm_ctx *ctx, struct ibcm_event **event);
 
 /**
  * Takes the next event, waiting up to `timeout_ms` milliseconds for one (-1: for ever;
- * 0: as ibcm_get_event). `IBCM_EAGAIN` when none came in time.
+ * 0: as ibcm_get_event). `IBCM_EAGAIN` when none came in time. `IBCM_EGONE` at once when
+ * the node service connection is gone and its events are taken, for a wait blocked when
+ * it went too.
  *
  * # Safety
  * As ibcm_get_event.
@@ -781,9 +790,9 @@ int ibcm_unlisten(struct ibcm_ctx *ctx, uint64_t service_id);
 /**
  * Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this
  * context: the TGT QPs it creates get `policy` (an `ibcm_xrc_policy`) and this context as
- * their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns` (1..47).
- * Reports come as `IBCM_EVENT_XRC_REPORT`. `IBCM_EREFUSED`: the service is another client's,
- * an SRQ number is out of range, a quota.
+ * their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns`
+ * (1..=`IBCM_XRC_SRQNS_MAX`, else `IBCM_EINVAL`). Reports come as `IBCM_EVENT_XRC_REPORT`.
+ * `IBCM_EREFUSED`: the service is another client's, an SRQ number is out of range, a quota.
  *
  * # Safety
  * `ctx` is NULL or a live context; `srqns` is NULL or readable for `n_srqns` numbers.
@@ -796,6 +805,7 @@ int ibcm_xrc_listen(struct ibcm_ctx *ctx,
 
 /**
  * Stops serving `service_id` as an XRC target (its TGT QPs stay, per their policy).
+ * `IBCM_ENOENT` when this context does not serve it.
  *
  * # Safety
  * `ctx` is NULL or a live context.
@@ -851,8 +861,10 @@ int ibcm_accept_param_init(struct ibcm_ctx *ctx, struct ibcm_accept_param *param
  * `*conn` at once. Then: `IBCM_EVENT_ESTABLISHED`, or with `IBCM_CONNECT_MANUAL_RTU`
  * `IBCM_EVENT_CONNECT_RESPONSE` first; or a final event (`REJECTED`, `UNREACHABLE`,
  * `CONNECT_ERROR`). For XRC (`IBCM_TRANSPORT_XRC`), `qp_num` is the INI QP and the REP
- * names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value),
- * `IBCM_ETOOLONG`; the daemon's refusals (QPN in use, …) come as `CONNECT_ERROR`.
+ * names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value, a
+ * peer that is no unicast host: unspecified, broadcast, multicast), `IBCM_ETOOLONG`,
+ * `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use,
+ * …) come as `CONNECT_ERROR`.
  *
  * # Safety
  * `ctx` is NULL or a live context; `param` is NULL or readable, with its `peer` and

@@ -60,8 +60,10 @@ pub unsafe extern "C" fn ibcm_accept_param_init(
 /// `*conn` at once. Then: `IBCM_EVENT_ESTABLISHED`, or with `IBCM_CONNECT_MANUAL_RTU`
 /// `IBCM_EVENT_CONNECT_RESPONSE` first; or a final event (`REJECTED`, `UNREACHABLE`,
 /// `CONNECT_ERROR`). For XRC (`IBCM_TRANSPORT_XRC`), `qp_num` is the INI QP and the REP
-/// names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value),
-/// `IBCM_ETOOLONG`; the daemon's refusals (QPN in use, …) come as `CONNECT_ERROR`.
+/// names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value, a
+/// peer that is no unicast host: unspecified, broadcast, multicast), `IBCM_ETOOLONG`,
+/// `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use,
+/// …) come as `CONNECT_ERROR`.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `param` is NULL or readable, with its `peer` and

@@ -184,6 +184,8 @@ pub const IBCM_REJ_PRIVATE_DATA_MAX: u32 = 148;
 pub const IBCM_RTU_PRIVATE_DATA_MAX: u32 = 224;
 /// The largest private data of a DREQ (ibcm_disconnect).
 pub const IBCM_DREQ_PRIVATE_DATA_MAX: u32 = 220;
+/// The most SRQ numbers an XRC REP announces (ibcm_xrc_listen's `n_srqns`).
+pub const IBCM_XRC_SRQNS_MAX: u32 = 47;
 
 /// What ibcm_connect asks for. Fill it with ibcm_conn_param_init first: it sets rdma_cm's
 /// defaults, which a zeroed struct does not have.
