@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use ibcm::proto::ConnectionError;
 use ibcm_mad::xrc::TargetGone;
+use ibcm_mad::RejReason;
 
 use crate::ffi::types::ibcm_event_type::{self, *};
 use crate::ffi::types::ibcm_status::{self, *};
@@ -115,6 +116,15 @@ impl Event {
             } => {
                 ev.rej_reason = reason.raw();
                 ev.private_data.clone_from(private_data);
+                if *reason == RejReason::NoResources {
+                    // REJ 3 names no limit: say which ones an ibcmd peer refuses at.
+                    ev.reason = format!(
+                        "{why}: the peer's CM has no room for it (an ibcmd peer refuses at its \
+                         admission limits: --max-half-open-per-peer, default 1024 unanswered \
+                         REQs from one host; --max-established-per-peer, 65536; \
+                         --max-established)"
+                    );
+                }
                 if let Some(tg) = TargetGone::parse(ari).or_else(|| TargetGone::parse(private_data))
                 {
                     ev.target_gone = true;
@@ -402,6 +412,18 @@ mod tests {
             (IBCM_EVENT_REJECTED, 28, false)
         );
         assert_eq!(ev.private_data, [1, 2]);
+        let full = ConnectionError::Rejected {
+            reason: RejReason::NoResources,
+            ari: Vec::new(),
+            private_data: Vec::new(),
+        };
+        let ev = Event::ended(3, 0x10, false, &full);
+        assert_eq!((ev.kind, ev.rej_reason), (IBCM_EVENT_REJECTED, 3));
+        assert!(
+            ev.reason.contains("--max-half-open-per-peer"),
+            "{}",
+            ev.reason
+        );
         let ev = Event::xrc("established conn=0x1 tgt_qpn=0x48".into());
         assert_eq!(ev.xrc_report, IBCM_XRC_ESTABLISHED);
         assert!(!ev.is_final());
