@@ -86,7 +86,15 @@ fn take_back(ctx: &ibcm_ctx, p: *mut ibcm_event) -> Result<()> {
 /// Attaches to the node's CM service (`ibcmd`) listening on the Unix socket
 /// `socket_path`, and returns the context in `*ctx`. The daemon must run as root or as this
 /// process's user. Errors: `IBCM_EINVAL` (NULL), `IBCM_EATTACH` (no daemon there, another
-/// user's, another protocol version), `IBCM_EIO`.
+/// user's, another protocol version), `IBCM_EREFUSED` (1,024 contexts open in this process),
+/// `IBCM_EIO`.
+///
+/// A `fork()` child does not hold its parent's contexts: the child's copies of their sockets
+/// are closed at the fork (a `pthread_atfork` handler), so the daemon ends a context's
+/// connections when the parent exits or dies, whatever its children do. In the child, calls
+/// on an inherited context fail with `IBCM_EGONE` and ibcm_close of it returns `IBCM_OK`
+/// without freeing anything (the parent's thread and locks are not the child's); the child
+/// opens contexts of its own.
 ///
 /// # Safety
 /// `socket_path` is NULL or a NUL-terminated string; `ctx` is NULL or writable.
@@ -113,7 +121,8 @@ pub unsafe extern "C" fn ibcm_open(socket_path: *const c_char, ctx: *mut *mut ib
 /// Detaches: the daemon ends this context's connections (DREQ, or REJ while being set up),
 /// listeners and XRC holdings (per policy), as when the process exits. Frees the context
 /// and every event not yet acknowledged. It must be the last call on `ctx`: no other call
-/// on it may be running or follow.
+/// on it may be running or follow. In a `fork()` child, on a context inherited from the
+/// parent, it only forgets the context (see ibcm_open).
 ///
 /// # Safety
 /// `ctx` is NULL or a live context from ibcm_open, used by no other thread.
@@ -319,7 +328,9 @@ pub unsafe extern "C" fn ibcm_xrc_unlisten(ctx: *mut ibcm_ctx, service_id: u64) 
 }
 
 /// Destroys every TGT QP this context owns, as their owner: their initiators get a DREQ
-/// with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many.
+/// with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many. QPs of
+/// the shared policy (`IBCM_XRC_SHARED`) have no owner: they live until their last
+/// connection ends, and are neither destroyed nor counted here.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `destroyed` is NULL or writable.

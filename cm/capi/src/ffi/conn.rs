@@ -192,8 +192,11 @@ pub unsafe extern "C" fn ibcm_establish(
 
 /// Ends a connection: a DREQ (up to 220 bytes of private data) when established, a REJ
 /// while it is being set up (a REQ not answered yet is rejected with reason 28; a connect
-/// waiting for its REP is cancelled). Returns at once; the final event follows
-/// (`DISCONNECTED` with `by_peer` 0 once the DREP arrived or the DREQ timed out).
+/// waiting for its REP is cancelled). Never `IBCM_EBUSY`: while another call on the
+/// connection (or the automatic RTU) is in progress, the disconnect is queued and carried out
+/// when it is done (after the RTU: `ESTABLISHED`, then `DISCONNECTED`). Returns at once; the
+/// final event follows (`DISCONNECTED` with `by_peer` 0 once the DREP arrived or the DREQ
+/// timed out).
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `private_data` is NULL or readable for `len` bytes.
