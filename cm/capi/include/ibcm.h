@@ -125,8 +125,9 @@ enum ibcm_event_type {
     /**
      * The node service connection is gone: every connection of this context has ended
      * (each final event is queued before this one, the context's last), and every further
-     * call fails with `IBCM_EGONE` at once (ibcm_wait_event too, a blocked one included;
-     * the fd stays readable). `conn` is 0.
+     * call on the context fails with `IBCM_EGONE` at once (ibcm_wait_event too, a blocked
+     * one included; the fd stays readable), except ibcm_ack_event, ibcm_get_fd and
+     * ibcm_close. `conn` is 0.
      */
     IBCM_EVENT_SERVICE_GONE = 9,
 };

@@ -163,7 +163,8 @@ impl Shared {
 
     /// The node service connection is gone: every handle not ended yet gets its final event
     /// (status `IBCM_EGONE`), then `SERVICE_GONE` is queued as the context's last event and
-    /// the queue is closed: once it is drained, every call fails with `IBCM_EGONE` at once,
+    /// the queue is closed: once it is drained, every call on the context (but acknowledging,
+    /// the fd and closing) fails with `IBCM_EGONE` at once,
     /// a blocked `ibcm_wait_event` included.
     fn service_gone(&self, why: String) {
         let mut conns = lock(&self.conns);
