@@ -205,6 +205,28 @@ int main(int argc, char **argv)
     want(ibcm_xrc_listen(ctx[0], SID + 1, IBCM_XRC_PROCESS, (const uint32_t[]){1u << 30}, 1),
          IBCM_EREFUSED, "an SRQ number out of range");
 
+    /* Issue 26 §1.6: the same mistake gets the same code. */
+    want(ibcm_unlisten(ctx[0], SID + 9), IBCM_ENOENT, "unlisten on a service not listened on");
+    want(ibcm_xrc_unlisten(ctx[0], SID + 9), IBCM_ENOENT,
+         "xrc_unlisten on a service not served");
+    uint32_t srqns[48]; /* IBCM_XRC_SRQNS_MAX + 1 */
+    for (unsigned i = 0; i < 48; i++)
+        srqns[i] = 16 + i;
+    want(ibcm_xrc_listen(ctx[0], SID + 1, IBCM_XRC_PROCESS, srqns, 0), IBCM_EINVAL,
+         "an XRC service with 0 SRQ numbers");
+    want(ibcm_xrc_listen(ctx[0], SID + 1, IBCM_XRC_PROCESS, srqns, 48),
+         IBCM_EINVAL, "an XRC service with 48 SRQ numbers");
+    /* Peers that are no unicast host are refused at once (they timed out silently). */
+    const char *no_host[] = {"0.0.0.0", "255.255.255.255", "224.0.0.1", "::", "ff02::1"};
+    p.private_data = NULL;
+    p.private_data_len = 0;
+    for (unsigned i = 0; i < sizeof no_host / sizeof no_host[0]; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "a connect to %s", no_host[i]);
+        p.peer = no_host[i];
+        want(ibcm_connect(ctx[1], &p, &h), IBCM_EINVAL, what);
+    }
+
     check(ibcm_close(ctx[1]), "ibcm_close (client)");
     check(ibcm_close(ctx[0]), "ibcm_close (server)");
     printf("errors: every failure path answered as documented\n");

@@ -73,6 +73,11 @@
 #define IBCM_DREQ_PRIVATE_DATA_MAX 220
 
 /**
+ * The most SRQ numbers an XRC REP announces (ibcm_xrc_listen's `n_srqns`).
+ */
+#define IBCM_XRC_SRQNS_MAX 47
+
+/**
  * What an event reports (`struct ibcm_event.event`).
  */
 enum ibcm_event_type {
@@ -87,8 +92,8 @@ enum ibcm_event_type {
      */
     IBCM_EVENT_CONNECT_RESPONSE = 2,
     /**
-     * The connection is established: active side, the RTU went out; passive side, the RTU
-     * arrived (move the QP to RTS now).
+     * The connection is established: active side, the RTU went out (`private_data`: the
+     * REP's); passive side, the RTU arrived (move the QP to RTS now).
      */
     IBCM_EVENT_ESTABLISHED = 3,
     /**
@@ -119,7 +124,10 @@ enum ibcm_event_type {
     IBCM_EVENT_XRC_REPORT = 8,
     /**
      * The node service connection is gone: every connection of this context has ended
-     * (each gets its final event), no further call succeeds. `conn` is 0.
+     * (each final event is queued before this one, the context's last), and every further
+     * call on the context fails with `IBCM_EGONE` at once (ibcm_wait_event too, a blocked
+     * one included; the fd stays readable), except ibcm_ack_event, ibcm_get_fd and
+     * ibcm_close. `conn` is 0.
      */
     IBCM_EVENT_SERVICE_GONE = 9,
 };
@@ -147,7 +155,8 @@ enum ibcm_status {
      */
     IBCM_ENOENT = -3,
     /**
-     * Another call on the same connection is in progress.
+     * Another call on the same connection is in progress (ibcm_disconnect is never refused
+     * so: it is queued).
      */
     IBCM_EBUSY = -4,
     /**
@@ -173,7 +182,8 @@ enum ibcm_status {
      */
     IBCM_EATTACH = -9,
     /**
-     * The connection to the node service is gone (the daemon stopped or was killed).
+     * The connection to the node service is gone (the daemon stopped or was killed), or the
+     * context is a parent process's, inherited through fork().
      */
     IBCM_EGONE = -10,
     /**
@@ -341,7 +351,7 @@ struct ibcm_event {
     enum ibcm_event_type event;
     /**
      * For failures: the class as an `ibcm_status` (`IBCM_ECLOSED`, `IBCM_EGONE`, …);
-     * `IBCM_OK` otherwise.
+     * `IBCM_OK` otherwise (a `DISCONNECTED` by a DREQ, either side's, is no failure).
      */
     enum ibcm_status status;
     /**
@@ -398,8 +408,11 @@ struct ibcm_event {
      */
     const char *reason;
     /**
-     * Private data of the REQ / REP / REJ / DREQ (the application's part: after the
-     * rdma_cm header when there is one; trailing zeros of REJ and DREQ trimmed).
+     * Private data of the REQ (CONNECT_REQUEST), the REP (CONNECT_RESPONSE, and the active
+     * side's ESTABLISHED), the REJ (REJECTED) or the DREQ (DISCONNECTED): the
+     * application's part, after the rdma_cm header when there is one; trailing zeros of
+     * REJ and DREQ trimmed. The passive side's ESTABLISHED has none (the RTU's private data
+     * does not reach it yet).
      */
     const uint8_t *private_data;
     /**
@@ -703,7 +716,15 @@ extern "C" {
  * Attaches to the node's CM service (`ibcmd`) listening on the Unix socket
  * `socket_path`, and returns the context in `*ctx`. The daemon must run as root or as this
  * process's user. Errors: `IBCM_EINVAL` (NULL), `IBCM_EATTACH` (no daemon there, another
- * user's, another protocol version), `IBCM_EIO`.
+ * user's, another protocol version), `IBCM_EREFUSED` (1,024 contexts open in this process),
+ * `IBCM_EIO`.
+ *
+ * A `fork()` child does not hold its parent's contexts: the child's copies of their sockets
+ * are closed at the fork (a `pthread_atfork` handler), so the daemon ends a context's
+ * connections when the parent exits or dies, whatever its children do. In the child, calls
+ * on an inherited context fail with `IBCM_EGONE` and ibcm_close of it returns `IBCM_OK`
+ * without freeing anything (the parent's thread and locks are not the child's); the child
+ * opens contexts of its own.
  *
  * # Safety
  * `socket_path` is NULL or a NUL-terminated string; `ctx` is NULL or writable.
@@ -714,7 +735,8 @@ int ibcm_open(const char *socket_path, struct ibcm_ctx **ctx);
  * Detaches: the daemon ends this context's connections (DREQ, or REJ while being set up),
  * listeners and XRC holdings (per policy), as when the process exits. Frees the context
  * and every event not yet acknowledged. It must be the last call on `ctx`: no other call
- * on it may be running or follow.
+ * on it may be running or follow. In a `fork()` child, on a context inherited from the
+ * parent, it only forgets the context (see ibcm_open).
  *
  * # Safety
  * `ctx` is NULL or a live context from ibcm_open, used by no other thread.
@@ -733,7 +755,9 @@ int ibcm_get_fd(const struct ibcm_ctx *ctx);
 
 /**
  * Takes the next event without waiting: `IBCM_OK` and `*event`, or `IBCM_EAGAIN` when none
- * is queued. Each event must be given back with ibcm_ack_event.
+ * is queued. Each event must be given back with ibcm_ack_event. Once the node service
+ * connection is gone and its events (`IBCM_EVENT_SERVICE_GONE` last) are taken:
+ * `IBCM_EGONE`.
  *
  * # Safety
  * `ctx` is NULL or a live context; `event` is NULL or writable.
@@ -742,7 +766,9 @@ int ibcm_get_event(struct ibcm_ctx *ctx, struct ibcm_event **event);
 
 /**
  * Takes the next event, waiting up to `timeout_ms` milliseconds for one (-1: for ever;
- * 0: as ibcm_get_event). `IBCM_EAGAIN` when none came in time.
+ * 0: as ibcm_get_event). `IBCM_EAGAIN` when none came in time. `IBCM_EGONE` at once when
+ * the node service connection is gone and its events are taken, for a wait blocked when
+ * it went too.
  *
  * # Safety
  * As ibcm_get_event.
@@ -781,9 +807,9 @@ int ibcm_unlisten(struct ibcm_ctx *ctx, uint64_t service_id);
 /**
  * Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this
  * context: the TGT QPs it creates get `policy` (an `ibcm_xrc_policy`) and this context as
- * their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns` (1..47).
- * Reports come as `IBCM_EVENT_XRC_REPORT`. `IBCM_EREFUSED`: the service is another client's,
- * an SRQ number is out of range, a quota.
+ * their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns`
+ * (1..=`IBCM_XRC_SRQNS_MAX`, else `IBCM_EINVAL`). Reports come as `IBCM_EVENT_XRC_REPORT`.
+ * `IBCM_EREFUSED`: the service is another client's, an SRQ number is out of range, a quota.
  *
  * # Safety
  * `ctx` is NULL or a live context; `srqns` is NULL or readable for `n_srqns` numbers.
@@ -796,6 +822,7 @@ int ibcm_xrc_listen(struct ibcm_ctx *ctx,
 
 /**
  * Stops serving `service_id` as an XRC target (its TGT QPs stay, per their policy).
+ * `IBCM_ENOENT` when this context does not serve it.
  *
  * # Safety
  * `ctx` is NULL or a live context.
@@ -804,7 +831,9 @@ int ibcm_xrc_unlisten(struct ibcm_ctx *ctx, uint64_t service_id);
 
 /**
  * Destroys every TGT QP this context owns, as their owner: their initiators get a DREQ
- * with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many.
+ * with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many. QPs of
+ * the shared policy (`IBCM_XRC_SHARED`) have no owner: they live until their last
+ * connection ends, and are neither destroyed nor counted here.
  *
  * # Safety
  * `ctx` is NULL or a live context; `destroyed` is NULL or writable.
@@ -851,8 +880,10 @@ int ibcm_accept_param_init(struct ibcm_ctx *ctx, struct ibcm_accept_param *param
  * `*conn` at once. Then: `IBCM_EVENT_ESTABLISHED`, or with `IBCM_CONNECT_MANUAL_RTU`
  * `IBCM_EVENT_CONNECT_RESPONSE` first; or a final event (`REJECTED`, `UNREACHABLE`,
  * `CONNECT_ERROR`). For XRC (`IBCM_TRANSPORT_XRC`), `qp_num` is the INI QP and the REP
- * names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value),
- * `IBCM_ETOOLONG`; the daemon's refusals (QPN in use, …) come as `CONNECT_ERROR`.
+ * names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value, a
+ * peer that is no unicast host: unspecified, broadcast, multicast), `IBCM_ETOOLONG`,
+ * `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use,
+ * …) come as `CONNECT_ERROR`.
  *
  * # Safety
  * `ctx` is NULL or a live context; `param` is NULL or readable, with its `peer` and
@@ -909,8 +940,11 @@ int ibcm_establish(struct ibcm_ctx *ctx, uint64_t conn, const uint8_t *private_d
 /**
  * Ends a connection: a DREQ (up to 220 bytes of private data) when established, a REJ
  * while it is being set up (a REQ not answered yet is rejected with reason 28; a connect
- * waiting for its REP is cancelled). Returns at once; the final event follows
- * (`DISCONNECTED` with `by_peer` 0 once the DREP arrived or the DREQ timed out).
+ * waiting for its REP is cancelled). Never `IBCM_EBUSY`: while another call on the
+ * connection (or the automatic RTU) is in progress, the disconnect is queued and carried out
+ * when it is done (after the RTU: `ESTABLISHED`, then `DISCONNECTED`). Returns at once; the
+ * final event follows (`DISCONNECTED` with `by_peer` 0 once the DREP arrived or the DREQ
+ * timed out).
  *
  * # Safety
  * `ctx` is NULL or a live context; `private_data` is NULL or readable for `len` bytes.

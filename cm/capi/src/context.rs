@@ -7,8 +7,9 @@
 //! final event is queued (`REJECTED`, `UNREACHABLE`, `CONNECT_ERROR`, `DISCONNECTED`): every
 //! handle gets exactly one final event, whoever ends it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -47,8 +48,10 @@ enum Entry {
     Pending(Box<PendingConnection>, Active),
     /// Accepted or established: the messages for the QP attributes.
     Open(Box<Open>),
-    /// A call on it is in progress.
-    Busy,
+    /// A call on it (or, with auto RTU, the RTU) is in progress. `disconnect`: an
+    /// `ibcm_disconnect` came meanwhile; it is carried out (with this DREQ private data)
+    /// when the call is done.
+    Busy { disconnect: Option<Vec<u8>> },
     /// Its final event is queued and not yet acknowledged: calls find it ended
     /// (`IBCM_ECLOSED`), the QP attributes of an accepted or established connection are
     /// still given (an application handling an earlier event may still need them). The
@@ -82,6 +85,11 @@ impl Active {
     }
 }
 
+/// Why every call fails once the node service connection is gone.
+fn gone() -> Error {
+    Error::new(IBCM_EGONE, "the node service connection is gone")
+}
+
 /// What the runtime's tasks and the calls share.
 pub(crate) struct Shared {
     pub(crate) events: Channel,
@@ -101,6 +109,12 @@ pub(crate) struct Context {
     cm: Cm,
     node: Node,
     listeners: Mutex<HashMap<u64, ListenerTask>>,
+    /// The XRC services `ibcm_xrc_listen` set up (for `ibcm_xrc_unlisten`'s `IBCM_ENOENT`).
+    xrc_services: Mutex<HashSet<u64>>,
+    /// The process that opened it: in a `fork()` child the context is the parent's.
+    pid: u32,
+    /// The socket to the daemon (closed in a `fork()` child by `crate::ffi::fork`).
+    socket_fd: RawFd,
 }
 
 fn transport_code(t: ReqTransport) -> u32 {
@@ -119,16 +133,67 @@ impl Shared {
 
     /// Ends handle `h` with its final event; the handle stays (ended) until the application
     /// acknowledges that event ([`Shared::acknowledged`]).
+    /// A handle that has ended already (or is unknown) gets no second final event.
     fn finish(&self, h: u64, ev: Event) {
-        if let Some(e) = lock(&self.conns).get_mut(&h) {
-            let open = match std::mem::replace(e, Entry::Ended(None)) {
-                Entry::Open(o) => Some(o),
-                Entry::Ended(o) => o,
-                _ => None,
-            };
-            *e = Entry::Ended(open);
-        }
+        let mut conns = lock(&self.conns);
+        let Some(e) = conns.get_mut(&h) else {
+            return;
+        };
+        let open = match std::mem::replace(e, Entry::Ended(None)) {
+            Entry::Open(o) => Some(o),
+            Entry::Ended(o) => {
+                *e = Entry::Ended(o);
+                return;
+            }
+            _ => None,
+        };
+        *e = Entry::Ended(open);
+        // Queued under the table's lock: the sweep of `service_gone` sees the handle ended
+        // and its event queued, or neither.
         self.events.push(ev);
+    }
+
+    /// Queues a non-final event of handle `h`, unless the handle has ended meanwhile.
+    fn push_live(&self, h: u64, ev: Event) {
+        let conns = lock(&self.conns);
+        if matches!(conns.get(&h), Some(e) if !matches!(e, Entry::Ended(_))) {
+            self.events.push(ev);
+        }
+    }
+
+    /// The node service connection is gone: every handle not ended yet gets its final event
+    /// (status `IBCM_EGONE`), then `SERVICE_GONE` is queued as the context's last event and
+    /// the queue is closed: once it is drained, every call on the context (but acknowledging,
+    /// the fd and closing) fails with `IBCM_EGONE` at once,
+    /// a blocked `ibcm_wait_event` included.
+    fn service_gone(&self, why: String) {
+        let mut conns = lock(&self.conns);
+        let mut live: Vec<u64> = conns
+            .iter()
+            .filter(|(_, e)| !matches!(e, Entry::Ended(_)))
+            .map(|(h, _)| *h)
+            .collect();
+        live.sort_unstable();
+        for h in live {
+            let Some(e) = conns.get_mut(&h) else {
+                continue;
+            };
+            let (kind, open) = match std::mem::replace(e, Entry::Ended(None)) {
+                Entry::Open(o) => (IBCM_EVENT_DISCONNECTED, Some(o)),
+                _ => (IBCM_EVENT_CONNECT_ERROR, None),
+            };
+            let mut ev = Event::new(kind, h);
+            ev.comm_id = open.as_ref().map_or(0, |o| o.conn.id().0);
+            ev.status = IBCM_EGONE;
+            ev.reason = "ended here: the node service connection is gone".into();
+            *e = Entry::Ended(open);
+            self.events.push(ev);
+        }
+        let mut ev = Event::new(IBCM_EVENT_SERVICE_GONE, 0);
+        ev.status = IBCM_EGONE;
+        ev.reason = why;
+        self.events.push(ev);
+        self.events.close();
     }
 
     /// The application acknowledged the final event of handle `h`: the handle is forgotten.
@@ -164,31 +229,51 @@ impl Shared {
     }
 
     /// A connection of handle `h` is accepted or established: keep it and watch it.
+    /// An `ibcm_disconnect` that came while the handle was busy is carried out now.
     fn opened(self: &Arc<Self>, h: u64, open: Open, established: bool) {
         let conn = open.conn.clone();
         let remote_qpn = match open.side {
             Side::Active => conn.rep().map_or(0, |r| r.remote_qpn.get()),
             Side::Passive => open.req.local_qpn.get(),
         };
-        lock(&self.conns).insert(h, Entry::Open(Box::new(open)));
+        // The active side's ESTABLISHED carries the REP's private data (as rdma_cm's does).
+        let private_data = match open.side {
+            Side::Active => open.rep.private_data.as_bytes().to_vec(),
+            Side::Passive => Vec::new(),
+        };
         let id = conn.id().0;
         let established_event = move || {
             let mut ev = Event::new(IBCM_EVENT_ESTABLISHED, h);
             ev.comm_id = id;
             ev.remote_qpn = remote_qpn;
+            ev.private_data = private_data.clone();
             ev
         };
-        if established {
-            self.events.push(established_event());
-        }
+        let queued = {
+            let mut conns = lock(&self.conns);
+            let queued = match conns.get_mut(&h) {
+                Some(Entry::Busy { disconnect }) => disconnect.take(),
+                // Ended meanwhile (the node service is gone), or the context is closing.
+                _ => return,
+            };
+            conns.insert(h, Entry::Open(Box::new(open)));
+            if established {
+                self.events.push(established_event());
+            }
+            queued
+        };
         let s = self.clone();
         tokio::spawn(async move {
+            if let Some(pd) = queued {
+                let c = conn.clone();
+                tokio::spawn(async move { c.disconnect(&pd).await });
+            }
             if !established {
                 if let Err(why) = conn.established().await {
                     s.finish(h, Event::ended(h, id, false, &why));
                     return;
                 }
-                s.events.push(established_event());
+                s.push_live(h, established_event());
             }
             let why = conn.closed().await;
             s.finish(h, Event::ended(h, id, true, &why));
@@ -243,7 +328,7 @@ impl Shared {
                 self.events.push(ev);
                 return;
             }
-            conns.insert(h, Entry::Busy);
+            conns.insert(h, Entry::Busy { disconnect: None });
         }
         self.establish_pending(h, p, active, Vec::new()).await.ok();
     }
@@ -343,10 +428,7 @@ impl Context {
                 Ok(Err(e)) => format!("the node service connection is lost: {e}"),
                 Err(e) => format!("the node service client stopped: {e}"),
             };
-            let mut ev = Event::new(IBCM_EVENT_SERVICE_GONE, 0);
-            ev.status = IBCM_EGONE;
-            ev.reason = why;
-            s.events.push(ev);
+            s.service_gone(why);
         });
         let (s, node) = (shared.clone(), a.node.clone());
         rt.spawn(async move {
@@ -360,7 +442,37 @@ impl Context {
             cm: a.cm,
             node: a.node,
             listeners: Mutex::new(HashMap::new()),
+            xrc_services: Mutex::new(HashSet::new()),
+            pid: std::process::id(),
+            socket_fd: a.socket_fd,
         })
+    }
+
+    /// The descriptor of the socket to the daemon.
+    pub(crate) fn socket_fd(&self) -> RawFd {
+        self.socket_fd
+    }
+
+    /// Whether this process is a `fork()` child of the one that opened the context: then the
+    /// context is the parent's, and nothing of it may be touched (its thread is not here; a
+    /// lock may have been held at the fork).
+    pub(crate) fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    /// `IBCM_EGONE` in a `fork()` child and once the node service connection is gone.
+    pub(crate) fn live(&self) -> Result<()> {
+        if self.forked() {
+            return Err(Error::new(
+                IBCM_EGONE,
+                "this context is the parent process's (inherited through fork): \
+                 open one of this process's own",
+            ));
+        }
+        if self.shared.events.is_closed() {
+            return Err(gone());
+        }
+        Ok(())
     }
 
     fn block_on<F: Future>(&self, f: F) -> Result<F::Output> {
@@ -382,6 +494,7 @@ impl Context {
 
     /// Listens on `sid` (RC and UC REQs; XRC targets are ibcm_xrc_listen's).
     pub(crate) fn listen(&self, sid: u64) -> Result<()> {
+        self.live()?;
         let mut ls = lock(&self.listeners);
         if ls.contains_key(&sid) {
             return Err(Error::new(
@@ -404,6 +517,7 @@ impl Context {
 
     /// Stops listening on `sid`; the daemon has been told when this returns.
     pub(crate) fn unlisten(&self, sid: u64) -> Result<()> {
+        self.live()?;
         let t = lock(&self.listeners).remove(&sid).ok_or_else(|| {
             Error::new(IBCM_ENOENT, format!("not listening on {}", ServiceId(sid)))
         })?;
@@ -415,6 +529,7 @@ impl Context {
 
     /// Starts a connection; its events follow.
     pub(crate) fn connect(&self, params: ConnectParams, manual: bool) -> Result<u64> {
+        self.live()?;
         let h = self.shared.new_handle();
         let (cancel, mut cancelled) = oneshot::channel();
         let active = Active::of(&params);
@@ -452,12 +567,16 @@ impl Context {
 
     /// Takes the REQ or pending REP of `h`, leaving it busy.
     fn take(&self, h: u64, op: &str) -> Result<Taken> {
+        self.live()?;
         let mut conns = lock(&self.shared.conns);
         let e = conns.get_mut(&h).ok_or_else(|| Self::unknown(h))?;
-        match std::mem::replace(e, Entry::Busy) {
+        match std::mem::replace(e, Entry::Busy { disconnect: None }) {
             Entry::Incoming { inc, req } => Ok(Taken::Incoming(inc, req)),
             Entry::Pending(p, a) => Ok(Taken::Pending(p, a)),
-            Entry::Busy => Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
+            busy @ Entry::Busy { .. } => {
+                *e = busy;
+                Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy")))
+            }
             ended @ Entry::Ended(_) => {
                 *e = ended;
                 Err(Self::ended(h))
@@ -472,12 +591,38 @@ impl Context {
         }
     }
 
+    /// Puts back what [`Context::take`] took; an `ibcm_disconnect` that came meanwhile
+    /// rejects it now. Dropped (its REQ or REP rejected) when the handle ended meanwhile.
     fn put_back(&self, h: u64, t: Taken) {
+        let mut conns = lock(&self.shared.conns);
+        let Some(Entry::Busy { disconnect }) = conns.get_mut(&h) else {
+            return;
+        };
+        if disconnect.take().is_some() {
+            drop(conns);
+            let _ = self.reject_later(h, t);
+            return;
+        }
         let e = match t {
             Taken::Incoming(inc, req) => Entry::Incoming { inc, req },
             Taken::Pending(p, a) => Entry::Pending(p, a),
         };
-        lock(&self.shared.conns).insert(h, e);
+        conns.insert(h, e);
+    }
+
+    /// Rejects (reason 28) the REQ or REP taken from `h` without waiting for the daemon's
+    /// answer; the handle's final event follows.
+    fn reject_later(&self, h: u64, t: Taken) -> Result<()> {
+        let s = self.shared.clone();
+        self.spawn(async move {
+            let reason = RejReason::ConsumerReject;
+            // Refused only when the REQ or REP is gone already: it ends either way.
+            let _ = match t {
+                Taken::Incoming(inc, _) => inc.reject(reason, &[], &[]).await,
+                Taken::Pending(p, _) => p.reject(reason, &[], &[]).await,
+            };
+            s.finish(h, rejected_locally(h, reason));
+        })
     }
 
     /// Accepts the REQ of `h` (sends the REP); `ESTABLISHED` follows on the RTU.
@@ -566,7 +711,10 @@ impl Context {
     }
 
     /// Ends `h`: a DREQ when established (REJ while being set up); its final event follows.
+    /// While another call (or the auto RTU) is in progress on `h`, the disconnect is queued
+    /// and carried out when it is done.
     pub(crate) fn disconnect(&self, h: u64, private_data: Vec<u8>) -> Result<()> {
+        self.live()?;
         let mut conns = lock(&self.shared.conns);
         match conns.get_mut(&h).ok_or_else(|| Self::unknown(h))? {
             Entry::Connecting { cancel } => {
@@ -582,22 +730,18 @@ impl Context {
                     conn.disconnect(&private_data).await;
                 })
             }
-            Entry::Busy => Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
+            Entry::Busy { disconnect } => {
+                if disconnect.is_none() {
+                    *disconnect = Some(private_data);
+                }
+                Ok(())
+            }
             Entry::Ended(_) => Err(Self::ended(h)),
             Entry::Incoming { .. } | Entry::Pending(..) => {
                 drop(conns);
                 // A REJ (consumer reject), sent without waiting for the daemon's answer.
                 let t = self.take(h, "ibcm_disconnect")?;
-                let s = self.shared.clone();
-                self.spawn(async move {
-                    let reason = RejReason::ConsumerReject;
-                    // Refused only when the REQ or REP is gone already: it ends either way.
-                    let _ = match t {
-                        Taken::Incoming(inc, _) => inc.reject(reason, &[], &[]).await,
-                        Taken::Pending(p, _) => p.reject(reason, &[], &[]).await,
-                    };
-                    s.finish(h, rejected_locally(h, reason));
-                })
+                self.reject_later(h, t)
             }
         }
     }
@@ -622,6 +766,7 @@ impl Context {
                 ))
             }
         };
+        self.live()?;
         let (port, link) = params::local_port(port)?;
         let conns = lock(&self.shared.conns);
         let (req, rep, side, active) = match conns.get(&h).ok_or_else(|| Self::unknown(h))? {
@@ -643,7 +788,9 @@ impl Context {
                     "no REP yet: wait for CONNECT_RESPONSE",
                 ))
             }
-            Entry::Busy => return Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy"))),
+            Entry::Busy { .. } => {
+                return Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy")))
+            }
         };
         drop(conns);
         let mut c = QpConn::new(&req, &rep, side, link, port);
@@ -660,27 +807,53 @@ impl Context {
 
     /// A random PSN from the daemon's endpoint.
     pub(crate) fn random_psn(&self) -> Result<u32> {
+        self.live()?;
         Ok(self.block_on(self.cm.random_psn())??.get())
     }
 
     /// Has the daemon serve `sid` as an XRC target of this context.
     pub(crate) fn xrc_listen(&self, sid: u64, policy: &str, srqns: &[u32]) -> Result<()> {
-        Ok(self.block_on(self.node.xrc_listen(ServiceId(sid), policy, srqns))??)
+        self.live()?;
+        self.block_on(self.node.xrc_listen(ServiceId(sid), policy, srqns))??;
+        lock(&self.xrc_services).insert(sid);
+        Ok(())
     }
 
-    /// Stops serving `sid` as an XRC target.
+    /// Stops serving `sid` as an XRC target; `IBCM_ENOENT` when this context does not serve
+    /// it (as `ibcm_unlisten`).
     pub(crate) fn xrc_unlisten(&self, sid: u64) -> Result<()> {
+        self.live()?;
+        if !lock(&self.xrc_services).remove(&sid) {
+            return Err(Error::new(
+                IBCM_ENOENT,
+                format!("not serving {} as an XRC target", ServiceId(sid)),
+            ));
+        }
         Ok(self.block_on(self.node.xrc_unlisten(ServiceId(sid)))??)
     }
 
     /// Destroys this context's TGT QPs as their owner; how many.
     pub(crate) fn xrc_destroy(&self) -> Result<u64> {
+        self.live()?;
         Ok(self.block_on(self.node.xrc_destroy())??)
     }
 
-    /// Waits up to `timeout` for an event.
-    pub(crate) fn wait(&self, timeout: Option<Duration>) -> Option<Event> {
-        self.shared.events.wait(timeout)
+    /// The next event, waiting up to `timeout` (`Some(ZERO)`: not at all); `IBCM_EAGAIN`
+    /// when none came, `IBCM_EGONE` once the node service connection is gone and its events
+    /// are taken (at once, also for a wait that was blocked then).
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> Result<Event> {
+        if self.forked() {
+            return self.live().and(Err(gone()));
+        }
+        let r = match timeout {
+            Some(Duration::ZERO) => self.shared.events.try_pop(),
+            t => self.shared.events.wait(t),
+        };
+        match r {
+            Ok(Some(ev)) => Ok(ev),
+            Ok(None) => Err(Error::new(IBCM_EAGAIN, "no event queued")),
+            Err(crate::event::Gone) => Err(gone()),
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use ibcm::proto::ConnectionError;
 use ibcm_mad::xrc::TargetGone;
+use ibcm_mad::RejReason;
 
 use crate::ffi::types::ibcm_event_type::{self, *};
 use crate::ffi::types::ibcm_status::{self, *};
@@ -90,7 +91,11 @@ impl Event {
         };
         let mut ev = Event::new(kind, conn);
         ev.comm_id = comm_id;
-        ev.status = IBCM_ECLOSED;
+        // A disconnect (a DREQ either way, or ours unanswered) is no failure: `IBCM_OK`.
+        ev.status = match why {
+            ConnectionError::Disconnected { .. } | ConnectionError::DisconnectTimedOut => IBCM_OK,
+            _ => IBCM_ECLOSED,
+        };
         ev.reason = why.to_string();
         match why {
             ConnectionError::Disconnected {
@@ -111,6 +116,15 @@ impl Event {
             } => {
                 ev.rej_reason = reason.raw();
                 ev.private_data.clone_from(private_data);
+                if *reason == RejReason::NoResources {
+                    // REJ 3 names no limit: say which ones an ibcmd peer refuses at.
+                    ev.reason = format!(
+                        "{why}: the peer's CM has no room for it (an ibcmd peer refuses at its \
+                         admission limits: --max-half-open-per-peer, default 1024 unanswered \
+                         REQs from one host; --max-established-per-peer, 65536; \
+                         --max-established)"
+                    );
+                }
                 if let Some(tg) = TargetGone::parse(ari).or_else(|| TargetGone::parse(private_data))
                 {
                     ev.target_gone = true;
@@ -144,10 +158,23 @@ impl Event {
     }
 }
 
+/// The queue, and whether it is closed (the node service connection is gone).
+#[derive(Debug, Default)]
+struct Queue {
+    events: VecDeque<Event>,
+    /// No event is queued any more: once the queue is empty, takers get [`Gone`] at once
+    /// and the fd stays readable.
+    closed: bool,
+}
+
+/// A taker found the queue empty and closed: the node service connection is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Gone;
+
 /// The queue and its fd.
 #[derive(Debug)]
 pub(crate) struct Channel {
-    queue: Mutex<VecDeque<Event>>,
+    queue: Mutex<Queue>,
     ready: Condvar,
     rd: UnixStream,
     wr: UnixStream,
@@ -159,61 +186,88 @@ impl Channel {
         rd.set_nonblocking(true)?;
         wr.set_nonblocking(true)?;
         Ok(Channel {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
             rd,
             wr,
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Event>> {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The fd that is readable while events are queued.
+    /// The fd that is readable while events are queued (and for ever once closed).
     pub(crate) fn fd(&self) -> RawFd {
         self.rd.as_raw_fd()
     }
 
+    /// Queues `ev`; after [`Channel::close`] it is dropped.
     pub(crate) fn push(&self, ev: Event) {
         let mut q = self.lock();
-        if q.is_empty() {
+        if q.closed {
+            return;
+        }
+        if q.events.is_empty() {
             // One byte in the pair while the queue is non-empty; the pair holds far more.
             let _ = (&self.wr).write(&[1]);
         }
-        q.push_back(ev);
+        q.events.push_back(ev);
         self.ready.notify_one();
     }
 
-    fn take(&self, q: &mut VecDeque<Event>) -> Option<Event> {
-        let ev = q.pop_front()?;
-        if q.is_empty() {
+    /// Closes the queue: the events queued are still taken, then every take (a waiting one
+    /// too) finds [`Gone`] at once, and the fd stays readable so that a poll loop comes to
+    /// take it.
+    pub(crate) fn close(&self) {
+        let mut q = self.lock();
+        if q.closed {
+            return;
+        }
+        q.closed = true;
+        if q.events.is_empty() {
+            let _ = (&self.wr).write(&[1]);
+        }
+        self.ready.notify_all();
+    }
+
+    /// Whether the queue is closed (it may still hold events).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    fn take(&self, q: &mut Queue) -> Result<Option<Event>, Gone> {
+        let Some(ev) = q.events.pop_front() else {
+            return if q.closed { Err(Gone) } else { Ok(None) };
+        };
+        if q.events.is_empty() && !q.closed {
             let mut b = [0u8; 8];
             let _ = (&self.rd).read(&mut b);
         }
-        Some(ev)
+        Ok(Some(ev))
     }
 
     /// The next event, without waiting.
-    pub(crate) fn try_pop(&self) -> Option<Event> {
+    pub(crate) fn try_pop(&self) -> Result<Option<Event>, Gone> {
         let mut q = self.lock();
         self.take(&mut q)
     }
 
-    /// The next event, waiting up to `timeout` (`None`: for ever).
-    pub(crate) fn wait(&self, timeout: Option<Duration>) -> Option<Event> {
+    /// The next event, waiting up to `timeout` (`None`: for ever); [`Gone`] at once when the
+    /// queue is empty and closed, or becomes closed while waiting.
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> Result<Option<Event>, Gone> {
         let end = timeout.map(|t| Instant::now() + t);
         let mut q = self.lock();
         loop {
-            if let Some(ev) = self.take(&mut q) {
-                return Some(ev);
+            if let Some(ev) = self.take(&mut q)? {
+                return Ok(Some(ev));
             }
             q = match end {
                 None => self.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
                 Some(end) => {
                     let left = end.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return None;
+                        return Ok(None);
                     }
                     self.ready
                         .wait_timeout(q, left)
@@ -250,22 +304,53 @@ mod tests {
     fn fd_is_readable_exactly_while_events_are_queued() {
         let c = Channel::new().unwrap();
         assert!(!readable(&c));
-        assert!(c.try_pop().is_none());
+        assert_eq!(c.try_pop(), Ok(None));
         c.push(Event::new(IBCM_EVENT_ESTABLISHED, 1));
         c.push(Event::new(IBCM_EVENT_ESTABLISHED, 2));
         assert!(readable(&c));
-        assert_eq!(c.try_pop().map(|e| e.conn), Some(1));
+        assert_eq!(c.try_pop().unwrap().map(|e| e.conn), Some(1));
         assert!(readable(&c));
-        assert_eq!(c.wait(Some(Duration::ZERO)).map(|e| e.conn), Some(2));
+        assert_eq!(
+            c.wait(Some(Duration::ZERO)).unwrap().map(|e| e.conn),
+            Some(2)
+        );
         assert!(!readable(&c));
-        assert!(c.wait(Some(Duration::from_millis(1))).is_none());
+        assert_eq!(c.wait(Some(Duration::from_millis(1))), Ok(None));
+    }
+
+    #[test]
+    fn a_closed_queue_gives_its_events_then_gone_to_every_taker() {
+        let c = std::sync::Arc::new(Channel::new().unwrap());
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || c.wait(None).map(|e| e.map(|e| e.conn)))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        c.push(Event::new(IBCM_EVENT_SERVICE_GONE, 0));
+        c.close();
+        let mut got: Vec<_> = waiters.into_iter().map(|t| t.join().unwrap()).collect();
+        got.sort();
+        assert_eq!(got, [Ok(Some(0)), Err(Gone)]);
+        c.push(Event::new(IBCM_EVENT_ESTABLISHED, 5));
+        assert_eq!(c.try_pop(), Err(Gone), "nothing is queued after the close");
+        assert_eq!(c.wait(None), Err(Gone));
+        assert!(readable(&c), "the fd stays readable once closed");
+        let c = Channel::new().unwrap();
+        c.push(Event::new(IBCM_EVENT_ESTABLISHED, 7));
+        c.close();
+        assert!(readable(&c));
+        assert_eq!(c.try_pop().unwrap().map(|e| e.conn), Some(7));
+        assert!(readable(&c));
+        assert_eq!(c.wait(Some(Duration::from_secs(5))), Err(Gone));
     }
 
     #[test]
     fn wait_wakes_on_push_from_another_thread() {
         let c = std::sync::Arc::new(Channel::new().unwrap());
         let c2 = c.clone();
-        let t = std::thread::spawn(move || c2.wait(None).map(|e| e.conn));
+        let t = std::thread::spawn(move || c2.wait(None).unwrap().map(|e| e.conn));
         c.push(Event::new(IBCM_EVENT_ESTABLISHED, 9));
         assert_eq!(t.join().unwrap(), Some(9));
     }
@@ -279,7 +364,7 @@ mod tests {
                 std::thread::spawn(move || {
                     // Until a stop mark (one per taker).
                     let mut got = Vec::new();
-                    while let Some(e) = c.wait(None) {
+                    while let Ok(Some(e)) = c.wait(None) {
                         if e.conn == u64::MAX {
                             break;
                         }
@@ -309,11 +394,13 @@ mod tests {
             private_data: tg.to_bytes()[..11].to_vec(),
         };
         let ev = Event::ended(3, 0x10, true, &why);
-        assert_eq!(ev.kind, IBCM_EVENT_DISCONNECTED);
+        assert_eq!((ev.kind, ev.status), (IBCM_EVENT_DISCONNECTED, IBCM_OK));
         assert!(ev.by_peer && ev.target_gone && ev.is_final());
         assert_eq!(ev.reason, "target gone (creator exited)");
         let ev = Event::ended(3, 0x10, false, &ConnectionError::TimedOut);
-        assert_eq!(ev.kind, IBCM_EVENT_UNREACHABLE);
+        assert_eq!((ev.kind, ev.status), (IBCM_EVENT_UNREACHABLE, IBCM_ECLOSED));
+        let ev = Event::ended(3, 0x10, true, &ConnectionError::LocallyClosed);
+        assert_eq!((ev.kind, ev.status), (IBCM_EVENT_DISCONNECTED, IBCM_EGONE));
         let rej = ConnectionError::Rejected {
             reason: ibcm_mad::RejReason::ConsumerReject,
             ari: Vec::new(),
@@ -325,6 +412,18 @@ mod tests {
             (IBCM_EVENT_REJECTED, 28, false)
         );
         assert_eq!(ev.private_data, [1, 2]);
+        let full = ConnectionError::Rejected {
+            reason: RejReason::NoResources,
+            ari: Vec::new(),
+            private_data: Vec::new(),
+        };
+        let ev = Event::ended(3, 0x10, false, &full);
+        assert_eq!((ev.kind, ev.rej_reason), (IBCM_EVENT_REJECTED, 3));
+        assert!(
+            ev.reason.contains("--max-half-open-per-peer"),
+            "{}",
+            ev.reason
+        );
         let ev = Event::xrc("established conn=0x1 tgt_qpn=0x48".into());
         assert_eq!(ev.xrc_report, IBCM_XRC_ESTABLISHED);
         assert!(!ev.is_final());

@@ -57,14 +57,28 @@ fn invalid(msg: impl Into<String>) -> Error {
     Error::new(IBCM_EINVAL, msg)
 }
 
-/// The peer's CM address: "IP" (UDP 4791) or "IP:PORT".
+/// The peer's CM address: "IP" (UDP 4791) or "IP:PORT", a unicast host: the unspecified
+/// address, broadcast and multicast are refused (no CM answers there: the connect would
+/// only time out).
 pub(crate) fn peer_addr(s: &str) -> Result<SocketAddr> {
-    if let Ok(sa) = s.parse::<SocketAddr>() {
-        return Ok(sa);
+    let sa = match s.parse::<SocketAddr>() {
+        Ok(sa) => sa,
+        Err(_) => s
+            .parse::<IpAddr>()
+            .map(|ip| SocketAddr::new(ip, ibcm_mad::frame::ROCEV2_UDP_PORT))
+            .map_err(|_| invalid(format!("peer {s:?} is not an IP address or IP:PORT")))?,
+    };
+    let ip = sa.ip();
+    let broadcast = matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
+    if ip.is_unspecified() || ip.is_multicast() || broadcast {
+        return Err(invalid(format!(
+            "peer {s:?} is not a unicast host address (unspecified, broadcast or multicast)"
+        )));
     }
-    s.parse::<IpAddr>()
-        .map(|ip| SocketAddr::new(ip, ibcm_mad::frame::ROCEV2_UDP_PORT))
-        .map_err(|_| invalid(format!("peer {s:?} is not an IP address or IP:PORT")))
+    if sa.port() == 0 {
+        return Err(invalid(format!("peer {s:?}: port 0")));
+    }
+    Ok(sa)
 }
 
 fn qpn(n: u32, what: &str) -> Result<Qpn> {
@@ -235,6 +249,35 @@ pub(crate) fn qp_attr_c(a: &QpAttr, mask: QpAttrMask, t: QpType) -> (ibcm_qp_att
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peers_are_unicast_hosts() {
+        for ok in [
+            "10.0.0.2",
+            "10.0.0.2:4792",
+            "::1",
+            "[fe80::1]:4791",
+            "127.0.0.1",
+        ] {
+            assert!(peer_addr(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "239.1.2.3:4791",
+            "::",
+            "ff02::1",
+            "10.0.0.2:0",
+            "host",
+        ] {
+            assert_eq!(
+                peer_addr(bad).map_err(|e| e.code),
+                Err(IBCM_EINVAL),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn defaults_are_ibcms() {

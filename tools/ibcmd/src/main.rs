@@ -10,6 +10,8 @@
 //!       [--max-tgt-qps-non-root N] [--listen-backlog N]
 //!       [--max-queue-bytes-per-client N] [--max-queue-bytes-per-user N]
 //!       [--hello-timeout-ms N] [--reserved-fds N] [--reserve RANGE=UID]…
+//!       [--max-half-open N] [--max-half-open-per-peer N] [--max-half-open-per-service N]
+//!       [--max-half-open-secs N] [--max-established N] [--max-established-per-peer N]
 //! ibcmd leaks --socket PATH [--json]               (orphaned and leaked TGT QPs)
 //! ibcmd reclaim --socket PATH [--qpn N]            (destroy orphans: this user's; root: any)
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
@@ -123,6 +125,51 @@ struct Args {
     /// or decimal); repeatable.
     #[arg(long, value_name = "RANGE=UID")]
     reserve: Vec<Reservation>,
+    /// The endpoint's admission limits (`ibcm::proto::EndpointConfig`).
+    #[command(flatten)]
+    admission: Admission,
+}
+
+/// The endpoint's admission limits (`EndpointConfig`): what REQs from the network may make
+/// the daemon keep. A REQ beyond a per-peer or established limit is answered with REJ 3
+/// "no resources"; at a service's or the endpoint's half-open limit the oldest half-open
+/// entry is evicted instead.
+#[derive(Debug, clap::Args)]
+struct Admission {
+    /// Passive connections not yet established (REQ received … RTU) the endpoint keeps.
+    #[arg(long, default_value_t = EndpointConfig::default().max_half_open)]
+    max_half_open: usize,
+    /// Half-open connections one peer host (IP address or GID, any port) may hold; its REQs
+    /// beyond are rejected (REJ 3).
+    #[arg(long, default_value_t = EndpointConfig::default().max_half_open_per_source)]
+    max_half_open_per_peer: usize,
+    /// Half-open connections one service ID may hold (beyond: its oldest is evicted).
+    #[arg(long, default_value_t = EndpointConfig::default().max_half_open_per_service)]
+    max_half_open_per_service: usize,
+    /// Seconds a half-open connection may take from its REQ to its RTU.
+    #[arg(long, default_value_t = EndpointConfig::default().max_half_open_lifetime.as_secs())]
+    max_half_open_secs: u64,
+    /// Connections (established until TimeWait, plus half-open) the endpoint keeps.
+    #[arg(long, default_value_t = EndpointConfig::default().max_established)]
+    max_established: usize,
+    /// Connections one peer host may hold (established plus half-open).
+    #[arg(long, default_value_t = EndpointConfig::default().max_established_per_peer)]
+    max_established_per_peer: usize,
+}
+
+impl Admission {
+    /// `cfg` with these limits.
+    fn apply(&self, cfg: EndpointConfig) -> EndpointConfig {
+        EndpointConfig {
+            max_half_open: self.max_half_open,
+            max_half_open_per_source: self.max_half_open_per_peer,
+            max_half_open_per_service: self.max_half_open_per_service,
+            max_half_open_lifetime: Duration::from_secs(self.max_half_open_secs),
+            max_established: self.max_established,
+            max_established_per_peer: self.max_established_per_peer,
+            ..cfg
+        }
+    }
 }
 
 /// `ibcmd leaks`.
@@ -385,11 +432,11 @@ async fn run(args: Args) -> Result<()> {
             "the previous run left live connections: ending them"
         );
     }
-    let cfg = EndpointConfig {
+    let cfg = args.admission.apply(EndpointConfig {
         local_ca_guid: Guid(0x0002_c903_00d0_0000 | u64::from(std::process::id())),
         local_gid: Gid::from_ip(args.addr),
         ..EndpointConfig::default()
-    };
+    });
     let target = XrcTarget::new(
         TgtRegistry::new(verbs, RegistryConfig::default()),
         XrcTargetConfig::default(),

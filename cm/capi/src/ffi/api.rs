@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::types::ibcm_status::*;
-use super::types::{ibcm_ctx, ibcm_event};
+use super::types::{ibcm_ctx, ibcm_event, IBCM_XRC_SRQNS_MAX};
 use super::{bytes, c_string, context, ctx_ref, guard, put, string};
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -64,6 +64,10 @@ fn outstanding(ctx: &ibcm_ctx) -> std::sync::MutexGuard<'_, HashSet<usize>> {
 
 /// Frees an event `lend` made, if `ctx` lent it.
 fn take_back(ctx: &ibcm_ctx, p: *mut ibcm_event) -> Result<()> {
+    if ctx.inner.forked() {
+        // The parent's context: nothing of it is touched in a child.
+        return ctx.inner.live();
+    }
     if !outstanding(ctx).remove(&(p as usize)) {
         return Err(Error::new(
             IBCM_EINVAL,
@@ -82,7 +86,15 @@ fn take_back(ctx: &ibcm_ctx, p: *mut ibcm_event) -> Result<()> {
 /// Attaches to the node's CM service (`ibcmd`) listening on the Unix socket
 /// `socket_path`, and returns the context in `*ctx`. The daemon must run as root or as this
 /// process's user. Errors: `IBCM_EINVAL` (NULL), `IBCM_EATTACH` (no daemon there, another
-/// user's, another protocol version), `IBCM_EIO`.
+/// user's, another protocol version), `IBCM_EREFUSED` (1,024 contexts open in this process),
+/// `IBCM_EIO`.
+///
+/// A `fork()` child does not hold its parent's contexts: the child's copies of their sockets
+/// are closed at the fork (a `pthread_atfork` handler), so the daemon ends a context's
+/// connections when the parent exits or dies, whatever its children do. In the child, calls
+/// on an inherited context fail with `IBCM_EGONE` and ibcm_close of it returns `IBCM_OK`
+/// without freeing anything (the parent's thread and locks are not the child's); the child
+/// opens contexts of its own.
 ///
 /// # Safety
 /// `socket_path` is NULL or a NUL-terminated string; `ctx` is NULL or writable.
@@ -95,6 +107,8 @@ pub unsafe extern "C" fn ibcm_open(socket_path: *const c_char, ctx: *mut *mut ib
         // SAFETY: the caller's contract for socket_path.
         let path = unsafe { string(socket_path, "socket_path") }?;
         let inner = Context::open(Path::new(&path))?;
+        // A fork() child closes its copy of the socket (the session is the parent's).
+        super::fork::register(inner.socket_fd())?;
         let b = Box::new(ibcm_ctx {
             inner,
             outstanding: Mutex::new(HashSet::new()),
@@ -107,7 +121,8 @@ pub unsafe extern "C" fn ibcm_open(socket_path: *const c_char, ctx: *mut *mut ib
 /// Detaches: the daemon ends this context's connections (DREQ, or REJ while being set up),
 /// listeners and XRC holdings (per policy), as when the process exits. Frees the context
 /// and every event not yet acknowledged. It must be the last call on `ctx`: no other call
-/// on it may be running or follow.
+/// on it may be running or follow. In a `fork()` child, on a context inherited from the
+/// parent, it only forgets the context (see ibcm_open).
 ///
 /// # Safety
 /// `ctx` is NULL or a live context from ibcm_open, used by no other thread.
@@ -119,6 +134,14 @@ pub unsafe extern "C" fn ibcm_close(ctx: *mut ibcm_ctx) -> c_int {
         }
         // SAFETY: from Box::into_raw in ibcm_open, not freed yet, used by no one else.
         let b = unsafe { Box::from_raw(ctx) };
+        if b.inner.forked() {
+            // Inherited through fork(): the parent's context. Its thread is not in this
+            // process and a lock may have been held at the fork, so nothing of it is run or
+            // freed here; the child's copy of its socket was closed at the fork.
+            std::mem::forget(b);
+            return Ok(());
+        }
+        super::fork::unregister(b.inner.socket_fd());
         let lent: Vec<usize> = outstanding(&b).drain().collect();
         for p in lent {
             // SAFETY: each address came from Box::into_raw in `lend` and was still
@@ -141,7 +164,11 @@ pub unsafe extern "C" fn ibcm_get_fd(ctx: *const ibcm_ctx) -> c_int {
     let mut fd = 0;
     let r = guard(|| {
         // SAFETY: the caller's contract.
-        fd = unsafe { context(ctx) }?.shared.events.fd();
+        let c = unsafe { context(ctx) }?;
+        if c.forked() {
+            return c.live();
+        }
+        fd = c.shared.events.fd();
         Ok(())
     });
     if r == 0 {
@@ -151,18 +178,17 @@ pub unsafe extern "C" fn ibcm_get_fd(ctx: *const ibcm_ctx) -> c_int {
     }
 }
 
-fn deliver(ctx: &ibcm_ctx, e: Option<Event>, out: *mut *mut ibcm_event) -> Result<()> {
-    let Some(e) = e else {
-        return Err(Error::new(IBCM_EAGAIN, "no event queued"));
-    };
-    let p = lend(ctx, e);
+fn deliver(ctx: &ibcm_ctx, e: Result<Event>, out: *mut *mut ibcm_event) -> Result<()> {
+    let p = lend(ctx, e?);
     // SAFETY: `out` was checked non-null by the caller of deliver and is writable by the
     // API's contract.
     unsafe { put(out, p, "event") }
 }
 
 /// Takes the next event without waiting: `IBCM_OK` and `*event`, or `IBCM_EAGAIN` when none
-/// is queued. Each event must be given back with ibcm_ack_event.
+/// is queued. Each event must be given back with ibcm_ack_event. Once the node service
+/// connection is gone and its events (`IBCM_EVENT_SERVICE_GONE` last) are taken:
+/// `IBCM_EGONE`.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `event` is NULL or writable.
@@ -174,13 +200,15 @@ pub unsafe extern "C" fn ibcm_get_event(ctx: *mut ibcm_ctx, event: *mut *mut ibc
         if event.is_null() {
             return Err(Error::new(IBCM_EINVAL, "event is NULL"));
         }
-        let e = c.inner.shared.events.try_pop();
+        let e = c.inner.wait(Some(Duration::ZERO));
         deliver(c, e, event)
     })
 }
 
 /// Takes the next event, waiting up to `timeout_ms` milliseconds for one (-1: for ever;
-/// 0: as ibcm_get_event). `IBCM_EAGAIN` when none came in time.
+/// 0: as ibcm_get_event). `IBCM_EAGAIN` when none came in time. `IBCM_EGONE` at once when
+/// the node service connection is gone and its events are taken, for a wait blocked when
+/// it went too.
 ///
 /// # Safety
 /// As ibcm_get_event.
@@ -242,9 +270,9 @@ pub unsafe extern "C" fn ibcm_unlisten(ctx: *mut ibcm_ctx, service_id: u64) -> c
 
 /// Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this
 /// context: the TGT QPs it creates get `policy` (an `ibcm_xrc_policy`) and this context as
-/// their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns` (1..47).
-/// Reports come as `IBCM_EVENT_XRC_REPORT`. `IBCM_EREFUSED`: the service is another client's,
-/// an SRQ number is out of range, a quota.
+/// their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns`
+/// (1..=`IBCM_XRC_SRQNS_MAX`, else `IBCM_EINVAL`). Reports come as `IBCM_EVENT_XRC_REPORT`.
+/// `IBCM_EREFUSED`: the service is another client's, an SRQ number is out of range, a quota.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `srqns` is NULL or readable for `n_srqns` numbers.
@@ -269,6 +297,12 @@ pub unsafe extern "C" fn ibcm_xrc_listen(
         if n_srqns == 0 || srqns.is_null() {
             return Err(Error::new(IBCM_EINVAL, "an XRC service needs SRQ numbers"));
         }
+        if n_srqns > IBCM_XRC_SRQNS_MAX {
+            return Err(Error::new(
+                IBCM_EINVAL,
+                format!("{n_srqns} SRQ numbers: a REP announces {IBCM_XRC_SRQNS_MAX} at most"),
+            ));
+        }
         let len = n_srqns.saturating_mul(4);
         // SAFETY: non-null, readable for n_srqns u32s by the caller's contract; read as
         // bytes (no alignment needed).
@@ -283,6 +317,7 @@ pub unsafe extern "C" fn ibcm_xrc_listen(
 }
 
 /// Stops serving `service_id` as an XRC target (its TGT QPs stay, per their policy).
+/// `IBCM_ENOENT` when this context does not serve it.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context.
@@ -293,7 +328,9 @@ pub unsafe extern "C" fn ibcm_xrc_unlisten(ctx: *mut ibcm_ctx, service_id: u64) 
 }
 
 /// Destroys every TGT QP this context owns, as their owner: their initiators get a DREQ
-/// with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many.
+/// with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many. QPs of
+/// the shared policy (`IBCM_XRC_SHARED`) have no owner: they live until their last
+/// connection ends, and are neither destroyed nor counted here.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `destroyed` is NULL or writable.

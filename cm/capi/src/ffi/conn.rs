@@ -60,8 +60,10 @@ pub unsafe extern "C" fn ibcm_accept_param_init(
 /// `*conn` at once. Then: `IBCM_EVENT_ESTABLISHED`, or with `IBCM_CONNECT_MANUAL_RTU`
 /// `IBCM_EVENT_CONNECT_RESPONSE` first; or a final event (`REJECTED`, `UNREACHABLE`,
 /// `CONNECT_ERROR`). For XRC (`IBCM_TRANSPORT_XRC`), `qp_num` is the INI QP and the REP
-/// names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value),
-/// `IBCM_ETOOLONG`; the daemon's refusals (QPN in use, …) come as `CONNECT_ERROR`.
+/// names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value, a
+/// peer that is no unicast host: unspecified, broadcast, multicast), `IBCM_ETOOLONG`,
+/// `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use,
+/// …) come as `CONNECT_ERROR`.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `param` is NULL or readable, with its `peer` and
@@ -190,8 +192,11 @@ pub unsafe extern "C" fn ibcm_establish(
 
 /// Ends a connection: a DREQ (up to 220 bytes of private data) when established, a REJ
 /// while it is being set up (a REQ not answered yet is rejected with reason 28; a connect
-/// waiting for its REP is cancelled). Returns at once; the final event follows
-/// (`DISCONNECTED` with `by_peer` 0 once the DREP arrived or the DREQ timed out).
+/// waiting for its REP is cancelled). Never `IBCM_EBUSY`: while another call on the
+/// connection (or the automatic RTU) is in progress, the disconnect is queued and carried out
+/// when it is done (after the RTU: `ESTABLISHED`, then `DISCONNECTED`). Returns at once; the
+/// final event follows (`DISCONNECTED` with `by_peer` 0 once the DREP arrived or the DREQ
+/// timed out).
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `private_data` is NULL or readable for `len` bytes.

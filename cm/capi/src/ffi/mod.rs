@@ -3,11 +3,14 @@
 //! * `types`: the C types of `ibcm.h` (no code);
 //! * `api`: the context, the event channel, listeners, XRC services, error texts;
 //! * `conn`: connections (connect, accept, reject, establish, disconnect) and QP attributes;
+//! * `fork`: the `pthread_atfork` child handler that closes a child's copies of the
+//!   contexts' sockets;
 //! * here: the boundary helpers — `guard` (no panic crosses into C; the error's message is
 //!   kept for `ibcm_last_error`) and the pointer checks (null pointers are `IBCM_EINVAL`).
 
 pub mod api;
 pub mod conn;
+mod fork;
 pub mod types;
 
 use std::cell::RefCell;

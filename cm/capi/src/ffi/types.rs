@@ -19,7 +19,8 @@ pub enum ibcm_status {
     /// No such connection handle or listener (never existed, or its final event was
     /// acknowledged).
     IBCM_ENOENT = -3,
-    /// Another call on the same connection is in progress.
+    /// Another call on the same connection is in progress (ibcm_disconnect is never refused
+    /// so: it is queued).
     IBCM_EBUSY = -4,
     /// The call does not fit the connection's state (say, ibcm_accept on an active
     /// connection, ibcm_establish before the REP).
@@ -33,7 +34,8 @@ pub enum ibcm_status {
     /// ibcm_open: the daemon's socket cannot be reached, it runs as another user (not root),
     /// or it speaks another protocol version.
     IBCM_EATTACH = -9,
-    /// The connection to the node service is gone (the daemon stopped or was killed).
+    /// The connection to the node service is gone (the daemon stopped or was killed), or the
+    /// context is a parent process's, inherited through fork().
     IBCM_EGONE = -10,
     /// The connection has ended: while the call waited, or before it (its final event is
     /// queued or being handled; the reason is in ibcm_last_error and in that event).
@@ -56,8 +58,8 @@ pub enum ibcm_event_type {
     /// Active side, `IBCM_CONNECT_MANUAL_RTU`: the REP arrived (`remote_qpn`, `remote_psn`).
     /// Move the QP to RTR and RTS (ibcm_init_qp_attr), then ibcm_establish (or ibcm_reject).
     IBCM_EVENT_CONNECT_RESPONSE = 2,
-    /// The connection is established: active side, the RTU went out; passive side, the RTU
-    /// arrived (move the QP to RTS now).
+    /// The connection is established: active side, the RTU went out (`private_data`: the
+    /// REP's); passive side, the RTU arrived (move the QP to RTS now).
     IBCM_EVENT_ESTABLISHED = 3,
     /// Final: the peer rejected the connection (`rej_reason`, `private_data`; for XRC
     /// `target_gone` and `reason` say why in words).
@@ -76,7 +78,10 @@ pub enum ibcm_event_type {
     /// `conn` is 0.
     IBCM_EVENT_XRC_REPORT = 8,
     /// The node service connection is gone: every connection of this context has ended
-    /// (each gets its final event), no further call succeeds. `conn` is 0.
+    /// (each final event is queued before this one, the context's last), and every further
+    /// call on the context fails with `IBCM_EGONE` at once (ibcm_wait_event too, a blocked
+    /// one included; the fd stays readable), except ibcm_ack_event, ibcm_get_fd and
+    /// ibcm_close. `conn` is 0.
     IBCM_EVENT_SERVICE_GONE = 9,
 }
 
@@ -184,6 +189,8 @@ pub const IBCM_REJ_PRIVATE_DATA_MAX: u32 = 148;
 pub const IBCM_RTU_PRIVATE_DATA_MAX: u32 = 224;
 /// The largest private data of a DREQ (ibcm_disconnect).
 pub const IBCM_DREQ_PRIVATE_DATA_MAX: u32 = 220;
+/// The most SRQ numbers an XRC REP announces (ibcm_xrc_listen's `n_srqns`).
+pub const IBCM_XRC_SRQNS_MAX: u32 = 47;
 
 /// What ibcm_connect asks for. Fill it with ibcm_conn_param_init first: it sets rdma_cm's
 /// defaults, which a zeroed struct does not have.
@@ -358,7 +365,7 @@ pub struct ibcm_event {
     /// What happened.
     pub event: ibcm_event_type,
     /// For failures: the class as an `ibcm_status` (`IBCM_ECLOSED`, `IBCM_EGONE`, …);
-    /// `IBCM_OK` otherwise.
+    /// `IBCM_OK` otherwise (a `DISCONNECTED` by a DREQ, either side's, is no failure).
     pub status: ibcm_status,
     /// The connection handle (0 for context events: XRC reports, service gone).
     pub conn: u64,
@@ -389,8 +396,11 @@ pub struct ibcm_event {
     /// Why, in words: the final event's cause, the XRC report line; "" otherwise.
     /// NUL-terminated.
     pub reason: *const c_char,
-    /// Private data of the REQ / REP / REJ / DREQ (the application's part: after the
-    /// rdma_cm header when there is one; trailing zeros of REJ and DREQ trimmed).
+    /// Private data of the REQ (CONNECT_REQUEST), the REP (CONNECT_RESPONSE, and the active
+    /// side's ESTABLISHED), the REJ (REJECTED) or the DREQ (DISCONNECTED): the
+    /// application's part, after the rdma_cm header when there is one; trailing zeros of
+    /// REJ and DREQ trimmed. The passive side's ESTABLISHED has none (the RTU's private data
+    /// does not reach it yet).
     pub private_data: *const u8,
     /// Length of `private_data`.
     pub private_data_len: u32,

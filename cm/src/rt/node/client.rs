@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -160,6 +161,9 @@ pub struct Attached {
     /// The task that talks to the daemon; it ends when every handle is gone, on
     /// [`Cm::shutdown`], or when the daemon closes the socket (then with an error).
     pub task: JoinHandle<io::Result<()>>,
+    /// The descriptor of the socket to the daemon (owned by the task; for a `fork()` child
+    /// handler that closes the child's copy, so that the session ends with the parent).
+    pub socket_fd: RawFd,
 }
 
 impl Cm {
@@ -205,6 +209,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
             ),
         ));
     }
+    let socket_fd = stream.as_raw_fd();
     let (mut rd, mut wr) = stream.into_split();
     let hello = encode_frame(&ClientMsg {
         seq: 0,
@@ -267,6 +272,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
             events: Arc::new(Mutex::new(ev_rx)),
         },
         task,
+        socket_fd,
     })
 }
 
