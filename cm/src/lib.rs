@@ -17,7 +17,7 @@ pub mod proto;
 
 pub mod qp_attr;
 
-pub mod app;
+mod app;
 pub use app::App;
 
 #[cfg(feature = "sim")]

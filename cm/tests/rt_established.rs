@@ -19,11 +19,12 @@ use ibcm_mad::{CommId, Qpn, ServiceId};
 mod rt_common;
 use rt_common::pair;
 
+/// How long a step may take on the paused clock before the test fails.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// `f`, or a panic once it has waited two minutes (paused clock: at once when stuck).
 async fn within<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(ibcm::rt::DEFAULT_TIMEOUT, f)
-        .await
-        .expect("timed out")
+    tokio::time::timeout(WAIT, f).await.expect("timed out")
 }
 
 #[tokio::test(start_paused = true)]

@@ -220,3 +220,40 @@ fn corrupted_req_is_dropped_counted_and_recovered_by_retransmission() {
         "{dropped_seeds} {malformed_seeds}"
     );
 }
+
+/// One direction of a link lost whole ([`SimNet::set_link`]): A's REQ and its retransmissions
+/// reach B, B's REPs never reach A. Both sides give up on their own retry budgets (B's REP
+/// timer, A's REQ timer), neither established, and nothing B sends ever arrives at A.
+#[test]
+fn a_one_way_link_loss_ends_both_sides_unestablished() {
+    let (mut net, a, b) = pair(5);
+    net.set_link(
+        b,
+        a,
+        ibcm::sim::Link {
+            loss: 1.0,
+            ..ibcm::sim::Link::default()
+        },
+    );
+    let ca = connect(&mut net, a, b);
+    assert!(net.run_until(|n| !n.endpoint_ref(b).conn_ids().is_empty(), 1_000));
+    let cb = only_conn(&net, b);
+    assert!(net.run_until(|n| n.endpoint_ref(a).state(ca).is_none(), 10_000));
+    assert!(net.run_until(|n| n.endpoint_ref(b).state(cb).is_none(), 10_000));
+    assert!(net.run_to_idle(10_000));
+    // A sent its REQ 1 + RETRIES times and timed out; B answered with REPs A never saw and
+    // timed out too.
+    assert_eq!(net.sent_count(a, AttrId::Req), 1 + u64::from(RETRIES));
+    assert!(net.sent_count(b, AttrId::Rep) >= 1 + u64::from(RETRIES));
+    let (sa, sb) = (
+        net.endpoint_ref(a).stats().clone(),
+        net.endpoint_ref(b).stats().clone(),
+    );
+    assert_eq!(sa.timeouts, 1, "{}", net.dump_trace());
+    assert_eq!(sb.timeouts, 1, "{}", net.dump_trace());
+    // The link from A to B lost nothing: B received every MAD A sent. Nothing came back.
+    let a_sent = net.sent_count(a, AttrId::Req) + net.sent_count(a, AttrId::Rej);
+    assert_eq!(sb.rx, a_sent, "{}", net.dump_trace());
+    assert_eq!(sa.rx, 0);
+    assert_eq!(sa.established + sb.established, 0);
+}

@@ -606,9 +606,6 @@ impl Drop for Listener {
     }
 }
 
-/// A default for waiting on paused-clock tests and tools.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
 impl Cm {
     /// Ends a connection of an earlier life of this node at its peer (a killed daemon's, read
     /// from its journal): [`Endpoint::end_stale`](crate::proto::Endpoint::end_stale) sends its

@@ -41,7 +41,7 @@ fn now() -> std::time::Instant {
 }
 
 pub use driver::SHUTDOWN_LINGER;
-pub use handle::{Cm, Connection, Incoming, Listener, DEFAULT_TIMEOUT};
+pub use handle::{Cm, Connection, Incoming, Listener};
 pub use pending::PendingConnection;
 pub use stateless::Arrival;
 pub use stats::{CmStats, TransportStats};

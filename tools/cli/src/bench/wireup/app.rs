@@ -6,11 +6,11 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use ibcm::app::App;
 use ibcm::proto::{
     AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, Event, EventKind,
     PeerAddr, SidrRepParams, SidrReqParams,
 };
+use ibcm::App;
 use ibcm_mad::xrc::{OwnershipPolicy, ReqMode, XrcReqData};
 use ibcm_mad::{Qkey, Qpn, RejReason, ReqTransport, ServiceId};
 
