@@ -48,6 +48,13 @@ pub struct XrcService {
     /// The policy of every TGT QP this service creates, whatever the REQ asks (the target
     /// chooses); `None`: the REQ's, else the registry's default.
     pub policy: Option<OwnershipPolicy>,
+    /// The TGT QP that answers the REQs in mode `any` (as if they attached to it): a
+    /// service of one QP held elsewhere (a keeper's, registered on by other processes).
+    /// `None`: the registry's rule (the QP kept for the initiator, else a new one).
+    pub tgt_qpn: Option<Qpn>,
+    /// Whether the connections this service accepts register on `Shared` QPs; `None`: the
+    /// registry's [`RegistryConfig::connection_registrations`](crate::RegistryConfig).
+    pub conn_registrations: Option<bool>,
 }
 
 impl XrcService {
@@ -59,6 +66,8 @@ impl XrcService {
             srqns,
             rep_app_data: Vec::new(),
             policy: None,
+            tgt_qpn: None,
+            conn_registrations: None,
         }
     }
 }
