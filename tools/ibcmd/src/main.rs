@@ -37,6 +37,8 @@ use ibcm_mad::xrc::{GoneCause, RejectKind, TargetGone};
 use ibcm_mad::{CommId, Gid, Guid, Qpn};
 use ibcm_xrc::cm::rt::XrcServer;
 use ibcm_xrc::cm::{XrcTarget, XrcTargetConfig};
+use ibcm_xrc::keeper::node::NodeKeeper;
+use ibcm_xrc::keeper::server::KeeperLimits;
 use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
 use ibcm_xrc::{RegistryConfig, TgtRegistry, Verbs};
 use tokio::net::UnixListener;
@@ -399,7 +401,20 @@ async fn run(args: Args) -> Result<()> {
         Transport::Umad(t) => XrcServer::bind(t, cfg, target),
     };
     end_stale(server.cm(), replay.entries, &journal).await;
-    let hooks = xrc::XrcHooks::new(server.clone(), kernel, Some(journal.clone())).await;
+    let keeper = NodeKeeper::new(
+        std::process::id(),
+        match args.backend {
+            Backend::Sim => "sim",
+            Backend::Verbs => "verbs",
+        },
+        KeeperLimits {
+            sessions_per_user: args.max_clients_per_user,
+            qps_per_user: args.max_tgt_qps_per_user,
+            ..KeeperLimits::default()
+        },
+        std::time::Instant::now(),
+    );
+    let hooks = xrc::XrcHooks::new(server.clone(), kernel, Some(journal.clone()), keeper).await;
     let journal_left = journal.clone();
     let node = NodeServer::new(
         server.cm().clone(),
