@@ -12,6 +12,7 @@
 //!       [--hello-timeout-ms N] [--reserved-fds N] [--reserve RANGE=UID]…
 //! ibcmd leaks --socket PATH [--json]               (orphaned and leaked TGT QPs)
 //! ibcmd reclaim --socket PATH [--qpn N]            (destroy orphans: this user's; root: any)
+//! ibcmd xrc --socket PATH [--hold]                 (a session: keeper requests, XRC services)
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
 //!
@@ -45,6 +46,7 @@ use tokio::net::UnixListener;
 use tracing::{info, warn};
 
 mod leaks;
+mod session;
 mod xrc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -157,6 +159,23 @@ struct ReclaimArgs {
     qpn: Option<u32>,
 }
 
+/// `ibcmd xrc`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ibcmd xrc",
+    about = "One session of a running ibcmd driven by JSON lines on stdin: the XRC keeper's \
+             requests (open-domain, create, register, unregister, modify, query, …) and XRC \
+             services (xrc-listen, xrc-unlisten); one reply line each on stdout"
+)]
+struct XrcArgs {
+    /// The daemon's socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Stay attached after the end of input, until killed.
+    #[arg(long)]
+    hold: bool,
+}
+
 fn parse_qpn(s: &str) -> Result<u32, String> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => u32::from_str_radix(h, 16).ok(),
@@ -187,6 +206,14 @@ fn main() -> ExitCode {
             std::iter::once("ibcmd leaks".into()).chain(std::env::args_os().skip(2)),
         );
         return leaks::main(&args.socket, args.json);
+    }
+    // `ibcmd xrc --socket PATH [--hold]`: a session driven by JSON lines (the keeper's
+    // requests, XRC services).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "xrc") {
+        let args = XrcArgs::parse_from(
+            std::iter::once("ibcmd xrc".into()).chain(std::env::args_os().skip(2)),
+        );
+        return session::main(&args.socket, args.hold);
     }
     // `ibcmd reclaim --socket PATH [--qpn N]`: destroy orphaned TGT QPs.
     if std::env::args_os().nth(1).is_some_and(|a| a == "reclaim") {
