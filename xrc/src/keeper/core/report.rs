@@ -36,10 +36,16 @@ impl<K: KeeperConn> KeeperCore<K> {
             out.push_str(head);
             let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
             let (num, after) = tail.split_at(digits);
+            // Standalone, a process number is a session number even when the session is
+            // forgotten; lent, an unknown process is another client of the service.
+            let session = |n: u32| {
+                self.session_of(ProcessId(n))
+                    .or((!self.lent).then_some(n))
+            };
             match num
                 .parse::<u32>()
                 .ok()
-                .and_then(|n| self.session_of(ProcessId(n)))
+                .and_then(session)
                 .map(|s| (s, self.session_pid(s)))
             {
                 Some((s, Some(pid))) => out.push_str(&format!("{pid} (session {s})")),
