@@ -281,7 +281,10 @@ async fn another_user_cannot_touch_a_qp_through_ibcmd_that_the_keeper_rules_keep
         &format!(r#"{{"op":"register","qpn":{q}}}"#),
         "permission-denied",
     );
-    n.refused(&format!(r#"{{"op":"destroy","qpn":{x}}}"#), "permission-denied");
+    n.refused(
+        &format!(r#"{{"op":"destroy","qpn":{x}}}"#),
+        "permission-denied",
+    );
     n.refused(
         &format!(r#"{{"op":"unregister","qpn":{q}}}"#),
         "not-registered",

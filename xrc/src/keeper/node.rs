@@ -186,3 +186,123 @@ impl NodeKeeper {
         self.core.take_log()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing)]
+mod tests {
+    use std::time::Duration;
+
+    use ibcm_mad::xrc::{GoneCause, XrcReqData};
+    use ibcm_mad::Guid;
+
+    use super::*;
+    use crate::policy::PolicyAction;
+    use crate::registry::{IniPeer, TgtRequest};
+    use crate::types::SrqNum;
+    use crate::verbs::Verbs as _;
+
+    fn req(qpn: Qpn, conn: u32, dom: DomainId, p: ProcessId) -> TgtRequest<ConnId> {
+        TgtRequest {
+            conn: ibcm_mad::CommId(conn),
+            domain: dom,
+            process: p,
+            peer: IniPeer {
+                ca_guid: Guid(7),
+                ini_qpn: Qpn::new(0x99).unwrap(),
+            },
+            data: XrcReqData::attach(qpn),
+            timewait: Duration::from_millis(10),
+            srqns: vec![SrqNum::new(1).unwrap()],
+        }
+    }
+
+    /// The keeper acts on the CM's registry; the CM's actions stay for the CM.
+    #[test]
+    fn keeper_requests_act_on_the_lent_registry_and_leave_the_dreqs_to_the_cm() {
+        let kernel = KernelModel::new(ModelConfig::mlx5());
+        let mut reg: TgtRegistry<ConnId> =
+            TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
+        let now = Instant::now();
+        let mut k = NodeKeeper::new(1, "sim", KeeperLimits::default(), now);
+        let (pa, pb) = (kernel.spawn().process(), kernel.spawn().process());
+        let a = k.open_session(Some(100), 0, 0, pa);
+        let b = k.open_session(Some(200), 0, 0, pb);
+        let open = Request::OpenDomain {
+            domain: "job".into(),
+            path: Some("/job".into()),
+            create: true,
+            exclusive: false,
+        };
+        assert!(k.handle(&mut reg, now, a, None, open.clone()).0.ok);
+        let create = Request::Create {
+            domain: "job".into(),
+            policy: "shared".into(),
+        };
+        let (r, _) = k.handle(&mut reg, now, a, None, create);
+        let qpn = u32::try_from(r.result.unwrap()["qpn"].as_u64().unwrap()).unwrap();
+        let q = Qpn::new(qpn).unwrap();
+        // The same registry: the QP is the CM's to attach REQs to.
+        let (dom, served) = k.serve_check(&mut reg, a, "job", Some(qpn)).unwrap();
+        assert_eq!(served, Some(q));
+        assert!(k.handle(&mut reg, now, b, None, open).0.ok);
+        assert!(
+            k.handle(&mut reg, now, b, None, Request::Register { qpn })
+                .0
+                .ok
+        );
+        let acc = reg
+            .handle_req_with(now, &req(q, 5, dom, pa), false)
+            .unwrap();
+        assert_eq!(acc.tgt_qpn, q);
+        // A reports no connection itself here.
+        let (r, _) = k.handle(
+            &mut reg,
+            now,
+            a,
+            None,
+            Request::ConnEvent {
+                conn: "5".into(),
+                event: "closed".into(),
+            },
+        );
+        assert_eq!(r.error.unwrap().kind, ErrorKind::BadRequest);
+        // A goes: kept (B's registration; the connection holds none).
+        k.close_session(&mut reg, now, a);
+        assert_eq!(reg.query(q).unwrap().life, QpLife::Live);
+        // B unregisters: released; the DREQ is the CM's to send.
+        let (r, ev) = k.handle(&mut reg, now, b, None, Request::Unregister { qpn });
+        assert_eq!(r.result.unwrap()["verdict"], "released");
+        assert!(ev.is_empty(), "{ev:?}");
+        let mut dreq = None;
+        while let Some(a) = reg.poll_action() {
+            if let PolicyAction::EndConnection { conn, cause, .. } = a {
+                dreq = Some((conn, cause));
+            }
+        }
+        assert_eq!(
+            dreq,
+            Some((ibcm_mad::CommId(5), GoneCause::LastUnregistered))
+        );
+    }
+
+    #[test]
+    fn another_uid_may_not_serve_a_domain_it_was_not_admitted_to() {
+        let kernel = KernelModel::new(ModelConfig::mlx5());
+        let mut reg: TgtRegistry<ConnId> =
+            TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
+        let now = Instant::now();
+        let mut k = NodeKeeper::new(1, "sim", KeeperLimits::default(), now);
+        let root = k.open_session(None, 0, 0, kernel.spawn().process());
+        let other = k.open_session(None, 65534, 65534, kernel.spawn().process());
+        let open = Request::OpenDomain {
+            domain: "mine".into(),
+            path: None,
+            create: true,
+            exclusive: false,
+        };
+        assert!(k.handle(&mut reg, now, root, None, open).0.ok);
+        let e = k.serve_check(&mut reg, other, "mine", None).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::PermissionDenied, "{}", e.message);
+        assert!(k.serve_check(&mut reg, root, "mine", None).is_ok());
+    }
+}

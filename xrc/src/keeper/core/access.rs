@@ -169,7 +169,11 @@ impl<K: super::KeeperConn> KeeperCore<K> {
 
     /// The domain `name`, if session `s` may use it (its owner, or a uid admitted by
     /// opening it under the same path).
-    pub(in crate::keeper) fn usable_domain(&self, s: SessionId, name: &str) -> Result<DomainId, ErrorBody> {
+    pub(in crate::keeper) fn usable_domain(
+        &self,
+        s: SessionId,
+        name: &str,
+    ) -> Result<DomainId, ErrorBody> {
         let id = self.domain_arg(name)?;
         let who = self.who(s)?;
         if self.owners.may_use_domain(id, who.uid) {

@@ -38,10 +38,7 @@ impl<K: KeeperConn> KeeperCore<K> {
             let (num, after) = tail.split_at(digits);
             // Standalone, a process number is a session number even when the session is
             // forgotten; lent, an unknown process is another client of the service.
-            let session = |n: u32| {
-                self.session_of(ProcessId(n))
-                    .or((!self.lent).then_some(n))
-            };
+            let session = |n: u32| self.session_of(ProcessId(n)).or((!self.lent).then_some(n));
             match num
                 .parse::<u32>()
                 .ok()
