@@ -44,7 +44,7 @@ use ibcm_xrc::{
     Verbs as _,
 };
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// A client's XRC side.
 #[derive(Debug)]
@@ -253,18 +253,6 @@ impl XrcHooks {
                     info!(event = ?ev, "XRC target");
                     return;
                 }
-                // The registered processes are told (keeper sessions: `qp-gone`).
-                TargetEvent::HoldersNotified { qpn, cause } => {
-                    info!(event = ?ev, "XRC target");
-                    r.keeper_events(vec![(
-                        EventFor::All,
-                        KeeperEvent::QpGone {
-                            qpn: qpn.get(),
-                            cause: cause.text().into(),
-                        },
-                    )]);
-                    return;
-                }
                 TargetEvent::Orphaned { qpn } => {
                     info!(event = ?ev, "XRC target");
                     r.keeper_events(vec![(
@@ -303,6 +291,29 @@ impl XrcHooks {
             }
         });
         if server.set_observer(observer).await.is_err() {
+            warn!("the endpoint stopped before the XRC target was set up");
+        }
+        // The registry's trace: drained at every flush (so it does not grow); a release tells
+        // every keeper session (`qp-gone`, as the keeper does). Releases a keeper request
+        // caused were drained, and told, by the keeper itself.
+        let r = routes.clone();
+        let tracer = Box::new(move |t: ibcm_xrc::TraceEntry<ConnId>| {
+            debug!(qpn = %t.qpn, what = %t.what, verdict = ?t.verdict, "XRC registry");
+            if let Some(ibcm_xrc::Verdict::Released(cause)) = t.verdict {
+                lock(&r).keeper_events(vec![(
+                    EventFor::All,
+                    KeeperEvent::QpGone {
+                        qpn: t.qpn.get(),
+                        cause: cause.text().into(),
+                    },
+                )]);
+            }
+        });
+        if server
+            .with_target(move |t, _| t.set_trace_observer(tracer))
+            .await
+            .is_err()
+        {
             warn!("the endpoint stopped before the XRC target was set up");
         }
         let node: Arc<OnceLock<Weak<NodeServer>>> = Arc::default();

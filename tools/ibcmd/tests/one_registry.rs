@@ -204,12 +204,17 @@ async fn a_shared_qp_of_two_jobs_is_connected_through_the_cm_and_dies_with_the_l
         conn.status()
     );
 
+    // A third job watches (a keeper session: it hears of QPs gone).
+    let mut e = Job::start("E", &sock);
+    assert_eq!(life(&mut e, q), "live");
     // Job 2 dies (SIGKILL): its registration was the last; C hears the target went.
     b.0.signal("KILL");
     gone_by_dreq(&conn, q, GoneCause::LastUnregistered).await;
     println!("one registry: job 2 killed, C got the DREQ: target gone (last registration dropped)");
-    // A third job sees it gone.
-    let mut e = Job::start("E", &sock);
+    e.0.wait_out(
+        |l| l.contains(r#""event":"qp-gone""#) && l.contains("last registration dropped"),
+        "qp-gone",
+    );
     assert!(life(&mut e, q).starts_with("gone"), "after both jobs");
 }
 
@@ -308,4 +313,36 @@ async fn another_user_cannot_touch_a_qp_through_ibcmd_that_the_keeper_rules_keep
     a.ok(&format!(
         r#"{{"op":"modify","qpn":{x},"attr":{{"state":"init","pkey_index":0,"port":1,"access_flags":0}}}}"#
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_job_s_unregister_releases_a_shared_qp_and_its_connection() {
+    let dir = scratch("one-unreg");
+    let (mut d, sock) = daemon_with(&dir, "d", "127.0.30.41", &[]);
+    let path = dir.join("job.xrcd");
+    let mut a = Job::start("A", &sock);
+    a.ok(&open_domain("job", &path));
+    let v = a.ok(r#"{"op":"create","domain":"job","policy":"shared"}"#);
+    let q = v["result"]["qpn"].as_u64().unwrap();
+    a.ok(&serve(0x3041, "shared", "job", q));
+    let mut b = Job::start("B", &sock);
+    b.ok(&open_domain("job", &path));
+    b.ok(&format!(r#"{{"op":"register","qpn":{q}}}"#));
+    let c = initiator("127.0.30.42").await;
+    let conn = xrc(&c, "127.0.30.41:4791", 0x3041, 0x800).await.unwrap();
+    assert_eq!(tgt_qpn(&conn), q);
+
+    a.0.close_stdin();
+    assert!(a.0.wait().success());
+    ended(&mut d, 1);
+    // B, still running, drops the last registration: released, and C hears why.
+    let v = b.ok(&format!(r#"{{"op":"unregister","qpn":{q}}}"#));
+    assert_eq!(v["result"]["verdict"], "released", "{v}");
+    assert_eq!(v["result"]["cause"], "last registration dropped", "{v}");
+    gone_by_dreq(&conn, q, GoneCause::LastUnregistered).await;
+    // B is told as a registered process was (the keeper's qp-gone).
+    b.0.wait_out(
+        |l| l.contains(r#""event":"qp-gone""#) && l.contains(&format!(r#""qpn":{q}"#)),
+        "qp-gone",
+    );
 }

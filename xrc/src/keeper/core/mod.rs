@@ -419,10 +419,6 @@ impl<K: KeeperConn> KeeperCore<K> {
             self.log.push(line);
             if let Some(Verdict::Released(cause)) = t.verdict {
                 self.dirty = true;
-                // A lent registry's CM tells the registered processes itself.
-                if self.lent {
-                    continue;
-                }
                 out.push((
                     Target::All,
                     KeeperEvent::QpGone {
