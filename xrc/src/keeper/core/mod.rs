@@ -287,9 +287,10 @@ impl<K: KeeperConn> KeeperCore<K> {
     }
 
     /// Forgets slots and owners of objects that are gone (when something went since the last
-    /// time).
+    /// time; on a lent registry always, since its CM releases QPs the keeper does not see, and
+    /// a reused number must not keep an old owner).
     fn prune(&mut self) {
-        if !std::mem::take(&mut self.dirty) {
+        if !std::mem::take(&mut self.dirty) && !self.lent {
             return;
         }
         let reg = &self.reg;
