@@ -210,6 +210,8 @@ impl<K: KeeperConn> KeeperCore<K> {
         f: impl FnOnce(&mut Self) -> R,
     ) -> R {
         std::mem::swap(&mut self.reg, reg);
+        // What the CM released meanwhile is forgotten before anything is checked.
+        self.prune();
         let r = f(self);
         std::mem::swap(&mut self.reg, reg);
         r
