@@ -79,6 +79,9 @@ impl Holder {
 /// The name of the daemon's domain for `Shared` services.
 const SHARED_DOMAIN: &str = "ibcmd-shared";
 
+/// The prefix of the daemon's own domain names, which keeper clients may not open.
+const OWN_DOMAINS: &str = "ibcmd-";
+
 /// Where the target's events go: the session sink of each service, and each connection's
 /// service; and what the quotas count.
 #[derive(Default)]
@@ -593,14 +596,24 @@ impl NodeHooks for XrcHooks {
         Box::pin(async move {
             let (_, ks) = self.keeper_session(&session, Some(events));
             let keeper = self.keeper.clone();
-            let parsed = serde_json::from_value::<Request>(req);
+            let parsed = serde_json::from_value::<Request>(req)
+                .map_err(|e| format!("not a keeper request: {e}"))
+                .and_then(|r| match &r {
+                    // The daemon's own domains are opened by name too: not through the keeper.
+                    Request::OpenDomain { domain, .. } if domain.starts_with(OWN_DOMAINS) => {
+                        Err(format!(
+                            "domain names beginning with {OWN_DOMAINS:?} are the daemon's own"
+                        ))
+                    }
+                    _ => Ok(r),
+                });
             let (reply, ev) = self
                 .server
                 .with_target(move |t, now| {
                     let mut k = lock(&keeper);
                     match parsed {
                         Ok(req) => k.handle(t.registry_mut(), now, ks, None, req),
-                        Err(e) => (k.bad_request(format!("not a keeper request: {e}")), vec![]),
+                        Err(e) => (k.bad_request(e), vec![]),
                     }
                 })
                 .await

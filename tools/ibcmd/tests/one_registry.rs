@@ -302,6 +302,16 @@ async fn another_user_cannot_touch_a_qp_through_ibcmd_that_the_keeper_rules_keep
         r#"{"op":"close-domain","domain":"rootjob"}"#,
         "permission-denied",
     );
+    // Nor open the daemon's own domains (nor squat the name of one to come).
+    let m = n.refused(
+        r#"{"op":"open-domain","domain":"ibcmd-shared"}"#,
+        "bad-request",
+    );
+    assert!(m.contains("the daemon's own"), "{m}");
+    n.refused(
+        r#"{"op":"open-domain","domain":"ibcmd-session-99"}"#,
+        "bad-request",
+    );
     // Nor serve root's QP through the CM.
     let m = n.refused(&serve(0x3032, "shared", "rootjob", q), "permission-denied");
     println!("one registry: nobody's xrc-listen on root's QP: {m}");
