@@ -600,11 +600,9 @@ impl NodeHooks for XrcHooks {
                 .map_err(|e| format!("not a keeper request: {e}"))
                 .and_then(|r| match &r {
                     // The daemon's own domains are opened by name too: not through the keeper.
-                    Request::OpenDomain { domain, .. } if domain.starts_with(OWN_DOMAINS) => {
-                        Err(format!(
-                            "domain names beginning with {OWN_DOMAINS:?} are the daemon's own"
-                        ))
-                    }
+                    Request::OpenDomain { domain, .. } if domain.starts_with(OWN_DOMAINS) => Err(
+                        format!("domain names beginning with {OWN_DOMAINS:?} are the daemon's own"),
+                    ),
                     _ => Ok(r),
                 });
             let (reply, ev) = self
