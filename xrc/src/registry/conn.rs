@@ -89,7 +89,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
     }
 
     /// [`TgtRegistry::handle_req`], the connection registering on a `Shared` QP if
-    /// `conn_registrations` (instead of [`RegistryConfig::connection_registrations`]): a CM
+    /// `conn_registrations` (instead of [`RegistryConfig::connection_registrations`](super::RegistryConfig::connection_registrations)): a CM
     /// serving a QP that processes hold by their registrations (a keeper's, across jobs)
     /// passes `false`, so that its initiators never keep it alive on their own.
     ///
