@@ -272,7 +272,17 @@ mod tests {
         // B unregisters: released; the DREQ is the CM's to send.
         let (r, ev) = k.handle(&mut reg, now, b, None, Request::Unregister { qpn });
         assert_eq!(r.result.unwrap()["verdict"], "released");
-        assert!(ev.is_empty(), "{ev:?}");
+        // Its sessions hear it as from the keeper; no `send-dreq`: the CM's connection.
+        assert_eq!(
+            ev,
+            vec![(
+                EventFor::All,
+                KeeperEvent::QpGone {
+                    qpn,
+                    cause: "last registration dropped".into()
+                }
+            )]
+        );
         let mut dreq = None;
         while let Some(a) = reg.poll_action() {
             if let PolicyAction::EndConnection { conn, cause, .. } = a {
