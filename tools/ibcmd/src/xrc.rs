@@ -15,6 +15,12 @@
 //! or which the user (or root) reclaims ([`Op::XrcReclaim`]). When the daemon stops, every QP
 //! still live is released as "keeper lost".
 //!
+//! The keeper: a client's [`Op::Keeper`] requests are served by a [`NodeKeeper`] on the same
+//! registry, as the same process of the registry as its services (docs/xrc.md §8.5). Its
+//! services may serve a keeper domain (`xrc-listen` with `domain`), and answer with one TGT
+//! QP that processes registered on (`tgt_qpn`): their connections hold no registration and
+//! outlive the serving client while the QP lives.
+//!
 //! Quotas: the connections the target accepts for a client's services count against the
 //! client's and its user's connection quotas, the QPs they create (orphans included) against
 //! the user's TGT QP quota; a REQ over one is rejected with REJ 3 "no resources"
@@ -156,8 +162,10 @@ impl Routes {
 pub(crate) struct XrcHooks {
     server: XrcServer,
     kernel: Option<KernelModel>,
-    /// The keeper's state over the target's registry; locked only inside the driver (in
-    /// [`XrcServer::with`] closures), so its calls are ordered with the CM's.
+    /// The keeper's state over the target's registry. Every call that needs the registry
+    /// runs inside the driver ([`XrcServer::with`] closures), so it is ordered with the
+    /// CM's; outside, it is only locked briefly (a session opened, its log taken), never
+    /// across an await.
     keeper: Arc<Mutex<NodeKeeper>>,
     holders: Mutex<BTreeMap<u64, Holder>>,
     routes: Arc<Mutex<Routes>>,
