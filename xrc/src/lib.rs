@@ -102,7 +102,7 @@ pub use policy::{
 };
 pub use registry::{
     ConnEvent, DomainId, DomainState, IniPeer, Leak, QpLife, QpnStatus, Registrant, RegistryConfig,
-    RegistryError, TgtQp, TgtRegistry, TgtRequest, XrcAccept, XrcDomain,
+    RegistryError, TgtQp, TgtRegistry, TgtRequest, TraceEntry, XrcAccept, XrcDomain,
 };
 pub use types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
 pub use verbs::qp::{QpAttr, QpState, QpType};

@@ -14,6 +14,7 @@
 //!       [--max-half-open-secs N] [--max-established N] [--max-established-per-peer N]
 //! ibcmd leaks --socket PATH [--json]               (orphaned and leaked TGT QPs)
 //! ibcmd reclaim --socket PATH [--qpn N]            (destroy orphans: this user's; root: any)
+//! ibcmd xrc --socket PATH [--hold]                 (a session: keeper requests, XRC services)
 //! ibcmd keeper serve|status|leaks|hold|request …   (the `xrcd-keeper` commands)
 //! ```
 //!
@@ -39,12 +40,15 @@ use ibcm_mad::xrc::{GoneCause, RejectKind, TargetGone};
 use ibcm_mad::{CommId, Gid, Guid, Qpn};
 use ibcm_xrc::cm::rt::XrcServer;
 use ibcm_xrc::cm::{XrcTarget, XrcTargetConfig};
+use ibcm_xrc::keeper::node::NodeKeeper;
+use ibcm_xrc::keeper::server::KeeperLimits;
 use ibcm_xrc::verbs::model::{KernelModel, ModelConfig};
 use ibcm_xrc::{RegistryConfig, TgtRegistry, Verbs};
 use tokio::net::UnixListener;
 use tracing::{info, warn};
 
 mod leaks;
+mod session;
 mod xrc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -202,6 +206,23 @@ struct ReclaimArgs {
     qpn: Option<u32>,
 }
 
+/// `ibcmd xrc`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ibcmd xrc",
+    about = "One session of a running ibcmd driven by JSON lines on stdin: the XRC keeper's \
+             requests (open-domain, create, register, unregister, modify, query, …) and XRC \
+             services (xrc-listen, xrc-unlisten); one reply line each on stdout"
+)]
+struct XrcArgs {
+    /// The daemon's socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Stay attached after the end of input, until killed.
+    #[arg(long)]
+    hold: bool,
+}
+
 fn parse_qpn(s: &str) -> Result<u32, String> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => u32::from_str_radix(h, 16).ok(),
@@ -232,6 +253,14 @@ fn main() -> ExitCode {
             std::iter::once("ibcmd leaks".into()).chain(std::env::args_os().skip(2)),
         );
         return leaks::main(&args.socket, args.json);
+    }
+    // `ibcmd xrc --socket PATH [--hold]`: a session driven by JSON lines (the keeper's
+    // requests, XRC services).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "xrc") {
+        let args = XrcArgs::parse_from(
+            std::iter::once("ibcmd xrc".into()).chain(std::env::args_os().skip(2)),
+        );
+        return session::main(&args.socket, args.hold);
     }
     // `ibcmd reclaim --socket PATH [--qpn N]`: destroy orphaned TGT QPs.
     if std::env::args_os().nth(1).is_some_and(|a| a == "reclaim") {
@@ -446,7 +475,20 @@ async fn run(args: Args) -> Result<()> {
         Transport::Umad(t) => XrcServer::bind(t, cfg, target),
     };
     end_stale(server.cm(), replay.entries, &journal).await;
-    let hooks = xrc::XrcHooks::new(server.clone(), kernel, Some(journal.clone())).await;
+    let keeper = NodeKeeper::new(
+        std::process::id(),
+        match args.backend {
+            Backend::Sim => "sim",
+            Backend::Verbs => "verbs",
+        },
+        KeeperLimits {
+            sessions_per_user: args.max_clients_per_user,
+            qps_per_user: args.max_tgt_qps_per_user,
+            ..KeeperLimits::default()
+        },
+        std::time::Instant::now(),
+    );
+    let hooks = xrc::XrcHooks::new(server.clone(), kernel, Some(journal.clone()), keeper).await;
     let journal_left = journal.clone();
     let node = NodeServer::new(
         server.cm().clone(),

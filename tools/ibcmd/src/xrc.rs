@@ -15,6 +15,12 @@
 //! or which the user (or root) reclaims ([`Op::XrcReclaim`]). When the daemon stops, every QP
 //! still live is released as "keeper lost".
 //!
+//! The keeper: a client's [`Op::Keeper`] requests are served by a [`NodeKeeper`] on the same
+//! registry, as the same process of the registry as its services (docs/xrc.md §8.5). Its
+//! services may serve a keeper domain (`xrc-listen` with `domain`), and answer with one TGT
+//! QP that processes registered on (`tgt_qpn`): their connections hold no registration and
+//! outlive the serving client while the QP lives.
+//!
 //! Quotas: the connections the target accepts for a client's services count against the
 //! client's and its user's connection quotas, the QPs they create (orphans included) against
 //! the user's TGT QP quota; a REQ over one is rejected with REJ 3 "no resources"
@@ -31,17 +37,20 @@ use ibcm::rt::node::proto::{WirePeer, WireTgtQp};
 use ibcm::rt::node::{proto::Op, ServerConfig};
 use ibcm::rt::node::{
     EventSink, HookFuture, JournalEntry, JournalTx, NodeHooks, NodeServer, SessionInfo,
+    XrcListenReq,
 };
 use ibcm_mad::ServiceId;
 use ibcm_xrc::cm::rt::XrcServer;
 use ibcm_xrc::cm::{AdmissionQuery, TargetEvent, XrcService};
+use ibcm_xrc::keeper::node::{EventFor, KeeperSession, NodeKeeper};
+use ibcm_xrc::keeper::proto::{KeeperEvent, Request};
 use ibcm_xrc::verbs::model::KernelModel;
 use ibcm_xrc::{
     DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, SrqNum, TgtRegistry,
     Verbs as _,
 };
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// A client's XRC side.
 #[derive(Debug)]
@@ -53,10 +62,31 @@ struct Holder {
     services: Vec<ServiceId>,
     /// The domains of its `Explicit` services (one per user and service ID).
     explicit: Vec<DomainId>,
+    /// Its session of the keeper ([`Op::Keeper`]), once it used one: the same process.
+    keeper: Option<KeeperSession>,
+    /// Its services that answer with one TGT QP held by registrations (`tgt_qpn`): their
+    /// connections belong to that QP, and stay while it lives.
+    held: Vec<ServiceId>,
+}
+
+impl Holder {
+    fn new(process: ProcessId) -> Self {
+        Holder {
+            process,
+            domain: None,
+            services: Vec::new(),
+            explicit: Vec::new(),
+            keeper: None,
+            held: Vec::new(),
+        }
+    }
 }
 
 /// The name of the daemon's domain for `Shared` services.
 const SHARED_DOMAIN: &str = "ibcmd-shared";
+
+/// The prefix of the daemon's own domain names, which keeper clients may not open.
+const OWN_DOMAINS: &str = "ibcmd-";
 
 /// Where the target's events go: the session sink of each service, and each connection's
 /// service; and what the quotas count.
@@ -74,6 +104,31 @@ struct Routes {
     /// The user of each client process (creators of TGT QPs; kept after the client goes,
     /// for its orphans).
     uids: HashMap<ProcessId, u32>,
+    /// Where each keeper session's events go.
+    keeper_sinks: BTreeMap<KeeperSession, EventSink>,
+}
+
+impl Routes {
+    /// Hands the keeper's events to their sessions.
+    fn keeper_events(&self, events: Vec<(EventFor, KeeperEvent)>) {
+        for (to, ev) in events {
+            let Ok(v) = serde_json::to_value(&ev) else {
+                continue;
+            };
+            match to {
+                EventFor::Session(s) => {
+                    if let Some(sink) = self.keeper_sinks.get(&s) {
+                        sink.keeper_event(v);
+                    }
+                }
+                EventFor::All => {
+                    for sink in self.keeper_sinks.values() {
+                        sink.keeper_event(v.clone());
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Routes {
@@ -107,6 +162,11 @@ impl Routes {
 pub(crate) struct XrcHooks {
     server: XrcServer,
     kernel: Option<KernelModel>,
+    /// The keeper's state over the target's registry. Every call that needs the registry
+    /// runs inside the driver ([`XrcServer::with`] closures), so it is ordered with the
+    /// CM's; outside, it is only locked briefly (a session opened, its log taken), never
+    /// across an await.
+    keeper: Arc<Mutex<NodeKeeper>>,
     holders: Mutex<BTreeMap<u64, Holder>>,
     routes: Arc<Mutex<Routes>>,
     /// The client service, for the quotas ([`XrcHooks::set_node`]).
@@ -137,6 +197,7 @@ impl XrcHooks {
         server: XrcServer,
         kernel: Option<KernelModel>,
         journal: Option<JournalTx>,
+        keeper: NodeKeeper,
     ) -> Arc<Self> {
         let routes: Arc<Mutex<Routes>> = Arc::default();
         let r = routes.clone();
@@ -203,6 +264,14 @@ impl XrcHooks {
                     info!(event = ?ev, "XRC target");
                     return;
                 }
+                TargetEvent::Orphaned { qpn } => {
+                    info!(event = ?ev, "XRC target");
+                    r.keeper_events(vec![(
+                        EventFor::All,
+                        KeeperEvent::QpOrphaned { qpn: qpn.get() },
+                    )]);
+                    return;
+                }
                 other => {
                     info!(event = ?other, "XRC target");
                     return;
@@ -235,6 +304,29 @@ impl XrcHooks {
         if server.set_observer(observer).await.is_err() {
             warn!("the endpoint stopped before the XRC target was set up");
         }
+        // The registry's trace: drained at every flush (so it does not grow); a release tells
+        // every keeper session (`qp-gone`, as the keeper does). Releases a keeper request
+        // caused were drained, and told, by the keeper itself.
+        let r = routes.clone();
+        let tracer = Box::new(move |t: ibcm_xrc::TraceEntry<ConnId>| {
+            debug!(qpn = %t.qpn, what = %t.what, verdict = ?t.verdict, "XRC registry");
+            if let Some(ibcm_xrc::Verdict::Released(cause)) = t.verdict {
+                lock(&r).keeper_events(vec![(
+                    EventFor::All,
+                    KeeperEvent::QpGone {
+                        qpn: t.qpn.get(),
+                        cause: cause.text().into(),
+                    },
+                )]);
+            }
+        });
+        if server
+            .with_target(move |t, _| t.set_trace_observer(tracer))
+            .await
+            .is_err()
+        {
+            warn!("the endpoint stopped before the XRC target was set up");
+        }
         let node: Arc<OnceLock<Weak<NodeServer>>> = Arc::default();
         let admission = admission(routes.clone(), node.clone());
         if server
@@ -247,6 +339,7 @@ impl XrcHooks {
         Arc::new(XrcHooks {
             server,
             kernel,
+            keeper: Arc::new(Mutex::new(keeper)),
             holders: Mutex::new(BTreeMap::new()),
             routes,
             node,
@@ -270,6 +363,110 @@ impl XrcHooks {
         }
     }
 
+    /// The process `session` acts as (its XRC services' and its keeper session's), made on
+    /// first use.
+    fn holder_process(&self, session: &SessionInfo) -> ProcessId {
+        if let Some(p) = lock(&self.holders).get(&session.id).map(|h| h.process) {
+            return p;
+        }
+        let p = self.process_for(session);
+        lock(&self.holders)
+            .entry(session.id)
+            .or_insert_with(|| Holder::new(p))
+            .process
+    }
+
+    /// `session`'s keeper session (opened on first use, as its process), with the process;
+    /// `events` receives its keeper events.
+    fn keeper_session(
+        &self,
+        session: &SessionInfo,
+        events: Option<EventSink>,
+    ) -> (ProcessId, KeeperSession) {
+        let process = self.holder_process(session);
+        if let Some(ks) = lock(&self.holders).get(&session.id).and_then(|h| h.keeper) {
+            return (process, ks);
+        }
+        let pid = session.pid.and_then(|p| u32::try_from(p).ok());
+        let ks = lock(&self.keeper).open_session(pid, session.uid, session.gid, process);
+        let ks = {
+            let mut holders = lock(&self.holders);
+            let h = holders
+                .entry(session.id)
+                .or_insert_with(|| Holder::new(process));
+            *h.keeper.get_or_insert(ks)
+        };
+        if let Some(sink) = events {
+            lock(&self.routes).keeper_sinks.insert(ks, sink);
+        }
+        (process, ks)
+    }
+
+    /// [`NodeHooks::xrc_listen`] from a keeper domain: the keeper's rule for accepting REQs
+    /// into a domain, and for the QP to answer with ([`NodeKeeper::serve_check`]).
+    async fn xrc_listen_in(
+        &self,
+        session: SessionInfo,
+        service_id: ServiceId,
+        req: XrcListenReq<'_>,
+        domain: &str,
+        events: EventSink,
+    ) -> Result<(), String> {
+        let policy = policy_of(req.policy).ok_or_else(|| {
+            format!(
+                "unknown policy {:?} (explicit, domain, process, shared)",
+                req.policy
+            )
+        })?;
+        let srqns = srq_nums(req.srqns)?;
+        let (process, ks) = self.keeper_session(&session, Some(events.clone()));
+        let keeper = self.keeper.clone();
+        let (name, tgt_qpn) = (domain.to_owned(), req.tgt_qpn);
+        let qpn = self
+            .server
+            .with(move |t, ep, _| {
+                let (dom, qpn) = lock(&keeper)
+                    .serve_check(t.registry_mut(), ks, &name, tgt_qpn)
+                    .map_err(|e| format!("{}: {}", e.kind.as_str(), e.message))?;
+                let mut svc = XrcService::new(dom, process, srqns);
+                svc.policy = Some(policy);
+                svc.tgt_qpn = qpn;
+                if qpn.is_some() {
+                    // The processes registered on it decide its life, not its initiators.
+                    svc.conn_registrations = Some(false);
+                }
+                t.listen(ep, service_id, svc);
+                Ok::<_, String>(qpn)
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+        {
+            let mut holders = lock(&self.holders);
+            let h = holders
+                .entry(session.id)
+                .or_insert_with(|| Holder::new(process));
+            h.services.push(service_id);
+            if qpn.is_some() {
+                h.held.push(service_id);
+            }
+        }
+        {
+            let mut r = lock(&self.routes);
+            r.sinks.insert(service_id, events);
+            r.owners.insert(service_id, session);
+        }
+        info!(session = session.id, service = %service_id, %policy, domain, tgt_qpn = ?qpn.map(|q| q.get()), "XRC service in a keeper domain");
+        Ok(())
+    }
+
+    /// Logs what the keeper did.
+    fn keeper_log(&self) {
+        let lines = lock(&self.keeper).take_log();
+        for line in lines {
+            info!(target: "ibcmd::keeper", "{line}");
+        }
+    }
+
     fn process_for(&self, session: &SessionInfo) -> ProcessId {
         let p = match &self.kernel {
             Some(k) => k.spawn().process(),
@@ -285,21 +482,28 @@ impl NodeHooks for XrcHooks {
         &'a self,
         session: SessionInfo,
         service_id: ServiceId,
-        policy: &'a str,
-        srqns: &'a [u32],
+        req: XrcListenReq<'a>,
         events: EventSink,
     ) -> HookFuture<'a, Result<(), String>> {
         Box::pin(async move {
+            if let Some(domain) = req.domain {
+                return self
+                    .xrc_listen_in(session, service_id, req, domain, events)
+                    .await;
+            }
+            let XrcListenReq {
+                policy,
+                srqns,
+                tgt_qpn,
+                ..
+            } = req;
+            if tgt_qpn.is_some() {
+                return Err("a TGT QP to serve needs its domain (domain)".into());
+            }
             let policy = policy_of(policy).ok_or_else(|| {
                 format!("unknown policy {policy:?} (explicit, domain, process, shared)")
             })?;
-            let srqns = srqns
-                .iter()
-                .map(|&n| SrqNum::new(n).ok_or(format!("SRQ number {n} out of range")))
-                .collect::<Result<Vec<_>, _>>()?;
-            if srqns.is_empty() || srqns.len() > 47 {
-                return Err(format!("{} SRQ numbers (1..=47)", srqns.len()));
-            }
+            let srqns = srq_nums(srqns)?;
             let existing = lock(&self.holders)
                 .get(&session.id)
                 .map(|h| (h.process, h.domain));
@@ -364,12 +568,9 @@ impl NodeHooks for XrcHooks {
                 _ => Some(dom),
             };
             let mut holders = lock(&self.holders);
-            let h = holders.entry(session.id).or_insert_with(|| Holder {
-                process,
-                domain: None,
-                services: Vec::new(),
-                explicit: Vec::new(),
-            });
+            let h = holders
+                .entry(session.id)
+                .or_insert_with(|| Holder::new(process));
             h.domain = domain;
             h.services.push(service_id);
             if policy == OwnershipPolicy::Explicit && !h.explicit.contains(&dom) {
@@ -391,6 +592,41 @@ impl NodeHooks for XrcHooks {
                 );
             }
             Ok(())
+        })
+    }
+
+    fn keeper(
+        &self,
+        session: SessionInfo,
+        req: serde_json::Value,
+        events: EventSink,
+    ) -> HookFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            let (_, ks) = self.keeper_session(&session, Some(events));
+            let keeper = self.keeper.clone();
+            let parsed = serde_json::from_value::<Request>(req)
+                .map_err(|e| format!("not a keeper request: {e}"))
+                .and_then(|r| match &r {
+                    // The daemon's own domains are opened by name too: not through the keeper.
+                    Request::OpenDomain { domain, .. } if domain.starts_with(OWN_DOMAINS) => Err(
+                        format!("domain names beginning with {OWN_DOMAINS:?} are the daemon's own"),
+                    ),
+                    _ => Ok(r),
+                });
+            let (reply, ev) = self
+                .server
+                .with_target(move |t, now| {
+                    let mut k = lock(&keeper);
+                    match parsed {
+                        Ok(req) => k.handle(t.registry_mut(), now, ks, None, req),
+                        Err(e) => (k.bad_request(e), vec![]),
+                    }
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            self.keeper_log();
+            lock(&self.routes).keeper_events(ev);
+            serde_json::to_value(&reply).map_err(|e| e.to_string())
         })
     }
 
@@ -554,9 +790,15 @@ impl NodeHooks for XrcHooks {
                 return;
             };
             let routes = self.routes.clone();
+            let keeper = self.keeper.clone();
+            let ks = h.keeper;
             let r = self
                 .server
                 .with(move |t, ep, now| {
+                    // Its keeper session first: the registry hears its process exit there.
+                    let kev = h
+                        .keeper
+                        .map(|ks| lock(&keeper).close_session(t.registry_mut(), now, ks));
                     let reg = t.registry_mut();
                     let exit = reg.process_exit(now, h.process);
                     let closed = h.domain.map(|d| reg.close_domain(now, d));
@@ -572,10 +814,12 @@ impl NodeHooks for XrcHooks {
                     // are gone with it, even where the TGT QP is kept. Those on released QPs
                     // get their teardown (with the cause) from the target; the others a DREQ
                     // here.
+                    // The connections of a service answering with a QP held by registrations
+                    // are the QP's: they stay while it lives.
                     let mine: Vec<ConnId> = lock(&routes)
                         .conns
                         .iter()
-                        .filter(|(_, s)| h.services.contains(s))
+                        .filter(|(_, s)| h.services.contains(s) && !h.held.contains(s))
                         .map(|(&c, _)| c)
                         .collect();
                     let mut srq_dreqs = 0usize;
@@ -589,17 +833,26 @@ impl NodeHooks for XrcHooks {
                             srq_dreqs += 1;
                         }
                     }
-                    (exit, closed, srq_dreqs)
+                    (exit, closed, srq_dreqs, kev)
                 })
                 .await;
+            if let Some(ks) = ks {
+                lock(&self.routes).keeper_sinks.remove(&ks);
+            }
+            self.keeper_log();
             match r {
-                Ok((exit, closed, srq_dreqs)) => info!(
+                Ok((exit, closed, srq_dreqs, kev)) => {
+                    if let Some(ev) = kev {
+                        lock(&self.routes).keeper_events(ev);
+                    }
+                    info!(
                     session = session.id,
                     qps = ?exit,
                     domain = ?closed,
                     srq_dreqs,
                     "client's XRC holdings ended per policy"
-                ),
+                    );
+                }
                 Err(e) => warn!(error = %e, "the endpoint stopped"),
             }
         })
@@ -733,4 +986,16 @@ async fn journal_xrc(
 /// A fresh registry on the same backend, for [`XrcHooks::release_all`].
 pub(crate) fn registry(verbs: Box<dyn ibcm_xrc::Verbs>) -> TgtRegistry<ConnId> {
     TgtRegistry::new(verbs, RegistryConfig::default())
+}
+
+/// SRQ numbers from the protocol (1..=47 of them, each 24 bits).
+fn srq_nums(srqns: &[u32]) -> Result<Vec<SrqNum>, String> {
+    let srqns = srqns
+        .iter()
+        .map(|&n| SrqNum::new(n).ok_or(format!("SRQ number {n} out of range")))
+        .collect::<Result<Vec<_>, _>>()?;
+    if srqns.is_empty() || srqns.len() > 47 {
+        return Err(format!("{} SRQ numbers (1..=47)", srqns.len()));
+    }
+    Ok(srqns)
 }

@@ -181,6 +181,8 @@ async fn a_too_long_field_is_refused_without_its_echo() {
             service_id: 0x2601,
             policy: long,
             srqns: vec![1],
+            domain: None,
+            tgt_qpn: None,
         },
     )
     .await;

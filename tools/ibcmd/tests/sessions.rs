@@ -340,6 +340,8 @@ async fn a_reserved_service_id_is_its_user_s() {
         service_id: 0x6f,
         policy: "explicit".into(),
         srqns: vec![1],
+        domain: None,
+        tgt_qpn: None,
     };
     assert!(matches!(
         ask(&mut s, 1, xrc).await,

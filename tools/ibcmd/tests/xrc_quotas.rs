@@ -58,6 +58,8 @@ async fn xrc_listen(s: &mut UnixStream, sid: u64, policy: &str, srqn: u32) {
             service_id: sid,
             policy: policy.into(),
             srqns: vec![srqn],
+            domain: None,
+            tgt_qpn: None,
         },
     )
     .await;

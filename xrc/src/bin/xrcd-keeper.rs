@@ -1,5 +1,8 @@
 //! `xrcd-keeper`: holds XRC domains and TGT QP handles for `DomainBound` and `Shared` QPs
-//! across jobs, so they outlive the processes that use them (docs/xrc.md §7).
+//! across jobs, so they outlive the processes that use them (docs/xrc.md §7), for CMs that
+//! report their REQs to it (`accept-req`). On a node that runs `ibcmd`, the same operations
+//! are served on `ibcmd`'s socket, on the registry its CM answers REQs from (docs/xrc.md
+//! §8.5; `ibcmd xrc`).
 //!
 //! ```text
 //! xrcd-keeper serve  --socket PATH [--backend sim|verbs] [--device NAME] [--quarantine-ms N]

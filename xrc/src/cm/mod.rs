@@ -111,5 +111,6 @@ pub use initiator::{
 };
 pub use tgt::{
     conn_event_of, passive_timewait, AdmissionQuery, TargetAdmission, TargetEvent, TargetObserver,
-    TargetStats, Teardown, TeardownKind, TgtAnswer, XrcService, XrcTarget, XrcTargetConfig,
+    TargetStats, Teardown, TeardownKind, TgtAnswer, TraceObserver, XrcService, XrcTarget,
+    XrcTargetConfig,
 };

@@ -14,6 +14,8 @@
 //! * [`server::serve`]: the daemon (threads, `SO_PEERCRED`, client-death cleanup).
 //! * [`client::KeeperClient`]: a blocking client with restart detection.
 //! * `cli` (feature `cli`): the `xrcd-keeper` command line, also `ibcmd keeper`.
+//! * [`node::NodeKeeper`] (feature `cm`): the same core inside `ibcmd`, acting on the
+//!   registry of the node's XRC target (one registry for the CM and the keeper's clients).
 //!
 //! # Who may do what
 //!
@@ -33,5 +35,7 @@
 pub mod cli;
 pub mod client;
 mod core;
+#[cfg(feature = "cm")]
+pub mod node;
 pub mod proto;
 pub mod server;

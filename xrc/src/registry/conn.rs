@@ -84,6 +84,23 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         now: Instant,
         req: &TgtRequest<K>,
     ) -> Result<XrcAccept, TargetGone> {
+        let regs = self.cfg.connection_registrations;
+        self.handle_req_with(now, req, regs)
+    }
+
+    /// [`TgtRegistry::handle_req`], the connection registering on a `Shared` QP if
+    /// `conn_registrations` (instead of [`RegistryConfig::connection_registrations`](super::RegistryConfig::connection_registrations)): a CM
+    /// serving a QP that processes hold by their registrations (a keeper's, across jobs)
+    /// passes `false`, so that its initiators never keep it alive on their own.
+    ///
+    /// # Errors
+    /// A [`TargetGone`] block to send in a REJ.
+    pub fn handle_req_with(
+        &mut self,
+        now: Instant,
+        req: &TgtRequest<K>,
+        conn_registrations: bool,
+    ) -> Result<XrcAccept, TargetGone> {
         let refuse = |kind, qpn| TargetGone { kind, qpn };
         if let Some(fault) = self.service_fault(req) {
             let named = match req.data.mode {
@@ -166,7 +183,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
             ReqMode::Create => (self.create_for_req(now, req)?, true),
         };
         // Bind the connection.
-        let conn_regs = self.cfg.connection_registrations;
+        let conn_regs = conn_registrations;
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.peer.get_or_insert(req.peer);
             q.conns.insert(req.conn.clone(), req.timewait);

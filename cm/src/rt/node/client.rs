@@ -48,6 +48,7 @@ pub enum NodeError {
 pub struct Node {
     tx: mpsc::UnboundedSender<(Op, oneshot::Sender<WireResult>)>,
     events: Arc<Mutex<mpsc::UnboundedReceiver<String>>>,
+    keeper_events: Arc<Mutex<mpsc::UnboundedReceiver<serde_json::Value>>>,
 }
 
 impl Node {
@@ -78,8 +79,59 @@ impl Node {
             service_id: service_id.0,
             policy: policy.to_owned(),
             srqns: srqns.to_vec(),
+            domain: None,
+            tgt_qpn: None,
         })
         .await
+    }
+
+    /// [`Node::xrc_listen`] from a keeper domain ([`Node::keeper`]: one this client opened,
+    /// or was admitted to by the keeper's rules): QPs it creates are that domain's; with
+    /// `tgt_qpn`, REQs in mode `any` are answered with that TGT QP (one the client may
+    /// register on), which its connections do not hold (its registered processes do).
+    ///
+    /// # Errors
+    /// [`NodeError`].
+    pub async fn xrc_listen_in(
+        &self,
+        service_id: ServiceId,
+        policy: &str,
+        srqns: &[u32],
+        domain: &str,
+        tgt_qpn: Option<u32>,
+    ) -> Result<(), NodeError> {
+        self.call(Op::XrcListen {
+            service_id: service_id.0,
+            policy: policy.to_owned(),
+            srqns: srqns.to_vec(),
+            domain: Some(domain.to_owned()),
+            tgt_qpn,
+        })
+        .await
+    }
+
+    /// One request of the XRC keeper's protocol served by the daemon ([`Op::Keeper`]; the
+    /// request and the reply are the keeper's JSON objects, `ibcm_xrc::keeper::proto`).
+    ///
+    /// # Errors
+    /// [`NodeError`]: the daemon refused it (a daemon without a keeper, a request too
+    /// long); a refusal by the keeper's rules is a reply with `ok: false`.
+    pub async fn keeper(&self, req: serde_json::Value) -> Result<serde_json::Value, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send((Op::Keeper { req }, tx))
+            .map_err(|_| NodeError::Gone)?;
+        match rx.await.map_err(|_| NodeError::Gone)? {
+            WireResult::Keeper { reply } => Ok(reply),
+            WireResult::Refused { why } => Err(NodeError::Refused(why)),
+            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// The next event of the keeper's protocol for this client (a TGT QP gone, orphaned);
+    /// `None` once the connection to the daemon is gone.
+    pub async fn keeper_event(&self) -> Option<serde_json::Value> {
+        self.keeper_events.lock().await.recv().await
     }
 
     /// Stops serving XRC REQs for `service_id`.
@@ -237,6 +289,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
     let cm = Cm::from_channel(tx, registry.clone());
     let (node_tx, node_rx) = mpsc::unbounded_channel();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+    let (kev_tx, kev_rx) = mpsc::unbounded_channel();
     // Reading frames is not cancel-safe: one task reads, the client task selects on it.
     let (msg_tx, msg_rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -262,6 +315,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
         listeners: HashMap::new(),
         stateless: HashMap::new(),
         events: ev_tx,
+        keeper_events: kev_tx,
         unsupported_logged: false,
     };
     let task = tokio::spawn(client.run(rx, node_rx, msg_rx));
@@ -270,6 +324,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
         node: Node {
             tx: node_tx,
             events: Arc::new(Mutex::new(ev_rx)),
+            keeper_events: Arc::new(Mutex::new(kev_rx)),
         },
         task,
         socket_fd,
@@ -304,6 +359,7 @@ struct Client {
     /// The stateless listeners' channels of established connections.
     stateless: StatelessListeners,
     events: mpsc::UnboundedSender<String>,
+    keeper_events: mpsc::UnboundedSender<serde_json::Value>,
     unsupported_logged: bool,
 }
 
@@ -619,6 +675,9 @@ impl Client {
             }
             DaemonMsg::XrcEvent { text, .. } => {
                 let _ = self.events.send(text);
+            }
+            DaemonMsg::KeeperEvent { event } => {
+                let _ = self.keeper_events.send(event);
             }
         }
         Ok(())

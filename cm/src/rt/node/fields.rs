@@ -11,6 +11,13 @@ use super::sidr::too_long;
 /// The longest XRC policy name ([`Op::XrcListen`]; the known ones are shorter).
 pub const MAX_POLICY_NAME: usize = 32;
 
+/// The longest domain name of an [`Op::XrcListen`].
+pub const MAX_DOMAIN_NAME: usize = 256;
+
+/// The longest keeper request of an [`Op::Keeper`], as JSON (names, paths and attributes
+/// are short; the whole request is held only while it is served).
+pub const MAX_KEEPER_REQUEST: usize = 4096;
+
 /// The most SRQ numbers of an [`Op::XrcListen`] (the REP's 1..=47).
 pub const MAX_SRQNS: usize = 47;
 
@@ -68,8 +75,18 @@ pub(super) fn check(op: &Op) -> Result<(), String> {
             private_data.len(),
             Dreq::PRIVATE_DATA_LEN,
         ),
-        Op::XrcListen { policy, srqns, .. } => {
+        Op::XrcListen {
+            policy,
+            srqns,
+            domain,
+            ..
+        } => {
             at_most("the policy name", policy.len(), MAX_POLICY_NAME)?;
+            at_most(
+                "the domain name",
+                domain.as_ref().map_or(0, String::len),
+                MAX_DOMAIN_NAME,
+            )?;
             at_most("the SRQ number list", srqns.len(), MAX_SRQNS)
         }
         Op::Sidr { req } => at_most(
@@ -101,6 +118,11 @@ pub(super) fn check(op: &Op) -> Result<(), String> {
         | Op::XrcOrphans
         | Op::XrcReclaim { .. }
         | Op::Stats => Ok(()),
+        Op::Keeper { req } => at_most(
+            "the keeper request",
+            req.to_string().len(),
+            MAX_KEEPER_REQUEST,
+        ),
     }
 }
 
@@ -132,6 +154,8 @@ mod tests {
             service_id: 1,
             policy: "x".repeat(60_000),
             srqns: vec![1],
+            domain: None,
+            tgt_qpn: None,
         };
         let why = check(&op).unwrap_err();
         assert_eq!(

@@ -30,4 +30,5 @@ pub use client::{attach, Attached, Node, NodeError};
 pub use journal::{Journal, JournalEntry, JournalTx, Replay, StateDir, DEFAULT_STATE_DIR};
 pub use server::{
     EventSink, HookFuture, NodeHooks, NodeServer, Reservation, ServerConfig, SessionInfo,
+    XrcListenReq,
 };

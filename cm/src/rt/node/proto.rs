@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub use super::errors::{WireCallError, WireConnError, WireConnectError, WireStatus};
-pub use super::fields::{MAX_POLICY_NAME, MAX_SIDR_ADDITIONAL_INFO, MAX_SRQNS, MAX_TRANSPORTS};
+pub use super::fields::{
+    MAX_DOMAIN_NAME, MAX_KEEPER_REQUEST, MAX_POLICY_NAME, MAX_SIDR_ADDITIONAL_INFO, MAX_SRQNS,
+    MAX_TRANSPORTS,
+};
 pub use super::sidr::{
     WireSidrIn, WireSidrRep, WireSidrReq, WireStats, SIDR_BUDGET_ADDRESSES, SIDR_BUDGET_ALLOWANCE,
     SIDR_BUDGET_PER_REQUEST, SIDR_MAX_RETRIES, SIDR_TIMEOUT_MAX_MS, SIDR_TIMEOUT_MIN_MS,
@@ -138,6 +141,24 @@ pub enum Op {
         policy: String,
         /// The SRQ numbers announced in the REP (1..=47).
         srqns: Vec<u32>,
+        /// A domain the client opened through [`Op::Keeper`] (or was admitted to, by the
+        /// keeper's rules): the service's TGT QPs are that domain's. Absent: a domain the
+        /// daemon chooses for the policy.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        domain: Option<String>,
+        /// With `domain`: the TGT QP (of that domain, one the client may register on) that
+        /// answers the REQs in mode `any`; its connections do not register on it (the
+        /// processes holding it decide its life).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tgt_qpn: Option<u32>,
+    },
+    /// One request of the XRC keeper's protocol (`ibcm_xrc::keeper::proto::Request`: open or
+    /// close a domain by name, create a TGT QP, register, unregister, modify, query, destroy,
+    /// adopt, status, leaks), served by the daemon on the registry its XRC target answers
+    /// REQs from, with the keeper's authorization rules. Answer [`WireResult::Keeper`].
+    Keeper {
+        /// The request (the keeper's JSON object, `op` and its fields).
+        req: serde_json::Value,
     },
     /// Stop serving XRC REQs for `service_id`.
     XrcUnlisten {
@@ -238,6 +259,12 @@ pub enum DaemonMsg {
         /// One line, for logs.
         text: String,
     },
+    /// An event of the keeper's protocol (`ibcm_xrc::keeper::proto::KeeperEvent`: a TGT QP
+    /// gone, orphaned), for a client that used [`Op::Keeper`].
+    KeeperEvent {
+        /// The event (the keeper's JSON object).
+        event: serde_json::Value,
+    },
 }
 
 /// The answer to a [`ClientMsg`].
@@ -272,6 +299,12 @@ pub enum WireResult {
     SidrTimedOut,
     /// [`Op::Stats`].
     Stats(Box<WireStats>),
+    /// [`Op::Keeper`]: the keeper's reply (`ibcm_xrc::keeper::proto::Reply`: `ok`, and
+    /// `result` or `error` with its `kind`).
+    Keeper {
+        /// The reply.
+        reply: serde_json::Value,
+    },
     /// [`Op::XrcOrphans`].
     XrcQps {
         /// The QPs.

@@ -229,7 +229,24 @@ impl NodeServer {
                 service_id,
                 policy,
                 srqns,
-            } => self.xrc_listen(s, service_id, &policy, &srqns).await,
+                domain,
+                tgt_qpn,
+            } => {
+                let req = super::server::XrcListenReq {
+                    policy: &policy,
+                    srqns: &srqns,
+                    domain: domain.as_deref(),
+                    tgt_qpn,
+                };
+                self.xrc_listen(s, service_id, req).await
+            }
+            Op::Keeper { req } => {
+                let sink = EventSink { out: s.out.clone() };
+                match self.hooks.keeper(s.info, req, sink).await {
+                    Ok(reply) => WireResult::Keeper { reply },
+                    Err(why) => WireResult::Refused { why },
+                }
+            }
             Op::XrcDestroy => match self.hooks.xrc_destroy(s.info).await {
                 Ok(value) => WireResult::Value { value },
                 Err(why) => WireResult::Refused { why },
@@ -564,8 +581,7 @@ impl NodeServer {
         self: &Arc<Self>,
         s: &Arc<Session>,
         service_id: u64,
-        policy: &str,
-        srqns: &[u32],
+        req: super::server::XrcListenReq<'_>,
     ) -> WireResult {
         if let Some(r) = self.claim(s, service_id) {
             return r;
@@ -573,7 +589,7 @@ impl NodeServer {
         let sink = EventSink { out: s.out.clone() };
         match self
             .hooks
-            .xrc_listen(s.info, sid(service_id), policy, srqns, sink)
+            .xrc_listen(s.info, sid(service_id), req, sink)
             .await
         {
             Ok(()) => {

@@ -48,6 +48,8 @@ pub struct SessionInfo {
     pub id: u64,
     /// The client's user.
     pub uid: u32,
+    /// The client's group.
+    pub gid: u32,
     /// The client's process, if the kernel said.
     pub pid: Option<i32>,
 }
@@ -70,6 +72,25 @@ impl EventSink {
             text,
         });
     }
+
+    /// Sends one event of the XRC keeper's protocol to the session's client
+    /// ([`DaemonMsg::KeeperEvent`]).
+    pub fn keeper_event(&self, event: serde_json::Value) {
+        self.out.push(&DaemonMsg::KeeperEvent { event });
+    }
+}
+
+/// An [`Op::XrcListen`]'s service: where its TGT QPs come from.
+#[derive(Debug, Clone, Copy)]
+pub struct XrcListenReq<'a> {
+    /// The policy of the QPs it creates.
+    pub policy: &'a str,
+    /// The SRQ numbers its REPs announce.
+    pub srqns: &'a [u32],
+    /// A keeper domain by name (the client's, or one it was admitted to).
+    pub domain: Option<&'a str>,
+    /// The TGT QP answering its REQs in mode `any`.
+    pub tgt_qpn: Option<u32>,
 }
 
 /// What the daemon adds around the CM: XRC target services and the end of a session's
@@ -80,10 +101,21 @@ pub trait NodeHooks: Send + Sync + 'static {
         &'a self,
         session: SessionInfo,
         service_id: ServiceId,
-        policy: &'a str,
-        srqns: &'a [u32],
+        req: XrcListenReq<'a>,
         events: EventSink,
     ) -> HookFuture<'a, Result<(), String>>;
+
+    /// [`Op::Keeper`]: one request of the XRC keeper's protocol; the answer is the keeper's
+    /// reply. `events` reaches the session with the keeper's events. Default: refused.
+    fn keeper(
+        &self,
+        session: SessionInfo,
+        req: serde_json::Value,
+        events: EventSink,
+    ) -> HookFuture<'_, Result<serde_json::Value, String>> {
+        let _ = (session, req, events);
+        Box::pin(async { Err("this daemon serves no XRC keeper".to_owned()) })
+    }
 
     /// [`Op::XrcDestroy`]: destroy the TGT QPs `session` owns; how many.
     fn xrc_destroy(&self, session: SessionInfo) -> HookFuture<'_, Result<u64, String>>;
@@ -719,6 +751,7 @@ impl NodeServer {
         let info = SessionInfo {
             id: self.next_session.fetch_add(1, Ordering::Relaxed),
             uid: cred.uid(),
+            gid: cred.gid(),
             pid: cred.pid(),
         };
         let (mut rd, mut wr) = stream.into_split();

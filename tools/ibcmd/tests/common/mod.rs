@@ -84,10 +84,32 @@ fn pump(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
 
 impl Proc {
     pub(crate) fn spawn(name: &str, bin: &Path, args: &[&str]) -> Proc {
+        Self::spawn_in(name, bin, args, Stdio::null())
+    }
+
+    /// [`Proc::spawn`] with its standard input a pipe ([`Proc::send`]).
+    pub(crate) fn spawn_piped(name: &str, bin: &Path, args: &[&str]) -> Proc {
+        Self::spawn_in(name, bin, args, Stdio::piped())
+    }
+
+    /// Writes `line` and a newline to its standard input.
+    pub(crate) fn send(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("spawned with spawn_piped");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Closes its standard input.
+    pub(crate) fn close_stdin(&mut self) {
+        drop(self.child.stdin.take());
+    }
+
+    fn spawn_in(name: &str, bin: &Path, args: &[&str], stdin: Stdio) -> Proc {
         let mut child = Command::new(bin)
             .args(args)
             .env("IBCMD_LOG", "info")
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

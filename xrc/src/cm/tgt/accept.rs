@@ -61,6 +61,9 @@ impl XrcTarget {
         if svc.policy.is_some() {
             data.policy = svc.policy;
         }
+        if let (Some(q), ReqMode::Any) = (svc.tgt_qpn, data.mode) {
+            data.mode = ReqMode::Attach(q);
+        }
         let peer = IniPeer {
             ca_guid: req.remote_ca_guid(),
             ini_qpn: req.remote_qpn(),
@@ -89,7 +92,10 @@ impl XrcTarget {
                 return Some(self.rejected(conn, service, peer, info));
             }
         }
-        let acc = match self.reg.handle_req(now, &ireq) {
+        let regs = svc
+            .conn_registrations
+            .unwrap_or(self.reg.config().connection_registrations);
+        let acc = match self.reg.handle_req_with(now, &ireq, regs) {
             Ok(acc) => acc,
             Err(info) => return Some(self.rejected(conn, service, peer, info)),
         };

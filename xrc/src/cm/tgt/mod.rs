@@ -16,7 +16,7 @@ use ibcm::proto::{CallError, ConnId, Endpoint, ListenOptions};
 use ibcm_mad::{Psn, Qpn, ReqTransport, ServiceId};
 
 use crate::policy::{OwnershipPolicy, PolicyAction, Verdict};
-use crate::registry::{ConnEvent, DomainId, IniPeer, TgtRegistry};
+use crate::registry::{ConnEvent, DomainId, IniPeer, TgtRegistry, TraceEntry};
 use crate::types::{ProcessId, SrqNum};
 use crate::verbs::qp::AccessFlags;
 #[cfg(doc)]
@@ -48,6 +48,13 @@ pub struct XrcService {
     /// The policy of every TGT QP this service creates, whatever the REQ asks (the target
     /// chooses); `None`: the REQ's, else the registry's default.
     pub policy: Option<OwnershipPolicy>,
+    /// The TGT QP that answers the REQs in mode `any` (as if they attached to it): a
+    /// service of one QP held elsewhere (a keeper's, registered on by other processes).
+    /// `None`: the registry's rule (the QP kept for the initiator, else a new one).
+    pub tgt_qpn: Option<Qpn>,
+    /// Whether the connections this service accepts register on `Shared` QPs; `None`: the
+    /// registry's [`RegistryConfig::connection_registrations`](crate::RegistryConfig).
+    pub conn_registrations: Option<bool>,
 }
 
 impl XrcService {
@@ -59,6 +66,8 @@ impl XrcService {
             srqns,
             rep_app_data: Vec::new(),
             policy: None,
+            tgt_qpn: None,
+            conn_registrations: None,
         }
     }
 }
@@ -197,6 +206,10 @@ pub struct TargetStats {
 /// Called with each [`TargetEvent`] as it happens.
 pub type TargetObserver = Box<dyn FnMut(Instant, TargetEvent) + Send>;
 
+/// Called with each entry of the registry's trace ([`TgtRegistry::poll_trace`]) at every
+/// [`XrcTarget::flush`].
+pub type TraceObserver = Box<dyn FnMut(TraceEntry<ConnId>) + Send>;
+
 /// What an [`XrcTarget`] asks its admission hook ([`XrcTarget::set_admission`]) before it
 /// decides an XRC REQ for a service it serves.
 #[derive(Debug)]
@@ -231,6 +244,7 @@ pub struct XrcTarget {
     pending: VecDeque<PolicyAction<ConnId>>,
     events: VecDeque<TargetEvent>,
     observer: Option<TargetObserver>,
+    trace_observer: Option<TraceObserver>,
     admission: Option<TargetAdmission>,
     stats: TargetStats,
 }
@@ -258,6 +272,7 @@ impl XrcTarget {
             pending: VecDeque::new(),
             events: VecDeque::new(),
             observer: None,
+            trace_observer: None,
             admission: None,
             stats: TargetStats::default(),
         }
@@ -347,6 +362,13 @@ impl XrcTarget {
     /// [`XrcTarget::flush`]), instead of leaving them for [`XrcTarget::poll_event`].
     pub fn set_observer(&mut self, f: TargetObserver) {
         self.observer = Some(f);
+    }
+
+    /// Hands the registry's trace to `f` at the end of each [`XrcTarget::flush`] (everything
+    /// the registry did since, releases with their verdicts included), instead of leaving it
+    /// in the registry for [`TgtRegistry::poll_trace`].
+    pub fn set_trace_observer(&mut self, f: TraceObserver) {
+        self.trace_observer = Some(f);
     }
 
     /// Asks `f` before deciding each XRC REQ for a served service (quotas); a refusal is

@@ -131,6 +131,11 @@ impl XrcTarget {
                 f(now, e);
             }
         }
+        if let Some(f) = self.trace_observer.as_mut() {
+            while let Some(t) = self.reg.poll_trace() {
+                f(t);
+            }
+        }
         n
     }
 

@@ -161,7 +161,7 @@ pub(super) fn give(path: &Path, who: Cred) -> Result<(), ErrorBody> {
     })
 }
 
-impl KeeperCore {
+impl<K: super::KeeperConn> KeeperCore<K> {
     fn who(&self, s: SessionId) -> Result<Cred, ErrorBody> {
         self.cred(s)
             .ok_or_else(|| denied(format!("session {s} is not open")))
@@ -169,7 +169,11 @@ impl KeeperCore {
 
     /// The domain `name`, if session `s` may use it (its owner, or a uid admitted by
     /// opening it under the same path).
-    pub(super) fn usable_domain(&self, s: SessionId, name: &str) -> Result<DomainId, ErrorBody> {
+    pub(in crate::keeper) fn usable_domain(
+        &self,
+        s: SessionId,
+        name: &str,
+    ) -> Result<DomainId, ErrorBody> {
         let id = self.domain_arg(name)?;
         let who = self.who(s)?;
         if self.owners.may_use_domain(id, who.uid) {
@@ -201,7 +205,7 @@ impl KeeperCore {
     /// Whether session `s` may `what` the TGT QP `qpn`: its owner uid, or — when `shared_ok`
     /// — any uid that may use its domain if the QP is `Shared`. Unknown QPs pass (the
     /// registry answers `unknown-qpn`).
-    pub(super) fn check_qp(
+    pub(in crate::keeper) fn check_qp(
         &self,
         s: SessionId,
         qpn: Qpn,

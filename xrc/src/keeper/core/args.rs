@@ -135,7 +135,7 @@ pub(in crate::keeper) fn modify_attr(m: &ModifyAttr) -> Result<QpAttr, ErrorBody
     })
 }
 
-impl KeeperCore {
+impl<K: super::KeeperConn> KeeperCore<K> {
     pub(super) fn domain_arg(&self, name: &str) -> Result<DomainId, ErrorBody> {
         self.reg.domain_by_name(name).ok_or_else(|| {
             err(

@@ -6,11 +6,11 @@ use ibcm_mad::Guid;
 use serde_json::{json, Value};
 
 use super::args::{err, modify_attr, policy_arg, qpn_arg, registry_err};
-use super::{ConnKey, KeeperCore, SessionId};
+use super::{KeeperConn, KeeperCore, SessionId};
 use crate::keeper::proto::{ErrorBody, ErrorKind, LeakView, Request};
 use crate::policy::{OwnershipPolicy, Verdict};
 use crate::registry::{ConnEvent, DomainState, IniPeer, QpLife, Registrant, TgtRequest};
-use crate::types::{ProcessId, SrqNum};
+use crate::types::SrqNum;
 use ibcm_mad::xrc::{ReqMode, XrcReqData};
 
 /// The longest CM TimeWait an `accept-req` may ask for (`timewait_ms`): a TGT QP number is
@@ -19,14 +19,14 @@ use ibcm_mad::xrc::{ReqMode, XrcReqData};
 /// (`EndpointConfig::max_timewait`).
 pub(in crate::keeper) const MAX_TIMEWAIT_MS: u64 = 60_000;
 
-impl KeeperCore {
+impl<K: KeeperConn> KeeperCore<K> {
     pub(super) fn dispatch(
         &mut self,
         now: Instant,
         s: SessionId,
         req: Request,
     ) -> Result<Value, ErrorBody> {
-        let me = ProcessId(s);
+        let me = self.process_of(s);
         match req {
             Request::Hello { pid, name } => {
                 if let Some(sess) = self.sessions.get_mut(&s) {
@@ -168,6 +168,13 @@ impl KeeperCore {
                 srqns,
                 timewait_ms,
             } => {
+                let conn = K::reported(s, conn).ok_or_else(|| {
+                    err(
+                        ErrorKind::BadRequest,
+                        "this keeper's CM answers the XRC REQs itself: serve the domain's QPs \
+                         through it (xrc-listen) instead of reporting REQs",
+                    )
+                })?;
                 let id = self.usable_domain(s, &domain)?;
                 let timewait = match timewait_ms {
                     None => self.reg.config().policy.default_timewait,
@@ -203,10 +210,7 @@ impl KeeperCore {
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let req = TgtRequest {
-                    conn: ConnKey {
-                        session: s,
-                        name: conn,
-                    },
+                    conn,
                     domain: id,
                     process: me,
                     peer: IniPeer {
@@ -252,10 +256,12 @@ impl KeeperCore {
                         ))
                     }
                 };
-                let key = ConnKey {
-                    session: s,
-                    name: conn,
-                };
+                let key = K::reported(s, conn).ok_or_else(|| {
+                    err(
+                        ErrorKind::BadRequest,
+                        "this keeper's CM sees the connections' events itself",
+                    )
+                })?;
                 let v = self.reg.handle_conn_event(now, &key, ev);
                 Ok(v.map_or(json!({}), verdict_json))
             }
@@ -265,7 +271,7 @@ impl KeeperCore {
                 // A connection of a session that is gone holds nothing (its CM went with it).
                 let leaks: Vec<LeakView> = self
                     .reg
-                    .leaks_with(|c| self.sessions.contains_key(&c.session))
+                    .leaks_with(|c| c.session().is_none_or(|s| self.sessions.contains_key(&s)))
                     .into_iter()
                     .map(|l| LeakView {
                         qpn: l.qpn.get(),

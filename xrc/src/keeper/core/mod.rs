@@ -8,6 +8,7 @@
 //!   log lines with real PIDs).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Instant;
 
 use super::proto::{ErrorKind, KeeperEvent, Reply, Request};
@@ -39,10 +40,55 @@ pub(super) struct ConnKey {
     pub name: String,
 }
 
+/// The registry's connection key as the keeper serves it: the key of connections its
+/// clients report (`accept-req`, `conn-event`: [`ConnKey`]), or the key of a CM the keeper
+/// is part of (ibcm's `ConnId` inside `ibcmd`, whose CM answers the REQs itself: there
+/// clients report no connections).
+pub(in crate::keeper) trait KeeperConn: Clone + Ord + fmt::Debug {
+    /// The key of a connection session `session` reports under `name`; `None` where clients
+    /// do not report connections.
+    fn reported(session: SessionId, name: String) -> Option<Self>;
+    /// The session that reported it, if a session did.
+    fn session(&self) -> Option<SessionId>;
+    /// Its name in views and logs.
+    fn label(&self) -> String;
+}
+
+impl KeeperConn for ConnKey {
+    fn reported(session: SessionId, name: String) -> Option<Self> {
+        Some(Self { session, name })
+    }
+
+    fn session(&self) -> Option<SessionId> {
+        Some(self.session)
+    }
+
+    fn label(&self) -> String {
+        self.name.clone()
+    }
+}
+
+#[cfg(feature = "cm")]
+impl KeeperConn for ibcm::proto::ConnId {
+    fn reported(_: SessionId, _: String) -> Option<Self> {
+        None
+    }
+
+    fn session(&self) -> Option<SessionId> {
+        None
+    }
+
+    fn label(&self) -> String {
+        self.to_string()
+    }
+}
+
 const MAX_CLOSED: usize = 4096;
 
-/// A session number. It doubles as the registry's [`ProcessId`] for everything the session
-/// creates or registers, so closing one socket releases exactly that socket's references.
+/// A session number. In the standalone keeper it doubles as the registry's [`ProcessId`]
+/// for everything the session creates or registers, so closing one socket releases exactly
+/// that socket's references; a keeper inside another service (`ibcmd`) gives each session
+/// the process number that service knows its client by ([`KeeperCore::open_session_in`]).
 pub(super) type SessionId = u32;
 
 #[derive(Clone, Debug)]
@@ -50,6 +96,8 @@ struct Session {
     pid: Option<u32>,
     cred: Cred,
     name: String,
+    /// The registry's identity of the session.
+    process: ProcessId,
 }
 
 /// Where an event goes.
@@ -62,15 +110,25 @@ pub(super) enum Target {
 }
 
 /// The keeper: a [`TgtRegistry`] acting for many client sessions.
+///
+/// Standalone (`xrcd-keeper`), it owns its registry. Inside `ibcmd` ([`KeeperCore::lent`])
+/// the registry is the XRC target's, lent for each call ([`KeeperCore::with_registry`]):
+/// the keeper's rules and state (sessions, owners, slots, quotas) act on the one registry
+/// the node's CM answers REQs from, and the registry's CM actions are left to the target.
 #[derive(Debug)]
-pub(super) struct KeeperCore {
-    reg: TgtRegistry<ConnKey>,
+pub(super) struct KeeperCore<K = ConnKey> {
+    reg: TgtRegistry<K>,
+    /// The registry is lent by a CM that executes its actions: [`KeeperCore::drain`] leaves
+    /// them to it.
+    lent: bool,
     epoch: String,
     backend: String,
     keeper_pid: u32,
     sessions: BTreeMap<SessionId, Session>,
     /// PIDs of recently closed sessions, for logs and status after they are gone.
     closed: BTreeMap<SessionId, Option<u32>>,
+    /// The session of each registry process (live and recently closed sessions).
+    procs: BTreeMap<ProcessId, SessionId>,
     next_session: SessionId,
     /// `create-or-register` keys: kept while their Shared QP lives, pruned after every
     /// request, tick and session close ([`KeeperCore::prune`]).
@@ -85,7 +143,7 @@ pub(super) struct KeeperCore {
     started: Instant,
 }
 
-impl KeeperCore {
+impl<K: KeeperConn> KeeperCore<K> {
     /// A keeper acting through `verbs`. `epoch` must differ between keeper instances.
     pub(super) fn new(
         verbs: Box<dyn Verbs>,
@@ -97,11 +155,13 @@ impl KeeperCore {
         let keeper_pid = verbs.process().0;
         Self {
             reg: TgtRegistry::new(verbs, cfg),
+            lent: false,
             epoch,
             backend: backend.to_owned(),
             keeper_pid,
             sessions: BTreeMap::new(),
             closed: BTreeMap::new(),
+            procs: BTreeMap::new(),
             next_session: 1,
             slots: BTreeMap::new(),
             owners: Owners::default(),
@@ -110,6 +170,57 @@ impl KeeperCore {
             log: Vec::new(),
             started: now,
         }
+    }
+
+    /// A keeper acting on a registry lent for each call ([`KeeperCore::with_registry`]) by
+    /// the CM that owns it; `placeholder` (an empty registry, never acted on) stands in for
+    /// it between calls. `keeper_pid` is the process holding the real registry's handles.
+    #[cfg(feature = "cm")]
+    pub(super) fn lent(
+        placeholder: TgtRegistry<K>,
+        keeper_pid: u32,
+        epoch: String,
+        backend: &str,
+        now: Instant,
+    ) -> Self {
+        Self {
+            reg: placeholder,
+            lent: true,
+            epoch,
+            backend: backend.to_owned(),
+            keeper_pid,
+            sessions: BTreeMap::new(),
+            closed: BTreeMap::new(),
+            procs: BTreeMap::new(),
+            next_session: 1,
+            slots: BTreeMap::new(),
+            owners: Owners::default(),
+            dirty: false,
+            limits: crate::keeper::server::KeeperLimits::default(),
+            log: Vec::new(),
+            started: now,
+        }
+    }
+
+    /// Runs `f` with `reg` as this keeper's registry (and the placeholder back afterwards).
+    #[cfg(feature = "cm")]
+    pub(super) fn with_registry<R>(
+        &mut self,
+        reg: &mut TgtRegistry<K>,
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
+        std::mem::swap(&mut self.reg, reg);
+        // What the CM released meanwhile is forgotten before anything is checked.
+        self.prune();
+        let r = f(self);
+        std::mem::swap(&mut self.reg, reg);
+        r
+    }
+
+    /// The registry.
+    #[cfg(feature = "cm")]
+    pub(super) fn registry(&self) -> &TgtRegistry<K> {
+        &self.reg
     }
 
     /// This instance's epoch.
@@ -133,21 +244,43 @@ impl KeeperCore {
     /// A client connected with credentials `cred` (its `SO_PEERCRED` uid and gid): it owns
     /// what it creates and acts only on what that uid owns or may share (module `access`).
     pub(super) fn open_session_as(&mut self, pid: Option<u32>, cred: Cred) -> SessionId {
+        self.open_session_in(pid, cred, None)
+    }
+
+    /// [`KeeperCore::open_session_as`], the session acting in the registry as `process`
+    /// (`None`: the session number, as the standalone keeper does). A keeper inside another
+    /// service passes the process that service already knows the client by, so the client's
+    /// exit is one process exit for both.
+    pub(super) fn open_session_in(
+        &mut self,
+        pid: Option<u32>,
+        cred: Cred,
+        process: Option<ProcessId>,
+    ) -> SessionId {
         let mut id = self.next_session;
         // Skip numbers still in use (after a wrap): a session number is a registry identity.
         while self.sessions.contains_key(&id) {
             id = id.wrapping_add(1).max(1);
         }
         self.next_session = id.wrapping_add(1).max(1);
+        let process = process.unwrap_or(ProcessId(id));
+        self.procs.insert(process, id);
         self.sessions.insert(
             id,
             Session {
                 pid,
                 cred,
                 name: String::new(),
+                process,
             },
         );
         id
+    }
+
+    /// The registry's identity of session `s` (an unknown session: its number, which holds
+    /// nothing).
+    fn process_of(&self, s: SessionId) -> ProcessId {
+        self.sessions.get(&s).map_or(ProcessId(s), |x| x.process)
     }
 
     /// The credentials of session `s` (unknown sessions: none, which owns nothing).
@@ -156,9 +289,10 @@ impl KeeperCore {
     }
 
     /// Forgets slots and owners of objects that are gone (when something went since the last
-    /// time).
+    /// time; on a lent registry always, since its CM releases QPs the keeper does not see, and
+    /// a reused number must not keep an old owner).
     fn prune(&mut self) {
-        if !std::mem::take(&mut self.dirty) {
+        if !std::mem::take(&mut self.dirty) && !self.lent {
             return;
         }
         let reg = &self.reg;
@@ -189,14 +323,15 @@ impl KeeperCore {
             .unwrap_or_default();
         self.log.push(format!("{name} closed"));
         self.dirty = true;
-        self.reg.process_exit(now, ProcessId(s));
+        let process = self.process_of(s);
+        self.reg.process_exit(now, process);
         // Its connections died with its CM: nobody can DREQ them any more.
-        let conns: Vec<ConnKey> = self
+        let conns: Vec<K> = self
             .reg
             .tgt_qps()
             .into_iter()
             .flat_map(|q| q.conns)
-            .filter(|c| c.session == s)
+            .filter(|c| c.session() == Some(s))
             .collect();
         for c in conns {
             self.reg.handle_conn_event(now, &c, ConnEvent::LocalClosed);
@@ -204,7 +339,9 @@ impl KeeperCore {
         if let Some(x) = self.sessions.remove(&s) {
             self.closed.insert(s, x.pid);
             while self.closed.len() > MAX_CLOSED {
-                self.closed.pop_first();
+                if let Some((old, _)) = self.closed.pop_first() {
+                    self.procs.retain(|_, v| *v != old);
+                }
             }
         }
         let out = self.drain();
@@ -294,23 +431,24 @@ impl KeeperCore {
                 ));
             }
         }
-        while let Some(a) = self.reg.poll_action() {
+        // A lent registry's actions are its CM's (DREQs, REJs, its reports).
+        while let Some(a) = (!self.lent).then(|| self.reg.poll_action()).flatten() {
             match a {
                 PolicyAction::EndConnection { conn, qpn, cause } => {
-                    if self.sessions.contains_key(&conn.session) {
-                        out.push((
-                            Target::Session(conn.session),
+                    match conn.session().filter(|s| self.sessions.contains_key(s)) {
+                        Some(s) => out.push((
+                            Target::Session(s),
                             KeeperEvent::EndConnection {
-                                conn: conn.name,
+                                conn: conn.label(),
                                 qpn: qpn.get(),
                                 cause: cause.text().into(),
                             },
-                        ));
-                    } else {
-                        self.log.push(format!(
-                            "conn {} of closed session {} on qp {qpn} cannot be disconnected: its CM is gone",
-                            conn.name, conn.session
-                        ));
+                        )),
+                        None => self.log.push(format!(
+                            "conn {} of closed session {:?} on qp {qpn} cannot be disconnected: its CM is gone",
+                            conn.label(),
+                            conn.session()
+                        )),
                     }
                 }
                 PolicyAction::ReportOrphan { qpn } => {

@@ -3,21 +3,31 @@
 
 use std::time::Instant;
 
-use super::{ConnKey, KeeperCore};
+use super::{KeeperConn, KeeperCore, SessionId};
 use crate::keeper::proto::{DomainView, HolderView, QpView, SessionView, StatusReport};
 use crate::policy::Verdict;
 use crate::registry::{DomainId, DomainState, QpLife, Registrant, TgtQp};
 use crate::types::ProcessId;
 
-impl KeeperCore {
+impl<K: KeeperConn> KeeperCore<K> {
+    /// The session acting as registry process `p` (live or recently closed).
+    pub(super) fn session_of(&self, p: ProcessId) -> Option<SessionId> {
+        self.procs.get(&p).copied()
+    }
+
     pub(super) fn pid_of(&self, p: ProcessId) -> Option<u32> {
-        match self.sessions.get(&p.0) {
-            Some(s) => s.pid,
-            None => self.closed.get(&p.0).copied().flatten(),
+        let s = self.session_of(p)?;
+        self.session_pid(s)
+    }
+
+    fn session_pid(&self, s: SessionId) -> Option<u32> {
+        match self.sessions.get(&s) {
+            Some(x) => x.pid,
+            None => self.closed.get(&s).copied().flatten(),
         }
     }
 
-    /// Rewrites the registry's "pid N" (N = session number) as "pid P (session N)".
+    /// Rewrites the registry's "pid N" (N = a session's process) as "pid P (session S)".
     pub(super) fn humanize(&self, text: &str) -> String {
         let mut out = String::with_capacity(text.len() + 16);
         let mut rest = text;
@@ -26,13 +36,17 @@ impl KeeperCore {
             out.push_str(head);
             let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
             let (num, after) = tail.split_at(digits);
+            // Standalone, a process number is a session number even when the session is
+            // forgotten; lent, an unknown process is another client of the service.
+            let session = |n: u32| self.session_of(ProcessId(n)).or((!self.lent).then_some(n));
             match num
                 .parse::<u32>()
                 .ok()
-                .map(|n| (n, self.pid_of(ProcessId(n))))
+                .and_then(session)
+                .map(|s| (s, self.session_pid(s)))
             {
-                Some((n, Some(pid))) => out.push_str(&format!("{pid} (session {n})")),
-                Some((n, None)) => out.push_str(&format!("? (session {n})")),
+                Some((s, Some(pid))) => out.push_str(&format!("{pid} (session {s})")),
+                Some((s, None)) => out.push_str(&format!("? (session {s})")),
                 None => out.push_str(num),
             }
             rest = after;
@@ -47,7 +61,7 @@ impl KeeperCore {
             .map_or_else(|| id.to_string(), |d| d.name)
     }
 
-    pub(super) fn qp_view(&self, q: &TgtQp<ConnKey>) -> QpView {
+    pub(super) fn qp_view(&self, q: &TgtQp<K>) -> QpView {
         QpView {
             qpn: q.qpn.get(),
             domain: self.domain_name(q.domain),
@@ -69,13 +83,13 @@ impl KeeperCore {
                         count: *count,
                     },
                     Registrant::Conn(c) => HolderView {
-                        pid: self.pid_of(ProcessId(c.session)),
-                        conn: Some(c.name.clone()),
+                        pid: c.session().and_then(|s| self.session_pid(s)),
+                        conn: Some(c.label()),
                         count: *count,
                     },
                 })
                 .collect(),
-            conns: q.conns.iter().map(|c| c.name.clone()).collect(),
+            conns: q.conns.iter().map(KeeperConn::label).collect(),
         }
     }
 
