@@ -25,7 +25,7 @@ def session(path, hello=True):
     s.settimeout(5)
     s.connect(path)
     if hello:
-        s.sendall(frame(0, {"op": "hello", "version": 1}))
+        s.sendall(frame(0, {"op": "hello", "version": 2}))
         n = struct.unpack(">I", recv_exact(s, 4))[0]
         recv_exact(s, n)
     return s

@@ -28,8 +28,13 @@ pub use super::wire::{
 /// The largest frame either side accepts (a bigger length prefix ends the session).
 pub const MAX_FRAME: usize = 64 * 1024;
 
-/// Protocol version; the daemon refuses a client of another one.
-pub const VERSION: u32 = 1;
+/// Protocol version; the daemon refuses a client of another one (and says which it speaks).
+///
+/// 2: a connection's end may be `refused` (the daemon could not journal it), a request
+/// before hello is refused, and the ops of the stateless mode, the XRC orphans and the keeper
+/// were added. A client of version 1 could not decode all of that, so it is refused at its
+/// hello instead of failing later.
+pub const VERSION: u32 = 2;
 
 /// A request of a client, with the number its answer ([`DaemonMsg::Reply`]) carries.
 #[derive(Debug, Clone, Serialize, Deserialize)]
