@@ -229,3 +229,43 @@ proptest::proptest! {
         proptest::prop_assert_eq!(PathRecord::parse(&p.to_bytes()).unwrap(), p);
     }
 }
+
+/// A GetResp OpenSM 3.3.23 sent (fixtures/sa/README.md).
+#[test]
+fn opensm_getresp_fixture() {
+    let b = include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/sa/opensm_pathrecord_getresp.bin"
+    ));
+    let m = SaMad::parse(b).unwrap();
+    assert_eq!(m.header.method, method::GET_RESP);
+    assert_eq!(m.header.attr_id, attr::PATH_RECORD);
+    assert_eq!(m.header.status, 0);
+    assert_eq!(m.sa_status(), SaStatus::Ok);
+    assert_eq!(m.comp_mask, comp::SLID | comp::DLID);
+    assert_eq!(m.attr_offset, PathRecord::ATTR_OFFSET);
+    assert!(!m.rmpp.is_active());
+    let p = PathRecord::parse(&m.data).unwrap();
+    let g = |t: u8| {
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[13] = 0x10;
+        g[15] = t;
+        Gid(g)
+    };
+    assert_eq!(p.sgid, g(3));
+    assert_eq!(p.dgid, g(5));
+    assert_eq!((p.slid, p.dlid), (Lid(3), Lid(4)));
+    assert!(p.reversible);
+    assert_eq!(p.pkey, Pkey(0xffff));
+    assert_eq!((p.mtu_selector, p.mtu), (Selector::Exactly, Mtu::Mtu2048));
+    assert_eq!((p.rate_selector, p.rate), (Selector::Exactly, Rate::G10));
+    assert_eq!(
+        (p.packet_life_time_selector, p.packet_life_time),
+        (Selector::Exactly, 0x12)
+    );
+    assert_eq!(p.hop_limit, 0);
+    // emit(parse(b)) == b: nothing reserved was set
+    assert_eq!(&m.to_bytes()[..], &b[..]);
+}
