@@ -7,6 +7,12 @@ use ibcm_mad::{Gid, Lid, Pkey, Tid, U4};
 
 use super::*;
 
+/// Any instant will do as the origin; the client never reads the clock.
+fn origin() -> Instant {
+    #[allow(clippy::disallowed_methods)]
+    Instant::now()
+}
+
 fn gid(n: u8) -> Gid {
     let mut g = [0u8; 16];
     g[0] = 0xfe;
@@ -60,7 +66,7 @@ fn paths(ev: Option<SaEvent>) -> (QueryId, Result<Vec<PathRecord>, SaError>) {
 
 #[test]
 fn get_by_gids_sends_the_kernel_mask_and_takes_the_answer() {
-    let now = Instant::now();
+    let now = origin();
     let mut c = client();
     let id = c.query(&PathQuery::by_gids(gid(1), gid(4), Pkey(0xffff)), now);
     let tx = c.poll_transmit().unwrap();
@@ -95,7 +101,7 @@ fn by_lids_is_what_saquery_asks() {
 
 #[test]
 fn an_error_status_ends_the_query() {
-    let now = Instant::now();
+    let now = origin();
     let mut c = client();
     let id = c.query(&PathQuery::by_lids(Lid(3), Lid(99)), now);
     let tx = c.poll_transmit().unwrap();
@@ -114,7 +120,7 @@ fn an_error_status_ends_the_query() {
 
 #[test]
 fn retries_resend_the_same_mad_then_time_out() {
-    let t0 = Instant::now();
+    let t0 = origin();
     let mut c = client();
     let id = c.query(&PathQuery::by_lids(Lid(3), Lid(4)), t0);
     let first = c.poll_transmit().unwrap();
@@ -145,7 +151,7 @@ fn retries_resend_the_same_mad_then_time_out() {
 
 #[test]
 fn answers_match_by_the_low_32_tid_bits_only() {
-    let now = Instant::now();
+    let now = origin();
     let mut c = client();
     let a = c.query(&PathQuery::by_lids(Lid(3), Lid(4)), now);
     let b = c.query(&PathQuery::by_lids(Lid(3), Lid(5)), now);
@@ -159,7 +165,7 @@ fn answers_match_by_the_low_32_tid_bits_only() {
 
 #[test]
 fn garbage_is_stray_and_never_panics() {
-    let now = Instant::now();
+    let now = origin();
     let mut c = client();
     c.query(&PathQuery::by_lids(Lid(3), Lid(4)), now);
     for n in [0usize, 1, 23, 55, 56, 100, 256, 300] {
@@ -209,7 +215,7 @@ fn segments(req: &[u8], recs: &[PathRecord]) -> Vec<[u8; 256]> {
 
 #[test]
 fn rmpp_get_table_is_reassembled_and_acknowledged() {
-    let now = Instant::now();
+    let now = origin();
     let mut c = client();
     let q = PathQuery {
         table: true,
@@ -251,7 +257,7 @@ fn rmpp_get_table_is_reassembled_and_acknowledged() {
 
 #[test]
 fn rmpp_abort_ends_the_query() {
-    let now = Instant::now();
+    let now = origin();
     let mut c = client();
     let id = c.query(
         &PathQuery {
@@ -280,7 +286,7 @@ fn rmpp_abort_ends_the_query() {
 #[test]
 fn a_table_cut_to_one_mad_gives_the_records_it_holds() {
     // What stock ibsim delivers: the first segment only, without the RMPP flags.
-    let now = Instant::now();
+    let now = origin();
     let mut c = client();
     let id = c.query(
         &PathQuery {
@@ -299,7 +305,7 @@ fn a_table_cut_to_one_mad_gives_the_records_it_holds() {
 
 #[test]
 fn resolve_caches_by_port_dgid_pkey_sl_and_expires() {
-    let t0 = Instant::now();
+    let t0 = origin();
     let mut cfg = SaConfig::new(1, Lid(1));
     cfg.cache_ttl = Duration::from_secs(10);
     let mut c = SaClient::new(cfg, 1);
@@ -338,7 +344,7 @@ fn resolve_caches_by_port_dgid_pkey_sl_and_expires() {
 
 #[test]
 fn too_many_queries_are_refused() {
-    let now = Instant::now();
+    let now = origin();
     let mut cfg = SaConfig::new(1, Lid(1));
     cfg.max_queries = 1;
     let mut c = SaClient::new(cfg, 1);
