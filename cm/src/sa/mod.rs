@@ -122,8 +122,10 @@ pub struct PathQuery {
 }
 
 impl PathQuery {
-    /// A Get of the path from `sgid` to `dgid` in partition `pkey`: reversible, one path —
-    /// the query `cma_query_ib_route` makes (`drivers/infiniband/core/cma.c`).
+    /// A Get of the path from `sgid` to `dgid` in partition `pkey`: reversible, one path (SGID,
+    /// DGID, P_Key, NumbPath and Reversible in the mask). rdma_cm's route query
+    /// (`cma_query_ib_route` in `drivers/infiniband/core/cma.c`) asks the same and adds its
+    /// ServiceID and a QoSClass or TClass.
     pub fn by_gids(sgid: Gid, dgid: Gid, pkey: Pkey) -> Self {
         PathQuery {
             sgid: Some(sgid),
