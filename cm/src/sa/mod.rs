@@ -27,8 +27,10 @@
 //! from the sender ends the query with [`SaError::RmppAborted`].
 
 mod cache;
+mod req;
 
 pub use cache::{CacheKey, PathCache};
+pub use req::{req_mtu, req_path};
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
