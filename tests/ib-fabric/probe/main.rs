@@ -6,12 +6,17 @@
 //! ib-fabric-probe info
 //! ib-fabric-probe path (--slid N --dlid N | --sgid GID [--dgid GID] [--pkey P] [--sl S])
 //!                      [--table] [--save FILE] [--timeout-ms T] [--retries R] [--sm-lid N]
+//! ib-fabric-probe repeat (query options as for path) [--count N]
+//! ib-fabric-probe cache --sgid GID --dgid GID [--pkey P] [--sl S]
 //! ib-fabric-probe bench --slid N --dlid N [--count N]
 //! ```
 //! `info` prints this port's LID, SM LID/SL and GID 0 as umad2sim's simulated sysfs gives
 //! them. `path` prints each PathRecord of the answer in `saquery -p`'s field names, one
 //! `name value` per line (`record N` before each), or `error <reason>`; `--save` writes the
-//! first SA MAD received (256 bytes). `bench` times a raw PathRecord Get round trip on umad
+//! first SA MAD received (256 bytes). `repeat` asks the same query `--count` times and prints
+//! `answered A of N sent S resent R timeouts T`. `cache` resolves one path twice through the
+//! client's cache and prints `sent 1 cache_hits 1 cache_misses 1 same true` when the second
+//! came from the cache. `bench` times a raw PathRecord Get round trip on umad
 //! against the client's `resolve` on a cache miss and on a hit.
 //!
 //! The device is opened through libc's `open` (module `sys`); the umad header is the
@@ -399,8 +404,61 @@ fn run() -> Result<bool, String> {
                 }
             }
         }
+        "repeat" => {
+            // The same query --count times in a row: how many were answered, with how many
+            // sends (a lossy link makes the client resend).
+            let q = query_of(&args)?;
+            let count = args.num("--count")?.unwrap_or(50);
+            let mut client = client_for(&args, &port)?;
+            let mut answered = 0;
+            for _ in 0..count {
+                let id = client.query(&q, Instant::now());
+                if drive(&mut client, &mut dev, id)?.is_ok() {
+                    answered += 1;
+                }
+            }
+            let s = client.stats();
+            println!(
+                "answered {answered} of {count} sent {} resent {} timeouts {}",
+                s.sent, s.resent, s.timeouts
+            );
+            Ok(answered == count)
+        }
+        "cache" => {
+            // resolve() twice: a Get on the miss, the cache on the hit.
+            let (Some(sg), Some(dg)) = (args.val("--sgid"), args.val("--dgid")) else {
+                return Err("cache needs --sgid and --dgid".into());
+            };
+            let (sgid, dgid) = (parse_gid(sg)?, parse_gid(dg)?);
+            let pkey = Pkey(args.num("--pkey")?.unwrap_or(0xffff) as u16);
+            let sl = U4::masked(args.num("--sl")?.unwrap_or(0) as u8);
+            let mut client = client_for(&args, &port)?;
+            let first = match client.resolve(sgid, dgid, pkey, sl, Instant::now()) {
+                Resolve::Pending(id) => drive(&mut client, &mut dev, id)?
+                    .map_err(|e| e.to_string())?
+                    .first()
+                    .copied()
+                    .ok_or("no path")?,
+                Resolve::Cached(_) => return Err("cached before any query".into()),
+            };
+            let second = match client.resolve(sgid, dgid, pkey, sl, Instant::now()) {
+                Resolve::Cached(p) => p,
+                Resolve::Pending(_) => return Err("not cached after the answer".into()),
+            };
+            let s = client.stats();
+            println!(
+                "sent {} cache_hits {} cache_misses {} same {}",
+                s.sent,
+                s.cache_hits,
+                s.cache_misses,
+                first == second
+            );
+            Ok(first == second && s.sent == 1)
+        }
         "bench" => bench(&args, &port, &mut dev).map(|()| true),
-        _ => Err("usage: ib-fabric-probe info | path ... | bench ...".into()),
+        _ => Err(
+            "usage: ib-fabric-probe info | path ... | repeat ... | cache ... | bench ...".into(),
+        ),
     }
 }
 
