@@ -353,3 +353,34 @@ fn too_many_queries_are_refused() {
     assert_eq!(paths(c.poll_event()), (id, Err(SaError::TooManyQueries)));
     assert_eq!(c.in_flight(), 1);
 }
+
+proptest::proptest! {
+    /// Any bytes, after any requests: no panic, and a query ends at most once.
+    #[test]
+    fn handle_mad_never_panics(
+        mads in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..300), 0..8),
+        rmpp in proptest::bool::ANY,
+    ) {
+        let now = origin();
+        let mut c = client();
+        let id = c.query(&PathQuery { table: true, ..PathQuery::default() }, now);
+        let req = c.poll_transmit().unwrap();
+        for mut m in mads {
+            // make some of them look like answers to the query
+            if m.len() >= 56 && rmpp {
+                m[..24].copy_from_slice(&req.mad[..24]);
+                m[3] = 0x92;
+                m[4] = 0;
+                m[5] = 0;
+            }
+            c.handle_mad(&m, now);
+        }
+        let mut ends = 0;
+        while let Some(SaEvent::PathRecords { id: got, .. }) = c.poll_event() {
+            proptest::prop_assert_eq!(got, id);
+            ends += 1;
+        }
+        proptest::prop_assert!(ends <= 1);
+        proptest::prop_assert_eq!(c.in_flight(), 1 - ends);
+    }
+}
