@@ -17,6 +17,8 @@ pub mod proto;
 
 pub mod qp_attr;
 
+pub mod sa;
+
 mod app;
 pub use app::App;
 

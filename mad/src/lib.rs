@@ -41,6 +41,7 @@ pub mod codes;
 pub mod error;
 pub mod frame;
 pub mod header;
+pub mod sa;
 pub mod types;
 pub mod xrc;
 

@@ -26,6 +26,7 @@ mod handle;
 mod neigh;
 pub mod node;
 mod pending;
+pub mod sa;
 mod slot;
 mod stateless;
 mod stats;

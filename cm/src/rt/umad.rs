@@ -275,6 +275,9 @@ pub struct UmadTransport {
     neigh: Neighbours,
     /// MADs held until their destination's neighbour entry is resolved, by destination.
     held: HashMap<IpAddr, Held>,
+    /// `timeout_ms` of every send: 0 for the CM (no answer expected); the SA agent's requests
+    /// wait for their answers ([`UmadTransport::open_sa`]).
+    send_timeout_ms: u32,
 }
 
 /// The MADs held for one destination ([`UmadTransport::send`]).
@@ -406,7 +409,66 @@ impl UmadTransport {
             counts: UmadCounts::default(),
             neigh,
             held: HashMap::new(),
+            send_timeout_ms: 0,
         }
+    }
+
+    /// Opens `path` and registers an agent for Subnet Administration (class 0x03, version 2)
+    /// on QP1 that takes answers only (no method registered: requests to this port are not
+    /// its business): the transport of [`crate::rt::sa::Sa`]. Each request is sent with
+    /// `timeout_ms` (the client's per-attempt timeout; the kernel's own retries are 0), because
+    /// the kernel's MAD layer gives an answer to an agent only while the request it answers is
+    /// outstanding (`ib_mad_complete_recv` in `drivers/infiniband/core/mad.c`); the completion
+    /// of a request that timed out is counted as `send_failed` and dropped, and the client's
+    /// own timer resends it.
+    ///
+    /// The agent does not do RMPP (`rmpp_version` 0): an answer of several MADs (a GetTable
+    /// with more records than one MAD holds) reaches it only up to its first segment. The
+    /// client's RMPP reassembly needs the user-RMPP registration
+    /// (`IB_USER_MAD_REGISTER_AGENT2` with `IB_USER_MAD_USER_RMPP`), which this transport
+    /// does not make yet.
+    ///
+    /// # Errors
+    /// [`UmadError`].
+    pub fn open_sa(
+        path: impl AsRef<Path>,
+        timeout_ms: u32,
+        local_gid: Gid,
+    ) -> Result<Self, UmadError> {
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|source| UmadError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        sys::umad_enable_pkey(&file).map_err(|source| UmadError::Ioctl {
+            what: "IB_USER_MAD_ENABLE_PKEY",
+            path: path.clone(),
+            source,
+        })?;
+        let mut req = sys::UmadRegReq {
+            qpn: 1,
+            mgmt_class: 0x03,
+            mgmt_class_version: 2,
+            ..Default::default()
+        };
+        let agent = sys::umad_register(&file, &mut req).map_err(|source| UmadError::Ioctl {
+            what: "IB_USER_MAD_REGISTER_AGENT (class 0x03)",
+            path: path.clone(),
+            source,
+        })?;
+        let fd = sys::async_fd(file).map_err(|source| UmadError::Ioctl {
+            what: "registering with the tokio reactor",
+            path: path.clone(),
+            source,
+        })?;
+        let mut t = UmadTransport::with(fd, agent, 0, local_gid, Neighbours::open());
+        t.send_timeout_ms = timeout_ms;
+        Ok(t)
     }
 
     /// The agent ID the kernel assigned.
@@ -526,7 +588,11 @@ impl DatagramTransport for UmadTransport {
                 "the umad transport needs an IB peer address",
             ));
         };
-        let hdr = UmadHdr::for_send(self.agent, &ib, self.gid_index).encode();
+        let hdr = UmadHdr {
+            timeout_ms: self.send_timeout_ms,
+            ..UmadHdr::for_send(self.agent, &ib, self.gid_index)
+        }
+        .encode();
         let mut rec: Record = [0u8; UMAD_HDR_LEN + MAD_LEN];
         rec.get_mut(..UMAD_HDR_LEN)
             .unwrap_or(&mut [])
@@ -814,6 +880,31 @@ mod tests {
         // A link-local (RoCE v1 / IB) destination is not checked: written at once.
         t.send(to("fe80::1"), &[4; MAD_LEN]).await.unwrap();
         assert_eq!(written(&kernel), [4]);
+    }
+
+    /// An SA request goes LID-routed (no GRH) to QP1 with the agent's send timeout, which
+    /// keeps it outstanding in the kernel until its answer comes.
+    #[tokio::test]
+    async fn sa_requests_are_lid_routed_and_wait_for_their_answer() {
+        let (mut t, kernel) = over_socket();
+        t.send_timeout_ms = 250;
+        let to = PeerAddr::Ib(IbAddr {
+            lid: Lid(1),
+            gid: None,
+            qpn: Qpn::masked(1),
+            qkey: Qkey::GSI,
+            sl: 0,
+            pkey_index: 0,
+        });
+        t.send(to, &[3; MAD_LEN]).await.unwrap();
+        let mut buf = [0u8; UMAD_HDR_LEN + MAD_LEN];
+        assert_eq!(kernel.recv(&mut buf).unwrap(), buf.len());
+        let h = UmadHdr::decode(buf.first_chunk().unwrap());
+        assert_eq!(
+            (h.lid, h.qpn.get(), h.qkey, h.timeout_ms, h.retries),
+            (Lid(1), 1, Qkey::GSI, 250, 0)
+        );
+        assert!(!h.grh_present);
     }
 
     #[test]

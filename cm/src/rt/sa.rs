@@ -1,0 +1,299 @@
+//! The SA client's tokio side: a task that owns an [`SaClient`] and a transport, and a cheap
+//! cloneable handle ([`Sa`]) whose calls wait for their answers.
+//!
+//! The task sends what the client has to send to the SA's address (LID-routed: no GRH, QP1,
+//! Q_Key 0x8001_0000, the SM's SL and P_Key index), feeds it every received MAD of class
+//! 0x03, runs its timer and answers each waiting call with its query's result. It ends when
+//! every [`Sa`] handle is dropped, or when the transport fails.
+//!
+//! On a Linux port the transport is [`UmadTransport::open_sa`]: an agent of class 0x03 that
+//! receives answers only.
+//!
+//! [`UmadTransport::open_sa`]: super::UmadTransport::open_sa
+
+use std::collections::HashMap;
+
+use ibcm_mad::sa::PathRecord;
+use ibcm_mad::{Gid, Pkey, Qpn, U4};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{now, DatagramTransport};
+use crate::proto::{IbAddr, PeerAddr};
+use crate::sa::{PathQuery, QueryId, Resolve, SaClient, SaDest, SaError, SaEvent, SaStats};
+
+/// A handle on an SA client task ([`Sa::spawn`]); clones share the task.
+#[derive(Debug, Clone)]
+pub struct Sa {
+    tx: mpsc::Sender<Cmd>,
+}
+
+#[derive(Debug)]
+enum Cmd {
+    Query(PathQuery, oneshot::Sender<Result<Vec<PathRecord>, SaError>>),
+    Resolve {
+        sgid: Gid,
+        dgid: Gid,
+        pkey: Pkey,
+        sl: U4,
+        reply: oneshot::Sender<Result<PathRecord, SaError>>,
+    },
+    Stats(oneshot::Sender<SaStats>),
+}
+
+/// A call waiting for a query's result.
+#[derive(Debug)]
+enum Waiter {
+    All(oneshot::Sender<Result<Vec<PathRecord>, SaError>>),
+    First(oneshot::Sender<Result<PathRecord, SaError>>),
+}
+
+/// The error of a call whose task has ended.
+fn gone() -> SaError {
+    SaError::Cancelled
+}
+
+impl Sa {
+    /// Spawns the task (on the current tokio runtime) over `client` and `transport`.
+    pub fn spawn<T: DatagramTransport>(client: SaClient, transport: T) -> Self {
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(run(client, transport, rx));
+        Sa { tx }
+    }
+
+    /// Every PathRecord the query's answer holds (one for a Get).
+    ///
+    /// # Errors
+    /// The query's [`SaError`]; [`SaError::Cancelled`] when the task has ended.
+    pub async fn path_records(&self, q: PathQuery) -> Result<Vec<PathRecord>, SaError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Query(q, reply))
+            .await
+            .map_err(|_| gone())?;
+        rx.await.unwrap_or_else(|_| Err(gone()))
+    }
+
+    /// The path to `dgid` (partition `pkey`, service level `sl`) from `sgid`: from the cache,
+    /// or by a Get whose answer is cached ([`SaClient::resolve`]).
+    ///
+    /// # Errors
+    /// The query's [`SaError`]; [`SaError::Cancelled`] when the task has ended.
+    pub async fn resolve(
+        &self,
+        sgid: Gid,
+        dgid: Gid,
+        pkey: Pkey,
+        sl: U4,
+    ) -> Result<PathRecord, SaError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Cmd::Resolve {
+            sgid,
+            dgid,
+            pkey,
+            sl,
+            reply,
+        };
+        self.tx.send(cmd).await.map_err(|_| gone())?;
+        rx.await.unwrap_or_else(|_| Err(gone()))
+    }
+
+    /// The client's counters; `None` when the task has ended.
+    pub async fn stats(&self) -> Option<SaStats> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Cmd::Stats(reply)).await.ok()?;
+        rx.await.ok()
+    }
+}
+
+/// The address SA MADs go to.
+fn sa_addr(d: &SaDest) -> PeerAddr {
+    PeerAddr::Ib(IbAddr {
+        lid: d.lid,
+        gid: None,
+        qpn: Qpn::masked(1),
+        qkey: d.qkey,
+        sl: d.sl.get(),
+        pkey_index: d.pkey_index,
+    })
+}
+
+async fn sleep_until(t: Option<std::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn run<T: DatagramTransport>(
+    mut client: SaClient,
+    mut transport: T,
+    mut rx: mpsc::Receiver<Cmd>,
+) {
+    let mut waiters: HashMap<QueryId, Vec<Waiter>> = HashMap::new();
+    loop {
+        while let Some(tx) = client.poll_transmit() {
+            // A failed send is retried by the client's timer like a lost one.
+            let _ = transport.send(sa_addr(&tx.dest), &tx.mad).await;
+        }
+        while let Some(SaEvent::PathRecords { id, result }) = client.poll_event() {
+            for w in waiters.remove(&id).unwrap_or_default() {
+                match w {
+                    Waiter::All(r) => {
+                        let _ = r.send(result.clone());
+                    }
+                    Waiter::First(r) => {
+                        let first = result.clone().and_then(|v| {
+                            v.first().copied().ok_or(SaError::Status {
+                                sa: ibcm_mad::sa::SaStatus::NoRecords,
+                                mad_status: 0x0300,
+                            })
+                        });
+                        let _ = r.send(first);
+                    }
+                }
+            }
+        }
+        let deadline = client.poll_timeout();
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                None => return,
+                Some(Cmd::Query(q, reply)) => {
+                    let id = client.query(&q, now());
+                    waiters.entry(id).or_default().push(Waiter::All(reply));
+                }
+                Some(Cmd::Resolve { sgid, dgid, pkey, sl, reply }) => {
+                    match client.resolve(sgid, dgid, pkey, sl, now()) {
+                        Resolve::Cached(p) => {
+                            let _ = reply.send(Ok(p));
+                        }
+                        Resolve::Pending(id) => waiters.entry(id).or_default().push(Waiter::First(reply)),
+                    }
+                }
+                Some(Cmd::Stats(reply)) => {
+                    let _ = reply.send(client.stats());
+                }
+            },
+            r = transport.recv() => match r {
+                Ok((_from, mad)) => {
+                    if mad.get(1) == Some(&0x03) {
+                        client.handle_mad(&mad, now());
+                    }
+                }
+                Err(_) => return,
+            },
+            () = sleep_until(deadline) => client.handle_timeout(now()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ibcm_mad::sa::{method, SaMad};
+    use ibcm_mad::{Lid, Method, Tid};
+
+    use super::*;
+    use crate::rt::MemNetwork;
+    use crate::sa::SaConfig;
+
+    fn gid(n: u8) -> Gid {
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[15] = n;
+        Gid(g)
+    }
+
+    /// A fake SA at LID 1: answers every PathRecord Get with the path its template asks for,
+    /// after dropping the first `drop` requests; counts requests.
+    async fn fake_sa(mut t: crate::rt::MemTransport, drop: usize, seen: mpsc::UnboundedSender<()>) {
+        let mut n = 0;
+        while let Ok((from, mad)) = t.recv().await {
+            let _ = seen.send(());
+            n += 1;
+            if n <= drop {
+                continue;
+            }
+            let Ok(q) = SaMad::parse(&mad) else { continue };
+            let tmpl = PathRecord::parse(&q.data).unwrap_or_default();
+            let rec = PathRecord {
+                sgid: tmpl.sgid,
+                dgid: tmpl.dgid,
+                slid: Lid(2),
+                dlid: Lid(u16::from(tmpl.dgid.0[15])),
+                pkey: tmpl.pkey,
+                sl: tmpl.sl,
+                reversible: true,
+                ..PathRecord::default()
+            };
+            let mut a = q.clone();
+            a.header.method = Method::from_raw(q.header.method.raw() | 0x80);
+            a.header.tid = Tid(q.header.tid.0 | 0x0001_0000_0000_0000);
+            a.data = [0; 200];
+            a.data[..64].copy_from_slice(&rec.to_bytes());
+            let _ = t.send(from, &a.to_bytes()).await;
+        }
+    }
+
+    fn setup(drop: usize) -> (Sa, mpsc::UnboundedReceiver<()>) {
+        let net = MemNetwork::new();
+        let mut cfg = SaConfig::new(1, Lid(1));
+        cfg.timeout = Duration::from_millis(100);
+        let sa_t = net.transport(sa_addr(&cfg.dest));
+        let me = net.transport(PeerAddr::Ib(IbAddr {
+            lid: Lid(2),
+            ..IbAddr::roce(gid(2))
+        }));
+        let (seen_tx, seen) = mpsc::unbounded_channel();
+        tokio::spawn(fake_sa(sa_t, drop, seen_tx));
+        (Sa::spawn(SaClient::new(cfg, 7), me), seen)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_query_is_answered_and_resolve_caches() {
+        let (sa, mut seen) = setup(0);
+        let recs = sa
+            .path_records(PathQuery::by_gids(gid(2), gid(5), Pkey(0xffff)))
+            .await
+            .unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].dlid, Lid(5));
+        let sl = U4::masked(0);
+        let p = sa.resolve(gid(2), gid(6), Pkey(0xffff), sl).await.unwrap();
+        assert_eq!(p.dlid, Lid(6));
+        let again = sa.resolve(gid(2), gid(6), Pkey(0xffff), sl).await.unwrap();
+        assert_eq!(again, p);
+        let mut n = 0;
+        while seen.try_recv().is_ok() {
+            n += 1;
+        }
+        assert_eq!(n, 2, "the second resolve came from the cache");
+        let st = sa.stats().await.unwrap();
+        assert_eq!((st.cache_hits, st.cache_misses, st.answered), (1, 1, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_requests_are_resent_and_all_lost_times_out() {
+        let (sa, _seen) = setup(2);
+        let q = PathQuery {
+            table: false,
+            ..PathQuery::by_lids(Lid(2), Lid(9))
+        };
+        assert_eq!(q.to_mad(Tid(0)).header.method, method::GET);
+        let t0 = tokio::time::Instant::now();
+        let recs = sa.path_records(q).await.unwrap();
+        assert_eq!(recs.len(), 1);
+        // two attempts lost: answered on the third, 200 ms later
+        assert_eq!(t0.elapsed(), Duration::from_millis(200));
+        let st = sa.stats().await.unwrap();
+        assert_eq!((st.sent, st.resent), (3, 2));
+
+        let (sa, _seen) = setup(usize::MAX);
+        let e = sa
+            .path_records(PathQuery::by_lids(Lid(2), Lid(9)))
+            .await
+            .unwrap_err();
+        assert_eq!(e, SaError::Timeout { attempts: 4 });
+    }
+}

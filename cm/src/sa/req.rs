@@ -1,0 +1,105 @@
+//! A REQ's path from a PathRecord, field by field as the kernel's `cm_format_req`
+//! (`drivers/infiniband/core/cm.c`) fills a primary or alternate path from its
+//! `struct sa_path_rec`.
+
+use ibcm_mad::sa::PathRecord;
+use ibcm_mad::{Lid, Mtu, PathInfo, TimeoutExp};
+
+use crate::qp_attr::ack_timeout;
+
+/// The REQ path for `p`, sent by a port whose CA ACK delay is `ca_ack_delay` (IBTA
+/// `CA_ACK_DELAY`, the device's `ack_delay`):
+///
+/// * LIDs: SLID and DLID when the path stays in the subnet (HopLimit ≤ 1); across routers the
+///   kernel sends the permissive LID (0xFFFF) in both, and so does this;
+/// * GIDs: SGID (local) and DGID (remote); flow label, rate, traffic class, hop limit and SL
+///   as given;
+/// * Subnet Local: HopLimit ≤ 1;
+/// * Local ACK Timeout: `cm_ack_timeout(ca_ack_delay, PacketLifeTime)`
+///   ([`crate::qp_attr::ack_timeout`]).
+///
+/// The REQ's Path MTU is not part of a path: it is [`req_mtu`] of the primary path.
+pub fn req_path(p: &PathRecord, ca_ack_delay: u8) -> PathInfo {
+    let local = p.hop_limit <= 1;
+    PathInfo {
+        local_lid: if local { p.slid } else { Lid::PERMISSIVE },
+        remote_lid: if local { p.dlid } else { Lid::PERMISSIVE },
+        local_gid: p.sgid,
+        remote_gid: p.dgid,
+        flow_label: p.flow_label,
+        packet_rate: p.rate,
+        traffic_class: p.traffic_class,
+        hop_limit: p.hop_limit,
+        sl: p.sl,
+        subnet_local: local,
+        local_ack_timeout: TimeoutExp::masked(ack_timeout(ca_ack_delay, p.packet_life_time)),
+    }
+}
+
+/// The REQ's Path MTU for a primary path: the PathRecord's MTU (`cm_format_req` copies
+/// `pri_path->mtu`).
+pub fn req_mtu(p: &PathRecord) -> Mtu {
+    p.mtu
+}
+
+#[cfg(test)]
+mod tests {
+    use ibcm_mad::{FlowLabel, Gid, Pkey, Rate, U4};
+
+    use super::*;
+
+    fn rec(hop_limit: u8) -> PathRecord {
+        let mut s = [0u8; 16];
+        s[0] = 0xfe;
+        s[1] = 0x80;
+        let mut d = s;
+        s[15] = 3;
+        d[15] = 5;
+        PathRecord {
+            sgid: Gid(s),
+            dgid: Gid(d),
+            slid: Lid(3),
+            dlid: Lid(4),
+            flow_label: FlowLabel::masked(0x12345),
+            hop_limit,
+            traffic_class: 0x20,
+            pkey: Pkey(0xffff),
+            sl: U4::masked(2),
+            mtu: Mtu::Mtu2048,
+            rate: Rate::G10,
+            packet_life_time: 18,
+            ..PathRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_subnet_local_path_keeps_its_lids() {
+        let p = req_path(&rec(0), 15);
+        assert_eq!((p.local_lid, p.remote_lid), (Lid(3), Lid(4)));
+        assert_eq!((p.local_gid, p.remote_gid), (rec(0).sgid, rec(0).dgid));
+        assert!(p.subnet_local);
+        assert_eq!(p.flow_label, FlowLabel::masked(0x12345));
+        assert_eq!(
+            (p.packet_rate, p.traffic_class, p.hop_limit),
+            (Rate::G10, 0x20, 0)
+        );
+        assert_eq!(p.sl, U4::masked(2));
+        // cm_ack_timeout(15, 18): 19 >= 15 and 15 < 18, so 19
+        assert_eq!(p.local_ack_timeout.get(), 19);
+        assert_eq!(req_mtu(&rec(0)), Mtu::Mtu2048);
+        assert!(req_path(&rec(1), 15).subnet_local);
+    }
+
+    #[test]
+    fn a_routed_path_has_permissive_lids() {
+        let p = req_path(&rec(64), 18);
+        assert_eq!(
+            (p.local_lid, p.remote_lid),
+            (Lid::PERMISSIVE, Lid::PERMISSIVE)
+        );
+        assert!(!p.subnet_local);
+        assert_eq!(p.hop_limit, 64);
+        // cm_ack_timeout(18, 18): 19 >= 18 and 18 >= 18, so 20
+        assert_eq!(p.local_ack_timeout.get(), 20);
+    }
+}
