@@ -244,7 +244,7 @@ fn a_one_way_link_loss_ends_both_sides_unestablished() {
     // A sent its REQ 1 + RETRIES times and timed out; B answered with REPs A never saw and
     // timed out too.
     assert_eq!(net.sent_count(a, AttrId::Req), 1 + u64::from(RETRIES));
-    assert!(net.sent_count(b, AttrId::Rep) >= 1 + u64::from(RETRIES));
+    assert!(net.sent_count(b, AttrId::Rep) > u64::from(RETRIES));
     let (sa, sb) = (
         net.endpoint_ref(a).stats().clone(),
         net.endpoint_ref(b).stats().clone(),
