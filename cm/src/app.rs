@@ -1,52 +1,4 @@
-//! [`App`]: an application object run next to an [`Endpoint`] by the simulator
-//! (`sim::SimNet`, feature `sim`) and by the tokio driver
-//! (`rt::Cm::bind_with_app`, feature `rt`).
-//!
-//! An application sees every event of its endpoint together with `&mut Endpoint` (so it can
-//! accept, reject, disconnect… at once, with the connection's real ID), may do deferred work
-//! after each input ([`App::poll`]) and has its own timers ([`App::poll_timeout`] /
-//! [`App::handle_timeout`]), which the host folds into its one timer.
-//!
-//! # Call order
-//!
-//! The host (simulator or driver) runs, after each input — a datagram, a timer expiry, a
-//! command from a handle, or a call of `SimNet::with_app` / `Cm::with_app`:
-//!
-//! 1. the input itself: `Endpoint::handle_datagram`, or for a timer `Endpoint::handle_timeout`
-//!    (if the endpoint's deadline is due) then [`App::handle_timeout`] (if the app's deadline is
-//!    due), or the command / closure;
-//! 2. **events**: each `Endpoint::poll_event`, in order, goes to [`App::handle_event`]; what the
-//!    app does not consume goes on to the host (the driver's handles; the simulator records
-//!    every event either way);
-//! 3. **app**: [`App::poll`] once the events are out;
-//! 4. 2–3 again while the app's calls produced events;
-//! 5. **transmit**: every `Endpoint::poll_transmit` goes on the wire (the simulator also moves
-//!    MADs queued before step 2 first; one endpoint's order is the same, its queue is FIFO);
-//! 6. **timers**: the host's one timer is re-armed at the earlier of `Endpoint::poll_timeout`
-//!    and [`App::poll_timeout`].
-//!
-//! The tokio driver runs steps 1–4 for every input, but steps 5–6 once per *turn*: the inputs
-//! that are ready together (the commands waiting, the datagrams one receive returned) each get
-//! steps 1–4, then what they all queued goes out at once, in order (over UDP, 64 MADs per
-//! `sendmmsg`).
-//!
-//! So an application never needs a timer task, a lock or a channel of its own.
-//!
-//! A closure `FnMut(&mut Endpoint, Instant, &Event)` is an `App` (it consumes nothing, has no
-//! timers):
-//!
-//! ```
-//! use ibcm::proto::{Endpoint, EndpointConfig, Event, EventKind};
-//! use ibcm::App;
-//! use std::time::Instant;
-//!
-//! fn takes(app: impl App) {}
-//! takes(|ep: &mut Endpoint, now: Instant, ev: &Event| {
-//!     if let EventKind::Established = ev.kind {
-//!         let _ = ep.disconnect(now, ev.conn, &[]);
-//!     }
-//! });
-//! ```
+//! [`App`]: an application run next to an endpoint (its docs: the call order).
 
 #[cfg(any(feature = "rt", feature = "sim"))]
 use std::any::Any;
@@ -54,7 +6,55 @@ use std::time::Instant;
 
 use crate::proto::{Endpoint, Event};
 
-/// An application run next to an [`Endpoint`] (module docs: call order).
+/// An application object run next to an [`Endpoint`] by the simulator
+/// (`sim::SimNet`, feature `sim`) and by the tokio driver
+/// (`rt::Cm::bind_with_app`, feature `rt`).
+///
+/// An application sees every event of its endpoint together with `&mut Endpoint` (so it can
+/// accept, reject, disconnect… at once, with the connection's real ID), may do deferred work
+/// after each input ([`App::poll`]) and has its own timers ([`App::poll_timeout`] /
+/// [`App::handle_timeout`]), which the host folds into its one timer.
+///
+/// # Call order
+///
+/// The host (simulator or driver) runs, after each input — a datagram, a timer expiry, a
+/// command from a handle, or a call of `SimNet::with_app` / `Cm::with_app`:
+///
+/// 1. the input itself: `Endpoint::handle_datagram`, or for a timer `Endpoint::handle_timeout`
+///    (if the endpoint's deadline is due) then [`App::handle_timeout`] (if the app's deadline is
+///    due), or the command / closure;
+/// 2. **events**: each `Endpoint::poll_event`, in order, goes to [`App::handle_event`]; what the
+///    app does not consume goes on to the host (the driver's handles; the simulator records
+///    every event either way);
+/// 3. **app**: [`App::poll`] once the events are out;
+/// 4. 2–3 again while the app's calls produced events;
+/// 5. **transmit**: every `Endpoint::poll_transmit` goes on the wire (the simulator also moves
+///    MADs queued before step 2 first; one endpoint's order is the same, its queue is FIFO);
+/// 6. **timers**: the host's one timer is re-armed at the earlier of `Endpoint::poll_timeout`
+///    and [`App::poll_timeout`].
+///
+/// The tokio driver runs steps 1–4 for every input, but steps 5–6 once per *turn*: the inputs
+/// that are ready together (the commands waiting, the datagrams one receive returned) each get
+/// steps 1–4, then what they all queued goes out at once, in order (over UDP, 64 MADs per
+/// `sendmmsg`).
+///
+/// So an application never needs a timer task, a lock or a channel of its own.
+///
+/// A closure `FnMut(&mut Endpoint, Instant, &Event)` is an `App` (it consumes nothing, has no
+/// timers):
+///
+/// ```
+/// use ibcm::proto::{Endpoint, EndpointConfig, Event, EventKind};
+/// use ibcm::App;
+/// use std::time::Instant;
+///
+/// fn takes(app: impl App) {}
+/// takes(|ep: &mut Endpoint, now: Instant, ev: &Event| {
+///     if let EventKind::Established = ev.kind {
+///         let _ = ep.disconnect(now, ev.conn, &[]);
+///     }
+/// });
+/// ```
 pub trait App {
     /// One event of `ep`, at `now`. Returns whether the app consumed it: the tokio driver does
     /// not hand a consumed event to its handles (for a REQ: no `Listener` sees it, no

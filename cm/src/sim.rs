@@ -5,7 +5,7 @@
 //! ([`SimNet::drop_next`], [`SimNet::partition`], [`SimNet::corrupt_next`]). Time is virtual:
 //! [`SimNet::step`] jumps to the next arrival or timer — the endpoints' and their
 //! applications'. Each node may have an *application*, an [`App`] (any closure over its
-//! events is one, e.g. [`auto_accept`]), run in the order the [`crate::app`] docs give, with
+//! events is one, e.g. [`auto_accept`]), run in the order the [`crate::App`] docs give, with
 //! its timers fired at their exact deadlines. Everything that happens is recorded in a trace
 //! ([`SimNet::trace`]) that tests print on failure. A node may be given a CM processing cost
 //! ([`SimNet::set_cm_cost`], [`CmCost`]): its MADs then queue for its CM as for one server.

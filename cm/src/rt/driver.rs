@@ -147,7 +147,7 @@ impl<T: DatagramTransport> Driver<T> {
 
     /// The loop, one *turn* at a time: wait for an input (a command, the timer, datagrams),
     /// take what else is ready without waiting (commands, then one receive's datagrams), each
-    /// input followed by its events ([`crate::app`]: call order, steps 1–4), then send
+    /// input followed by its events ([`crate::App`]: call order, steps 1–4), then send
     /// everything the turn queued together ([`DatagramTransport::send_batch`]: one system
     /// call per 64 MADs over UDP) and re-arm the timer.
     pub(crate) async fn run(mut self) -> io::Result<()> {
@@ -341,7 +341,7 @@ impl<T: DatagramTransport> Driver<T> {
     }
 
     /// After an input: events (to the app, then the handles) and the app's deferred work,
-    /// until neither produces more (the order of [`crate::app`], steps 2–4).
+    /// until neither produces more (the order of [`crate::App`], steps 2–4).
     fn dispatch(&mut self) {
         loop {
             let mut progressed = false;

@@ -83,7 +83,7 @@ impl Cm {
     }
 
     /// [`Cm::bind`] with an [`App`] run inside the driver task, next to the endpoint, in the
-    /// order the [`crate::app`] docs give; the driver's one timer also fires the app's
+    /// order the [`crate::App`] docs give; the driver's one timer also fires the app's
     /// deadlines. Every event goes to the app first; the events it consumes
     /// ([`App::handle_event`] returns `true`) are not delivered to handles (a REQ the app
     /// consumed reaches no [`Listener`] and gets no [`Connection`] handle), the others are, as

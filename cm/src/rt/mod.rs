@@ -7,7 +7,7 @@
 //!
 //! [`Cm::bind_with_app`] runs an [`App`](crate::App) in that task too: it sees every event
 //! with `&mut Endpoint`, and its deadlines are folded into the one timer
-//! ([`crate::app`]: call order); [`Cm::with_app`] reaches it from async code.
+//! ([`crate::App`]: call order); [`Cm::with_app`] reaches it from async code.
 //!
 //! Transports: [`MemNetwork`]/[`MemTransport`] (in-process), [`UdpTransport`] (RoCEv2 over a
 //! UDP socket) and [`UmadTransport`] (Linux `/dev/infiniband/umadN`).
