@@ -84,6 +84,23 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         now: Instant,
         req: &TgtRequest<K>,
     ) -> Result<XrcAccept, TargetGone> {
+        self.handle_req_with(now, req, &|_| None)
+    }
+
+    /// [`TgtRegistry::handle_req`] for a CM whose own QPN quarantine may hold numbers this
+    /// registry never heard of — the TimeWaits of other connections of the same CM endpoint
+    /// (ibcm's `Endpoint::qpn_quarantined`): `cm_quarantined(qpn)` says until when the CM
+    /// keeps `qpn` out of use. A new TGT QP the device numbers like that is parked until then
+    /// (as one in this registry's own quarantine) and another one is created.
+    ///
+    /// # Errors
+    /// A [`TargetGone`] block to send in a REJ.
+    pub fn handle_req_with(
+        &mut self,
+        now: Instant,
+        req: &TgtRequest<K>,
+        cm_quarantined: &dyn Fn(Qpn) -> Option<Instant>,
+    ) -> Result<XrcAccept, TargetGone> {
         let refuse = |kind, qpn| TargetGone { kind, qpn };
         if let Some(fault) = self.service_fault(req) {
             let named = match req.data.mode {
@@ -160,10 +177,10 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                 });
                 match existing {
                     Some((&qpn, _)) => (qpn, false),
-                    None => (self.create_for_req(now, req)?, true),
+                    None => (self.create_for_req(now, req, cm_quarantined)?, true),
                 }
             }
-            ReqMode::Create => (self.create_for_req(now, req)?, true),
+            ReqMode::Create => (self.create_for_req(now, req, cm_quarantined)?, true),
         };
         // Bind the connection.
         let conn_regs = self.cfg.connection_registrations;
@@ -253,13 +270,25 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         self.conns.iter().map(|(k, &q)| (k.clone(), q)).collect()
     }
 
-    fn create_for_req(&mut self, now: Instant, req: &TgtRequest<K>) -> Result<Qpn, TargetGone> {
+    fn create_for_req(
+        &mut self,
+        now: Instant,
+        req: &TgtRequest<K>,
+        cm_quarantined: &dyn Fn(Qpn) -> Option<Instant>,
+    ) -> Result<Qpn, TargetGone> {
         let policy = req.data.policy.unwrap_or(self.cfg.default_policy);
-        self.create_inner(now, req.domain, policy, req.process, Some(req.peer))
-            .map_err(|_| TargetGone {
-                kind: RejectKind::NoResources,
-                qpn: None,
-            })
+        self.create_inner(
+            now,
+            req.domain,
+            policy,
+            req.process,
+            Some(req.peer),
+            cm_quarantined,
+        )
+        .map_err(|_| TargetGone {
+            kind: RejectKind::NoResources,
+            qpn: None,
+        })
     }
 
     fn accept(&self, qpn: Qpn, created: bool, srqns: &[SrqNum]) -> Result<XrcAccept, TargetGone> {
