@@ -10,9 +10,7 @@
 
 use std::time::Duration;
 
-use ibcm::proto::{
-    AcceptParams, CallError, ConnectParams, EndpointConfig, ListenOptions, PeerAddr, State,
-};
+use ibcm::proto::{AcceptParams, ConnectParams, EndpointConfig, ListenOptions, PeerAddr, State};
 use ibcm::rt::{Cm, CmError, Connection, MemNetwork};
 use ibcm_mad::xrc::RejectKind;
 use ibcm_mad::{Guid, Qpn, RejReason, ServiceId};
@@ -193,10 +191,14 @@ struct Pair {
 }
 
 fn pair() -> Pair {
+    pair_with(RegistryConfig::default())
+}
+
+fn pair_with(reg_cfg: RegistryConfig) -> Pair {
     let net = MemNetwork::new();
     let (t_addr, i_addr) = (addr("127.0.0.2:4791"), addr("127.0.0.1:4791"));
     let kernel = KernelModel::new(ModelConfig::mlx5());
-    let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), RegistryConfig::default());
+    let mut reg = TgtRegistry::new(Box::new(kernel.spawn()), reg_cfg);
     let dom = reg.open_domain("job", DomainSpec::Private).unwrap();
     let worker = kernel.spawn().process();
     let mut target = XrcTarget::new(reg, XrcTargetConfig::default());
@@ -321,12 +323,16 @@ async fn tgt_qp_gone_before_the_rtu_gets_the_req_rejected() {
     assert!(p.kernel.tgt_qp_exists(qpn), "held during the quarantine");
 }
 
-/// The endpoint refuses the accept (the new TGT QP's number is in its own TimeWait
-/// quarantine, from an RC connection of the same endpoint): the initiator gets a REJ at once
+/// The new TGT QP's number is in the endpoint's own TimeWait quarantine (from an RC
+/// connection of the same endpoint) and the registry may create no other (one attempt): the
+/// QP is parked, never offered in a REP, and the initiator gets REJ 3 "no resources" at once
 /// instead of waiting for its REQ to time out.
 #[tokio::test(start_paused = true)]
-async fn refused_accept_answers_the_initiator_with_a_rej() {
-    let p = pair();
+async fn req_without_a_free_tgt_qpn_answers_the_initiator_with_a_rej() {
+    let p = pair_with(RegistryConfig {
+        max_create_attempts: 1,
+        ..RegistryConfig::default()
+    });
     p.listen().await;
     // An RC connection of the target's own endpoint on QPN 0x48 (the kernel's first QPN),
     // through the handles (the app does not consume its events), into TimeWait.
@@ -375,23 +381,29 @@ async fn refused_accept_answers_the_initiator_with_a_rej() {
         }) => assert_eq!(info.kind, RejectKind::NoResources),
         other => panic!("{other:?}"),
     }
-    let failed: Vec<_> = events(&p.server)
-        .await
-        .into_iter()
-        .filter_map(|e| match e {
-            TargetEvent::AcceptFailed { qpn, error, .. } => Some((qpn, error)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        failed,
-        vec![(
-            Qpn::new(0x48).unwrap(),
-            CallError::QpnInQuarantine {
-                qpn: Qpn::new(0x48).unwrap()
-            }
-        )]
+    let evs = events(&p.server).await;
+    assert!(
+        evs.iter()
+            .all(|e| !matches!(e, TargetEvent::AcceptFailed { .. })),
+        "no REP offered the quarantined number: {evs:?}"
     );
+    assert!(
+        evs.iter().any(|e| matches!(
+            e,
+            TargetEvent::Rejected { info, .. } if info.kind == RejectKind::NoResources
+        )),
+        "{evs:?}"
+    );
+    let status = p
+        .server
+        .with_target(|t, now| t.registry().qpn_status(Qpn::new(0x48).unwrap(), now))
+        .await
+        .unwrap();
+    assert!(
+        matches!(status, ibcm_xrc::QpnStatus::Quarantined { .. }),
+        "parked: {status:?}"
+    );
+    assert!(p.kernel.tgt_qp_exists(Qpn::new(0x48).unwrap()));
 }
 
 /// Two XRC REQs in flight at once are both answered with their own connection IDs; the

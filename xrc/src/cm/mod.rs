@@ -14,7 +14,7 @@
 //!
 //! | endpoint event / registry output | what `XrcTarget` does |
 //! |---|---|
-//! | `ReqReceived` for a service registered with [`XrcTarget::serve`], transport XRC | [`XrcReqData`] from the private data (absent or foreign → mode "any", the registry's default policy); [`TgtRegistry::handle_req`]; a QP found in RESET is brought to RTR towards the REQ's INI QP; then `Endpoint::accept` with [`AcceptParams::xrc_tgt`] (the TGT QPN in the REP's Local EECN, SRQ = 1, initiator depth and flow control 0) and [`XrcRepData`] (the SRQNs) as private data — or `Endpoint::reject` with reason 1 "No QP available" and the [`TargetGone`] block as ARI and private data |
+//! | `ReqReceived` for a service registered with [`XrcTarget::serve`], transport XRC | [`XrcReqData`] from the private data (absent or foreign → mode "any", the registry's default policy); [`TgtRegistry::handle_req_with`] with the endpoint's QPN quarantine (`Endpoint::qpn_quarantined`), so a new TGT QP numbered like a connection of the endpoint still in TimeWait is parked and another created; a QP found in RESET is brought to RTR towards the REQ's INI QP; then `Endpoint::accept` with [`AcceptParams::xrc_tgt`] (the TGT QPN in the REP's Local EECN, SRQ = 1, initiator depth and flow control 0) and [`XrcRepData`] (the SRQNs) as private data — or `Endpoint::reject` with reason 1 "No QP available" and the [`TargetGone`] block as ARI and private data |
 //! | `Established` | [`ConnEvent::Established`] |
 //! | `Closed(Disconnected { by_peer: true })` | [`ConnEvent::PeerDreq`]: the QP is left to its policy |
 //! | `Closed(TimedOut \| Rejected \| Stale)` | [`ConnEvent::PeerTimeout`] |
@@ -31,7 +31,8 @@
 //! as the CM's TimeWait (the quarantine covers the longest TimeWait of the QP's connections,
 //! and every TimeWait the endpoint reports afterwards is noted). A newly created QP is
 //! accepted without the flag, so the endpoint's own quarantine (e.g. of an RC connection on
-//! the same device) still applies to it.
+//! the same device) still applies to it — and the registry never creates one with a number
+//! that quarantine holds (the first row).
 //!
 //! Driving it by hand:
 //!

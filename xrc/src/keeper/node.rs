@@ -251,7 +251,7 @@ mod tests {
                 .ok
         );
         let acc = reg
-            .handle_req_with(now, &req(q, 5, dom, pa), false)
+            .handle_req_with(now, &req(q, 5, dom, pa), false, &|_| None)
             .unwrap();
         assert_eq!(acc.tgt_qpn, q);
         // A reports no connection itself here.

@@ -85,13 +85,20 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         req: &TgtRequest<K>,
     ) -> Result<XrcAccept, TargetGone> {
         let regs = self.cfg.connection_registrations;
-        self.handle_req_with(now, req, regs)
+        self.handle_req_with(now, req, regs, &|_| None)
     }
 
-    /// [`TgtRegistry::handle_req`], the connection registering on a `Shared` QP if
-    /// `conn_registrations` (instead of [`RegistryConfig::connection_registrations`](super::RegistryConfig::connection_registrations)): a CM
-    /// serving a QP that processes hold by their registrations (a keeper's, across jobs)
-    /// passes `false`, so that its initiators never keep it alive on their own.
+    /// [`TgtRegistry::handle_req`] with two choices of the CM's:
+    ///
+    /// * the connection registers on a `Shared` QP if `conn_registrations` (instead of
+    ///   [`RegistryConfig::connection_registrations`](super::RegistryConfig::connection_registrations)):
+    ///   a CM serving a QP that processes hold by their registrations (a keeper's, across
+    ///   jobs) passes `false`, so that its initiators never keep it alive on their own;
+    /// * `cm_quarantined(qpn)` says until when the CM keeps `qpn` out of use: its own QPN
+    ///   quarantine may hold numbers this registry never heard of — the TimeWaits of other
+    ///   connections of the same CM endpoint (ibcm's `Endpoint::qpn_quarantined`). A new TGT
+    ///   QP the device numbers like that is parked until then (as one in this registry's own
+    ///   quarantine) and another one is created.
     ///
     /// # Errors
     /// A [`TargetGone`] block to send in a REJ.
@@ -100,6 +107,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         now: Instant,
         req: &TgtRequest<K>,
         conn_registrations: bool,
+        cm_quarantined: &dyn Fn(Qpn) -> Option<Instant>,
     ) -> Result<XrcAccept, TargetGone> {
         let refuse = |kind, qpn| TargetGone { kind, qpn };
         if let Some(fault) = self.service_fault(req) {
@@ -177,10 +185,10 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                 });
                 match existing {
                     Some((&qpn, _)) => (qpn, false),
-                    None => (self.create_for_req(now, req)?, true),
+                    None => (self.create_for_req(now, req, cm_quarantined)?, true),
                 }
             }
-            ReqMode::Create => (self.create_for_req(now, req)?, true),
+            ReqMode::Create => (self.create_for_req(now, req, cm_quarantined)?, true),
         };
         // Bind the connection.
         let conn_regs = conn_registrations;
@@ -270,13 +278,25 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         self.conns.iter().map(|(k, &q)| (k.clone(), q)).collect()
     }
 
-    fn create_for_req(&mut self, now: Instant, req: &TgtRequest<K>) -> Result<Qpn, TargetGone> {
+    fn create_for_req(
+        &mut self,
+        now: Instant,
+        req: &TgtRequest<K>,
+        cm_quarantined: &dyn Fn(Qpn) -> Option<Instant>,
+    ) -> Result<Qpn, TargetGone> {
         let policy = req.data.policy.unwrap_or(self.cfg.default_policy);
-        self.create_inner(now, req.domain, policy, req.process, Some(req.peer))
-            .map_err(|_| TargetGone {
-                kind: RejectKind::NoResources,
-                qpn: None,
-            })
+        self.create_inner(
+            now,
+            req.domain,
+            policy,
+            req.process,
+            Some(req.peer),
+            cm_quarantined,
+        )
+        .map_err(|_| TargetGone {
+            kind: RejectKind::NoResources,
+            qpn: None,
+        })
     }
 
     fn accept(&self, qpn: Qpn, created: bool, srqns: &[SrqNum]) -> Result<XrcAccept, TargetGone> {

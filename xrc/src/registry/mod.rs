@@ -245,7 +245,9 @@ type ExtraQuarantine = (Instant, Option<(QpHandle, DomainId)>, GoneCause);
 ///    [`TgtRegistry::handle_timeout`] when it fires (quarantines ending).
 /// 4. **QPN reuse**: the CM may report QPNs it knows to be in TimeWait with
 ///    [`TgtRegistry::note_timewait`]; the registry will not hand such a number out for a new
-///    TGT QP and rejects REQs naming it.
+///    TGT QP and rejects REQs naming it. A CM whose quarantine also holds numbers of
+///    connections the registry never sees (other applications' on the same endpoint) passes
+///    it to [`TgtRegistry::handle_req_with`] instead of calling `handle_req`.
 ///
 /// The CM must never move a shared TGT QP to ERR on disconnect (what `rdma_disconnect` does):
 /// the registry owns the QP's state. A DREQ on one connection says nothing about the others.

@@ -53,7 +53,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         policy: OwnershipPolicy,
         creator: ProcessId,
     ) -> Result<Qpn, RegistryError> {
-        let qpn = self.create_inner(now, domain, policy, creator, None)?;
+        let qpn = self.create_inner(now, domain, policy, creator, None, &|_| None)?;
         if policy == OwnershipPolicy::Shared {
             if let Some(q) = self.qps.get_mut(&qpn) {
                 q.registrations.insert(Registrant::Process(creator), 1);
@@ -69,6 +69,10 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         Ok(qpn)
     }
 
+    /// Creates a TGT QP whose number is in neither this registry's quarantine nor the CM's
+    /// (`cm_quarantined`: until when the CM endpoint keeps a number out of use, for the
+    /// TimeWaits of connections this registry never saw); a QP numbered like that is parked
+    /// until the later of the two ends, and another one is created.
     pub(super) fn create_inner(
         &mut self,
         now: Instant,
@@ -76,6 +80,7 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         policy: OwnershipPolicy,
         creator: ProcessId,
         peer: Option<IniPeer>,
+        cm_quarantined: &dyn Fn(Qpn) -> Option<Instant>,
     ) -> Result<Qpn, RegistryError> {
         let d = self
             .domains
@@ -95,10 +100,21 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                     return Err(e.into());
                 }
             };
-            if let QpnStatus::Quarantined { until, cause } = self.qpn_status(qpn, now) {
-                // The device reused a number still in TimeWait: keep that QP (so the number
-                // stays taken) until the quarantine ends, and try again. A CM-reported
-                // TimeWait of the same number may last longer than the QP's own quarantine.
+            let ours = match self.qpn_status(qpn, now) {
+                QpnStatus::Quarantined { until, cause } => Some((until, cause)),
+                QpnStatus::Live | QpnStatus::Unknown => None,
+            };
+            let cm = cm_quarantined(qpn).filter(|&u| u > now);
+            let parked = match (ours, cm) {
+                (Some((until, cause)), cm) => Some((cm.map_or(until, |u| u.max(until)), cause)),
+                (None, Some(until)) => Some((until, GoneCause::Unknown)),
+                (None, None) => None,
+            };
+            if let Some((until, cause)) = parked {
+                // The device gave a number still in TimeWait (ours, or the CM's for a
+                // connection we never saw): keep that QP (so the number stays taken) until
+                // the quarantine ends, and try again. A CM-reported TimeWait of the same
+                // number may last longer than the QP's own quarantine.
                 let until = self
                     .extra_quarantine
                     .get(&qpn)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use ibcm::proto::SidrReqParams;
-use ibcm::proto::{ConnectParams, ConnectionError, PeerAddr};
+use ibcm::proto::{ConnectError, ConnectParams, ConnectionError, PeerAddr};
 use ibcm::rt::{Cm, CmError, Connection};
 use ibcm_mad::cma::{CmaHeader, PortSpace};
 use ibcm_mad::{Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp, U4};
@@ -148,7 +148,9 @@ async fn one_connection(
         port,
         qpn,
     } = at;
-    let qpn = qpn.unwrap_or_else(|| qpns.next());
+    // A QPN of our own choosing may be replaced (`connect_fresh_qpn`), `--same-qpn`'s not.
+    let fresh = qpn.is_none().then_some(qpns);
+    let mut qpn = qpn.unwrap_or_else(|| qpns.next());
     let mut p = match (args.service_id, port.or(args.port)) {
         (Some(sid), _) => ConnectParams::new(peer, ServiceId(sid), qpn),
         (None, p) => {
@@ -181,7 +183,7 @@ async fn one_connection(
     let conn = if manual {
         manual_connect(cm, args, counts, p, i).await
     } else {
-        cm.connect(p).await.map(Some)
+        connect_fresh_qpn(cm, p, &mut qpn, fresh).await.map(Some)
     };
     let conn = match conn {
         Ok(Some(c)) => c,
@@ -220,6 +222,39 @@ async fn one_connection(
     }
     finish(args, counts, conn).await;
     None
+}
+
+/// How many QPNs [`connect_fresh_qpn`] tries.
+const QPN_TRIES: u32 = 8;
+
+/// [`Cm::connect`]; when the endpoint refuses the QPN as still in TimeWait or in use, again
+/// with the next one of `fresh` ([`QPN_TRIES`] in all), as an application would with a new
+/// QP. cm-ping has no real QPs: its numbers are drawn at random, and one may be that of a
+/// connection of another process still in the endpoint's TimeWait (through the node's CM
+/// service the daemon's endpoint is shared: the cm-ping of `cm-bench node-kill`'s previous
+/// round). `qpn` is the number used. No retry without `fresh` (`--same-qpn`).
+async fn connect_fresh_qpn(
+    cm: &Cm,
+    mut p: ConnectParams,
+    qpn: &mut Qpn,
+    fresh: Option<&QpnAlloc>,
+) -> Result<Connection, CmError> {
+    let mut tries = 1;
+    loop {
+        p.local_qpn = *qpn;
+        match (cm.connect(p.clone()).await, fresh) {
+            (
+                Err(CmError::Connect(
+                    ConnectError::QpnInQuarantine { .. } | ConnectError::QpnInUse { .. },
+                )),
+                Some(qpns),
+            ) if tries < QPN_TRIES => {
+                tries += 1;
+                *qpn = qpns.next();
+            }
+            (r, _) => return r,
+        }
+    }
 }
 
 /// Connects in the kernel's order ([`Cm::connect_manual`]): the REP arrives, then

@@ -8,6 +8,8 @@ use ibcm_mad::{Psn, Qpn, RejReason, ReqTransport, ServiceId};
 
 use super::{TargetEvent, XrcTarget};
 use crate::policy::OwnershipPolicy;
+#[cfg(doc)]
+use crate::registry::TgtRegistry;
 use crate::registry::{ConnEvent, IniPeer, TgtRequest};
 use crate::verbs::qp::{AddressVector, GlobalRoute, PathMtu, QpAttr, QpState};
 use ibcm_mad::xrc::{RejectKind, ReqMode, TargetGone, XrcReqData};
@@ -40,12 +42,29 @@ impl XrcTarget {
     /// serve (the application answers it); else the answer to send — also recorded as a
     /// [`TargetEvent`]. `timewait` is the connection's CM TimeWait
     /// ([`passive_timewait`](super::passive_timewait)).
+    ///
+    /// It does not see the endpoint's own QPN quarantine (the TimeWaits of the endpoint's
+    /// other connections): [`XrcTarget::handle_event`], which asks the endpoint, never offers
+    /// a new TGT QP whose number the endpoint would refuse.
     pub fn on_request(
         &mut self,
         now: Instant,
         conn: ConnId,
         req: &ReqInfo,
         timewait: Duration,
+    ) -> Option<TgtAnswer> {
+        self.on_request_with(now, conn, req, timewait, &|_| None)
+    }
+
+    /// [`XrcTarget::on_request`], with `cm_quarantined` telling until when the endpoint keeps
+    /// a QPN out of use ([`TgtRegistry::handle_req_with`]).
+    pub(super) fn on_request_with(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        req: &ReqInfo,
+        timewait: Duration,
+        cm_quarantined: &dyn Fn(Qpn) -> Option<Instant>,
     ) -> Option<TgtAnswer> {
         if req.transport() != ReqTransport::Xrc {
             return None;
@@ -95,7 +114,7 @@ impl XrcTarget {
         let regs = svc
             .conn_registrations
             .unwrap_or(self.reg.config().connection_registrations);
-        let acc = match self.reg.handle_req_with(now, &ireq, regs) {
+        let acc = match self.reg.handle_req_with(now, &ireq, regs, cm_quarantined) {
             Ok(acc) => acc,
             Err(info) => return Some(self.rejected(conn, service, peer, info)),
         };

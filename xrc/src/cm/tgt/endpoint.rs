@@ -30,7 +30,11 @@ impl XrcTarget {
         let handled = match &ev.kind {
             EventKind::ReqReceived(req) => {
                 let tw = passive_timewait(ep.config(), req);
-                match self.on_request(now, conn, req, tw) {
+                // A new TGT QP must not get a number the endpoint still quarantines for a
+                // connection the target never saw (another application's, on the same
+                // endpoint).
+                let cm_quarantined = |qpn| ep.qpn_quarantined(qpn, now);
+                match self.on_request_with(now, conn, req, tw, &cm_quarantined) {
                     Some(answer) => {
                         self.answer(ep, now, conn, answer);
                         true

@@ -135,7 +135,8 @@ pub enum TargetEvent {
         info: TargetGone,
     },
     /// The endpoint refused the accept (e.g. a new QP's number is in the endpoint's own
-    /// TimeWait quarantine); the REQ was rejected with reason 3 instead.
+    /// TimeWait quarantine, after an [`XrcTarget::on_request`] by hand, which does not ask the
+    /// endpoint); the REQ was rejected with reason 3 instead.
     AcceptFailed {
         /// The connection.
         conn: ConnId,
