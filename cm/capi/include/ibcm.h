@@ -411,8 +411,9 @@ struct ibcm_event {
      * Private data of the REQ (CONNECT_REQUEST), the REP (CONNECT_RESPONSE, and the active
      * side's ESTABLISHED), the REJ (REJECTED) or the DREQ (DISCONNECTED): the
      * application's part, after the rdma_cm header when there is one; trailing zeros of
-     * REJ and DREQ trimmed. The passive side's ESTABLISHED has none (the RTU's private data
-     * does not reach it yet).
+     * REJ and DREQ trimmed. The passive side's ESTABLISHED carries the RTU's (what the
+     * active side passed to ibcm_establish; none after an automatic RTU), trailing zeros
+     * trimmed.
      */
     const uint8_t *private_data;
     /**

@@ -236,17 +236,21 @@ impl Shared {
             Side::Active => conn.rep().map_or(0, |r| r.remote_qpn.get()),
             Side::Passive => open.req.local_qpn.get(),
         };
-        // The active side's ESTABLISHED carries the REP's private data (as rdma_cm's does).
-        let private_data = match open.side {
-            Side::Active => open.rep.private_data.as_bytes().to_vec(),
-            Side::Passive => Vec::new(),
+        // The active side's ESTABLISHED carries the REP's private data (as rdma_cm's does),
+        // the passive side's the RTU's (known once the connection is established).
+        let rep_private_data = match open.side {
+            Side::Active => Some(open.rep.private_data.as_bytes().to_vec()),
+            Side::Passive => None,
         };
         let id = conn.id().0;
+        let of = conn.clone();
         let established_event = move || {
             let mut ev = Event::new(IBCM_EVENT_ESTABLISHED, h);
             ev.comm_id = id;
             ev.remote_qpn = remote_qpn;
-            ev.private_data = private_data.clone();
+            ev.private_data = rep_private_data
+                .clone()
+                .unwrap_or_else(|| of.rtu_private_data());
             ev
         };
         let queued = {

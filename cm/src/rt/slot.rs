@@ -86,7 +86,8 @@ struct Extra {
 /// What a connection has more rarely still.
 #[derive(Debug, Default)]
 struct More {
-    /// The REP's private data without trailing zeros (which the REP's zero padding restores).
+    /// The REP's private data (active side) or the RTU's (passive side), without trailing
+    /// zeros (which the message's zero padding restores).
     private_data: Box<[u8]>,
     /// Why a `Closed` or `Gone` connection closed.
     error: Option<ConnectionError>,
@@ -305,6 +306,29 @@ impl Slot {
             g.take_wakers()
         };
         wake(wakers);
+    }
+
+    /// Keeps the private data of the RTU the passive side received (trailing zeros trimmed).
+    pub(crate) fn set_rtu_private_data(&self, private_data: &[u8]) {
+        let mut g = self.lock();
+        if g.extra.as_ref().is_some_and(|x| x.rep.is_set()) {
+            // An active connection: its slot holds the REP's.
+            return;
+        }
+        if !private_data.is_empty() || g.more_ref().is_some() {
+            g.more().private_data = private_data.into();
+        }
+    }
+
+    /// The private data of the RTU the passive side received (empty when it had none, on the
+    /// active side, and once the connection has left the table).
+    pub(crate) fn rtu_private_data(&self) -> Vec<u8> {
+        let g = self.lock();
+        if g.extra.as_ref().is_some_and(|x| x.rep.is_set()) {
+            return Vec::new();
+        }
+        g.more_ref()
+            .map_or_else(Vec::new, |m| m.private_data.to_vec())
     }
 
     /// Forgets the REP (the connection left the table).

@@ -175,6 +175,7 @@ async fn a_req_flood_does_not_cost_a_listener_its_session() {
             DaemonMsg::Status {
                 conn,
                 status: WireStatus::Gone(_),
+                ..
             } => {
                 flood_conns.remove(&conn);
             }

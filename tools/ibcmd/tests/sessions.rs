@@ -118,6 +118,13 @@ async fn the_cm_api_works_through_the_daemon() {
     let passive = server.await.unwrap();
     passive[0].established().await.unwrap();
     passive[1].established().await.unwrap();
+    // The RTU's private data reaches the passive side; the automatic RTU has none.
+    assert_eq!(passive[1].rtu_private_data(), b"rtu");
+    assert!(passive[0].rtu_private_data().is_empty());
+    assert!(
+        c2.rtu_private_data().is_empty(),
+        "the active side's is in its REP"
+    );
     assert!(matches!(
         passive[2].closed().await,
         ConnectionError::Rejected { reason, .. } if reason == RejReason::ConsumerReject
@@ -147,13 +154,18 @@ async fn the_cm_api_works_through_the_daemon() {
         assert_eq!(inc.request().unwrap().remote_qpn(), qpn(0x601));
         let c = inc.accept(AcceptParams::new(qpn(0x201))).await.unwrap();
         c.established().await.unwrap();
+        // The RTU's private data, forwarded by the daemon with the established status.
+        let rtu = c.rtu_private_data();
         let second = l.next().await.unwrap();
         // Dropped unanswered: REJ 28.
         drop(second);
-        c.closed().await
+        (rtu, c.closed().await)
     });
     let pc = p
-        .connect(ConnectParams::new(d_addr, ServiceId(0x20), qpn(0x601)))
+        .connect_manual(ConnectParams::new(d_addr, ServiceId(0x20), qpn(0x601)))
+        .await
+        .unwrap()
+        .establish(b"rtu to the daemon's client")
         .await
         .unwrap();
     let refused = p
@@ -165,8 +177,10 @@ async fn the_cm_api_works_through_the_daemon() {
             if reason == RejReason::ConsumerReject
     ));
     pc.disconnect(&[]).await;
+    let (rtu, end) = acceptor.await.unwrap();
+    assert_eq!(rtu, b"rtu to the daemon's client");
     assert!(matches!(
-        acceptor.await.unwrap(),
+        end,
         ConnectionError::Disconnected { by_peer: true, .. }
     ));
 }

@@ -622,6 +622,7 @@ impl Client {
                 let delivered = match (info.to_info(), self.stateless.get(&service_id)) {
                     (Ok(info), Some(tx)) => {
                         let slot = Slot::new(id);
+                        slot.set_rtu_private_data(&info.rtu_private_data);
                         slot.set(ConnStatus::Established);
                         self.registry.insert(slot);
                         let ok = tx.send((id, Box::new(info))).is_ok();
@@ -662,7 +663,11 @@ impl Client {
                     slot.set_rep(&rep);
                 }
             }
-            DaemonMsg::Status { conn, status } => {
+            DaemonMsg::Status {
+                conn,
+                status,
+                rtu_private_data,
+            } => {
                 let id = ibcm_mad::CommId(conn);
                 if matches!(status, WireStatus::Gone(_)) {
                     if let Some(slot) = self.registry.remove(id) {
@@ -670,6 +675,10 @@ impl Client {
                         slot.set(status.to_status());
                     }
                 } else if let Some(slot) = self.registry.get(id) {
+                    if !rtu_private_data.is_empty() {
+                        // Before the status: a task woken by `Established` finds it.
+                        slot.set_rtu_private_data(&rtu_private_data);
+                    }
                     slot.set(status.to_status());
                 }
             }

@@ -237,6 +237,11 @@ pub enum DaemonMsg {
         conn: u32,
         /// The new status.
         status: WireStatus,
+        /// With [`WireStatus::Established`] on the passive side: the private data of the RTU
+        /// that established it (trailing zeros trimmed; `Connection::rtu_private_data`).
+        /// Left out when empty; a decoder that predates it ignores it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rtu_private_data: Vec<u8>,
     },
     /// A SIDR_REQ for a service the client listens on.
     IncomingSidr {

@@ -964,14 +964,21 @@ impl NodeServer {
                                 ConnStatus::Closed(e)
                             }
                         };
+                        let rtu_private_data = if matches!(status, ConnStatus::Established) {
+                            slot.rtu_private_data()
+                        } else {
+                            Vec::new()
+                        };
                         s.out.push(&DaemonMsg::Status {
                             conn,
                             status: WireStatus::from_status(&status),
+                            rtu_private_data,
                         });
                     }
                     Some(e) if gone => s.out.push(&DaemonMsg::Status {
                         conn,
                         status: WireStatus::Gone(WireConnError::from_error(e)),
+                        rtu_private_data: Vec::new(),
                     }),
                     Some(_) => {}
                 }
