@@ -534,6 +534,22 @@ impl Context {
     /// Starts a connection; its events follow.
     pub(crate) fn connect(&self, params: ConnectParams, manual: bool) -> Result<u64> {
         self.live()?;
+        // The daemon's CM reaches peers of its own address family only: another would
+        // never answer (an IPv6 peer through an IPv4 daemon timed out silently).
+        if let (Some(daemon), Some(peer)) = (self.node.daemon_addr(), params.peer.ip()) {
+            if daemon.is_ipv4() != peer.is_ipv4() {
+                let family = |ip: std::net::IpAddr| if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+                return Err(Error::new(
+                    IBCM_EINVAL,
+                    format!(
+                        "peer {peer} is an {} address; the node service's CM is on {daemon} \
+                         ({}), which cannot reach it",
+                        family(peer),
+                        family(daemon)
+                    ),
+                ));
+            }
+        }
         let h = self.shared.new_handle();
         let (cancel, mut cancelled) = oneshot::channel();
         let active = Active::of(&params);
