@@ -583,7 +583,7 @@ fn rep_sent_rtu_with_private_data_reports_it() {
         remote_comm_id: c,
         private_data: PrivateData::from_slice(&pd).unwrap(),
     });
-    h.rx(tid, with_pd.clone());
+    h.rx(tid, with_pd);
     assert_eq!(h.ep.state(c), Some(State::Established));
     assert_eq!(
         h.events(),
