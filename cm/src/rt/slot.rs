@@ -1,6 +1,6 @@
 //! The per-connection state the driver shares with the [`Connection`](super::Connection)
 //! handles: the connection's ID, its status (with wake-ups for waiters) and, on the active
-//! side, the REP.
+//! side, the REP; on the passive side, the RTU's private data.
 //!
 //! It is the runtime's whole per-connection cost besides the core's table, so it is kept
 //! small. A slot is one 24-byte allocation ([`SlotRef`], a reference-counted pointer without a
@@ -8,7 +8,7 @@
 //! pointer to what a connection has only sometimes ([`Extra`], a 48-byte chunk): the REP's
 //! fixed fields packed into 32 bytes (active side; its Remote Communication ID and the remote
 //! QPN to use follow from the rest), and, rarer still, behind one more pointer, the REP's
-//! private data, the error of a closed connection and the wakers of tasks waiting for a
+//! private data (or on the passive side the RTU's), the error of a closed connection and the wakers of tasks waiting for a
 //! change. An established passive connection nobody waits on has none of it. The pointer is
 //! guarded by one of [`STRIPES`] process-wide locks picked by the connection ID (a lock per
 //! slot would double its size). A `tokio::sync::watch` channel per connection cost ~400 bytes, a
