@@ -101,6 +101,10 @@ async fn no_rtu_before_establish() {
     assert_eq!(c.rep().unwrap().remote_qpn, Qpn::new(0x22).unwrap());
     within(s.established()).await.unwrap();
     assert_eq!(s.status(), ConnStatus::Established);
+    // The passive side has the RTU's private data (issue 26 §1.3); the active side's
+    // connection has its peer's, the REP's, and no RTU's.
+    assert_eq!(s.rtu_private_data(), b"rtu");
+    assert!(c.rtu_private_data().is_empty());
     let sb = b.stats().await.unwrap().endpoint;
     assert_eq!(sb.rx, rx_before + 1, "the RTU");
     assert_eq!(sb.established, 1);
@@ -122,6 +126,8 @@ async fn establish_at_once_connects_both_sides() {
     let c = within(p.establish(&[])).await.unwrap();
     within(c.established()).await.unwrap();
     within(s.established()).await.unwrap();
+    // An RTU without private data: none on the passive side.
+    assert!(s.rtu_private_data().is_empty());
 }
 
 #[tokio::test(start_paused = true)]

@@ -570,6 +570,34 @@ fn rep_sent_rtu_rx_established() {
     assert!(h.tx().is_empty(), "REP no longer retransmitted");
 }
 
+/// Issue 26 §1.3: the passive side hears the RTU's private data (trailing zeros trimmed)
+/// just before `Established`; the retransmitted RTU after that is a duplicate.
+#[test]
+fn rep_sent_rtu_with_private_data_reports_it() {
+    let mut h = H::new();
+    let (c, req, tid, _rep) = h.rep_sent();
+    let mut pd = [0u8; 224];
+    pd[..5].copy_from_slice(b"ready");
+    let with_pd = CmMessage::Rtu(Rtu {
+        local_comm_id: req.local_comm_id,
+        remote_comm_id: c,
+        private_data: PrivateData::from_slice(&pd).unwrap(),
+    });
+    h.rx(tid, with_pd);
+    assert_eq!(h.ep.state(c), Some(State::Established));
+    assert_eq!(
+        h.events(),
+        vec![
+            EventKind::RtuReceived {
+                private_data: b"ready".to_vec()
+            },
+            EventKind::Established
+        ]
+    );
+    h.rx(tid, with_pd);
+    assert!(h.events().is_empty(), "a repeated RTU reports nothing");
+}
+
 #[test]
 fn rep_sent_comm_est_established() {
     let mut h = H::new();

@@ -15,6 +15,10 @@
  *   - an ordinary DISCONNECTED has status IBCM_OK on both sides (§1.6: it had
  *     IBCM_ECLOSED); by_peer is 0 at the client and 1 at the server.
  *
+ * Then once more with IBCM_CONNECT_MANUAL_RTU: the client passes private data to
+ * ibcm_establish, and the server's ESTABLISHED must carry it (§1.3: the RTU's private data
+ * never reached the passive side).
+ *
  * Prints "checked: ..." lines and exits 1 if any round broke one; counts no connection.
  */
 #include "example.h"
@@ -125,6 +129,63 @@ int main(int argc, char **argv)
         bad = 1;
     } else {
         printf("checked: an ordinary DISCONNECTED has status IBCM_OK on both sides\n");
+    }
+    {
+        /* The RTU's private data reaches the passive side's ESTABLISHED. */
+        struct ibcm_conn_param p;
+        uint64_t h, srv = 0;
+        const char rtu_pd[] = "rtu private data";
+        check(ibcm_conn_param_init(&p), "ibcm_conn_param_init");
+        p.peer = argv[3];
+        p.service_id = SID;
+        p.qp_num = base + 2 * (uint32_t)rounds;
+        p.flags = IBCM_CONNECT_MANUAL_RTU;
+        check(ibcm_connect(ctx[1], &p, &h), "ibcm_connect (manual RTU)");
+        int got = -1, done = 0;
+        uint32_t got_len = 0;
+        while (got < 0 || !done) {
+            int which;
+            struct ibcm_event *ev = next_event(ctx, 2, 30000, &which);
+            int type = ev->event;
+            if (which == 0 && type == IBCM_EVENT_CONNECT_REQUEST) {
+                struct ibcm_accept_param ap;
+                check(ibcm_accept_param_init(ctx[0], &ap), "ibcm_accept_param_init");
+                ap.qp_num = base + 2 * (uint32_t)rounds + 1;
+                srv = ev->conn;
+                check(ibcm_accept(ctx[0], srv, &ap), "ibcm_accept");
+            } else if (which == 1 && type == IBCM_EVENT_CONNECT_RESPONSE && ev->conn == h) {
+                check(ibcm_establish(ctx[1], h, (const uint8_t *)rtu_pd, sizeof rtu_pd),
+                      "ibcm_establish (with private data)");
+            } else if (which == 1 && type == IBCM_EVENT_ESTABLISHED && ev->conn == h) {
+                done = 1;
+            } else if (which == 0 && type == IBCM_EVENT_ESTABLISHED && ev->conn == srv) {
+                /* Trailing zeros trimmed: the string without its NUL. */
+                got = ev->private_data_len == strlen(rtu_pd) &&
+                      memcmp(ev->private_data, rtu_pd, strlen(rtu_pd)) == 0;
+                got_len = ev->private_data_len;
+            } else {
+                fprintf(stderr, "manual RTU: context %d: %s: %s\n", which,
+                        ibcm_event_str(type), ev->reason);
+                fail("unexpected event %s", ibcm_event_str(type));
+            }
+            check(ibcm_ack_event(ctx[which], ev), "ibcm_ack_event");
+        }
+        if (!got) {
+            printf("FAIL: the server's ESTABLISHED lacked the private data the client passed "
+                   "to ibcm_establish (the RTU's): %u bytes\n", got_len);
+            bad = 1;
+        } else {
+            printf("checked: the server's ESTABLISHED carries the RTU's private data\n");
+        }
+        check(ibcm_disconnect(ctx[1], h, NULL, 0), "ibcm_disconnect (manual RTU)");
+        int ends = 0;
+        while (ends < 2) {
+            int which;
+            struct ibcm_event *ev = next_event(ctx, 2, 30000, &which);
+            if (ev->event == IBCM_EVENT_DISCONNECTED)
+                ends++;
+            check(ibcm_ack_event(ctx[which], ev), "ibcm_ack_event");
+        }
     }
     check(ibcm_close(ctx[1]), "ibcm_close (client)");
     check(ibcm_close(ctx[0]), "ibcm_close (server)");

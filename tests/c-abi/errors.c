@@ -10,7 +10,8 @@
  * ends UNREACHABLE after its timeout; a connect cancelled with ibcm_disconnect ends with
  * CONNECT_ERROR; a connection the client ends while the server still handles its
  * ESTABLISHED keeps its QP attributes until its final event is acknowledged; bad
- * arguments, unknown handles and a second ack are refused with their codes. Anything else fails with exit status 1.
+ * arguments (an IPv6 peer through these IPv4 daemons among them), unknown handles and a
+ * second ack are refused with their codes. Anything else fails with exit status 1.
  */
 #include "example.h"
 
@@ -224,6 +225,14 @@ int main(int argc, char **argv)
         char what[64];
         snprintf(what, sizeof what, "a connect to %s", no_host[i]);
         p.peer = no_host[i];
+        want(ibcm_connect(ctx[1], &p, &h), IBCM_EINVAL, what);
+    }
+    /* An IPv6 peer through these IPv4 daemons is refused at once (it timed out silently). */
+    const char *v6[] = {"::1", "fd00::2", "[fd00::2]:4791"};
+    for (unsigned i = 0; i < sizeof v6 / sizeof v6[0]; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "a connect to %s through an IPv4 daemon", v6[i]);
+        p.peer = v6[i];
         want(ibcm_connect(ctx[1], &p, &h), IBCM_EINVAL, what);
     }
 

@@ -411,8 +411,9 @@ struct ibcm_event {
      * Private data of the REQ (CONNECT_REQUEST), the REP (CONNECT_RESPONSE, and the active
      * side's ESTABLISHED), the REJ (REJECTED) or the DREQ (DISCONNECTED): the
      * application's part, after the rdma_cm header when there is one; trailing zeros of
-     * REJ and DREQ trimmed. The passive side's ESTABLISHED has none (the RTU's private data
-     * does not reach it yet).
+     * REJ and DREQ trimmed. The passive side's ESTABLISHED carries the RTU's (what the
+     * active side passed to ibcm_establish; none after an automatic RTU), trailing zeros
+     * trimmed.
      */
     const uint8_t *private_data;
     /**
@@ -881,7 +882,9 @@ int ibcm_accept_param_init(struct ibcm_ctx *ctx, struct ibcm_accept_param *param
  * `IBCM_EVENT_CONNECT_RESPONSE` first; or a final event (`REJECTED`, `UNREACHABLE`,
  * `CONNECT_ERROR`). For XRC (`IBCM_TRANSPORT_XRC`), `qp_num` is the INI QP and the REP
  * names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value, a
- * peer that is no unicast host: unspecified, broadcast, multicast), `IBCM_ETOOLONG`,
+ * peer that is no unicast host: unspecified, broadcast, multicast; a peer of the other
+ * address family than the daemon's CM address, such as IPv6 through an IPv4 daemon),
+ * `IBCM_ETOOLONG`,
  * `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use,
  * …) come as `CONNECT_ERROR`.
  *

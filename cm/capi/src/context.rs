@@ -236,17 +236,21 @@ impl Shared {
             Side::Active => conn.rep().map_or(0, |r| r.remote_qpn.get()),
             Side::Passive => open.req.local_qpn.get(),
         };
-        // The active side's ESTABLISHED carries the REP's private data (as rdma_cm's does).
-        let private_data = match open.side {
-            Side::Active => open.rep.private_data.as_bytes().to_vec(),
-            Side::Passive => Vec::new(),
+        // The active side's ESTABLISHED carries the REP's private data (as rdma_cm's does),
+        // the passive side's the RTU's (known once the connection is established).
+        let rep_private_data = match open.side {
+            Side::Active => Some(open.rep.private_data.as_bytes().to_vec()),
+            Side::Passive => None,
         };
         let id = conn.id().0;
+        let of = conn.clone();
         let established_event = move || {
             let mut ev = Event::new(IBCM_EVENT_ESTABLISHED, h);
             ev.comm_id = id;
             ev.remote_qpn = remote_qpn;
-            ev.private_data = private_data.clone();
+            ev.private_data = rep_private_data
+                .clone()
+                .unwrap_or_else(|| of.rtu_private_data());
             ev
         };
         let queued = {
@@ -530,6 +534,22 @@ impl Context {
     /// Starts a connection; its events follow.
     pub(crate) fn connect(&self, params: ConnectParams, manual: bool) -> Result<u64> {
         self.live()?;
+        // The daemon's CM reaches peers of its own address family only: another would
+        // never answer (an IPv6 peer through an IPv4 daemon timed out silently).
+        if let (Some(daemon), Some(peer)) = (self.node.daemon_addr(), params.peer.ip()) {
+            if daemon.is_ipv4() != peer.is_ipv4() {
+                let family = |ip: std::net::IpAddr| if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+                return Err(Error::new(
+                    IBCM_EINVAL,
+                    format!(
+                        "peer {peer} is an {} address; the node service's CM is on {daemon} \
+                         ({}), which cannot reach it",
+                        family(peer),
+                        family(daemon)
+                    ),
+                ));
+            }
+        }
         let h = self.shared.new_handle();
         let (cancel, mut cancelled) = oneshot::channel();
         let active = Active::of(&params);

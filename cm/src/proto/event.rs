@@ -52,6 +52,13 @@ pub enum EventKind {
     RepReceived(Box<RepInfo>),
     /// The connection is established (RTU sent or received, or COMM_EST reported).
     Established,
+    /// Passive: the RTU arrived with private data (not all zeros); [`EventKind::Established`]
+    /// follows at once. An RTU whose 224 bytes of private data are all zero, and a connection
+    /// established by COMM_EST, have none and no such event.
+    RtuReceived {
+        /// The RTU's private data (224 bytes on the wire; trailing zeros trimmed).
+        private_data: Vec<u8>,
+    },
     /// The connection ended or failed. Emitted exactly once per connection; TimeWait may
     /// follow.
     Closed(ConnectionError),

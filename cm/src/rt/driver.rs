@@ -423,6 +423,7 @@ impl<T: DatagramTransport> Driver<T> {
             }
             EventKind::StatelessEstablished(info) => {
                 let slot = Slot::new(ev.conn);
+                slot.set_rtu_private_data(&info.rtu_private_data);
                 slot.set(ConnStatus::Established);
                 self.registry.insert(slot);
                 let sid = info.req.service_id();
@@ -438,6 +439,11 @@ impl<T: DatagramTransport> Driver<T> {
             EventKind::RepReceived(rep) => {
                 if let Some(slot) = self.registry.get(ev.conn) {
                     slot.set_rep(&rep);
+                }
+            }
+            EventKind::RtuReceived { private_data } => {
+                if let Some(slot) = self.registry.get(ev.conn) {
+                    slot.set_rtu_private_data(&private_data);
                 }
             }
             EventKind::Established => self.set_status(ev.conn, ConnStatus::Established),

@@ -354,6 +354,17 @@ impl Connection {
         self.slot.rep()
     }
 
+    /// The private data of the RTU this (passive) connection received, trailing zeros
+    /// trimmed: what the active side passed to
+    /// [`PendingConnection::establish`](crate::rt::PendingConnection::establish) (or
+    /// [`Cm::connect`]'s RTU, which has none). Set before [`Connection::status`] turns
+    /// [`ConnStatus::Established`]. Empty when the RTU had none (all zeros), when COMM_EST
+    /// established the connection instead, on the active side (whose peer's private data
+    /// is in its [`Connection::rep`]), and once the connection has left the table.
+    pub fn rtu_private_data(&self) -> Vec<u8> {
+        self.slot.rtu_private_data()
+    }
+
     /// The current status.
     pub fn status(&self) -> ConnStatus {
         self.slot.status()

@@ -1,6 +1,6 @@
 //! The per-connection state the driver shares with the [`Connection`](super::Connection)
 //! handles: the connection's ID, its status (with wake-ups for waiters) and, on the active
-//! side, the REP.
+//! side, the REP; on the passive side, the RTU's private data.
 //!
 //! It is the runtime's whole per-connection cost besides the core's table, so it is kept
 //! small. A slot is one 24-byte allocation ([`SlotRef`], a reference-counted pointer without a
@@ -8,7 +8,7 @@
 //! pointer to what a connection has only sometimes ([`Extra`], a 48-byte chunk): the REP's
 //! fixed fields packed into 32 bytes (active side; its Remote Communication ID and the remote
 //! QPN to use follow from the rest), and, rarer still, behind one more pointer, the REP's
-//! private data, the error of a closed connection and the wakers of tasks waiting for a
+//! private data (or on the passive side the RTU's), the error of a closed connection and the wakers of tasks waiting for a
 //! change. An established passive connection nobody waits on has none of it. The pointer is
 //! guarded by one of [`STRIPES`] process-wide locks picked by the connection ID (a lock per
 //! slot would double its size). A `tokio::sync::watch` channel per connection cost ~400 bytes, a
@@ -86,7 +86,8 @@ struct Extra {
 /// What a connection has more rarely still.
 #[derive(Debug, Default)]
 struct More {
-    /// The REP's private data without trailing zeros (which the REP's zero padding restores).
+    /// The REP's private data (active side) or the RTU's (passive side), without trailing
+    /// zeros (which the message's zero padding restores).
     private_data: Box<[u8]>,
     /// Why a `Closed` or `Gone` connection closed.
     error: Option<ConnectionError>,
@@ -305,6 +306,29 @@ impl Slot {
             g.take_wakers()
         };
         wake(wakers);
+    }
+
+    /// Keeps the private data of the RTU the passive side received (trailing zeros trimmed).
+    pub(crate) fn set_rtu_private_data(&self, private_data: &[u8]) {
+        let mut g = self.lock();
+        if g.extra.as_ref().is_some_and(|x| x.rep.is_set()) {
+            // An active connection: its slot holds the REP's.
+            return;
+        }
+        if !private_data.is_empty() || g.more_ref().is_some() {
+            g.more().private_data = private_data.into();
+        }
+    }
+
+    /// The private data of the RTU the passive side received (empty when it had none, on the
+    /// active side, and once the connection has left the table).
+    pub(crate) fn rtu_private_data(&self) -> Vec<u8> {
+        let g = self.lock();
+        if g.extra.as_ref().is_some_and(|x| x.rep.is_set()) {
+            return Vec::new();
+        }
+        g.more_ref()
+            .map_or_else(Vec::new, |m| m.private_data.to_vec())
     }
 
     /// Forgets the REP (the connection left the table).

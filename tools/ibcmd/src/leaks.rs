@@ -114,7 +114,16 @@ async fn ask(socket: &Path, op: Op) -> Result<WireResult> {
             cred.uid()
         );
     }
-    for (seq, op) in [(0, Op::Hello { version: VERSION }), (1, op)] {
+    for (seq, op) in [
+        (
+            0,
+            Op::Hello {
+                version: VERSION,
+                addr: false,
+            },
+        ),
+        (1, op),
+    ] {
         s.write_all(&encode_frame(&ClientMsg { seq, op })?).await?;
     }
     loop {

@@ -505,6 +505,7 @@ async fn run(args: Args) -> Result<()> {
             reserved_fds: args.reserved_fds,
             listen_backlog: args.listen_backlog,
             reserved: args.reserve.clone(),
+            addr: Some(args.addr),
             ..ServerConfig::default()
         },
         Some(journal),

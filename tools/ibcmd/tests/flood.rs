@@ -47,7 +47,15 @@ async fn send(s: &mut UnixStream, seq: u64, op: Op) {
 /// A raw session: hello answered.
 async fn raw(sock: &std::path::Path) -> UnixStream {
     let mut s = UnixStream::connect(sock).await.unwrap();
-    send(&mut s, 0, Op::Hello { version: VERSION }).await;
+    send(
+        &mut s,
+        0,
+        Op::Hello {
+            version: VERSION,
+            addr: false,
+        },
+    )
+    .await;
     match read_frame::<DaemonMsg, _>(&mut s).await.unwrap() {
         DaemonMsg::Reply {
             result: WireResult::Ok,
@@ -175,6 +183,7 @@ async fn a_req_flood_does_not_cost_a_listener_its_session() {
             DaemonMsg::Status {
                 conn,
                 status: WireStatus::Gone(_),
+                ..
             } => {
                 flood_conns.remove(&conn);
             }

@@ -47,7 +47,15 @@ async fn next(s: &mut UnixStream) -> Option<DaemonMsg> {
 /// A session that said hello.
 async fn hello(sock: &Path) -> UnixStream {
     let mut s = UnixStream::connect(sock).await.unwrap();
-    send(&mut s, 0, Op::Hello { version: VERSION }).await;
+    send(
+        &mut s,
+        0,
+        Op::Hello {
+            version: VERSION,
+            addr: false,
+        },
+    )
+    .await;
     match next(&mut s).await {
         Some(DaemonMsg::Reply {
             result: WireResult::Ok,

@@ -47,7 +47,10 @@ async fn raw(sock: &std::path::Path) -> UnixStream {
     let mut s = UnixStream::connect(sock).await.unwrap();
     let hello = ClientMsg {
         seq: 0,
-        op: Op::Hello { version: VERSION },
+        op: Op::Hello {
+            version: VERSION,
+            addr: false,
+        },
     };
     s.write_all(&encode_frame(&hello).unwrap()).await.unwrap();
     match read_frame::<DaemonMsg, _>(&mut s).await.unwrap() {
@@ -118,6 +121,13 @@ async fn the_cm_api_works_through_the_daemon() {
     let passive = server.await.unwrap();
     passive[0].established().await.unwrap();
     passive[1].established().await.unwrap();
+    // The RTU's private data reaches the passive side; the automatic RTU has none.
+    assert_eq!(passive[1].rtu_private_data(), b"rtu");
+    assert!(passive[0].rtu_private_data().is_empty());
+    assert!(
+        c2.rtu_private_data().is_empty(),
+        "the active side's is in its REP"
+    );
     assert!(matches!(
         passive[2].closed().await,
         ConnectionError::Rejected { reason, .. } if reason == RejReason::ConsumerReject
@@ -147,13 +157,18 @@ async fn the_cm_api_works_through_the_daemon() {
         assert_eq!(inc.request().unwrap().remote_qpn(), qpn(0x601));
         let c = inc.accept(AcceptParams::new(qpn(0x201))).await.unwrap();
         c.established().await.unwrap();
+        // The RTU's private data, forwarded by the daemon with the established status.
+        let rtu = c.rtu_private_data();
         let second = l.next().await.unwrap();
         // Dropped unanswered: REJ 28.
         drop(second);
-        c.closed().await
+        (rtu, c.closed().await)
     });
     let pc = p
-        .connect(ConnectParams::new(d_addr, ServiceId(0x20), qpn(0x601)))
+        .connect_manual(ConnectParams::new(d_addr, ServiceId(0x20), qpn(0x601)))
+        .await
+        .unwrap()
+        .establish(b"rtu to the daemon's client")
         .await
         .unwrap();
     let refused = p
@@ -165,8 +180,10 @@ async fn the_cm_api_works_through_the_daemon() {
             if reason == RejReason::ConsumerReject
     ));
     pc.disconnect(&[]).await;
+    let (rtu, end) = acceptor.await.unwrap();
+    assert_eq!(rtu, b"rtu to the daemon's client");
     assert!(matches!(
-        acceptor.await.unwrap(),
+        end,
         ConnectionError::Disconnected { by_peer: true, .. }
     ));
 }
@@ -496,7 +513,10 @@ async fn a_client_must_say_hello_first() {
     let mut s = UnixStream::connect(&sock).await.unwrap();
     let m = ClientMsg {
         seq: 1,
-        op: Op::Hello { version: 99 },
+        op: Op::Hello {
+            version: 99,
+            addr: false,
+        },
     };
     s.write_all(&encode_frame(&m).unwrap()).await.unwrap();
     match read_frame::<DaemonMsg, _>(&mut s).await.unwrap() {
@@ -519,4 +539,52 @@ async fn a_client_must_say_hello_first() {
         DaemonMsg::Reply { seq: 2, .. }
     ));
     assert!(read_frame::<DaemonMsg, _>(&mut s).await.is_err());
+}
+
+/// Issue 26 §1.6: a client that asks at hello learns the daemon's CM address (its peers'
+/// address family); one that does not gets the plain `ok` it always got, and so does an
+/// older daemon's client (`Node::daemon_addr` is then `None`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_tells_the_daemons_address_when_asked() {
+    let dir = scratch("hello-addr");
+    let (_d, sock) = daemon(&dir, "a", "127.0.0.79");
+    let a = ibcm::rt::node::attach(&sock).await.unwrap();
+    assert_eq!(
+        a.node.daemon_addr(),
+        Some("127.0.0.79".parse().unwrap()),
+        "attach asks"
+    );
+    let mut s = UnixStream::connect(&sock).await.unwrap();
+    let hello = |addr| {
+        encode_frame(&ClientMsg {
+            seq: 0,
+            op: Op::Hello {
+                version: VERSION,
+                addr,
+            },
+        })
+        .unwrap()
+    };
+    s.write_all(&hello(true)).await.unwrap();
+    match read_frame::<DaemonMsg, _>(&mut s).await.unwrap() {
+        DaemonMsg::Reply {
+            result: WireResult::Hello { addr },
+            ..
+        } => assert_eq!(addr, Some("127.0.0.79".parse().unwrap())),
+        other => panic!("{other:?}"),
+    }
+    // A hello without the field (as before it existed) is answered `ok`.
+    let mut s = UnixStream::connect(&sock).await.unwrap();
+    let old = br#"{"seq":0,"op":{"op":"hello","version":2}}"#;
+    let mut frame = (old.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(old);
+    s.write_all(&frame).await.unwrap();
+    assert!(matches!(
+        read_frame::<DaemonMsg, _>(&mut s).await.unwrap(),
+        DaemonMsg::Reply {
+            result: WireResult::Ok,
+            ..
+        }
+    ));
+    drop(a);
 }

@@ -31,7 +31,15 @@ use common::{daemon_with, scratch};
 async fn raw(sock: &std::path::Path) -> UnixStream {
     let mut s = UnixStream::connect(sock).await.unwrap();
     assert!(matches!(
-        ask(&mut s, 0, Op::Hello { version: VERSION }).await,
+        ask(
+            &mut s,
+            0,
+            Op::Hello {
+                version: VERSION,
+                addr: false,
+            }
+        )
+        .await,
         WireResult::Ok
     ));
     s

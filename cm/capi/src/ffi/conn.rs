@@ -61,7 +61,9 @@ pub unsafe extern "C" fn ibcm_accept_param_init(
 /// `IBCM_EVENT_CONNECT_RESPONSE` first; or a final event (`REJECTED`, `UNREACHABLE`,
 /// `CONNECT_ERROR`). For XRC (`IBCM_TRANSPORT_XRC`), `qp_num` is the INI QP and the REP
 /// names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value, a
-/// peer that is no unicast host: unspecified, broadcast, multicast), `IBCM_ETOOLONG`,
+/// peer that is no unicast host: unspecified, broadcast, multicast; a peer of the other
+/// address family than the daemon's CM address, such as IPv6 through an IPv4 daemon),
+/// `IBCM_ETOOLONG`,
 /// `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use,
 /// …) come as `CONNECT_ERROR`.
 ///

@@ -399,8 +399,9 @@ pub struct ibcm_event {
     /// Private data of the REQ (CONNECT_REQUEST), the REP (CONNECT_RESPONSE, and the active
     /// side's ESTABLISHED), the REJ (REJECTED) or the DREQ (DISCONNECTED): the
     /// application's part, after the rdma_cm header when there is one; trailing zeros of
-    /// REJ and DREQ trimmed. The passive side's ESTABLISHED has none (the RTU's private data
-    /// does not reach it yet).
+    /// REJ and DREQ trimmed. The passive side's ESTABLISHED carries the RTU's (what the
+    /// active side passed to ibcm_establish; none after an automatic RTU), trailing zeros
+    /// trimmed.
     pub private_data: *const u8,
     /// Length of `private_data`.
     pub private_data_len: u32,

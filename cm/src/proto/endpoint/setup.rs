@@ -714,6 +714,15 @@ impl Endpoint {
         }
         io.cancel_request(id);
         io.set_state(id, c, State::Established);
+        let private_data = m.private_data.trimmed();
+        if !private_data.is_empty() {
+            io.event(
+                id,
+                EventKind::RtuReceived {
+                    private_data: private_data.to_vec(),
+                },
+            );
+        }
         io.event(id, EventKind::Established);
     }
 

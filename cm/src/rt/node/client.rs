@@ -49,9 +49,19 @@ pub struct Node {
     tx: mpsc::UnboundedSender<(Op, oneshot::Sender<WireResult>)>,
     events: Arc<Mutex<mpsc::UnboundedReceiver<String>>>,
     keeper_events: Arc<Mutex<mpsc::UnboundedReceiver<serde_json::Value>>>,
+    /// The daemon's CM address, as its hello reply gave it.
+    daemon_addr: Option<std::net::IpAddr>,
 }
 
 impl Node {
+    /// The IP address of the daemon's CM (`ibcmd --addr`), as the daemon told it at hello:
+    /// a peer of the other address family cannot be reached through it (libibcm's
+    /// `ibcm_connect` refuses one at once). `None` when the daemon did not say (one that
+    /// predates the `hello` answer, or a server not told its address).
+    pub fn daemon_addr(&self) -> Option<std::net::IpAddr> {
+        self.daemon_addr
+    }
+
     async fn call(&self, op: Op) -> Result<(), NodeError> {
         let (tx, rx) = oneshot::channel();
         self.tx.send((op, tx)).map_err(|_| NodeError::Gone)?;
@@ -265,17 +275,31 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
     let (mut rd, mut wr) = stream.into_split();
     let hello = encode_frame(&ClientMsg {
         seq: 0,
-        op: Op::Hello { version: VERSION },
+        op: Op::Hello {
+            version: VERSION,
+            addr: true,
+        },
     })
     .map_err(io::Error::other)?;
     // A daemon that refuses this client at once says why and closes: the hello may find the
     // socket closed, the refusal is read all the same.
     let sent = write_frame(&mut wr, &hello).await;
-    match read_frame::<DaemonMsg, _>(&mut rd).await {
+    // A daemon that predates the `hello` answer says `ok`, without its address.
+    let daemon_addr = match read_frame::<DaemonMsg, _>(&mut rd).await {
         Ok(DaemonMsg::Reply {
             result: WireResult::Ok,
             ..
-        }) => sent?,
+        }) => {
+            sent?;
+            None
+        }
+        Ok(DaemonMsg::Reply {
+            result: WireResult::Hello { addr },
+            ..
+        }) => {
+            sent?;
+            addr
+        }
         Ok(other) => {
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
@@ -283,7 +307,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
             ))
         }
         Err(e) => return Err(sent.err().unwrap_or_else(|| io::Error::other(e))),
-    }
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let registry = Registry::default();
     let cm = Cm::from_channel(tx, registry.clone());
@@ -325,6 +349,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
             tx: node_tx,
             events: Arc::new(Mutex::new(ev_rx)),
             keeper_events: Arc::new(Mutex::new(kev_rx)),
+            daemon_addr,
         },
         task,
         socket_fd,
@@ -622,6 +647,7 @@ impl Client {
                 let delivered = match (info.to_info(), self.stateless.get(&service_id)) {
                     (Ok(info), Some(tx)) => {
                         let slot = Slot::new(id);
+                        slot.set_rtu_private_data(&info.rtu_private_data);
                         slot.set(ConnStatus::Established);
                         self.registry.insert(slot);
                         let ok = tx.send((id, Box::new(info))).is_ok();
@@ -662,7 +688,11 @@ impl Client {
                     slot.set_rep(&rep);
                 }
             }
-            DaemonMsg::Status { conn, status } => {
+            DaemonMsg::Status {
+                conn,
+                status,
+                rtu_private_data,
+            } => {
                 let id = ibcm_mad::CommId(conn);
                 if matches!(status, WireStatus::Gone(_)) {
                     if let Some(slot) = self.registry.remove(id) {
@@ -670,6 +700,10 @@ impl Client {
                         slot.set(status.to_status());
                     }
                 } else if let Some(slot) = self.registry.get(id) {
+                    if !rtu_private_data.is_empty() {
+                        // Before the status: a task woken by `Established` finds it.
+                        slot.set_rtu_private_data(&rtu_private_data);
+                    }
                     slot.set(status.to_status());
                 }
             }

@@ -54,6 +54,11 @@ pub enum Op {
     Hello {
         /// [`VERSION`].
         version: u32,
+        /// Asks for the daemon's CM address in the reply ([`WireResult::Hello`]; without it,
+        /// [`WireResult::Ok`]). Left out when false; a daemon that predates it ignores it and
+        /// answers [`WireResult::Ok`].
+        #[serde(default, skip_serializing_if = "is_false")]
+        addr: bool,
     },
     /// `Cm::connect`, `Cm::start_connect`, `Cm::connect_manual`.
     Connect {
@@ -237,6 +242,11 @@ pub enum DaemonMsg {
         conn: u32,
         /// The new status.
         status: WireStatus,
+        /// With [`WireStatus::Established`] on the passive side: the private data of the RTU
+        /// that established it (trailing zeros trimmed; `Connection::rtu_private_data`).
+        /// Left out when empty; a decoder that predates it ignores it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rtu_private_data: Vec<u8>,
     },
     /// A SIDR_REQ for a service the client listens on.
     IncomingSidr {
@@ -272,12 +282,23 @@ pub enum DaemonMsg {
     },
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// The answer to a [`ClientMsg`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "r", rename_all = "kebab-case")]
 pub enum WireResult {
     /// Done, nothing to return.
     Ok,
+    /// The answer to an [`Op::Hello`] that asked for the daemon's address.
+    Hello {
+        /// The IP address of the daemon's CM (`ibcmd --addr`), when the daemon was told it:
+        /// its peers are of that address family.
+        #[serde(default)]
+        addr: Option<std::net::IpAddr>,
+    },
     /// A new connection (connect).
     Conn {
         /// Its ID.
@@ -426,5 +447,43 @@ mod tests {
         let junk = [0, 0, 0, 2, b'{', b'x'];
         let r = read_frame::<ClientMsg, _>(&mut &junk[..]).await;
         assert!(matches!(r, Err(FrameError::Malformed(_))));
+    }
+
+    /// The fields added within version 2 are optional both ways: left out when empty or
+    /// false, and messages without them (as before) decode.
+    #[test]
+    fn added_fields_are_optional() {
+        let hello = |addr| {
+            serde_json::to_string(&Op::Hello {
+                version: VERSION,
+                addr,
+            })
+            .unwrap()
+        };
+        assert_eq!(hello(false), r#"{"op":"hello","version":2}"#);
+        assert_eq!(hello(true), r#"{"op":"hello","version":2,"addr":true}"#);
+        let op: Op = serde_json::from_str(r#"{"op":"hello","version":2}"#).unwrap();
+        assert!(matches!(op, Op::Hello { addr: false, .. }));
+        let r: WireResult = serde_json::from_str(r#"{"r":"hello","addr":"fd00::1"}"#).unwrap();
+        assert!(matches!(r, WireResult::Hello { addr: Some(a) } if a.is_ipv6()));
+        let r: WireResult = serde_json::from_str(r#"{"r":"hello"}"#).unwrap();
+        assert!(matches!(r, WireResult::Hello { addr: None }));
+
+        let est = |pd: Vec<u8>| DaemonMsg::Status {
+            conn: 3,
+            status: WireStatus::Established,
+            rtu_private_data: pd,
+        };
+        let plain = serde_json::to_string(&est(Vec::new())).unwrap();
+        assert!(!plain.contains("rtu_private_data"), "{plain}");
+        let m: DaemonMsg = serde_json::from_str(&plain).unwrap();
+        assert!(
+            matches!(m, DaemonMsg::Status { rtu_private_data, .. } if rtu_private_data.is_empty())
+        );
+        let with = serde_json::to_string(&est(b"go".to_vec())).unwrap();
+        let m: DaemonMsg = serde_json::from_str(&with).unwrap();
+        assert!(
+            matches!(m, DaemonMsg::Status { rtu_private_data, .. } if rtu_private_data == b"go")
+        );
     }
 }

@@ -48,8 +48,16 @@ impl NodeServer {
         let not_yours =
             |conn: u32| WireResult::CallError(WireCallError::UnknownConnection { conn });
         let r = match m.op {
-            Op::Hello { version } if version == VERSION => WireResult::Ok,
-            Op::Hello { version } => WireResult::Refused {
+            Op::Hello { version, addr } if version == VERSION => {
+                if addr {
+                    WireResult::Hello {
+                        addr: self.cfg.addr,
+                    }
+                } else {
+                    WireResult::Ok
+                }
+            }
+            Op::Hello { version, .. } => WireResult::Refused {
                 why: format!("protocol version {version}; this daemon speaks {VERSION}"),
             },
             Op::Connect { params } => {

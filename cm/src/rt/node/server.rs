@@ -244,6 +244,10 @@ pub struct ServerConfig {
     /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
     /// connections still unanswered then stay in the journal, for the next start).
     pub shutdown_grace: std::time::Duration,
+    /// The IP address of the CM the server feeds (`ibcmd --addr`), told to clients at
+    /// their hello so that they refuse a peer of the other address family at once; `None`
+    /// (the default): not told.
+    pub addr: Option<std::net::IpAddr>,
 }
 
 impl Default for ServerConfig {
@@ -264,6 +268,7 @@ impl Default for ServerConfig {
             reserved_fds: 64,
             listen_backlog: 1024,
             shutdown_grace: std::time::Duration::from_secs(2),
+            addr: None,
         }
     }
 }
@@ -809,7 +814,7 @@ impl NodeServer {
                     // The first message says which protocol the client speaks; nothing else
                     // runs before it.
                     Ok(m) if !greeted => match m.op {
-                        Op::Hello { version } => {
+                        Op::Hello { version, .. } => {
                             self.on_request(&session, m).await;
                             if version != VERSION {
                                 break "protocol error: no hello of this version first".to_string();
@@ -964,14 +969,21 @@ impl NodeServer {
                                 ConnStatus::Closed(e)
                             }
                         };
+                        let rtu_private_data = if matches!(status, ConnStatus::Established) {
+                            slot.rtu_private_data()
+                        } else {
+                            Vec::new()
+                        };
                         s.out.push(&DaemonMsg::Status {
                             conn,
                             status: WireStatus::from_status(&status),
+                            rtu_private_data,
                         });
                     }
                     Some(e) if gone => s.out.push(&DaemonMsg::Status {
                         conn,
                         status: WireStatus::Gone(WireConnError::from_error(e)),
+                        rtu_private_data: Vec::new(),
                     }),
                     Some(_) => {}
                 }
