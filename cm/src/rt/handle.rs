@@ -67,6 +67,9 @@ pub struct Cm {
 struct Shared {
     tx: mpsc::UnboundedSender<Command>,
     registry: Registry,
+    /// Whether the commands go to the node service's client task ([`Cm::attach`]) rather
+    /// than to a driver of this process.
+    attached: bool,
 }
 
 impl Cm {
@@ -107,7 +110,11 @@ impl Cm {
         let task = tokio::spawn(driver.run());
         (
             Cm {
-                shared: Arc::new(Shared { tx, registry }),
+                shared: Arc::new(Shared {
+                    tx,
+                    registry,
+                    attached: false,
+                }),
             },
             task,
         )
@@ -117,7 +124,11 @@ impl Cm {
     /// service's client task, [`Cm::attach`], serves them instead of a driver).
     pub(super) fn from_channel(tx: mpsc::UnboundedSender<Command>, registry: Registry) -> Cm {
         Cm {
-            shared: Arc::new(Shared { tx, registry }),
+            shared: Arc::new(Shared {
+                tx,
+                registry,
+                attached: true,
+            }),
         }
     }
 
@@ -127,13 +138,21 @@ impl Cm {
     /// any input.
     ///
     /// # Errors
-    /// [`CmError::NoApp`] if the endpoint runs no `A`; [`CmError::DriverGone`].
+    /// [`CmError::NoApp`] if the endpoint runs no `A`; [`CmError::Refused`] through the node
+    /// service ([`Cm::attach`]: the daemon's endpoint runs the daemon's app, not this
+    /// process's); [`CmError::DriverGone`].
     pub async fn with_app<A, R, F>(&self, f: F) -> Result<R, CmError>
     where
         A: App + 'static,
         R: Send + 'static,
         F: FnOnce(&mut A, &mut Endpoint, Instant) -> R + Send + 'static,
     {
+        if self.shared.attached {
+            return Err(CmError::Refused(
+                "with_app is not served through the node service: the endpoint and its app run in the daemon"
+                    .into(),
+            ));
+        }
         let r = self
             .call(|reply| {
                 Command::WithApp(AppCall(Box::new(move |app, ep, now| {

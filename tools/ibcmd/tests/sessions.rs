@@ -554,6 +554,12 @@ async fn hello_tells_the_daemons_address_when_asked() {
         Some("127.0.0.79".parse().unwrap()),
         "attach asks"
     );
+    // The daemon's endpoint runs the daemon's app: `with_app` is refused at once, with why.
+    type AnyApp = fn(&mut ibcm::proto::Endpoint, std::time::Instant, &ibcm::proto::Event);
+    match a.cm.with_app::<AnyApp, _, _>(|_, _, _| ()).await {
+        Err(ibcm::rt::CmError::Refused(why)) => assert!(why.contains("node service"), "{why}"),
+        other => panic!("with_app through the daemon: {other:?}"),
+    }
     let mut s = UnixStream::connect(&sock).await.unwrap();
     let hello = |addr| {
         encode_frame(&ClientMsg {

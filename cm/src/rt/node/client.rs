@@ -240,7 +240,7 @@ impl Cm {
     /// services reaches its [`Listener`](crate::rt::Listener), and [`Cm::stats`] gives the
     /// daemon endpoint's counters (node-wide). Not served through a daemon:
     /// [`Cm::with_app`] (the app runs in the daemon) fails with
-    /// [`CmError::DriverGone`]. [`Cm::connection_count`]
+    /// [`CmError::Refused`]. [`Cm::connection_count`]
     /// counts this client's connections.
     ///
     /// # Errors
@@ -596,7 +596,8 @@ impl Client {
             }
             Command::Stats { reply } => self.request(Op::Stats, Some(Waiter::Stats(reply))).await,
             Command::WithApp(_) => {
-                // The reply is dropped: the caller gets `CmError::DriverGone`.
+                // `Cm::with_app` refuses before it gets here; should one arrive anyway, the
+                // reply is dropped and the caller gets `CmError::DriverGone`.
                 if !self.unsupported_logged {
                     self.unsupported_logged = true;
                     warn!("with_app is not served through the node service (the app runs in the daemon)");
