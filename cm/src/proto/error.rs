@@ -79,7 +79,7 @@ pub enum CallError {
     /// The peer of a connection being set up has not proved that it receives (no RTU, no
     /// message echoing our comm ID from its address), and the message would take the bytes
     /// sent to it past three times what it sent, with room kept for the REP and the REJ that
-    /// ends the attempt (`docs/protocol.md` §5.11).
+    /// ends the attempt (`docs/protocol.md` §5.8).
     #[error("connection {0}: its peer has not proved that it receives; no more than 3x its bytes go to it")]
     AmplificationLimited(ConnId),
 }

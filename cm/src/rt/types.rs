@@ -1,5 +1,4 @@
-//! The data the handles and the driver share: statuses, answers, errors, the tables the
-//! driver writes and the handles read.
+//! The data the handles and the driver share: statuses, answers and errors.
 
 use ibcm_mad::Qpn;
 

@@ -105,7 +105,11 @@ use io::Io;
 ///   [`poll_event`](Self::poll_event);
 /// * getters: [`stats`](Self::stats), [`state`](Self::state), [`len`](Self::len), ….
 ///
-/// After every input or command, drain in the order transmit → timeout → events. Every input
+/// After every input or command, drain the three outputs. Their queues are independent: the
+/// endpoint's state does not depend on the order in which they are drained. A host whose
+/// application acts on events drains the events first, then the transmissions (so that what the
+/// application's calls queued goes out in the same turn), and reads `poll_timeout` last: the
+/// order the tokio driver and the simulator follow ([`App`](crate::App): call order). Every input
 /// takes `now`; the endpoint never reads a clock, does no I/O and draws randomness only from
 /// its seeded RNG ([`EndpointConfig::rng_seed`]), so a run is reproducible.
 ///

@@ -294,7 +294,9 @@ impl Endpoint {
     /// duplicate of the acknowledged message arrives.
     ///
     /// # Errors
-    /// [`CallError`] for an unknown connection, another state or private data over 222 bytes.
+    /// [`CallError`] for an unknown connection, another state or private data over 222 bytes;
+    /// [`CallError::AmplificationLimited`] when the MRA would leave no room for the REP and the
+    /// REJ within the peer's anti-amplification budget (`docs/protocol.md` §5.8).
     pub fn mra(
         &mut self,
         _now: Instant,
