@@ -387,7 +387,10 @@ impl XrcInitiator {
         matches!(self.conns.get(&conn), Some(IniState::Established(_)))
     }
 
-    /// Forgets closed connections.
+    /// Forgets closed connections: their REPs and outcomes, kept after the close so that the
+    /// application can read why a connection ended ([`XrcInitiator::outcome`]). A
+    /// long-running initiator calls this once it has read them, or its table grows by one
+    /// entry per connection it ever made.
     pub fn forget_closed(&mut self) {
         self.conns
             .retain(|_, s| !matches!(s, IniState::Closed { .. }));

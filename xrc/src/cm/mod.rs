@@ -78,6 +78,10 @@
 //! while let Some(t) = t_ep.poll_transmit() { i_ep.handle_datagram(now, t_addr, &t.mad); }
 //! while let Some(ev) = i_ep.poll_event() { ini.handle_event(&mut i_ep, now, &ev); }
 //! assert!(matches!(ini.outcome(conn), Some(IniOutcome::TargetGone { .. })));
+//! // The initiator keeps a closed connection's REP and outcome until told to forget them
+//! // (a long-running initiator calls this after reading the outcomes it needs).
+//! ini.forget_closed();
+//! assert!(ini.outcome(conn).is_none() && ini.rep(conn).is_none());
 //! ```
 //!
 //! With ibcm's simulator use [`sim::SimTarget`]; with ibcm's tokio runtime use
