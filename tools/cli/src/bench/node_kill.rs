@@ -329,6 +329,40 @@ async fn accept_all(
     Ok(conns)
 }
 
+/// A `cm-ping --daemon … --stay` child connecting `o.conns` times through the daemon at
+/// `sock` to this process's listener on `sid`; with `lines`, its "established" lines are
+/// piped to the caller (else it is quiet).
+fn stay_client(
+    o: &NodeKillOpts,
+    cm_ping: &Path,
+    sock: &Path,
+    sid: ServiceId,
+    lines: bool,
+) -> Result<Child> {
+    let mut c = Command::new(cm_ping);
+    c.args([
+        "--connect",
+        &o.peer_ip.to_string(),
+        "--bind",
+        &o.daemon_ip.to_string(),
+    ])
+    .args([
+        "--service-id",
+        &format!("{:#x}", sid.0),
+        "--count",
+        &o.conns.to_string(),
+    ])
+    .args(["--parallel", "8", "--stay", "--daemon"])
+    .arg(sock)
+    .kill_on_drop(true);
+    if lines {
+        c.stdout(Stdio::piped());
+    } else {
+        c.arg("--quiet").stdout(Stdio::null());
+    }
+    c.spawn().context("cannot start cm-ping")
+}
+
 /// One `--restart` round: connections through the daemon, the daemon SIGKILLed and started
 /// again; the time from the new start to each connection's DREQ here.
 async fn restart_round(
@@ -339,25 +373,7 @@ async fn restart_round(
     sid: ServiceId,
 ) -> Result<(Duration, Duration)> {
     let mut listener = cm.listen(sid, ListenOptions::default()).await?;
-    let mut child = Command::new(cx.cm_ping)
-        .args([
-            "--connect",
-            &o.peer_ip.to_string(),
-            "--bind",
-            &o.daemon_ip.to_string(),
-        ])
-        .args([
-            "--service-id",
-            &format!("{:#x}", sid.0),
-            "--count",
-            &o.conns.to_string(),
-        ])
-        .args(["--parallel", "8", "--stay", "--daemon"])
-        .arg(cx.sock)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start cm-ping")?;
+    let mut child = stay_client(o, cx.cm_ping, cx.sock, sid, true)?;
     let out = child
         .stdout
         .take()
@@ -490,25 +506,7 @@ async fn rc_round(
     sid: ServiceId,
 ) -> Result<(Duration, Duration)> {
     let mut listener = cm.listen(sid, ListenOptions::default()).await?;
-    let mut child = Command::new(cm_ping)
-        .args([
-            "--connect",
-            &o.peer_ip.to_string(),
-            "--bind",
-            &o.daemon_ip.to_string(),
-        ])
-        .args([
-            "--service-id",
-            &format!("{:#x}", sid.0),
-            "--count",
-            &o.conns.to_string(),
-        ])
-        .args(["--parallel", "8", "--stay", "--quiet", "--daemon"])
-        .arg(sock)
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start cm-ping")?;
+    let mut child = stay_client(o, cm_ping, sock, sid, false)?;
     let conns = accept_all(o, &mut listener, &mut child).await?;
     kill_and_time(&mut child, conns, false).await
 }
