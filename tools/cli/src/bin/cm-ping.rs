@@ -23,7 +23,8 @@
 //! (D counts the connections whose DREQ was answered or came from the peer; X those whose
 //! DREQ was never answered). The listener accepts by default and runs until killed:
 //! SIGINT/SIGTERM print the summary line, then the endpoint's counters as one JSON object (its
-//! last line; [`ibcm::rt::CmStats::to_json`]). The listener's event lines are rate-limited
+//! last line; [`ibcm::rt::CmStats::to_json`]), and end the process at once: the listener's
+//! connections are not disconnected (no DREQ), as a killed peer's are not. The listener's event lines are rate-limited
 //! (peers decide how many arrive). `--connect` exits 0 when every connection was established
 //! and none of their disconnects timed out, 2 otherwise.
 //!
@@ -467,7 +468,13 @@ async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     if args.daemon.is_none() {
         println!("{}", cm.stats().await?.to_json());
     }
-    Ok(ExitCode::SUCCESS)
+    // Stopped with its connections up, as a killed peer's would be: the process ends here.
+    // Returning would drop the handles while the runtime shuts down, and whether the driver
+    // then still ran long enough to send DREQs depended on which task the shutdown reached
+    // first (the tests that stop a listener to count what it held rely on no DREQ).
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    std::process::exit(0)
 }
 
 async fn serve_one(
