@@ -329,6 +329,34 @@ struct UmadCounts {
     write_stalls: u64,
 }
 
+/// Opens a umad device file non-blocking and enables P_Key indexes in its records.
+fn open_device(path: &Path) -> Result<File, UmadError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|source| UmadError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    sys::umad_enable_pkey(&file).map_err(|source| UmadError::Ioctl {
+        what: "IB_USER_MAD_ENABLE_PKEY",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(file)
+}
+
+/// `file` (a registered umad device) with the tokio reactor.
+fn reactor_fd(file: File, path: &Path) -> Result<AsyncFd<File>, UmadError> {
+    sys::async_fd(file).map_err(|source| UmadError::Ioctl {
+        what: "registering with the tokio reactor",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 impl UmadTransport {
     /// Opens `path` (e.g. `/dev/infiniband/umad0`) and registers the CM agent. `local_gid` is
     /// this port's GID at `gid_index` (on RoCE: the IPv4-mapped GID of the netdev's address;
@@ -338,20 +366,7 @@ impl UmadTransport {
     /// [`UmadError`]; [`UmadError::CmClassTaken`] when the kernel CM is loaded.
     pub fn open(path: impl AsRef<Path>, gid_index: u8, local_gid: Gid) -> Result<Self, UmadError> {
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|source| UmadError::Open {
-                path: path.clone(),
-                source,
-            })?;
-        sys::umad_enable_pkey(&file).map_err(|source| UmadError::Ioctl {
-            what: "IB_USER_MAD_ENABLE_PKEY",
-            path: path.clone(),
-            source,
-        })?;
+        let file = open_device(&path)?;
         let mut req = sys::UmadRegReq {
             qpn: 1,
             mgmt_class: 0x07,
@@ -378,11 +393,7 @@ impl UmadTransport {
                 })
             }
         };
-        let fd = sys::async_fd(file).map_err(|source| UmadError::Ioctl {
-            what: "registering with the tokio reactor",
-            path: path.clone(),
-            source,
-        })?;
+        let fd = reactor_fd(file, &path)?;
         Ok(UmadTransport::with(
             fd,
             agent,
@@ -436,20 +447,7 @@ impl UmadTransport {
         local_gid: Gid,
     ) -> Result<Self, UmadError> {
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|source| UmadError::Open {
-                path: path.clone(),
-                source,
-            })?;
-        sys::umad_enable_pkey(&file).map_err(|source| UmadError::Ioctl {
-            what: "IB_USER_MAD_ENABLE_PKEY",
-            path: path.clone(),
-            source,
-        })?;
+        let file = open_device(&path)?;
         let mut req = sys::UmadRegReq {
             qpn: 1,
             mgmt_class: 0x03,
@@ -461,11 +459,7 @@ impl UmadTransport {
             path: path.clone(),
             source,
         })?;
-        let fd = sys::async_fd(file).map_err(|source| UmadError::Ioctl {
-            what: "registering with the tokio reactor",
-            path: path.clone(),
-            source,
-        })?;
+        let fd = reactor_fd(file, &path)?;
         let mut t = UmadTransport::with(fd, agent, 0, local_gid, Neighbours::open());
         t.send_timeout_ms = timeout_ms;
         Ok(t)
