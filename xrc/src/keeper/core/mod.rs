@@ -153,9 +153,28 @@ impl<K: KeeperConn> KeeperCore<K> {
         now: Instant,
     ) -> Self {
         let keeper_pid = verbs.process().0;
+        Self::over(
+            TgtRegistry::new(verbs, cfg),
+            false,
+            keeper_pid,
+            epoch,
+            backend,
+            now,
+        )
+    }
+
+    /// A keeper with no session yet over `reg` (`lent`: see [`KeeperCore::lent`]).
+    fn over(
+        reg: TgtRegistry<K>,
+        lent: bool,
+        keeper_pid: u32,
+        epoch: String,
+        backend: &str,
+        now: Instant,
+    ) -> Self {
         Self {
-            reg: TgtRegistry::new(verbs, cfg),
-            lent: false,
+            reg,
+            lent,
             epoch,
             backend: backend.to_owned(),
             keeper_pid,
@@ -183,23 +202,7 @@ impl<K: KeeperConn> KeeperCore<K> {
         backend: &str,
         now: Instant,
     ) -> Self {
-        Self {
-            reg: placeholder,
-            lent: true,
-            epoch,
-            backend: backend.to_owned(),
-            keeper_pid,
-            sessions: BTreeMap::new(),
-            closed: BTreeMap::new(),
-            procs: BTreeMap::new(),
-            next_session: 1,
-            slots: BTreeMap::new(),
-            owners: Owners::default(),
-            dirty: false,
-            limits: crate::keeper::server::KeeperLimits::default(),
-            log: Vec::new(),
-            started: now,
-        }
+        Self::over(placeholder, true, keeper_pid, epoch, backend, now)
     }
 
     /// Runs `f` with `reg` as this keeper's registry (and the placeholder back afterwards).
