@@ -35,6 +35,23 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in the order of their numbers.
+    pub const ALL: [State; 13] = [
+        State::Idle,
+        State::ReqSent,
+        State::ReqRcvd,
+        State::MraReqSent,
+        State::MraReqRcvd,
+        State::RepSent,
+        State::RepRcvd,
+        State::MraRepSent,
+        State::MraRepRcvd,
+        State::Established,
+        State::DreqSent,
+        State::DreqRcvd,
+        State::Timewait,
+    ];
+
     /// The kernel's name (`IB_CM_REQ_SENT` → `"REQ_SENT"`).
     pub const fn name(self) -> &'static str {
         match self {

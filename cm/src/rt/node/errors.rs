@@ -134,23 +134,10 @@ fn static_name(s: &str) -> &'static str {
 }
 
 fn state_of(n: u8) -> State {
-    [
-        State::ReqSent,
-        State::ReqRcvd,
-        State::MraReqSent,
-        State::MraReqRcvd,
-        State::RepSent,
-        State::RepRcvd,
-        State::MraRepSent,
-        State::MraRepRcvd,
-        State::Established,
-        State::DreqSent,
-        State::DreqRcvd,
-        State::Timewait,
-    ]
-    .into_iter()
-    .find(|s| *s as u8 == n)
-    .unwrap_or(State::Idle)
+    State::ALL
+        .into_iter()
+        .find(|s| *s as u8 == n)
+        .unwrap_or(State::Idle)
 }
 
 impl WireCallError {
