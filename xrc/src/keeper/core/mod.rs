@@ -213,7 +213,9 @@ impl<K: KeeperConn> KeeperCore<K> {
         f: impl FnOnce(&mut Self) -> R,
     ) -> R {
         std::mem::swap(&mut self.reg, reg);
-        // What the CM released meanwhile is forgotten before anything is checked.
+        // What the CM released meanwhile (which this keeper does not see) is forgotten before
+        // anything is checked; a reused number must not keep an old owner.
+        self.dirty = true;
         self.prune();
         let r = f(self);
         std::mem::swap(&mut self.reg, reg);
@@ -291,11 +293,10 @@ impl<K: KeeperConn> KeeperCore<K> {
         self.sessions.get(&s).map(|x| x.cred)
     }
 
-    /// Forgets slots and owners of objects that are gone (when something went since the last
-    /// time; on a lent registry always, since its CM releases QPs the keeper does not see, and
-    /// a reused number must not keep an old owner).
+    /// Forgets slots and owners of objects that are gone, when something went since the last
+    /// time (a lent registry is marked so at each loan, in `with_registry`).
     fn prune(&mut self) {
-        if !std::mem::take(&mut self.dirty) && !self.lent {
+        if !std::mem::take(&mut self.dirty) {
             return;
         }
         let reg = &self.reg;
@@ -435,7 +436,10 @@ impl<K: KeeperConn> KeeperCore<K> {
             }
         }
         // A lent registry's actions are its CM's (DREQs, REJs, its reports).
-        while let Some(a) = (!self.lent).then(|| self.reg.poll_action()).flatten() {
+        if self.lent {
+            return out;
+        }
+        while let Some(a) = self.reg.poll_action() {
             match a {
                 PolicyAction::EndConnection { conn, qpn, cause } => {
                     match conn.session().filter(|s| self.sessions.contains_key(s)) {
