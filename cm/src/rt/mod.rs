@@ -41,6 +41,14 @@ fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// Sleeps on the driver's clock until `t` (never returns for `None`).
+async fn sleep_until(t: Option<std::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+        None => std::future::pending().await,
+    }
+}
+
 pub use driver::SHUTDOWN_LINGER;
 pub use handle::{Cm, Connection, Incoming, Listener};
 pub use pending::PendingConnection;

@@ -17,7 +17,7 @@ use ibcm_mad::sa::PathRecord;
 use ibcm_mad::{Gid, Pkey, Qpn, U4};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{now, DatagramTransport};
+use super::{now, sleep_until, DatagramTransport};
 use crate::proto::{IbAddr, PeerAddr};
 use crate::sa::{PathQuery, QueryId, Resolve, SaClient, SaDest, SaError, SaEvent, SaStats};
 
@@ -115,13 +115,6 @@ fn sa_addr(d: &SaDest) -> PeerAddr {
         sl: d.sl.get(),
         pkey_index: d.pkey_index,
     })
-}
-
-async fn sleep_until(t: Option<std::time::Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
-        None => std::future::pending().await,
-    }
 }
 
 async fn run<T: DatagramTransport>(

@@ -63,7 +63,7 @@ use tokio::io::unix::AsyncFd;
 use tracing::debug;
 
 use super::neigh::{roce_ip, Neighbours, Reach};
-use super::{now, sys};
+use super::{now, sleep_until, sys};
 use super::{DatagramTransport, TransportStats};
 use crate::proto::{IbAddr, PeerAddr};
 
@@ -532,14 +532,6 @@ impl UmadTransport {
     /// When the next held destination is to be checked.
     fn next_check(&self) -> Option<Instant> {
         self.held.values().map(|h| h.next_check).min()
-    }
-}
-
-/// Sleeps until `t` (never returns for `None`).
-async fn sleep_until(t: Option<Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
-        None => std::future::pending().await,
     }
 }
 

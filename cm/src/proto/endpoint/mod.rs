@@ -367,14 +367,13 @@ impl Endpoint {
 
     /// A local ID in use by no connection and no SIDR request.
     fn alloc_id(&mut self) -> CommId {
-        let conns = &self.conns;
-        let sidr_in = &self.sidr_in;
-        let sidr_out = &self.sidr_out;
-        self.ids.alloc(|id| {
-            conns.contains_key(&id)
-                || sidr_in.contains_key(&id)
-                || sidr_out.contains_key(&SidrReqId::allocated(id))
-        })
+        let (conns, sidr_in, sidr_out) = (&self.conns, &self.sidr_in, &self.sidr_out);
+        self.ids.alloc(|id| id_in_use(conns, sidr_in, sidr_out, id))
+    }
+
+    /// Whether `id` names a connection or a SIDR request here (either way).
+    fn id_taken(&self, id: CommId) -> bool {
+        id_in_use(&self.conns, &self.sidr_in, &self.sidr_out, id)
     }
 
     fn check_qpn(&self, qpn: Qpn, now: Instant, shared: bool) -> Result<(), ConnectError> {
@@ -690,4 +689,17 @@ impl Endpoint {
             }
         }
     }
+}
+
+/// Whether `id` is a connection's or an incoming or outgoing SIDR request's: the one rule for
+/// a local ID being taken ([`Endpoint::alloc_id`], `end_stale`).
+fn id_in_use(
+    conns: &ConnTable,
+    sidr_in: &HashMap<CommId, SidrIn>,
+    sidr_out: &HashMap<SidrReqId, SidrOut>,
+    id: CommId,
+) -> bool {
+    conns.contains_key(&id)
+        || sidr_in.contains_key(&id)
+        || sidr_out.contains_key(&SidrReqId::allocated(id))
 }

@@ -79,21 +79,16 @@ impl Endpoint {
     /// answers ours anyway.
     ///
     /// # Errors
-    /// [`CallError::WrongState`] if the comm ID is in use here (a connection, or an incoming
-    /// SIDR request, in `state`); [`CallError::TooLong`] for private data over 220 bytes.
+    /// [`CallError::WrongState`] if the comm ID is in use here (a connection, in `state`, or an
+    /// incoming or outgoing SIDR request, `IDLE`); [`CallError::TooLong`] for private data
+    /// over 220 bytes.
     pub fn end_stale(&mut self, now: Instant, s: StaleConnection) -> Result<ConnId, CallError> {
         check_len("DREQ private data", &s.private_data, Dreq::PRIVATE_DATA_LEN)?;
         let id = s.local_comm_id;
-        if let Some(c) = self.conns.get(&id) {
+        if self.id_taken(id) {
             return Err(CallError::WrongState {
                 op: "end_stale",
-                state: c.state,
-            });
-        }
-        if self.sidr_in.contains_key(&id) {
-            return Err(CallError::WrongState {
-                op: "end_stale",
-                state: State::Idle,
+                state: self.conns.get(&id).map_or(State::Idle, |c| c.state),
             });
         }
         let mut conn = Conn {
