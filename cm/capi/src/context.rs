@@ -464,8 +464,9 @@ impl Context {
         std::process::id() != self.pid
     }
 
-    /// `IBCM_EGONE` in a `fork()` child and once the node service connection is gone.
-    pub(crate) fn live(&self) -> Result<()> {
+    /// `IBCM_EGONE` in a child that inherited this context through `fork()` (its calls must
+    /// touch nothing of the parent's).
+    pub(crate) fn not_forked(&self) -> Result<()> {
         if self.forked() {
             return Err(Error::new(
                 IBCM_EGONE,
@@ -473,6 +474,12 @@ impl Context {
                  open one of this process's own",
             ));
         }
+        Ok(())
+    }
+
+    /// `IBCM_EGONE` in a `fork()` child and once the node service connection is gone.
+    pub(crate) fn live(&self) -> Result<()> {
+        self.not_forked()?;
         if self.shared.events.is_closed() {
             return Err(gone());
         }
@@ -862,9 +869,7 @@ impl Context {
     /// when none came, `IBCM_EGONE` once the node service connection is gone and its events
     /// are taken (at once, also for a wait that was blocked then).
     pub(crate) fn wait(&self, timeout: Option<Duration>) -> Result<Event> {
-        if self.forked() {
-            return self.live().and(Err(gone()));
-        }
+        self.not_forked()?;
         let r = match timeout {
             Some(Duration::ZERO) => self.shared.events.try_pop(),
             t => self.shared.events.wait(t),

@@ -115,7 +115,7 @@ struct Args {
     #[arg(long, default_value_t = ServerConfig::default().queue_bytes_per_user)]
     max_queue_bytes_per_user: usize,
     /// Milliseconds a new client has to say hello before it is closed.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = default_hello_timeout_ms())]
     hello_timeout_ms: u64,
     /// File descriptors kept for root's clients: other users' clients are refused once fewer
     /// would be left below RLIMIT_NOFILE.
@@ -230,6 +230,11 @@ fn parse_qpn(s: &str) -> Result<u32, String> {
     };
     v.filter(|v| *v < 1 << 24)
         .ok_or_else(|| format!("{s:?} is not a QP number"))
+}
+
+/// [`ServerConfig`]'s hello timeout in ms, the default of `--hello-timeout-ms`.
+fn default_hello_timeout_ms() -> u64 {
+    u64::try_from(ServerConfig::default().hello_timeout.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {

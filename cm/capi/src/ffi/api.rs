@@ -64,10 +64,8 @@ fn outstanding(ctx: &ibcm_ctx) -> std::sync::MutexGuard<'_, HashSet<usize>> {
 
 /// Frees an event `lend` made, if `ctx` lent it.
 fn take_back(ctx: &ibcm_ctx, p: *mut ibcm_event) -> Result<()> {
-    if ctx.inner.forked() {
-        // The parent's context: nothing of it is touched in a child.
-        return ctx.inner.live();
-    }
+    // The parent's context: nothing of it is touched in a child.
+    ctx.inner.not_forked()?;
     if !outstanding(ctx).remove(&(p as usize)) {
         return Err(Error::new(
             IBCM_EINVAL,
@@ -165,9 +163,7 @@ pub unsafe extern "C" fn ibcm_get_fd(ctx: *const ibcm_ctx) -> c_int {
     let r = guard(|| {
         // SAFETY: the caller's contract.
         let c = unsafe { context(ctx) }?;
-        if c.forked() {
-            return c.live();
-        }
+        c.not_forked()?;
         fd = c.shared.events.fd();
         Ok(())
     });

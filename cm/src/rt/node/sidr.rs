@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use ibcm_mad::{Pkey, Qkey, Qpn, SidrReq, SidrStatus};
+use ibcm_mad::{Pkey, Qkey, Qpn, SidrStatus};
 use serde::{Deserialize, Serialize};
 
 use super::proto::{sid, DaemonMsg, Op, WireConnectError, WirePeer, WireResult};
@@ -393,15 +393,7 @@ impl NodeServer {
     /// [`Op::Sidr`]: the daemon's endpoint asks; the reply to `seq` is sent when the answer
     /// (or the timeout) comes, so it may overtake the replies of later requests.
     pub(super) async fn sidr(self: &Arc<Self>, s: &Arc<Session>, seq: u64, req: WireSidrReq) {
-        if req.private_data.len() > SidrReq::PRIVATE_DATA_LEN {
-            let why = too_long(
-                "SIDR_REQ private data",
-                req.private_data.len(),
-                SidrReq::PRIVATE_DATA_LEN,
-            );
-            Self::reply(s, seq, WireResult::Refused { why });
-            return;
-        }
+        // Its fields were checked against their maxima with every request's (`fields::check`).
         let params = req.to_clamped_params();
         let dest = Dest::of(&params.peer);
         let cost = 1 + u64::from(params.max_retries);

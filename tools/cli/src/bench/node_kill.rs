@@ -82,21 +82,6 @@ pub(crate) fn node_kill(o: &NodeKillOpts) -> Result<()> {
     rt.block_on(run(o))
 }
 
-async fn wait_for(path: &Path, child: &mut Child) -> Result<()> {
-    // The socket appears once the daemon serves; poll its existence (the daemon creates it
-    // after binding UDP), and fail if the daemon died.
-    for _ in 0..500 {
-        if path.exists() {
-            return Ok(());
-        }
-        if let Some(st) = child.try_wait()? {
-            bail!("ibcmd exited: {st}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    bail!("{} did not appear", path.display())
-}
-
 /// Starts `ibcmd` on `o.daemon_ip` with `sock` and the state directory `state`.
 fn spawn_daemon(ibcmd: &Path, o: &NodeKillOpts, sock: &Path, state: &Path) -> Result<Child> {
     Command::new(ibcmd)
@@ -143,7 +128,7 @@ async fn run(o: &NodeKillOpts) -> Result<()> {
     let sock = tmp.join("ibcmd.sock");
     let state = tmp.join("state");
     let mut daemon = spawn_daemon(&ibcmd, o, &sock, &state)?;
-    wait_for(&sock, &mut daemon).await?;
+    wait_serving(&sock, &mut daemon).await?;
     let udp = UdpTransport::bind(o.peer_ip)
         .await
         .with_context(|| format!("cannot bind UDP {}:4791", o.peer_ip))?;
