@@ -892,15 +892,14 @@ fn admission(
             let cfg = node.config();
             let (held, others) = {
                 let r = lock(&routes);
-                let held = q
-                    .registry
-                    .live_created_by(|p| r.uids.get(&p) == Some(&info.uid));
-                // All users but root together (only asked for a user that is not root).
-                let others = (info.uid != 0).then(|| {
-                    q.registry
-                        .live_created_by(|p| r.uids.get(&p).is_some_and(|&u| u != 0))
-                });
-                (held, others)
+                // One pass over the live QPs: this user's, and all users' but root's
+                // together (only asked for a user that is not root).
+                let (mut held, mut others) = (0usize, 0usize);
+                for uid in q.registry.live_creators().filter_map(|p| r.uids.get(&p)) {
+                    held += usize::from(*uid == info.uid);
+                    others += usize::from(*uid != 0);
+                }
+                (held, (info.uid != 0).then_some(others))
             };
             if held >= cfg.max_tgt_qps_per_user {
                 why = Some(format!(

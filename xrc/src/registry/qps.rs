@@ -244,10 +244,15 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
     /// How many live TGT QPs were created by a process for which `creator` holds (orphans
     /// included, gone ones in quarantine not): a CM's quota on the TGT QPs of a user.
     pub fn live_created_by(&self, creator: impl Fn(ProcessId) -> bool) -> usize {
+        self.live_creators().filter(|&p| creator(p)).count()
+    }
+
+    /// The creator of each live QP (one item per QP), for counting several ways in one pass.
+    pub fn live_creators(&self) -> impl Iterator<Item = ProcessId> + '_ {
         self.qps
             .values()
-            .filter(|q| q.life == QpLife::Live && creator(q.creator))
-            .count()
+            .filter(|q| q.life == QpLife::Live)
+            .map(|q| q.creator)
     }
 
     /// Makes `by` the owner of an orphaned (owner-less) QP: ownership transfer after the
