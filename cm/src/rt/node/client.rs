@@ -62,14 +62,28 @@ impl Node {
         self.daemon_addr
     }
 
-    async fn call(&self, op: Op) -> Result<(), NodeError> {
+    /// Sends `op`; its answer, `pick`ed (`None`: an answer of another kind). A refusal is
+    /// [`NodeError::Refused`] with the daemon's reason.
+    async fn ask<T>(
+        &self,
+        op: Op,
+        pick: impl FnOnce(WireResult) -> Result<T, WireResult>,
+    ) -> Result<T, NodeError> {
         let (tx, rx) = oneshot::channel();
         self.tx.send((op, tx)).map_err(|_| NodeError::Gone)?;
-        match rx.await.map_err(|_| NodeError::Gone)? {
-            WireResult::Ok => Ok(()),
-            WireResult::Refused { why } => Err(NodeError::Refused(why)),
-            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
+        match pick(rx.await.map_err(|_| NodeError::Gone)?) {
+            Ok(v) => Ok(v),
+            Err(WireResult::Refused { why }) => Err(NodeError::Refused(why)),
+            Err(other) => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
         }
+    }
+
+    async fn call(&self, op: Op) -> Result<(), NodeError> {
+        self.ask(op, |r| match r {
+            WireResult::Ok => Ok(()),
+            other => Err(other),
+        })
+        .await
     }
 
     /// Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this
@@ -85,14 +99,8 @@ impl Node {
         policy: &str,
         srqns: &[u32],
     ) -> Result<(), NodeError> {
-        self.call(Op::XrcListen {
-            service_id: service_id.0,
-            policy: policy.to_owned(),
-            srqns: srqns.to_vec(),
-            domain: None,
-            tgt_qpn: None,
-        })
-        .await
+        self.xrc_listen_op(service_id, policy, srqns, None, None)
+            .await
     }
 
     /// [`Node::xrc_listen`] from a keeper domain ([`Node::keeper`]: one this client opened,
@@ -110,11 +118,23 @@ impl Node {
         domain: &str,
         tgt_qpn: Option<u32>,
     ) -> Result<(), NodeError> {
+        self.xrc_listen_op(service_id, policy, srqns, Some(domain), tgt_qpn)
+            .await
+    }
+
+    async fn xrc_listen_op(
+        &self,
+        service_id: ServiceId,
+        policy: &str,
+        srqns: &[u32],
+        domain: Option<&str>,
+        tgt_qpn: Option<u32>,
+    ) -> Result<(), NodeError> {
         self.call(Op::XrcListen {
             service_id: service_id.0,
             policy: policy.to_owned(),
             srqns: srqns.to_vec(),
-            domain: Some(domain.to_owned()),
+            domain: domain.map(str::to_owned),
             tgt_qpn,
         })
         .await
@@ -127,15 +147,11 @@ impl Node {
     /// [`NodeError`]: the daemon refused it (a daemon without a keeper, a request too
     /// long); a refusal by the keeper's rules is a reply with `ok: false`.
     pub async fn keeper(&self, req: serde_json::Value) -> Result<serde_json::Value, NodeError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send((Op::Keeper { req }, tx))
-            .map_err(|_| NodeError::Gone)?;
-        match rx.await.map_err(|_| NodeError::Gone)? {
+        self.ask(Op::Keeper { req }, |r| match r {
             WireResult::Keeper { reply } => Ok(reply),
-            WireResult::Refused { why } => Err(NodeError::Refused(why)),
-            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
-        }
+            other => Err(other),
+        })
+        .await
     }
 
     /// The next event of the keeper's protocol for this client (a TGT QP gone, orphaned);
@@ -161,15 +177,11 @@ impl Node {
     /// # Errors
     /// [`NodeError`].
     pub async fn xrc_destroy(&self) -> Result<u64, NodeError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send((Op::XrcDestroy, tx))
-            .map_err(|_| NodeError::Gone)?;
-        match rx.await.map_err(|_| NodeError::Gone)? {
+        self.ask(Op::XrcDestroy, |r| match r {
             WireResult::Value { value } => Ok(value),
-            WireResult::Refused { why } => Err(NodeError::Refused(why)),
-            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
-        }
+            other => Err(other),
+        })
+        .await
     }
 
     /// The daemon's TGT QPs without a living owner (orphans) and those nobody uses (leaks),
@@ -178,15 +190,11 @@ impl Node {
     /// # Errors
     /// [`NodeError`].
     pub async fn xrc_orphans(&self) -> Result<Vec<super::proto::WireTgtQp>, NodeError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send((Op::XrcOrphans, tx))
-            .map_err(|_| NodeError::Gone)?;
-        match rx.await.map_err(|_| NodeError::Gone)? {
+        self.ask(Op::XrcOrphans, |r| match r {
             WireResult::XrcQps { qps } => Ok(qps),
-            WireResult::Refused { why } => Err(NodeError::Refused(why)),
-            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
-        }
+            other => Err(other),
+        })
+        .await
     }
 
     /// Destroys orphaned TGT QPs of this client's user (root: of any user), all of them or
@@ -195,15 +203,11 @@ impl Node {
     /// # Errors
     /// [`NodeError`]; `Refused` for a `qpn` that is not such an orphan.
     pub async fn xrc_reclaim(&self, qpn: Option<u32>) -> Result<u64, NodeError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send((Op::XrcReclaim { qpn }, tx))
-            .map_err(|_| NodeError::Gone)?;
-        match rx.await.map_err(|_| NodeError::Gone)? {
+        self.ask(Op::XrcReclaim { qpn }, |r| match r {
             WireResult::Value { value } => Ok(value),
-            WireResult::Refused { why } => Err(NodeError::Refused(why)),
-            other => Err(NodeError::Refused(format!("unexpected answer {other:?}"))),
-        }
+            other => Err(other),
+        })
+        .await
     }
 
     /// The next line the daemon reported about this client's XRC services (a REQ accepted, a
