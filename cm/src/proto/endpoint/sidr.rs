@@ -65,7 +65,11 @@ impl Endpoint {
     /// Forgets outgoing SIDR_REQ `id` (its requester is gone): no retransmission, no event.
     /// Whether it was still waiting for its SIDR_REP.
     pub fn sidr_cancel(&mut self, id: ConnId) -> bool {
-        let id = SidrReqId::allocated(id);
+        self.forget_sidr_out(SidrReqId::allocated(id))
+    }
+
+    /// Forgets outgoing request `id` with its timer and peer; whether there was one.
+    fn forget_sidr_out(&mut self, id: SidrReqId) -> bool {
         let Some(s) = self.sidr_out.remove(&id) else {
             return false;
         };
@@ -188,14 +192,10 @@ impl Endpoint {
 
     pub(super) fn on_sidr_rep(&mut self, m: SidrRep) {
         let id = SidrReqId::from_wire(m.request_id);
-        let Some(s) = self.sidr_out.remove(&id) else {
+        if !self.forget_sidr_out(id) {
             self.io.stats.drop(DropReason::UnknownSidr);
             return;
-        };
-        if let Some(t) = s.timer {
-            self.io.timers.remove_sidr(t, id);
         }
-        self.sidr_out_peer.remove(&id);
         self.io.event(
             id.handle(),
             EventKind::SidrReply {
