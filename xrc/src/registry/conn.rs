@@ -121,14 +121,10 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         // A duplicate of a REQ already accepted (same key, same initiator): answer the same
         // way. The same key from another initiator is a new connection (the CM reused the
         // key): the stale binding goes first.
-        if let Some(&qpn) = self.conns.get(&req.conn) {
-            let dup = self
-                .qps
-                .get(&qpn)
-                .is_some_and(|q| q.life == QpLife::Live && q.peer == Some(req.peer));
-            if dup {
-                return self.accept(qpn, false, &req.srqns);
-            }
+        if let Some(qpn) = self.accepted_dup(req) {
+            return self.accept(qpn, false, &req.srqns);
+        }
+        if self.conns.contains_key(&req.conn) {
             self.unbind(now, &req.conn);
         }
         let domain_open = self.domains.get(&req.domain).is_some_and(|d| !d.closing);
@@ -179,15 +175,10 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
                 }
             }
             ReqMode::Any | ReqMode::Create if !domain_open => return Err(closed),
-            ReqMode::Any => {
-                let existing = self.qps.iter().find(|(_, q)| {
-                    q.life == QpLife::Live && q.domain == req.domain && q.peer == Some(req.peer)
-                });
-                match existing {
-                    Some((&qpn, _)) => (qpn, false),
-                    None => (self.create_for_req(now, req, cm_quarantined)?, true),
-                }
-            }
+            ReqMode::Any => match self.live_qp_for(req) {
+                Some(qpn) => (qpn, false),
+                None => (self.create_for_req(now, req, cm_quarantined)?, true),
+            },
             ReqMode::Create => (self.create_for_req(now, req, cm_quarantined)?, true),
         };
         // Bind the connection.
@@ -232,22 +223,34 @@ impl<K: Clone + Ord + fmt::Debug> TgtRegistry<K> {
         if self.service_fault(req).is_some() {
             return false;
         }
-        if let Some(qpn) = self.conns.get(&req.conn) {
-            let dup = self
-                .qps
-                .get(qpn)
-                .is_some_and(|q| q.life == QpLife::Live && q.peer == Some(req.peer));
-            if dup {
-                return false;
-            }
+        if self.accepted_dup(req).is_some() {
+            return false;
         }
         match req.data.mode {
             ReqMode::Attach(_) => false,
             ReqMode::Create => true,
-            ReqMode::Any => !self.qps.values().any(|q| {
-                q.life == QpLife::Live && q.domain == req.domain && q.peer == Some(req.peer)
-            }),
+            ReqMode::Any => self.live_qp_for(req).is_none(),
         }
+    }
+
+    /// The live QP of a REQ already accepted under the same key from the same initiator (a
+    /// duplicate: answered the same way).
+    fn accepted_dup(&self, req: &TgtRequest<K>) -> Option<Qpn> {
+        let &qpn = self.conns.get(&req.conn)?;
+        self.qps
+            .get(&qpn)
+            .is_some_and(|q| q.life == QpLife::Live && q.peer == Some(req.peer))
+            .then_some(qpn)
+    }
+
+    /// A live QP of the REQ's domain already serving its initiator (mode `any` reuses it).
+    fn live_qp_for(&self, req: &TgtRequest<K>) -> Option<Qpn> {
+        self.qps
+            .iter()
+            .find(|(_, q)| {
+                q.life == QpLife::Live && q.domain == req.domain && q.peer == Some(req.peer)
+            })
+            .map(|(&qpn, _)| qpn)
     }
 
     /// What is wrong with the service `req` was made for, if anything.
