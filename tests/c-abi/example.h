@@ -65,7 +65,8 @@ static inline struct ibcm_event *next_event(struct ibcm_ctx **ctxs, int n, int t
 static inline int is_final(const struct ibcm_event *ev)
 {
     return ev->event == IBCM_EVENT_REJECTED || ev->event == IBCM_EVENT_UNREACHABLE ||
-           ev->event == IBCM_EVENT_CONNECT_ERROR || ev->event == IBCM_EVENT_DISCONNECTED;
+           ev->event == IBCM_EVENT_CONNECT_ERROR || ev->event == IBCM_EVENT_DISCONNECTED ||
+           ev->event == IBCM_EVENT_SIDR_REPLY;
 }
 
 /* Prints the attributes a verbs runtime would hand to ibv_modify_qp. */

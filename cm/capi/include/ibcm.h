@@ -3,19 +3,23 @@
  *
  * A process attaches to the node's `ibcmd` with ibcm_open() and gets an event channel shaped
  * like librdmacm's: a pollable fd (ibcm_get_fd), ibcm_get_event / ibcm_wait_event and
- * ibcm_ack_event, and calls to listen, connect, accept, reject, establish and disconnect,
- * the QP attributes of each transition (ibcm_init_qp_attr), and the XRC target services the
- * daemon hosts (ibcm_xrc_listen). Every call returns an ibcm_status (0 = IBCM_OK, negative =
- * error; ibcm_strerror, ibcm_last_error).
+ * ibcm_ack_event, and calls to listen, connect, accept, reject, establish and disconnect
+ * (by service ID, or by IP and port to and from rdma_cm), a context pointer per connection,
+ * the QP attributes of each transition (ibcm_init_qp_attr), SIDR both ways, the node
+ * endpoint's counters, and the XRC target services the daemon hosts (ibcm_xrc_listen).
+ * Every call returns an ibcm_status (0 = IBCM_OK, negative = error; ibcm_strerror,
+ * ibcm_last_error).
  *
  * Thread safety: every function may be called from any thread, concurrently, on the same or
  * different contexts, except ibcm_close, which must be the last call on its context (no
  * other call on it may run or follow). Each event is returned to exactly one caller. The
  * library runs one thread of its own per context (a tokio runtime) that talks to ibcmd;
- * calls that need the daemon's answer (ibcm_open, ibcm_listen, ibcm_unlisten, ibcm_accept,
- * ibcm_accept_param_init, ibcm_reject, ibcm_mra, ibcm_establish, the XRC calls) block the
- * calling thread until it arrives; ibcm_connect, ibcm_disconnect, ibcm_get_event, ibcm_init_qp_attr
- * return without waiting for the daemon. No callback ever runs on the caller's threads.
+ * calls that need the daemon's answer (ibcm_open, ibcm_listen, ibcm_unlisten, ibcm_reject,
+ * ibcm_mra, ibcm_establish, ibcm_sidr_reply, ibcm_query_counters, the XRC calls) block the
+ * calling thread until it arrives; ibcm_connect, ibcm_accept, ibcm_accept_param_init,
+ * ibcm_disconnect, ibcm_sidr_query, ibcm_get_event, ibcm_init_qp_attr return without waiting
+ * for the daemon (what the daemon refuses later comes as an event). No callback ever runs
+ * on the caller's threads.
  *
  * Docs: docs/capi.md. Build: pkg-config --cflags --libs ibcm.
  */
@@ -48,9 +52,50 @@
 #define IBCM_CONNECT_SHARED_QPN 4
 
 /**
+ * ibcm_conn_param.flags: connect to an rdma_cm listener (Linux `rdma_listen`, librdmacm's
+ * `rping -s`, …): `peer` is its "IP:PORT" (the port it listens on, not a UDP port: the CM
+ * is reached on UDP 4791), `service_id` must be 0 (it is the port's, in the TCP port space;
+ * the IB port space for XRC), and the REQ carries rdma_cm's CMA header in front of the
+ * private data (then at most `IBCM_REQ_RDMA_CM_PRIVATE_DATA_MAX` bytes), from the node
+ * service's address and a port of this library's choosing.
+ */
+#define IBCM_CONNECT_RDMA_CM 8
+
+/**
+ * rdma_cm's TCP port space (`RDMA_PS_TCP`, RC), for ibcm_rdma_cm_service_id.
+ */
+#define IBCM_PS_TCP 262
+
+/**
+ * rdma_cm's UDP port space (`RDMA_PS_UDP`, UD: SIDR), for ibcm_rdma_cm_service_id.
+ */
+#define IBCM_PS_UDP 273
+
+/**
+ * rdma_cm's IB port space (`RDMA_PS_IB`, any QP type; XRC), for ibcm_rdma_cm_service_id.
+ */
+#define IBCM_PS_IB 319
+
+/**
  * The largest private data of a REQ (`ibcm_conn_param`).
  */
 #define IBCM_REQ_PRIVATE_DATA_MAX 92
+
+/**
+ * The largest private data of a REQ with `IBCM_CONNECT_RDMA_CM` (92 less the 36-byte CMA
+ * header).
+ */
+#define IBCM_REQ_RDMA_CM_PRIVATE_DATA_MAX 56
+
+/**
+ * The largest private data of a SIDR_REQ (`ibcm_sidr_param`).
+ */
+#define IBCM_SIDR_REQ_PRIVATE_DATA_MAX 216
+
+/**
+ * The largest private data of a SIDR_REP (`ibcm_sidr_rep_param`).
+ */
+#define IBCM_SIDR_REP_PRIVATE_DATA_MAX 136
 
 /**
  * The largest private data of a REP (`ibcm_accept_param`).
@@ -130,6 +175,19 @@ enum ibcm_event_type {
      * ibcm_close. `conn` is 0.
      */
     IBCM_EVENT_SERVICE_GONE = 9,
+    /**
+     * Passive side: a SIDR_REQ reached one of this context's listeners (`service_id`,
+     * `peer`, `private_data`). `conn` is a new handle: answer it with ibcm_sidr_reply (or
+     * ibcm_reject: status "rejected") before acknowledging the event; acknowledging it
+     * unanswered answers "rejected". The handle is forgotten once answered (no final event).
+     */
+    IBCM_EVENT_SIDR_REQUEST = 10,
+    /**
+     * Final, ibcm_sidr_query: the SIDR_REP arrived (`sidr_status`, `remote_qpn`, `qkey`,
+     * `private_data`). A non-success status is still this event. No answer after every
+     * retry is `IBCM_EVENT_UNREACHABLE`.
+     */
+    IBCM_EVENT_SIDR_REPLY = 11,
 };
 
 /**
@@ -420,6 +478,47 @@ struct ibcm_event {
      * Length of `private_data`.
      */
     uint32_t private_data_len;
+    /**
+     * The handle's context pointer: `ibcm_conn_param.context` (active side), the
+     * listener's (ibcm_listen_context; passive side), or what ibcm_set_context set last.
+     * NULL for context events and handles without one.
+     */
+    void *context;
+    /**
+     * CONNECT_REQUEST / SIDR_REQUEST with rdma_cm's CMA header (an rdma_cm client, or
+     * ibcm with `IBCM_CONNECT_RDMA_CM`): the client's rdma_cm address, "IP:PORT"; ""
+     * otherwise. NUL-terminated.
+     */
+    const char *rdma_cm_src;
+    /**
+     * As `rdma_cm_src`: the address the client connected to (the listener's IP and
+     * rdma_cm port), "IP:PORT"; "" otherwise. NUL-terminated.
+     */
+    const char *rdma_cm_dst;
+    /**
+     * SIDR_REPLY: the SIDR_REP's status (IBTA table 119: 0 success, 1 service ID not
+     * supported, 2 rejected, 3 no QP, 4 redirect, 5 unsupported version).
+     */
+    uint32_t sidr_status;
+    /**
+     * SIDR_REPLY: the Q_Key of the UD QP that serves the service (`remote_qpn`).
+     */
+    uint32_t qkey;
+};
+
+/**
+ * One counter of the node service's CM endpoint (ibcm_query_counters).
+ */
+struct ibcm_counter {
+    /**
+     * Its name ("established", "dropped.wrong_peer", …: docs/ibcmd.md), a static
+     * NUL-terminated string (valid as long as the library is loaded).
+     */
+    const char *name;
+    /**
+     * Its value.
+     */
+    uint64_t value;
 };
 
 /**
@@ -489,6 +588,11 @@ struct ibcm_conn_param {
      * Non-zero: the local QP uses an SRQ (default 0).
      */
     uint8_t srq;
+    /**
+     * The application's pointer for this connection (default NULL): every event of the
+     * handle carries it (`ibcm_event.context`), as rdma_cm's `id->context`.
+     */
+    void *context;
 };
 
 /**
@@ -709,6 +813,70 @@ struct ibcm_qp_attr {
     uint8_t qp_type;
 };
 
+/**
+ * What ibcm_sidr_query sends. Fill it with ibcm_sidr_param_init first.
+ */
+struct ibcm_sidr_param {
+    /**
+     * The peer's CM: its IP address (UDP port 4791) or "IP:PORT".
+     */
+    const char *peer;
+    /**
+     * The service ID to resolve.
+     */
+    uint64_t service_id;
+    /**
+     * SIDR_REQ private data (at most `IBCM_SIDR_REQ_PRIVATE_DATA_MAX` bytes); may be NULL
+     * when the length is 0. Copied by ibcm_sidr_query.
+     */
+    const uint8_t *private_data;
+    /**
+     * Length of `private_data`.
+     */
+    uint32_t private_data_len;
+    /**
+     * Time to wait for the SIDR_REP per attempt, in milliseconds (default 4096, rdma_cm's;
+     * the node service clamps it: docs/ibcmd.md).
+     */
+    uint32_t timeout_ms;
+    /**
+     * Retransmissions before `IBCM_EVENT_UNREACHABLE` (default 15, rdma_cm's; clamped as
+     * `timeout_ms`).
+     */
+    uint8_t max_retries;
+    /**
+     * The application's pointer for this request: its event carries it.
+     */
+    void *context;
+};
+
+/**
+ * What ibcm_sidr_reply answers a SIDR_REQ with.
+ */
+struct ibcm_sidr_rep_param {
+    /**
+     * The SIDR_REP status (IBTA table 119; 0 = success).
+     */
+    uint32_t status;
+    /**
+     * The UD QP that serves the service (24 bits; with status 0, not 0).
+     */
+    uint32_t qp_num;
+    /**
+     * Its Q_Key.
+     */
+    uint32_t qkey;
+    /**
+     * SIDR_REP private data (at most `IBCM_SIDR_REP_PRIVATE_DATA_MAX` bytes); may be NULL
+     * when the length is 0.
+     */
+    const uint8_t *private_data;
+    /**
+     * Length of `private_data`.
+     */
+    uint32_t private_data_len;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -788,14 +956,58 @@ int ibcm_wait_event(struct ibcm_ctx *ctx, int timeout_ms, struct ibcm_event **ev
 int ibcm_ack_event(struct ibcm_ctx *ctx, struct ibcm_event *event);
 
 /**
- * Listens on `service_id` for RC and UC REQs: each arrives as an
- * `IBCM_EVENT_CONNECT_REQUEST`. `IBCM_EREFUSED` when another client of the daemon (or this
- * context) listens there.
+ * Listens on `service_id` for RC and UC REQs, each an `IBCM_EVENT_CONNECT_REQUEST`, and
+ * SIDR_REQs, each an `IBCM_EVENT_SIDR_REQUEST`. For rdma_cm clients, listen on
+ * ibcm_rdma_cm_service_id(`IBCM_PS_TCP`, port). `IBCM_EREFUSED` when another client of the
+ * daemon (or this context) listens there.
  *
  * # Safety
  * `ctx` is NULL or a live context.
  */
 int ibcm_listen(struct ibcm_ctx *ctx, uint64_t service_id);
+
+/**
+ * As ibcm_listen, and each request's handle gets `context` (its events carry it in
+ * `ibcm_event.context`, until ibcm_set_context changes it), as a request of an rdma_cm
+ * listener inherits the listener's `id->context`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `context` is only handed back, never dereferenced.
+ */
+int ibcm_listen_context(struct ibcm_ctx *ctx, uint64_t service_id, void *context);
+
+/**
+ * Sets the context pointer of handle `conn` (NULL: none): the events queued from now on
+ * carry it. `IBCM_ENOENT` for an unknown handle (or one whose final event was
+ * acknowledged).
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `context` is only handed back, never dereferenced.
+ */
+int ibcm_set_context(struct ibcm_ctx *ctx, uint64_t conn, void *context);
+
+/**
+ * The service ID rdma_cm uses for `port` in `port_space` (`IBCM_PS_TCP`, `IBCM_PS_UDP`,
+ * `IBCM_PS_IB`): `port_space << 16 | port`, as Linux's `rdma_get_service_id`. An rdma_cm
+ * client of `rdma_connect` to port 7174 (`rping -s -p 7174`) asks for
+ * ibcm_rdma_cm_service_id(`IBCM_PS_TCP`, 7174).
+ */
+uint64_t ibcm_rdma_cm_service_id(uint16_t port_space, uint16_t port);
+
+/**
+ * The counters of the node service's CM endpoint (the daemon's, shared by every client:
+ * connections, REJs, drops by reason, gauges; docs/ibcmd.md): the first `cap` of them into
+ * `counters` (NULL when `cap` is 0), and how many there are into `*n` (so a call with `cap`
+ * 0 sizes the array).
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `counters` is NULL or writable for `cap` entries; `n` is
+ * NULL or writable.
+ */
+int ibcm_query_counters(struct ibcm_ctx *ctx,
+                        struct ibcm_counter *counters,
+                        uint32_t cap,
+                        uint32_t *n);
 
 /**
  * Stops listening on `service_id` (REQs waiting for an answer stay to be answered).
@@ -869,7 +1081,8 @@ int ibcm_conn_param_init(struct ibcm_conn_param *param);
 
 /**
  * Fills `*param` with the defaults (responder resources and initiator depth 16, RNR retry
- * 7) and a random starting PSN drawn by the daemon's endpoint; set `qp_num` after.
+ * 7) and a random starting PSN (drawn here, from keys the OS seeded: no round trip to the
+ * daemon); set `qp_num` after.
  *
  * # Safety
  * `ctx` is NULL or a live context; `param` is NULL or writable.
@@ -895,10 +1108,12 @@ int ibcm_accept_param_init(struct ibcm_ctx *ctx, struct ibcm_accept_param *param
 int ibcm_connect(struct ibcm_ctx *ctx, const struct ibcm_conn_param *param, uint64_t *conn);
 
 /**
- * Accepts the REQ of `conn` (a handle from `IBCM_EVENT_CONNECT_REQUEST`): sends the REP.
- * Move the QP to RTR before (ibcm_init_qp_attr with the same `param`), and to RTS on
- * `IBCM_EVENT_ESTABLISHED` (the RTU). A refused accept rejects the REQ (REJ 28) and ends
- * the handle (`CONNECT_ERROR`).
+ * Accepts the REQ of `conn` (a handle from `IBCM_EVENT_CONNECT_REQUEST`): sends the REP,
+ * returning without waiting for the daemon. Move the QP to RTR before (ibcm_init_qp_attr
+ * with the same `param`), and to RTS on `IBCM_EVENT_ESTABLISHED` (the RTU). Errors here are
+ * the parameters' and the handle's (`IBCM_EINVAL`, `IBCM_ETOOLONG`, `IBCM_ENOENT`,
+ * `IBCM_ESTATE`, …); an accept the daemon refuses (a QPN in use, the REQ gone) rejects the
+ * REQ (REJ 28) and ends the handle with `CONNECT_ERROR` (`status` and `reason` say why).
  *
  * # Safety
  * `ctx` is NULL or a live context; `param` is NULL or readable, its `private_data` as its
@@ -907,9 +1122,10 @@ int ibcm_connect(struct ibcm_ctx *ctx, const struct ibcm_conn_param *param, uint
 int ibcm_accept(struct ibcm_ctx *ctx, uint64_t conn, const struct ibcm_accept_param *param);
 
 /**
- * Sends an MRA for the REQ of a `CONNECT_REQUEST` handle: the answer (accept or reject)
- * will take up to 4.096 µs × 2^`service_timeout` (0..31), so the initiator waits that long
- * instead of retransmitting its REQ. The REQ stays to be answered.
+ * Sends an MRA for the REQ of a `CONNECT_REQUEST` handle, or for the REP of a
+ * `CONNECT_RESPONSE` one (`IBCM_CONNECT_MANUAL_RTU`): the answer (accept or reject; the
+ * RTU or a reject) will take up to 4.096 µs × 2^`service_timeout` (0..31), so the peer
+ * waits that long instead of retransmitting. The REQ or REP stays to be answered.
  *
  * # Safety
  * `ctx` is NULL or a live context.
@@ -974,6 +1190,41 @@ int ibcm_init_qp_attr(struct ibcm_ctx *ctx,
                       const struct ibcm_accept_param *accept,
                       struct ibcm_qp_attr *attr,
                       int *mask);
+
+/**
+ * Fills `*param` with the defaults (rdma_cm's timing: 4096 ms per attempt, 15 retries);
+ * set `peer` and `service_id` after.
+ *
+ * # Safety
+ * `param` is NULL or writable.
+ */
+int ibcm_sidr_param_init(struct ibcm_sidr_param *param);
+
+/**
+ * Resolves a service ID with SIDR (a SIDR_REQ through the daemon) and returns its handle in
+ * `*handle` at once. Its one event follows: `IBCM_EVENT_SIDR_REPLY` (`sidr_status`,
+ * `remote_qpn`, `qkey`, `private_data`) or `IBCM_EVENT_UNREACHABLE` (no answer after every
+ * retry), or `CONNECT_ERROR` (cancelled with ibcm_disconnect, refused by the daemon).
+ * Errors here: `IBCM_EINVAL` (NULL, a bad address, `timeout_ms` 0), `IBCM_ETOOLONG`,
+ * `IBCM_EGONE`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `param` is NULL or readable, with its `peer` and
+ * `private_data` pointers as its field docs say; `handle` is NULL or writable.
+ */
+int ibcm_sidr_query(struct ibcm_ctx *ctx, const struct ibcm_sidr_param *param, uint64_t *handle);
+
+/**
+ * Answers the SIDR_REQ of a `SIDR_REQUEST` handle with a SIDR_REP (`param`: status, the UD
+ * QP and its Q_Key, private data); the handle is then forgotten. A refused answer (bad
+ * values) leaves the request to be answered; the peer's request gone meanwhile is
+ * `IBCM_ECLOSED`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `param` is NULL or readable, its `private_data` as its
+ * field docs say.
+ */
+int ibcm_sidr_reply(struct ibcm_ctx *ctx, uint64_t conn, const struct ibcm_sidr_rep_param *param);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -9,16 +9,20 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ibcm::proto::{AcceptParams, ConnectParams, ListenOptions, ReqInfo};
+use ibcm::proto::{
+    AcceptParams, ConnectParams, ListenOptions, ReqInfo, SidrRepParams, SidrReqParams,
+};
 use ibcm::qp_attr::{qp_attr, Connection as QpConn, QpState, Side};
 use ibcm::rt::node::{attach, Node};
-use ibcm::rt::{Cm, CmError, Connection, Incoming, Listener, PendingConnection};
+use ibcm::rt::{Cm, CmError, Connection, Incoming, IncomingKind, Listener, PendingConnection};
+use ibcm_mad::cma::CmaHeader;
 use ibcm_mad::{RejReason, Rep, Req, ReqTransport, ServiceId};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
@@ -37,7 +41,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A connection handle's state.
 enum Entry {
-    /// `ibcm_connect`: waiting for the REP; `cancel` until ibcm_disconnect used it.
+    /// `ibcm_connect` waiting for the REP, or `ibcm_sidr_query` for the SIDR_REP; `cancel`
+    /// until ibcm_disconnect used it.
     Connecting { cancel: Option<oneshot::Sender<()>> },
     /// A REQ waiting for ibcm_accept / ibcm_reject.
     Incoming {
@@ -48,6 +53,9 @@ enum Entry {
     Pending(Box<PendingConnection>, Active),
     /// Accepted or established: the messages for the QP attributes.
     Open(Box<Open>),
+    /// A SIDR_REQ waiting for ibcm_sidr_reply (or ibcm_reject); acknowledging its event
+    /// unanswered rejects it.
+    SidrIn(Box<Incoming>),
     /// A call on it (or, with auto RTU, the RTU) is in progress. `disconnect`: an
     /// `ibcm_disconnect` came meanwhile; it is carried out (with this DREQ private data)
     /// when the call is done.
@@ -90,11 +98,18 @@ fn gone() -> Error {
     Error::new(IBCM_EGONE, "the node service connection is gone")
 }
 
+/// The next connection handle: handles are unique in the process, whatever the context
+/// (a runtime with several contexts may key one table by handle).
+static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
+
 /// What the runtime's tasks and the calls share.
 pub(crate) struct Shared {
     pub(crate) events: Channel,
     conns: Mutex<HashMap<u64, Entry>>,
-    next: AtomicU64,
+    /// The application's context pointer of each handle that has one (`ibcm_conn_param`'s
+    /// `context`, the listener's, `ibcm_set_context`), copied into each of its events.
+    /// Locked after `conns` when both are.
+    user: Mutex<HashMap<u64, usize>>,
 }
 
 struct ListenerTask {
@@ -127,8 +142,21 @@ fn transport_code(t: ReqTransport) -> u32 {
 }
 
 impl Shared {
-    fn new_handle(&self) -> u64 {
-        self.next.fetch_add(1, Ordering::Relaxed)
+    /// A new handle, with the application's context pointer (0: none).
+    fn new_handle(&self, context: usize) -> u64 {
+        let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
+        if context != 0 {
+            lock(&self.user).insert(h, context);
+        }
+        h
+    }
+
+    /// Queues `ev`, with its handle's context pointer.
+    fn push(&self, mut ev: Event) {
+        if ev.conn != 0 {
+            ev.context = lock(&self.user).get(&ev.conn).copied().unwrap_or(0);
+        }
+        self.events.push(ev);
     }
 
     /// Ends handle `h` with its final event; the handle stays (ended) until the application
@@ -150,14 +178,14 @@ impl Shared {
         *e = Entry::Ended(open);
         // Queued under the table's lock: the sweep of `service_gone` sees the handle ended
         // and its event queued, or neither.
-        self.events.push(ev);
+        self.push(ev);
     }
 
     /// Queues a non-final event of handle `h`, unless the handle has ended meanwhile.
     fn push_live(&self, h: u64, ev: Event) {
         let conns = lock(&self.conns);
         if matches!(conns.get(&h), Some(e) if !matches!(e, Entry::Ended(_))) {
-            self.events.push(ev);
+            self.push(ev);
         }
     }
 
@@ -187,12 +215,12 @@ impl Shared {
             ev.status = IBCM_EGONE;
             ev.reason = "ended here: the node service connection is gone".into();
             *e = Entry::Ended(open);
-            self.events.push(ev);
+            self.push(ev);
         }
         let mut ev = Event::new(IBCM_EVENT_SERVICE_GONE, 0);
         ev.status = IBCM_EGONE;
         ev.reason = why;
-        self.events.push(ev);
+        self.push(ev);
         self.events.close();
     }
 
@@ -201,31 +229,70 @@ impl Shared {
         let mut conns = lock(&self.conns);
         if matches!(conns.get(&h), Some(Entry::Ended(_))) {
             conns.remove(&h);
+            lock(&self.user).remove(&h);
         }
     }
 
-    /// A REQ reached a listener: a new handle and its event.
-    fn incoming(&self, inc: Incoming) {
-        let Some(req) = inc.request().cloned() else {
-            // A SIDR_REQ: not served to C (dropping it answers "rejected").
-            return;
+    /// The application acknowledged the `SIDR_REQUEST` event of handle `h`: if it has not
+    /// answered it, the request is rejected (a SIDR_REP with status "rejected") and the
+    /// handle forgotten, so that no unanswered request outlives its event.
+    pub(crate) fn sidr_acknowledged(&self, h: u64) {
+        let mut conns = lock(&self.conns);
+        if matches!(conns.get(&h), Some(Entry::SidrIn(_))) {
+            // Dropping the request answers it ("rejected").
+            conns.remove(&h);
+            lock(&self.user).remove(&h);
+        }
+    }
+
+    /// Forgets handle `h` at once (an answered SIDR request: it has no final event).
+    fn forget(&self, h: u64) {
+        lock(&self.conns).remove(&h);
+        lock(&self.user).remove(&h);
+    }
+
+    /// A REQ or a SIDR_REQ reached a listener whose context pointer is `context`: a new
+    /// handle and its event.
+    fn incoming(&self, inc: Incoming, context: usize) {
+        let h = self.new_handle(context);
+        let (ev, entry) = match inc.kind() {
+            IncomingKind::Connect(req) => {
+                let req = req.clone();
+                let mut ev = Event::new(IBCM_EVENT_CONNECT_REQUEST, h);
+                ev.service_id = req.service_id().0;
+                ev.transport = transport_code(req.transport());
+                ev.remote_qpn = req.remote_qpn().get();
+                ev.remote_psn = req.remote_starting_psn().get();
+                ev.peer = req.peer.to_string();
+                ev.private_data = req.user_private_data().to_vec();
+                if let Some(cma) = &req.cma_header {
+                    ev.rdma_cm = Some(rdma_cm_addrs(cma, req.service_id()));
+                }
+                let entry = Entry::Incoming {
+                    inc: Box::new(inc),
+                    req,
+                };
+                (ev, entry)
+            }
+            IncomingKind::Sidr(s) => {
+                let mut ev = Event::new(IBCM_EVENT_SIDR_REQUEST, h);
+                ev.service_id = s.service_id.0;
+                ev.peer = s.peer.to_string();
+                let cma = s
+                    .service_id
+                    .rdma_cm_port()
+                    .and_then(|_| CmaHeader::parse(&s.private_data).ok());
+                ev.private_data = match &cma {
+                    Some(_) => CmaHeader::user_data(&s.private_data).to_vec(),
+                    None => s.private_data.clone(),
+                };
+                ev.rdma_cm = cma.map(|c| rdma_cm_addrs(&c, s.service_id));
+                (ev, Entry::SidrIn(Box::new(inc)))
+            }
         };
-        let h = self.new_handle();
-        let mut ev = Event::new(IBCM_EVENT_CONNECT_REQUEST, h);
-        ev.service_id = req.service_id().0;
-        ev.transport = transport_code(req.transport());
-        ev.remote_qpn = req.remote_qpn().get();
-        ev.remote_psn = req.remote_starting_psn().get();
-        ev.peer = req.peer.to_string();
-        ev.private_data = req.user_private_data().to_vec();
-        lock(&self.conns).insert(
-            h,
-            Entry::Incoming {
-                inc: Box::new(inc),
-                req: Box::new(req),
-            },
-        );
-        self.events.push(ev);
+        let mut conns = lock(&self.conns);
+        conns.insert(h, entry);
+        self.push(ev);
     }
 
     /// A connection of handle `h` is accepted or established: keep it and watch it.
@@ -262,7 +329,7 @@ impl Shared {
             };
             conns.insert(h, Entry::Open(Box::new(open)));
             if established {
-                self.events.push(established_event());
+                self.push(established_event());
             }
             queued
         };
@@ -329,7 +396,7 @@ impl Shared {
                 ev.private_data = p.rep().rep.private_data.as_bytes().to_vec();
                 conns.insert(h, Entry::Pending(Box::new(p), active));
                 drop(conns);
-                self.events.push(ev);
+                self.push(ev);
                 return;
             }
             conns.insert(h, Entry::Busy { disconnect: None });
@@ -377,12 +444,25 @@ impl Shared {
     }
 }
 
-/// The listener's task: each REQ becomes a handle and an event, until `stop`.
-async fn pump(shared: Arc<Shared>, mut listener: Listener, mut stop: oneshot::Receiver<()>) {
+/// The rdma_cm source and destination ("IP:PORT") of a CMA header sent to `sid`.
+fn rdma_cm_addrs(cma: &CmaHeader, sid: ServiceId) -> (String, String) {
+    let src = SocketAddr::new(cma.src, cma.src_port);
+    let port = sid.rdma_cm_port().map_or(0, |(_, p)| p);
+    (src.to_string(), SocketAddr::new(cma.dst, port).to_string())
+}
+
+/// The listener's task: each REQ or SIDR_REQ becomes a handle (with the listener's context
+/// pointer) and an event, until `stop`.
+async fn pump(
+    shared: Arc<Shared>,
+    mut listener: Listener,
+    mut stop: oneshot::Receiver<()>,
+    context: usize,
+) {
     loop {
         tokio::select! {
             inc = listener.next() => match inc {
-                Some(inc) => shared.incoming(inc),
+                Some(inc) => shared.incoming(inc, context),
                 None => return,
             },
             _ = &mut stop => return,
@@ -399,10 +479,18 @@ fn rejected_locally(h: u64, reason: RejReason) -> Event {
     ev
 }
 
+/// The answer to a SIDR_REQ the application rejected (or left unanswered).
+fn sidr_rejected() -> SidrRepParams {
+    let mut rep = SidrRepParams::success(ibcm_mad::Qpn::masked(0), ibcm_mad::Qkey(0));
+    rep.status = ibcm_mad::SidrStatus::Rejected;
+    rep
+}
+
 /// Which entry a call found.
 enum Taken {
     Incoming(Box<Incoming>, Box<ReqInfo>),
     Pending(Box<PendingConnection>, Active),
+    SidrIn(Box<Incoming>),
 }
 
 impl Context {
@@ -422,7 +510,7 @@ impl Context {
         let shared = Arc::new(Shared {
             events,
             conns: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(1),
+            user: Mutex::new(HashMap::new()),
         });
         let s = shared.clone();
         let task = a.task;
@@ -503,8 +591,9 @@ impl Context {
         }
     }
 
-    /// Listens on `sid` (RC and UC REQs; XRC targets are ibcm_xrc_listen's).
-    pub(crate) fn listen(&self, sid: u64) -> Result<()> {
+    /// Listens on `sid` (RC and UC REQs, and SIDR_REQs; XRC targets are ibcm_xrc_listen's);
+    /// each request's handle gets `context`.
+    pub(crate) fn listen(&self, sid: u64, context: usize) -> Result<()> {
         self.live()?;
         let mut ls = lock(&self.listeners);
         if ls.contains_key(&sid) {
@@ -521,7 +610,7 @@ impl Context {
         let Some(rt) = &self.rt else {
             return Err(Error::new(IBCM_EGONE, "the context is closed"));
         };
-        let task = rt.spawn(pump(self.shared.clone(), listener, rx));
+        let task = rt.spawn(pump(self.shared.clone(), listener, rx, context));
         ls.insert(sid, ListenerTask { stop, task });
         Ok(())
     }
@@ -538,8 +627,18 @@ impl Context {
         Ok(())
     }
 
-    /// Starts a connection; its events follow.
-    pub(crate) fn connect(&self, params: ConnectParams, manual: bool) -> Result<u64> {
+    /// The IP address of the daemon's CM, when it said (an rdma_cm CMA header's source).
+    pub(crate) fn daemon_ip(&self) -> Option<IpAddr> {
+        self.node.daemon_addr()
+    }
+
+    /// Starts a connection whose handle gets `context`; its events follow.
+    pub(crate) fn connect(
+        &self,
+        params: ConnectParams,
+        manual: bool,
+        context: usize,
+    ) -> Result<u64> {
         self.live()?;
         // The daemon's CM reaches peers of its own address family only: another would
         // never answer (an IPv6 peer through an IPv4 daemon timed out silently).
@@ -557,7 +656,7 @@ impl Context {
                 ));
             }
         }
-        let h = self.shared.new_handle();
+        let h = self.shared.new_handle(context);
         let (cancel, mut cancelled) = oneshot::channel();
         let active = Active::of(&params);
         lock(&self.shared.conns).insert(
@@ -576,9 +675,26 @@ impl Context {
         });
         if let Err(e) = r {
             lock(&self.shared.conns).remove(&h);
+            lock(&self.shared.user).remove(&h);
             return Err(e);
         }
         Ok(h)
+    }
+
+    /// Sets the context pointer of handle `h`: its next events carry it.
+    pub(crate) fn set_context(&self, h: u64, context: usize) -> Result<()> {
+        self.not_forked()?;
+        let conns = lock(&self.shared.conns);
+        if !conns.contains_key(&h) {
+            return Err(Self::unknown(h));
+        }
+        let mut user = lock(&self.shared.user);
+        if context == 0 {
+            user.remove(&h);
+        } else {
+            user.insert(h, context);
+        }
+        Ok(())
     }
 
     fn unknown(h: u64) -> Error {
@@ -600,6 +716,7 @@ impl Context {
         match std::mem::replace(e, Entry::Busy { disconnect: None }) {
             Entry::Incoming { inc, req } => Ok(Taken::Incoming(inc, req)),
             Entry::Pending(p, a) => Ok(Taken::Pending(p, a)),
+            Entry::SidrIn(inc) => Ok(Taken::SidrIn(inc)),
             busy @ Entry::Busy { .. } => {
                 *e = busy;
                 Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy")))
@@ -633,8 +750,20 @@ impl Context {
         let e = match t {
             Taken::Incoming(inc, req) => Entry::Incoming { inc, req },
             Taken::Pending(p, a) => Entry::Pending(p, a),
+            Taken::SidrIn(inc) => Entry::SidrIn(inc),
         };
         conns.insert(h, e);
+    }
+
+    /// Puts `t` back and fails with `IBCM_ESTATE`: `op` does not apply to what `h` is.
+    fn wrong(&self, h: u64, t: Taken, op: &str) -> Error {
+        let what = match &t {
+            Taken::Incoming(..) => "a passive connection (CONNECT_REQUEST)",
+            Taken::Pending(..) => "an active connection (CONNECT_RESPONSE)",
+            Taken::SidrIn(_) => "a SIDR request (answer it with ibcm_sidr_reply)",
+        };
+        self.put_back(h, t);
+        Error::new(IBCM_ESTATE, format!("{op} on {what}"))
     }
 
     /// Rejects (reason 28) the REQ or REP taken from `h` without waiting for the daemon's
@@ -647,46 +776,48 @@ impl Context {
             let _ = match t {
                 Taken::Incoming(inc, _) => inc.reject(reason, &[], &[]).await,
                 Taken::Pending(p, _) => p.reject(reason, &[], &[]).await,
+                Taken::SidrIn(inc) => {
+                    // Answered "rejected"; a SIDR handle has no final event.
+                    let _ = inc.sidr_reply(sidr_rejected()).await;
+                    s.forget(h);
+                    return;
+                }
             };
             s.finish(h, rejected_locally(h, reason));
         })
     }
 
-    /// Accepts the REQ of `h` (sends the REP); `ESTABLISHED` follows on the RTU.
+    /// Accepts the REQ of `h` (sends the REP) without waiting for the daemon: `ESTABLISHED`
+    /// follows on the RTU; a refusal of the daemon (a QPN in use, …) rejects the REQ and
+    /// ends the handle with `CONNECT_ERROR`.
     pub(crate) fn accept(&self, h: u64, params: AcceptParams) -> Result<()> {
         let (inc, req) = match self.take(h, "ibcm_accept")? {
             Taken::Incoming(inc, req) => (inc, req),
-            t @ Taken::Pending(..) => {
-                self.put_back(h, t);
-                return Err(Error::new(
-                    IBCM_ESTATE,
-                    "ibcm_accept on an active connection",
-                ));
-            }
+            t => return Err(self.wrong(h, t, "ibcm_accept")),
         };
         let rep = params.rep_fields();
-        match self.block_on(inc.accept(params))? {
-            Ok(conn) => {
-                let open = Open {
-                    conn,
-                    req: req.req,
-                    rep,
-                    side: Side::Passive,
-                    active: None,
-                };
-                let _guard = self.rt.as_ref().map(Runtime::enter);
-                self.shared.opened(h, open, false);
-                Ok(())
+        let s = self.shared.clone();
+        self.spawn(async move {
+            match inc.accept(params).await {
+                Ok(conn) => {
+                    let open = Open {
+                        conn,
+                        req: req.req,
+                        rep,
+                        side: Side::Passive,
+                        active: None,
+                    };
+                    s.opened(h, open, false);
+                }
+                Err(e) => {
+                    let e = Error::from(e);
+                    let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+                    ev.status = e.code;
+                    ev.reason = format!("accept refused (the REQ was rejected): {}", e.msg);
+                    s.finish(h, ev);
+                }
             }
-            Err(e) => {
-                let e = Error::from(e);
-                let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
-                ev.status = e.code;
-                ev.reason = format!("accept refused (the REQ was rejected): {}", e.msg);
-                self.shared.finish(h, ev);
-                Err(e)
-            }
-        }
+        })
     }
 
     /// Rejects the REQ or the REP of `h`.
@@ -695,13 +826,21 @@ impl Context {
         let r = match self.take(h, "ibcm_reject")? {
             Taken::Incoming(inc, _) => self.block_on(inc.reject(reason, &[], private_data))?,
             Taken::Pending(p, _) => self.block_on(p.reject(reason, &[], private_data))?,
+            Taken::SidrIn(inc) => {
+                let mut rep = sidr_rejected();
+                rep.private_data = private_data.to_vec();
+                let r = self.block_on(inc.sidr_reply(rep))?;
+                self.shared.forget(h);
+                return r.map_err(Error::from);
+            }
         };
         self.shared.finish(h, rejected_locally(h, reason));
         r.map_err(Error::from)
     }
 
-    /// Sends an MRA for the REQ of `h`: the answer will take up to 4.096 µs × 2^`timeout`.
-    /// The REQ stays to be answered.
+    /// Sends an MRA for the REQ of `h` (passive side) or its REP (active side, manual
+    /// RTU): the answer (accept or reject; the RTU or a reject) will take up to 4.096 µs ×
+    /// 2^`timeout`. The REQ or REP stays to be answered.
     pub(crate) fn mra(&self, h: u64, timeout: u8) -> Result<()> {
         let t = ibcm_mad::TimeoutExp::new(timeout).ok_or_else(|| {
             Error::new(
@@ -709,15 +848,13 @@ impl Context {
                 format!("service timeout {timeout} is above 31"),
             )
         })?;
-        let (inc, req) = match self.take(h, "ibcm_mra")? {
-            Taken::Incoming(inc, req) => (inc, req),
-            p @ Taken::Pending(..) => {
-                self.put_back(h, p);
-                return Err(Error::new(IBCM_ESTATE, "ibcm_mra on an active connection"));
-            }
+        let taken = self.take(h, "ibcm_mra")?;
+        let r = match &taken {
+            Taken::Incoming(inc, _) => self.block_on(inc.mra(t)),
+            Taken::Pending(p, _) => self.block_on(p.mra(t)),
+            Taken::SidrIn(_) => return Err(self.wrong(h, taken, "ibcm_mra")),
         };
-        let r = self.block_on(inc.mra(t));
-        self.put_back(h, Taken::Incoming(inc, req));
+        self.put_back(h, taken);
         Ok(r??)
     }
 
@@ -725,13 +862,7 @@ impl Context {
     pub(crate) fn establish(&self, h: u64, private_data: Vec<u8>) -> Result<()> {
         let (p, active) = match self.take(h, "ibcm_establish")? {
             Taken::Pending(p, a) => (p, a),
-            t @ Taken::Incoming(..) => {
-                self.put_back(h, t);
-                return Err(Error::new(
-                    IBCM_ESTATE,
-                    "ibcm_establish on a passive connection",
-                ));
-            }
+            t => return Err(self.wrong(h, t, "ibcm_establish")),
         };
         let s = self.shared.clone();
         self.block_on(async move { s.establish_pending(h, *p, active, private_data).await })?
@@ -764,9 +895,10 @@ impl Context {
                 Ok(())
             }
             Entry::Ended(_) => Err(Self::ended(h)),
-            Entry::Incoming { .. } | Entry::Pending(..) => {
+            Entry::Incoming { .. } | Entry::Pending(..) | Entry::SidrIn(_) => {
                 drop(conns);
-                // A REJ (consumer reject), sent without waiting for the daemon's answer.
+                // A REJ (consumer reject; a SIDR_REP "rejected"), sent without waiting for
+                // the daemon's answer.
                 let t = self.take(h, "ibcm_disconnect")?;
                 self.reject_later(h, t)
             }
@@ -815,6 +947,12 @@ impl Context {
                     "no REP yet: wait for CONNECT_RESPONSE",
                 ))
             }
+            Entry::SidrIn(_) => {
+                return Err(Error::new(
+                    IBCM_ESTATE,
+                    "a SIDR request has no connected QP",
+                ))
+            }
             Entry::Busy { .. } => {
                 return Err(Error::new(IBCM_EBUSY, format!("connection {h} is busy")))
             }
@@ -832,10 +970,77 @@ impl Context {
         Ok(params::qp_attr_c(&a, m, t))
     }
 
-    /// A random PSN from the daemon's endpoint.
-    pub(crate) fn random_psn(&self) -> Result<u32> {
+    /// Sends a SIDR_REQ (`params`) through the daemon; its handle gets `context`. The answer
+    /// comes as `SIDR_REPLY` (any status) or `UNREACHABLE`, the handle's final event.
+    pub(crate) fn sidr_query(&self, params: SidrReqParams, context: usize) -> Result<u64> {
         self.live()?;
-        Ok(self.block_on(self.cm.random_psn())??.get())
+        let h = self.shared.new_handle(context);
+        let (cancel, mut cancelled) = oneshot::channel();
+        lock(&self.shared.conns).insert(
+            h,
+            Entry::Connecting {
+                cancel: Some(cancel),
+            },
+        );
+        let (cm, s) = (self.cm.clone(), self.shared.clone());
+        let r = self.spawn(async move {
+            let r = tokio::select! {
+                r = cm.sidr(params) => r,
+                Ok(()) = &mut cancelled => {
+                    let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+                    ev.status = IBCM_ECLOSED;
+                    ev.reason = "cancelled by ibcm_disconnect".into();
+                    return s.finish(h, ev);
+                }
+            };
+            let ev = match r {
+                Ok(a) => {
+                    let mut ev = Event::new(IBCM_EVENT_SIDR_REPLY, h);
+                    ev.sidr_status = u32::from(a.status.raw());
+                    ev.remote_qpn = a.qpn.get();
+                    ev.qkey = a.qkey.0;
+                    ev.private_data = a.private_data;
+                    ev
+                }
+                Err(CmError::SidrTimedOut) => {
+                    let mut ev = Event::new(IBCM_EVENT_UNREACHABLE, h);
+                    ev.status = IBCM_ECLOSED;
+                    ev.reason = "no SIDR_REP after every retry".into();
+                    ev
+                }
+                Err(e) => {
+                    let e = Error::from(e);
+                    let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+                    ev.status = e.code;
+                    ev.reason = e.msg;
+                    ev
+                }
+            };
+            s.finish(h, ev);
+        });
+        if let Err(e) = r {
+            lock(&self.shared.conns).remove(&h);
+            lock(&self.shared.user).remove(&h);
+            return Err(e);
+        }
+        Ok(h)
+    }
+
+    /// Answers the SIDR_REQ of `h` (a `SIDR_REQUEST` handle, forgotten once answered).
+    pub(crate) fn sidr_reply(&self, h: u64, rep: SidrRepParams) -> Result<()> {
+        let inc = match self.take(h, "ibcm_sidr_reply")? {
+            Taken::SidrIn(inc) => inc,
+            t => return Err(self.wrong(h, t, "ibcm_sidr_reply")),
+        };
+        let r = self.block_on(inc.sidr_reply(rep))?;
+        self.shared.forget(h);
+        r.map_err(Error::from)
+    }
+
+    /// The daemon endpoint's counters, name and value.
+    pub(crate) fn counters(&self) -> Result<Vec<(String, u64)>> {
+        self.live()?;
+        Ok(self.block_on(self.cm.stats())??.counters())
     }
 
     /// Has the daemon serve `sid` as an XRC target of this context.

@@ -36,6 +36,14 @@ pub(crate) struct Event {
     pub(crate) peer: String,
     pub(crate) reason: String,
     pub(crate) private_data: Vec<u8>,
+    /// The handle's context pointer (0: none).
+    pub(crate) context: usize,
+    /// A request with an rdma_cm CMA header: its source and destination, "IP:PORT".
+    pub(crate) rdma_cm: Option<(String, String)>,
+    /// SIDR_REPLY: the status (IBTA table 119).
+    pub(crate) sidr_status: u32,
+    /// SIDR_REPLY: the Q_Key.
+    pub(crate) qkey: u32,
 }
 
 /// Whether an event of `kind` is a connection's last (after it is acknowledged, the handle
@@ -47,6 +55,7 @@ pub(crate) fn is_final(kind: ibcm_event_type) -> bool {
             | IBCM_EVENT_UNREACHABLE
             | IBCM_EVENT_CONNECT_ERROR
             | IBCM_EVENT_DISCONNECTED
+            | IBCM_EVENT_SIDR_REPLY
     )
 }
 
@@ -68,6 +77,10 @@ impl Event {
             peer: String::new(),
             reason: String::new(),
             private_data: Vec::new(),
+            context: 0,
+            rdma_cm: None,
+            sidr_status: 0,
+            qkey: 0,
         }
     }
 

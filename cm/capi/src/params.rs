@@ -4,9 +4,11 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use ibcm::proto::{AcceptParams, ConnectParams, DEFAULT_CONNECT_TIMEOUT};
+use ibcm::proto::{
+    AcceptParams, ConnectParams, SidrRepParams, SidrReqParams, DEFAULT_CONNECT_TIMEOUT,
+};
 use ibcm::qp_attr::{AhAttr, LinkLayer, LocalPort, QpAttr, QpAttrMask, QpType};
-use ibcm_mad::{Mtu, Psn, Qpn, ReqTransport, ServiceId, U3};
+use ibcm_mad::{Mtu, Psn, Qkey, Qpn, ReqTransport, ServiceId, SidrStatus, U3};
 
 use crate::error::{Error, Result};
 use crate::ffi::types::ibcm_status::*;
@@ -35,7 +37,43 @@ pub(crate) fn conn_param_default() -> ibcm_conn_param {
         rnr_retry_count: d.rnr_retry_count.get(),
         path_mtu: d.path_mtu.raw(),
         srq: u8::from(d.srq),
+        context: std::ptr::null_mut(),
     }
+}
+
+/// ibcm_sidr_param_init's values: rdma_cm's timing (4096 ms, 15 retries).
+pub(crate) fn sidr_param_default() -> ibcm_sidr_param {
+    let d = SidrReqParams::new(SocketAddr::from(([127, 0, 0, 1], 4791)), ServiceId(0));
+    ibcm_sidr_param {
+        peer: std::ptr::null(),
+        service_id: 0,
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        timeout_ms: u32::try_from(d.timeout.as_millis()).unwrap_or(u32::MAX),
+        max_retries: d.max_retries,
+        context: std::ptr::null_mut(),
+    }
+}
+
+/// 32 random bits: SipHash, under the keys `RandomState` draws from the OS, of a counter and
+/// the clock (for PSNs and rdma_cm source ports; no round trip to the daemon).
+pub(crate) fn random_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    h.write_u128(now.as_nanos());
+    // The high half of the 64-bit hash.
+    (h.finish() >> 32) as u32
+}
+
+/// A random 24-bit PSN (ibcm_accept_param_init).
+pub(crate) fn random_psn() -> u32 {
+    random_u32() & 0x00ff_ffff
 }
 
 /// ibcm_accept_param_init's values (the PSN is drawn by the caller).
@@ -105,26 +143,35 @@ fn too_long(what: &str, len: usize, max: u32) -> Result<()> {
     Ok(())
 }
 
-/// The connect parameters, and whether the RTU waits for ibcm_establish.
+/// The connect parameters, and whether the RTU waits for ibcm_establish. `local`: the node
+/// service's CM address, the source of an rdma_cm CMA header (`IBCM_CONNECT_RDMA_CM`).
 pub(crate) fn connect_params(
     p: &ibcm_conn_param,
     peer: &str,
     private_data: Vec<u8>,
+    local: Option<IpAddr>,
 ) -> Result<(ConnectParams, bool)> {
-    let known = IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_PSN | IBCM_CONNECT_SHARED_QPN;
+    let known =
+        IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_PSN | IBCM_CONNECT_SHARED_QPN | IBCM_CONNECT_RDMA_CM;
     if p.flags & !known != 0 {
         return Err(invalid(format!("unknown flags {:#x}", p.flags & !known)));
     }
-    too_long(
-        "REQ private data",
-        private_data.len(),
-        IBCM_REQ_PRIVATE_DATA_MAX,
-    )?;
-    let mut c = ConnectParams::new(
-        peer_addr(peer)?,
-        ServiceId(p.service_id),
-        qpn(p.qp_num, "qp_num")?,
-    );
+    let local_qpn = qpn(p.qp_num, "qp_num")?;
+    let mut c = if p.flags & IBCM_CONNECT_RDMA_CM != 0 {
+        too_long(
+            "REQ private data (after rdma_cm's CMA header)",
+            private_data.len(),
+            IBCM_REQ_RDMA_CM_PRIVATE_DATA_MAX,
+        )?;
+        rdma_cm_params(p, peer, local, local_qpn)?
+    } else {
+        too_long(
+            "REQ private data",
+            private_data.len(),
+            IBCM_REQ_PRIVATE_DATA_MAX,
+        )?;
+        ConnectParams::new(peer_addr(peer)?, ServiceId(p.service_id), local_qpn)
+    };
     c = match p.transport {
         0 => c,
         1 => {
@@ -150,6 +197,91 @@ pub(crate) fn connect_params(
     };
     c.srq = p.srq != 0;
     Ok((c, p.flags & IBCM_CONNECT_MANUAL_RTU != 0))
+}
+
+/// `IBCM_CONNECT_RDMA_CM`: the REQ to the rdma_cm listener at `peer` ("IP:PORT", the port
+/// rdma_cm listens on), from `local` and a random ephemeral port (as Linux binds one).
+fn rdma_cm_params(
+    p: &ibcm_conn_param,
+    peer: &str,
+    local: Option<IpAddr>,
+    local_qpn: Qpn,
+) -> Result<ConnectParams> {
+    if p.service_id != 0 {
+        return Err(invalid(format!(
+            "service_id {:#x} with IBCM_CONNECT_RDMA_CM: the service ID is the port's, leave it 0",
+            p.service_id
+        )));
+    }
+    let dst: SocketAddr = peer.parse().map_err(|_| {
+        invalid(format!(
+            "peer {peer:?}: IBCM_CONNECT_RDMA_CM needs the listener's \"IP:PORT\""
+        ))
+    })?;
+    peer_addr(&dst.ip().to_string())?;
+    if dst.port() == 0 {
+        return Err(invalid(format!("peer {peer:?}: rdma_cm port 0")));
+    }
+    let local = local.ok_or_else(|| {
+        invalid("IBCM_CONNECT_RDMA_CM: the node service did not say its address (the CMA header's source)")
+    })?;
+    // Linux's ephemeral range (net.ipv4.ip_local_port_range): 32768..=60999.
+    let port = 32768 + (random_u32() % (60999 - 32768 + 1)) as u16;
+    Ok(ConnectParams::rdma_cm(
+        SocketAddr::new(local, port),
+        dst,
+        local_qpn,
+    ))
+}
+
+/// The SIDR_REQ parameters.
+pub(crate) fn sidr_params(
+    p: &ibcm_sidr_param,
+    peer: &str,
+    private_data: Vec<u8>,
+) -> Result<SidrReqParams> {
+    too_long(
+        "SIDR_REQ private data",
+        private_data.len(),
+        IBCM_SIDR_REQ_PRIVATE_DATA_MAX,
+    )?;
+    if p.timeout_ms == 0 {
+        return Err(invalid(
+            "timeout_ms 0: a SIDR_REQ needs time for its answer",
+        ));
+    }
+    let mut s = SidrReqParams::new(peer_addr(peer)?, ServiceId(p.service_id));
+    s.private_data = private_data;
+    s.timeout = Duration::from_millis(u64::from(p.timeout_ms));
+    s.max_retries = p.max_retries;
+    Ok(s)
+}
+
+/// The SIDR_REP parameters.
+pub(crate) fn sidr_rep_params(
+    p: &ibcm_sidr_rep_param,
+    private_data: Vec<u8>,
+) -> Result<SidrRepParams> {
+    too_long(
+        "SIDR_REP private data",
+        private_data.len(),
+        IBCM_SIDR_REP_PRIVATE_DATA_MAX,
+    )?;
+    let status = u8::try_from(p.status)
+        .ok()
+        .filter(|s| *s <= 5)
+        .map(SidrStatus::from_raw)
+        .ok_or_else(|| invalid(format!("SIDR status {} (0..5)", p.status)))?;
+    let qpn = if status == SidrStatus::Success {
+        qpn(p.qp_num, "qp_num")?
+    } else {
+        Qpn::new(p.qp_num)
+            .ok_or_else(|| invalid(format!("qp_num {:#x} is not 24 bits", p.qp_num)))?
+    };
+    let mut r = SidrRepParams::success(qpn, Qkey(p.qkey));
+    r.status = status;
+    r.private_data = private_data;
+    Ok(r)
 }
 
 /// The accept parameters.
@@ -283,7 +415,7 @@ mod tests {
     fn defaults_are_ibcms() {
         let mut p = conn_param_default();
         p.qp_num = 0x11;
-        let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new()).unwrap();
+        let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
         assert!(!manual);
         let d = ConnectParams::new(c.peer, ServiceId(0), Qpn::masked(0x11));
         assert_eq!(
@@ -311,29 +443,33 @@ mod tests {
     #[test]
     fn bad_values_are_refused() {
         let mut p = conn_param_default();
-        let e = connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err();
+        let e = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap_err();
         assert_eq!(e.code, IBCM_EINVAL, "QPN 0");
         p.qp_num = 1 << 24;
         assert_eq!(
-            connect_params(&p, "x", Vec::new()).unwrap_err().code,
+            connect_params(&p, "x", Vec::new(), None).unwrap_err().code,
             IBCM_EINVAL
         );
         p.qp_num = 5;
         assert_eq!(
-            connect_params(&p, "nowhere", Vec::new()).unwrap_err().code,
+            connect_params(&p, "nowhere", Vec::new(), None)
+                .unwrap_err()
+                .code,
             IBCM_EINVAL
         );
-        let e = connect_params(&p, "10.0.0.2:7", vec![0; 93]).unwrap_err();
+        let e = connect_params(&p, "10.0.0.2:7", vec![0; 93], None).unwrap_err();
         assert_eq!(e.code, IBCM_ETOOLONG);
         p.transport = 7;
         assert_eq!(
-            connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err().code,
+            connect_params(&p, "10.0.0.2", Vec::new(), None)
+                .unwrap_err()
+                .code,
             IBCM_EINVAL
         );
         p.transport = 2;
         p.flags = IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_SHARED_QPN | IBCM_CONNECT_PSN;
         p.starting_psn = 0x123;
-        let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new()).unwrap();
+        let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
         assert!(manual && c.allow_shared_qpn);
         assert_eq!(
             (c.transport, c.starting_psn),
@@ -341,7 +477,9 @@ mod tests {
         );
         p.flags = 0x80;
         assert_eq!(
-            connect_params(&p, "10.0.0.2", Vec::new()).unwrap_err().code,
+            connect_params(&p, "10.0.0.2", Vec::new(), None)
+                .unwrap_err()
+                .code,
             IBCM_EINVAL
         );
         let mut a = accept_param_default();
@@ -358,6 +496,87 @@ mod tests {
             accept_params(&a, Vec::new()).unwrap().local_qpn,
             Qpn::masked(9)
         );
+    }
+
+    #[test]
+    fn rdma_cm_connects_by_ip_and_port() {
+        let mut p = conn_param_default();
+        p.qp_num = 0x11;
+        p.flags = IBCM_CONNECT_RDMA_CM;
+        let local = Some("10.0.0.2".parse().unwrap());
+        let (c, _) = connect_params(&p, "10.0.0.1:7174", b"hi".to_vec(), local).unwrap();
+        assert_eq!(c.service_id, ServiceId(0x0106_1c06));
+        assert_eq!(
+            c.peer,
+            ibcm::proto::PeerAddr::Udp("10.0.0.1:4791".parse().unwrap())
+        );
+        let h = c.cma_header.unwrap();
+        assert_eq!(h.src, local.unwrap());
+        assert!((32768..=60999).contains(&h.src_port), "{}", h.src_port);
+        assert_eq!(h.dst, "10.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(c.private_data, b"hi");
+        // XRC: the IB port space.
+        p.transport = 2;
+        let (c, _) = connect_params(&p, "10.0.0.1:7174", Vec::new(), local).unwrap();
+        assert_eq!(c.service_id, ServiceId(0x013f_1c06));
+        p.transport = 0;
+        let code = |p: &ibcm_conn_param, peer: &str, pd: usize, local| {
+            connect_params(p, peer, vec![0; pd], local)
+                .unwrap_err()
+                .code
+        };
+        assert_eq!(code(&p, "10.0.0.1", 0, local), IBCM_EINVAL, "no port");
+        assert_eq!(code(&p, "10.0.0.1:0", 0, local), IBCM_EINVAL, "port 0");
+        assert_eq!(code(&p, "224.0.0.1:7174", 0, local), IBCM_EINVAL);
+        assert_eq!(code(&p, "10.0.0.1:7174", 0, None), IBCM_EINVAL, "no source");
+        assert_eq!(code(&p, "10.0.0.1:7174", 57, local), IBCM_ETOOLONG);
+        p.service_id = 0x0106_1c06;
+        assert_eq!(code(&p, "10.0.0.1:7174", 0, local), IBCM_EINVAL, "a service ID");
+    }
+
+    #[test]
+    fn sidr_parameters_are_checked() {
+        let mut p = sidr_param_default();
+        assert_eq!((p.timeout_ms, p.max_retries), (4096, 15));
+        p.service_id = 7;
+        let s = sidr_params(&p, "10.0.0.1", b"x".to_vec()).unwrap();
+        assert_eq!((s.service_id, s.private_data.len()), (ServiceId(7), 1));
+        assert_eq!(
+            sidr_params(&p, "10.0.0.1", vec![0; 217]).unwrap_err().code,
+            IBCM_ETOOLONG
+        );
+        p.timeout_ms = 0;
+        assert_eq!(
+            sidr_params(&p, "10.0.0.1", Vec::new()).unwrap_err().code,
+            IBCM_EINVAL
+        );
+        let mut r = ibcm_sidr_rep_param {
+            status: 0,
+            qp_num: 0,
+            qkey: 5,
+            private_data: std::ptr::null(),
+            private_data_len: 0,
+        };
+        let code = |r: &ibcm_sidr_rep_param, pd: usize| {
+            sidr_rep_params(r, vec![0; pd]).map(|_| ()).map_err(|e| e.code)
+        };
+        assert_eq!(code(&r, 0), Err(IBCM_EINVAL), "success needs a QPN");
+        r.qp_num = 0x1234;
+        assert_eq!(code(&r, 0), Ok(()));
+        assert_eq!(code(&r, 137), Err(IBCM_ETOOLONG));
+        r.status = 6;
+        assert_eq!(code(&r, 0), Err(IBCM_EINVAL));
+        r.status = 2;
+        r.qp_num = 0;
+        assert_eq!(code(&r, 0), Ok(()), "a rejection names no QP");
+    }
+
+    #[test]
+    fn random_psns_are_24_bits_and_vary() {
+        let v: Vec<u32> = (0..64).map(|_| random_psn()).collect();
+        assert!(v.iter().all(|p| *p <= 0x00ff_ffff));
+        let distinct: std::collections::HashSet<_> = v.iter().collect();
+        assert!(distinct.len() > 60, "{distinct:?}");
     }
 
     #[test]

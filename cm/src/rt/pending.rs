@@ -1,7 +1,7 @@
 //! The active side between the REP and the RTU: [`PendingConnection`]
 //! ([`Cm::connect_manual`](super::Cm::connect_manual)).
 
-use ibcm_mad::{RejReason, Req};
+use ibcm_mad::{RejReason, Req, TimeoutExp};
 
 use super::command::Command;
 use super::handle::{Cm, Connection};
@@ -88,6 +88,25 @@ impl PendingConnection {
     /// RTR and RTS attributes of the local QP.
     pub fn rep(&self) -> &RepInfo {
         &self.rep
+    }
+
+    /// Sends an MRA for the REP: the RTU (or a reject) will take up to `service_timeout`,
+    /// so the peer waits that long instead of resending its REP. The REP stays to be
+    /// answered ([`establish`](Self::establish) or [`reject`](Self::reject)).
+    ///
+    /// # Errors
+    /// [`CmError::Call`] if the connection has closed meanwhile.
+    pub async fn mra(&self, service_timeout: TimeoutExp) -> Result<(), CmError> {
+        let conn = self.conn.id();
+        self.conn
+            .cm
+            .call(|reply| Command::Mra {
+                conn,
+                service_timeout,
+                reply,
+            })
+            .await??;
+        Ok(())
     }
 
     /// Sends the RTU (with `private_data`, up to 224 bytes) and returns the established

@@ -89,13 +89,13 @@ impl CmStats {
         self.dropped().iter().map(|(_, n)| n).sum()
     }
 
-    /// The counters as one line of JSON:
-    /// `{"established":…,"closed":…,"rejected":…,"dropped":{"<reason>":n,…},…}`.
-    /// `rejected` counts the REJs this endpoint sent, `rej_received` those it received; the
-    /// other keys are the [`Stats::counters`] names in their order (`log_suppressed` the
-    /// core's and the driver's together), `transport_rx`/`transport_tx` and the transport's
-    /// other counters, and the gauges `connections`, `half_open`, `established_now`.
-    pub fn to_json(&self) -> String {
+    /// Every counter as `(name, value)`, in [`to_json`](Self::to_json)'s order: `established`,
+    /// `closed`, `rejected` (the REJs this endpoint sent), then every drop by reason as
+    /// `dropped.<reason>` ([`dropped`](Self::dropped)), then `rej_received`, `timeouts`, the
+    /// other [`Stats::counters`] names in their order (`log_suppressed` the core's and the
+    /// driver's together), the gauges `connections`, `half_open`, `established_now`,
+    /// `transport_rx`/`transport_tx` and the transport's other counters.
+    pub fn counters(&self) -> Vec<(String, u64)> {
         let e = &self.endpoint;
         let head = [
             ("established", e.established),
@@ -121,36 +121,52 @@ impl CmStats {
             ("transport_rx", self.transport.rx),
             ("transport_tx", self.transport.tx),
         ];
+        let named = |(k, v): (&str, u64)| (k.to_string(), v);
+        head.into_iter()
+            .map(named)
+            .chain(
+                self.dropped()
+                    .into_iter()
+                    .map(|(k, v)| (format!("{DROPPED}{k}"), v)),
+            )
+            .chain(after_drops.into_iter().chain(rest).chain(gauges).map(named))
+            .chain(self.transport.other.iter().copied().map(named))
+            .collect()
+    }
+
+    /// The counters as one line of JSON:
+    /// `{"established":…,"closed":…,"rejected":…,"dropped":{"<reason>":n,…},…}`: the
+    /// [`counters`](Self::counters), the `dropped.` ones as one object.
+    pub fn to_json(&self) -> String {
         let mut s = String::from("{");
-        let mut first = true;
-        let mut put = |s: &mut String, k: &str, v: u64| {
-            if !first {
+        let mut in_drops = false;
+        for (i, (k, v)) in self.counters().into_iter().enumerate() {
+            let drop = k.strip_prefix(DROPPED);
+            let sep = match (in_drops, drop.is_some()) {
+                (false, true) => "\"dropped\":{",
+                (true, false) => "}",
+                _ => "",
+            };
+            if i > 0 && !(in_drops && drop.is_none()) {
                 s.push(',');
             }
-            first = false;
-            let _ = write!(s, "\"{k}\":{v}");
-        };
-        for (k, v) in head {
-            put(&mut s, k, v);
-        }
-        s.push_str(",\"dropped\":{");
-        for (i, (k, v)) in self.dropped().iter().enumerate() {
-            if i > 0 {
+            s.push_str(sep);
+            if in_drops && drop.is_none() {
                 s.push(',');
             }
-            let _ = write!(s, "\"{k}\":{v}");
+            in_drops = drop.is_some();
+            let _ = write!(s, "\"{}\":{v}", drop.unwrap_or(&k));
         }
-        s.push('}');
-        for (k, v) in after_drops.into_iter().chain(rest).chain(gauges) {
-            put(&mut s, k, v);
-        }
-        for (k, v) in &self.transport.other {
-            put(&mut s, k, *v);
+        if in_drops {
+            s.push('}');
         }
         s.push('}');
         s
     }
 }
+
+/// The prefix of the drop counters' names in [`CmStats::counters`].
+const DROPPED: &str = "dropped.";
 
 #[cfg(test)]
 mod tests {

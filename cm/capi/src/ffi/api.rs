@@ -1,13 +1,14 @@
 //! The context, the event channel, listeners, XRC target services and error texts.
 
 use std::collections::HashSet;
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::types::ibcm_event_type::IBCM_EVENT_SIDR_REQUEST;
 use super::types::ibcm_status::*;
-use super::types::{ibcm_ctx, ibcm_event, IBCM_XRC_SRQNS_MAX};
+use super::types::{ibcm_counter, ibcm_ctx, ibcm_event, IBCM_XRC_SRQNS_MAX};
 use super::{bytes, c_string, context, ctx_ref, guard, put, string};
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -21,6 +22,8 @@ struct EventBox {
     ev: ibcm_event,
     peer: CString,
     reason: CString,
+    rdma_cm_src: CString,
+    rdma_cm_dst: CString,
     private_data: Vec<u8>,
 }
 
@@ -44,14 +47,24 @@ fn lend(ctx: &ibcm_ctx, e: Event) -> *mut ibcm_event {
             reason: std::ptr::null(),
             private_data: std::ptr::null(),
             private_data_len: u32::try_from(e.private_data.len()).unwrap_or(0),
+            // An address the application gave: only handed back.
+            context: e.context as *mut c_void,
+            rdma_cm_src: std::ptr::null(),
+            rdma_cm_dst: std::ptr::null(),
+            sidr_status: e.sidr_status,
+            qkey: e.qkey,
         },
         peer: c_string(&e.peer),
         reason: c_string(&e.reason),
+        rdma_cm_src: c_string(e.rdma_cm.as_ref().map_or("", |a| &a.0)),
+        rdma_cm_dst: c_string(e.rdma_cm.as_ref().map_or("", |a| &a.1)),
         private_data: e.private_data,
     });
     // Heap buffers: they stay where they are while the box lives, wherever it moves.
     b.ev.peer = b.peer.as_ptr();
     b.ev.reason = b.reason.as_ptr();
+    b.ev.rdma_cm_src = b.rdma_cm_src.as_ptr();
+    b.ev.rdma_cm_dst = b.rdma_cm_dst.as_ptr();
     b.ev.private_data = b.private_data.as_ptr();
     let p = Box::into_raw(b);
     outstanding(ctx).insert(p as usize);
@@ -77,6 +90,8 @@ fn take_back(ctx: &ibcm_ctx, p: *mut ibcm_event) -> Result<()> {
     let b = unsafe { Box::from_raw(p.cast::<EventBox>()) };
     if is_final(b.ev.event) {
         ctx.inner.shared.acknowledged(b.ev.conn);
+    } else if b.ev.event == IBCM_EVENT_SIDR_REQUEST {
+        ctx.inner.shared.sidr_acknowledged(b.ev.conn);
     }
     Ok(())
 }
@@ -242,16 +257,110 @@ pub unsafe extern "C" fn ibcm_ack_event(ctx: *mut ibcm_ctx, event: *mut ibcm_eve
     })
 }
 
-/// Listens on `service_id` for RC and UC REQs: each arrives as an
-/// `IBCM_EVENT_CONNECT_REQUEST`. `IBCM_EREFUSED` when another client of the daemon (or this
-/// context) listens there.
+/// Listens on `service_id` for RC and UC REQs, each an `IBCM_EVENT_CONNECT_REQUEST`, and
+/// SIDR_REQs, each an `IBCM_EVENT_SIDR_REQUEST`. For rdma_cm clients, listen on
+/// ibcm_rdma_cm_service_id(`IBCM_PS_TCP`, port). `IBCM_EREFUSED` when another client of the
+/// daemon (or this context) listens there.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context.
 #[no_mangle]
 pub unsafe extern "C" fn ibcm_listen(ctx: *mut ibcm_ctx, service_id: u64) -> c_int {
     // SAFETY: the caller's contract.
-    guard(|| unsafe { context(ctx) }?.listen(service_id))
+    guard(|| unsafe { context(ctx) }?.listen(service_id, 0))
+}
+
+/// As ibcm_listen, and each request's handle gets `context` (its events carry it in
+/// `ibcm_event.context`, until ibcm_set_context changes it), as a request of an rdma_cm
+/// listener inherits the listener's `id->context`.
+///
+/// # Safety
+/// `ctx` is NULL or a live context; `context` is only handed back, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_listen_context(
+    ctx: *mut ibcm_ctx,
+    service_id: u64,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    guard(|| unsafe { super::context(ctx) }?.listen(service_id, context as usize))
+}
+
+/// Sets the context pointer of handle `conn` (NULL: none): the events queued from now on
+/// carry it. `IBCM_ENOENT` for an unknown handle (or one whose final event was
+/// acknowledged).
+///
+/// # Safety
+/// `ctx` is NULL or a live context; `context` is only handed back, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_set_context(
+    ctx: *mut ibcm_ctx,
+    conn: u64,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    guard(|| unsafe { super::context(ctx) }?.set_context(conn, context as usize))
+}
+
+/// The service ID rdma_cm uses for `port` in `port_space` (`IBCM_PS_TCP`, `IBCM_PS_UDP`,
+/// `IBCM_PS_IB`): `port_space << 16 | port`, as Linux's `rdma_get_service_id`. An rdma_cm
+/// client of `rdma_connect` to port 7174 (`rping -s -p 7174`) asks for
+/// ibcm_rdma_cm_service_id(`IBCM_PS_TCP`, 7174).
+#[no_mangle]
+pub extern "C" fn ibcm_rdma_cm_service_id(port_space: u16, port: u16) -> u64 {
+    (u64::from(port_space) << 16) | u64::from(port)
+}
+
+/// The counters of the node service's CM endpoint (the daemon's, shared by every client:
+/// connections, REJs, drops by reason, gauges; docs/ibcmd.md): the first `cap` of them into
+/// `counters` (NULL when `cap` is 0), and how many there are into `*n` (so a call with `cap`
+/// 0 sizes the array).
+///
+/// # Safety
+/// `ctx` is NULL or a live context; `counters` is NULL or writable for `cap` entries; `n` is
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_query_counters(
+    ctx: *mut ibcm_ctx,
+    counters: *mut ibcm_counter,
+    cap: u32,
+    n: *mut u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { super::context(ctx) }?;
+        if n.is_null() {
+            return Err(Error::new(IBCM_EINVAL, "n is NULL"));
+        }
+        if counters.is_null() && cap > 0 {
+            return Err(Error::new(IBCM_EINVAL, "counters is NULL"));
+        }
+        let all = c.counters()?;
+        for (i, (name, value)) in all.iter().take(cap as usize).enumerate() {
+            let entry = ibcm_counter {
+                name: static_name(name),
+                value: *value,
+            };
+            // SAFETY: `counters` is writable for `cap` entries and `i < cap`.
+            unsafe { counters.add(i).write(entry) };
+        }
+        let total = u32::try_from(all.len()).unwrap_or(u32::MAX);
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { put(n, total, "n") }
+    })
+}
+
+/// `name` as a NUL-terminated string that lives as long as the library: the counter names
+/// are a fixed set, each kept once.
+fn static_name(name: &str) -> *const c_char {
+    static NAMES: Mutex<Vec<&'static std::ffi::CStr>> = Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = names.iter().find(|c| c.to_bytes() == name.as_bytes()) {
+        return c.as_ptr();
+    }
+    let c: &'static std::ffi::CStr = Box::leak(c_string(name).into_boxed_c_str());
+    names.push(c);
+    c.as_ptr()
 }
 
 /// Stops listening on `service_id` (REQs waiting for an answer stay to be answered).
@@ -369,6 +478,8 @@ pub extern "C" fn ibcm_event_str(event: c_int) -> *const c_char {
         7 => "DISCONNECTED\0",
         8 => "XRC_REPORT\0",
         9 => "SERVICE_GONE\0",
+        10 => "SIDR_REQUEST\0",
+        11 => "SIDR_REPLY\0",
         _ => "UNKNOWN\0",
     };
     t.as_ptr().cast::<c_char>()

@@ -4,8 +4,9 @@ use std::ffi::c_int;
 
 use super::types::ibcm_status::*;
 use super::types::{
-    ibcm_accept_param, ibcm_conn_param, ibcm_ctx, ibcm_port, ibcm_qp_attr,
-    IBCM_DREQ_PRIVATE_DATA_MAX, IBCM_REJ_PRIVATE_DATA_MAX, IBCM_RTU_PRIVATE_DATA_MAX,
+    ibcm_accept_param, ibcm_conn_param, ibcm_ctx, ibcm_port, ibcm_qp_attr, ibcm_sidr_param,
+    ibcm_sidr_rep_param, IBCM_DREQ_PRIVATE_DATA_MAX, IBCM_REJ_PRIVATE_DATA_MAX,
+    IBCM_RTU_PRIVATE_DATA_MAX,
 };
 use super::{bytes, context, guard, opt, put, string};
 use crate::error::{Error, Result};
@@ -34,7 +35,8 @@ pub unsafe extern "C" fn ibcm_conn_param_init(param: *mut ibcm_conn_param) -> c_
 }
 
 /// Fills `*param` with the defaults (responder resources and initiator depth 16, RNR retry
-/// 7) and a random starting PSN drawn by the daemon's endpoint; set `qp_num` after.
+/// 7) and a random starting PSN (drawn here, from keys the OS seeded: no round trip to the
+/// daemon); set `qp_num` after.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `param` is NULL or writable.
@@ -45,12 +47,12 @@ pub unsafe extern "C" fn ibcm_accept_param_init(
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller's contract.
-        let c = unsafe { context(ctx) }?;
+        unsafe { context(ctx) }?.live()?;
         if param.is_null() {
             return Err(Error::new(IBCM_EINVAL, "param is NULL"));
         }
         let mut p = params::accept_param_default();
-        p.starting_psn = c.random_psn()?;
+        p.starting_psn = params::random_psn();
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { put(param, p, "param") }
     })
@@ -88,17 +90,20 @@ pub unsafe extern "C" fn ibcm_connect(
         let peer = unsafe { string(p.peer, "param->peer") }?;
         // SAFETY: as above.
         let pd = unsafe { bytes(p.private_data, p.private_data_len, "param->private_data") }?;
-        let (cp, manual) = params::connect_params(p, &peer, pd)?;
-        let h = c.connect(cp, manual)?;
+        let (cp, manual) = params::connect_params(p, &peer, pd, c.daemon_ip())?;
+        // An address the application gave: only handed back in events.
+        let h = c.connect(cp, manual, p.context as usize)?;
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { put(conn, h, "conn") }
     })
 }
 
-/// Accepts the REQ of `conn` (a handle from `IBCM_EVENT_CONNECT_REQUEST`): sends the REP.
-/// Move the QP to RTR before (ibcm_init_qp_attr with the same `param`), and to RTS on
-/// `IBCM_EVENT_ESTABLISHED` (the RTU). A refused accept rejects the REQ (REJ 28) and ends
-/// the handle (`CONNECT_ERROR`).
+/// Accepts the REQ of `conn` (a handle from `IBCM_EVENT_CONNECT_REQUEST`): sends the REP,
+/// returning without waiting for the daemon. Move the QP to RTR before (ibcm_init_qp_attr
+/// with the same `param`), and to RTS on `IBCM_EVENT_ESTABLISHED` (the RTU). Errors here are
+/// the parameters' and the handle's (`IBCM_EINVAL`, `IBCM_ETOOLONG`, `IBCM_ENOENT`,
+/// `IBCM_ESTATE`, …); an accept the daemon refuses (a QPN in use, the REQ gone) rejects the
+/// REQ (REJ 28) and ends the handle with `CONNECT_ERROR` (`status` and `reason` say why).
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `param` is NULL or readable, its `private_data` as its
@@ -133,9 +138,10 @@ unsafe fn accept_param(p: *const ibcm_accept_param) -> Result<Option<ibcm::proto
     params::accept_params(p, pd).map(Some)
 }
 
-/// Sends an MRA for the REQ of a `CONNECT_REQUEST` handle: the answer (accept or reject)
-/// will take up to 4.096 µs × 2^`service_timeout` (0..31), so the initiator waits that long
-/// instead of retransmitting its REQ. The REQ stays to be answered.
+/// Sends an MRA for the REQ of a `CONNECT_REQUEST` handle, or for the REP of a
+/// `CONNECT_RESPONSE` one (`IBCM_CONNECT_MANUAL_RTU`): the answer (accept or reject; the
+/// RTU or a reject) will take up to 4.096 µs × 2^`service_timeout` (0..31), so the peer
+/// waits that long instead of retransmitting. The REQ or REP stays to be answered.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context.
@@ -256,5 +262,78 @@ pub unsafe extern "C" fn ibcm_init_qp_attr(
         unsafe { put(attr, a, "attr") }?;
         // SAFETY: as above.
         unsafe { put(mask, m, "mask") }
+    })
+}
+
+/// Fills `*param` with the defaults (rdma_cm's timing: 4096 ms per attempt, 15 retries);
+/// set `peer` and `service_id` after.
+///
+/// # Safety
+/// `param` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_sidr_param_init(param: *mut ibcm_sidr_param) -> c_int {
+    // SAFETY: the caller's contract.
+    guard(|| unsafe { put(param, params::sidr_param_default(), "param") })
+}
+
+/// Resolves a service ID with SIDR (a SIDR_REQ through the daemon) and returns its handle in
+/// `*handle` at once. Its one event follows: `IBCM_EVENT_SIDR_REPLY` (`sidr_status`,
+/// `remote_qpn`, `qkey`, `private_data`) or `IBCM_EVENT_UNREACHABLE` (no answer after every
+/// retry), or `CONNECT_ERROR` (cancelled with ibcm_disconnect, refused by the daemon).
+/// Errors here: `IBCM_EINVAL` (NULL, a bad address, `timeout_ms` 0), `IBCM_ETOOLONG`,
+/// `IBCM_EGONE`.
+///
+/// # Safety
+/// `ctx` is NULL or a live context; `param` is NULL or readable, with its `peer` and
+/// `private_data` pointers as its field docs say; `handle` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_sidr_query(
+    ctx: *mut ibcm_ctx,
+    param: *const ibcm_sidr_param,
+    handle: *mut u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { context(ctx) }?;
+        // SAFETY: the caller's contract.
+        let p = unsafe { opt(param) }.ok_or_else(|| Error::new(IBCM_EINVAL, "param is NULL"))?;
+        if handle.is_null() {
+            return Err(Error::new(IBCM_EINVAL, "handle is NULL"));
+        }
+        // SAFETY: the field contracts of ibcm_sidr_param.
+        let peer = unsafe { string(p.peer, "param->peer") }?;
+        // SAFETY: as above.
+        let pd = unsafe { bytes(p.private_data, p.private_data_len, "param->private_data") }?;
+        let sp = params::sidr_params(p, &peer, pd)?;
+        // An address the application gave: only handed back in events.
+        let h = c.sidr_query(sp, p.context as usize)?;
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { put(handle, h, "handle") }
+    })
+}
+
+/// Answers the SIDR_REQ of a `SIDR_REQUEST` handle with a SIDR_REP (`param`: status, the UD
+/// QP and its Q_Key, private data); the handle is then forgotten. A refused answer (bad
+/// values) leaves the request to be answered; the peer's request gone meanwhile is
+/// `IBCM_ECLOSED`.
+///
+/// # Safety
+/// `ctx` is NULL or a live context; `param` is NULL or readable, its `private_data` as its
+/// field docs say.
+#[no_mangle]
+pub unsafe extern "C" fn ibcm_sidr_reply(
+    ctx: *mut ibcm_ctx,
+    conn: u64,
+    param: *const ibcm_sidr_rep_param,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { context(ctx) }?;
+        // SAFETY: the caller's contract.
+        let p = unsafe { opt(param) }.ok_or_else(|| Error::new(IBCM_EINVAL, "param is NULL"))?;
+        // SAFETY: the field contract of ibcm_sidr_rep_param.
+        let pd = unsafe { bytes(p.private_data, p.private_data_len, "param->private_data") }?;
+        let rep = params::sidr_rep_params(p, pd)?;
+        c.sidr_reply(conn, rep)
     })
 }

@@ -3,7 +3,7 @@
 
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 
 /// The result of every call: `IBCM_OK` (0) or a negative error code. `ibcm_strerror` names
 /// each; `ibcm_last_error` gives the calling thread's last failure in words.
@@ -83,6 +83,15 @@ pub enum ibcm_event_type {
     /// one included; the fd stays readable), except ibcm_ack_event, ibcm_get_fd and
     /// ibcm_close. `conn` is 0.
     IBCM_EVENT_SERVICE_GONE = 9,
+    /// Passive side: a SIDR_REQ reached one of this context's listeners (`service_id`,
+    /// `peer`, `private_data`). `conn` is a new handle: answer it with ibcm_sidr_reply (or
+    /// ibcm_reject: status "rejected") before acknowledging the event; acknowledging it
+    /// unanswered answers "rejected". The handle is forgotten once answered (no final event).
+    IBCM_EVENT_SIDR_REQUEST = 10,
+    /// Final, ibcm_sidr_query: the SIDR_REP arrived (`sidr_status`, `remote_qpn`, `qkey`,
+    /// `private_data`). A non-success status is still this event. No answer after every
+    /// retry is `IBCM_EVENT_UNREACHABLE`.
+    IBCM_EVENT_SIDR_REPLY = 11,
 }
 
 /// Transports of ibcm_conn_param.transport and ibcm_event.transport.
@@ -178,9 +187,30 @@ pub const IBCM_CONNECT_PSN: u32 = 2;
 /// ibcm_conn_param.flags: the local QPN may be shared with other live connections (an XRC
 /// INI QP used for several targets or services).
 pub const IBCM_CONNECT_SHARED_QPN: u32 = 4;
+/// ibcm_conn_param.flags: connect to an rdma_cm listener (Linux `rdma_listen`, librdmacm's
+/// `rping -s`, …): `peer` is its "IP:PORT" (the port it listens on, not a UDP port: the CM
+/// is reached on UDP 4791), `service_id` must be 0 (it is the port's, in the TCP port space;
+/// the IB port space for XRC), and the REQ carries rdma_cm's CMA header in front of the
+/// private data (then at most `IBCM_REQ_RDMA_CM_PRIVATE_DATA_MAX` bytes), from the node
+/// service's address and a port of this library's choosing.
+pub const IBCM_CONNECT_RDMA_CM: u32 = 8;
+
+/// rdma_cm's TCP port space (`RDMA_PS_TCP`, RC), for ibcm_rdma_cm_service_id.
+pub const IBCM_PS_TCP: u16 = 0x0106;
+/// rdma_cm's UDP port space (`RDMA_PS_UDP`, UD: SIDR), for ibcm_rdma_cm_service_id.
+pub const IBCM_PS_UDP: u16 = 0x0111;
+/// rdma_cm's IB port space (`RDMA_PS_IB`, any QP type; XRC), for ibcm_rdma_cm_service_id.
+pub const IBCM_PS_IB: u16 = 0x013f;
 
 /// The largest private data of a REQ (`ibcm_conn_param`).
 pub const IBCM_REQ_PRIVATE_DATA_MAX: u32 = 92;
+/// The largest private data of a REQ with `IBCM_CONNECT_RDMA_CM` (92 less the 36-byte CMA
+/// header).
+pub const IBCM_REQ_RDMA_CM_PRIVATE_DATA_MAX: u32 = 56;
+/// The largest private data of a SIDR_REQ (`ibcm_sidr_param`).
+pub const IBCM_SIDR_REQ_PRIVATE_DATA_MAX: u32 = 216;
+/// The largest private data of a SIDR_REP (`ibcm_sidr_rep_param`).
+pub const IBCM_SIDR_REP_PRIVATE_DATA_MAX: u32 = 136;
 /// The largest private data of a REP (`ibcm_accept_param`).
 pub const IBCM_REP_PRIVATE_DATA_MAX: u32 = 196;
 /// The largest private data of a REJ (ibcm_reject).
@@ -229,6 +259,9 @@ pub struct ibcm_conn_param {
     pub path_mtu: u8,
     /// Non-zero: the local QP uses an SRQ (default 0).
     pub srq: u8,
+    /// The application's pointer for this connection (default NULL): every event of the
+    /// handle carries it (`ibcm_event.context`), as rdma_cm's `id->context`.
+    pub context: *mut c_void,
 }
 
 /// What ibcm_accept puts in the REP. Fill it with ibcm_accept_param_init first.
@@ -405,6 +438,73 @@ pub struct ibcm_event {
     pub private_data: *const u8,
     /// Length of `private_data`.
     pub private_data_len: u32,
+    /// The handle's context pointer: `ibcm_conn_param.context` (active side), the
+    /// listener's (ibcm_listen_context; passive side), or what ibcm_set_context set last.
+    /// NULL for context events and handles without one.
+    pub context: *mut c_void,
+    /// CONNECT_REQUEST / SIDR_REQUEST with rdma_cm's CMA header (an rdma_cm client, or
+    /// ibcm with `IBCM_CONNECT_RDMA_CM`): the client's rdma_cm address, "IP:PORT"; ""
+    /// otherwise. NUL-terminated.
+    pub rdma_cm_src: *const c_char,
+    /// As `rdma_cm_src`: the address the client connected to (the listener's IP and
+    /// rdma_cm port), "IP:PORT"; "" otherwise. NUL-terminated.
+    pub rdma_cm_dst: *const c_char,
+    /// SIDR_REPLY: the SIDR_REP's status (IBTA table 119: 0 success, 1 service ID not
+    /// supported, 2 rejected, 3 no QP, 4 redirect, 5 unsupported version).
+    pub sidr_status: u32,
+    /// SIDR_REPLY: the Q_Key of the UD QP that serves the service (`remote_qpn`).
+    pub qkey: u32,
+}
+
+/// What ibcm_sidr_query sends. Fill it with ibcm_sidr_param_init first.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibcm_sidr_param {
+    /// The peer's CM: its IP address (UDP port 4791) or "IP:PORT".
+    pub peer: *const c_char,
+    /// The service ID to resolve.
+    pub service_id: u64,
+    /// SIDR_REQ private data (at most `IBCM_SIDR_REQ_PRIVATE_DATA_MAX` bytes); may be NULL
+    /// when the length is 0. Copied by ibcm_sidr_query.
+    pub private_data: *const u8,
+    /// Length of `private_data`.
+    pub private_data_len: u32,
+    /// Time to wait for the SIDR_REP per attempt, in milliseconds (default 4096, rdma_cm's;
+    /// the node service clamps it: docs/ibcmd.md).
+    pub timeout_ms: u32,
+    /// Retransmissions before `IBCM_EVENT_UNREACHABLE` (default 15, rdma_cm's; clamped as
+    /// `timeout_ms`).
+    pub max_retries: u8,
+    /// The application's pointer for this request: its event carries it.
+    pub context: *mut c_void,
+}
+
+/// What ibcm_sidr_reply answers a SIDR_REQ with.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibcm_sidr_rep_param {
+    /// The SIDR_REP status (IBTA table 119; 0 = success).
+    pub status: u32,
+    /// The UD QP that serves the service (24 bits; with status 0, not 0).
+    pub qp_num: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+    /// SIDR_REP private data (at most `IBCM_SIDR_REP_PRIVATE_DATA_MAX` bytes); may be NULL
+    /// when the length is 0.
+    pub private_data: *const u8,
+    /// Length of `private_data`.
+    pub private_data_len: u32,
+}
+
+/// One counter of the node service's CM endpoint (ibcm_query_counters).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibcm_counter {
+    /// Its name ("established", "dropped.wrong_peer", …: docs/ibcmd.md), a static
+    /// NUL-terminated string (valid as long as the library is loaded).
+    pub name: *const c_char,
+    /// Its value.
+    pub value: u64,
 }
 
 /// Opaque: one attachment to a node's `ibcmd` (ibcm_open … ibcm_close).
