@@ -272,7 +272,7 @@ impl Endpoint {
         {
             return false;
         }
-        if self.cfg.stateless_always || self.io.half_open >= self.cfg.stateless_threshold {
+        if self.cfg.stateless_always || self.half_open() >= self.cfg.stateless_threshold {
             return true;
         }
         self.repeat_of(now, from, req).is_some()
@@ -496,7 +496,7 @@ impl Endpoint {
             refuse(self, RejReason::StaleConn);
             return;
         }
-        if !self.io.guard.established_room(&self.cfg, source_of(from)) {
+        if !self.io.limits.established_room(&self.cfg, source_of(from)) {
             self.io.stats.established_limit += 1;
             refuse(self, RejReason::NoResources);
             return;

@@ -17,7 +17,7 @@
 //! | REQ under pressure, stateless (cookie REP) | `cookie.rs` | `stateless_req` |
 //! | RTU naming a cookie (→ ESTABLISHED, recreated) | `cookie.rs` | `stateless_rtu` |
 //! | stateless REP retransmission (once, `stateless_resend`) | `cookie.rs` | `stateless_resend_due` |
-//! | REQ admission (caps, eviction of the oldest half-open entry, → REJ 3) | `guard.rs` | `admit` (`evict`) |
+//! | REQ admission (caps, eviction of the oldest half-open entry, → REJ 3) | `admission.rs` | `admit` (`evict`) |
 //! | `accept` (→ REP) | `setup.rs` | [`Endpoint::accept`] |
 //! | REP | `setup.rs` | `on_rep`, duplicate REP: `on_dup_rep` |
 //! | `establish` (→ RTU) | `setup.rs` | [`Endpoint::establish`] (`send_rtu`) |
@@ -29,7 +29,7 @@
 //! | REJ (any state) | `setup.rs` | `on_rej` |
 //! | REQ / REP retries exhausted (→ REJ 4) | `setup.rs` | `on_setup_timeout` |
 //! | stale connection found by a REQ or REP | `setup.rs` | `stale_old` |
-//! | half-open lifetime over, REQ unanswered (→ REJ 4) | `guard.rs` | `on_half_open_expired` |
+//! | half-open lifetime over, REQ unanswered (→ REJ 4) | `admission.rs` | `on_half_open_expired` |
 //! | `disconnect` (→ DREQ, or REJ during setup) | `teardown.rs` | [`Endpoint::disconnect`] |
 //! | DREQ | `teardown.rs` | `on_dreq` |
 //! | DREP | `teardown.rs` | `on_drep` |
@@ -54,14 +54,14 @@
 //! import from them, never the other way round): the connection and SIDR request records are
 //! in `proto/conn.rs`, the timer kinds and queue in `proto/timer.rs`, peer interning in
 //! `proto/peers.rs`, the seeded hash maps and small helpers (`check_len`, `trimmed`) in
-//! `proto/util.rs`, the admission and anti-amplification bookkeeping (`Guard`) in
-//! `endpoint/limits.rs`, output queues, counters and the REJ builders (`rej`, `timeout_rej`,
+//! `proto/util.rs`, the admission and anti-amplification bookkeeping with the half-open and
+//! established counts (`Limits`) in `endpoint/limits.rs`, output queues, counters and the REJ builders (`rej`, `timeout_rej`,
 //! `reject_req`) in `endpoint/io.rs`. The feature files (`setup.rs`, `teardown.rs`,
-//! `sidr.rs`, `lap.rs`, `guard.rs`) add methods to [`Endpoint`] and never import from each
+//! `sidr.rs`, `lap.rs`, `admission.rs`, `cookie.rs`) add methods to [`Endpoint`] and never import from each
 //! other.
 
+mod admission;
 mod cookie;
-mod guard;
 mod io;
 mod lap;
 mod limits;
@@ -281,15 +281,17 @@ impl Endpoint {
             && self.cookies.next_resend().is_none()
     }
 
-    /// Passive connections not yet established.
+    /// Passive connections not yet established (REQ_RCVD, MRA_REQ_SENT, REP_SENT,
+    /// MRA_REP_RCVD), the count [`EndpointConfig::max_half_open`] caps and
+    /// [`EndpointConfig::stateless_threshold`] compares.
     pub fn half_open(&self) -> usize {
-        self.io.half_open
+        self.io.limits.half_open()
     }
 
     /// Connections counted against [`EndpointConfig::max_established`]: from ESTABLISHED until
     /// TimeWait, both sides.
     pub fn established(&self) -> usize {
-        self.io.guard.established()
+        self.io.limits.established()
     }
 
     /// The IDs of all connections, sorted.
@@ -453,7 +455,7 @@ impl Endpoint {
         if self.io.peers.addr(c.peer) != from {
             return miss(DropReason::WrongPeer);
         }
-        self.io.guard.validate(ours);
+        self.io.limits.validate(ours);
         Ok((c, &mut self.io))
     }
 
@@ -578,7 +580,7 @@ impl Endpoint {
         };
         // A half-open entry never outlives its deadline (`max_half_open_lifetime`), an
         // unanswered REQ its `connect_timeout`.
-        let half = self.io.guard.half(id).map(|h| h.deadline);
+        let half = self.io.limits.half(id).map(|h| h.deadline);
         let pending = self.io.pending.get_mut(&id);
         let unanswered = pending
             .as_ref()
