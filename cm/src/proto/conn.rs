@@ -91,7 +91,7 @@ pub(super) struct SidrIn {
     pub(super) request_id: RequestId,
     pub(super) service_id: ServiceId,
     pub(super) tid: Tid,
-    /// When it is forgotten unanswered (its `TimerKind::SidrIn` deadline).
+    /// When it is forgotten unanswered (the deadline of its expiry timer, `Timers::insert_sidr_in`).
     pub(super) expires: Instant,
 }
 

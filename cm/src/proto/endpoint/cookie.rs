@@ -79,7 +79,9 @@ pub(super) struct Cookies {
     /// Insertions so far.
     seq: u64,
     /// The one REP retransmission of each stateless answer, in due order: (due, slot, its
-    /// insertion number, where to), at most one per slot.
+    /// insertion number, where to), at most one per slot. The endpoint's timer queue
+    /// (`proto/timer.rs`) does not hold them: they belong to no connection or ID, and this
+    /// bounded FIFO keeps the mode's memory fixed.
     resend: VecDeque<(Instant, u32, u64, PeerAddr)>,
     /// The instant time slots count from (the first stateless REP's).
     epoch: Option<Instant>,

@@ -18,7 +18,7 @@ use crate::log_limit::LOG_BURST;
 use crate::proto::conn::{Conn, Pending, SavedReplies};
 use crate::proto::memory::table_bytes;
 use crate::proto::peers::Peers;
-use crate::proto::timer::{TimerKind, Timers};
+use crate::proto::timer::{ConnTimer, Timers};
 use crate::proto::util::{map, HashMap};
 use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
 
@@ -160,7 +160,7 @@ impl Io {
     }
 
     /// Arms connection `id`'s one timer (replacing the one armed before).
-    pub(super) fn arm(&mut self, id: CommId, at: Instant, kind: TimerKind) {
+    pub(super) fn arm(&mut self, id: CommId, at: Instant, kind: ConnTimer) {
         self.timers.arm_conn(id, at, kind);
     }
 
@@ -222,12 +222,12 @@ impl Io {
                 deadline: None,
             },
         );
-        self.arm(id, now + timeout, TimerKind::Resend);
+        self.arm(id, now + timeout, ConnTimer::Resend);
     }
 
     pub(super) fn cancel_request(&mut self, id: CommId) {
         self.pending.remove(&id);
-        if matches!(self.timers.conn(id), Some((_, TimerKind::Resend))) {
+        if matches!(self.timers.conn(id), Some((_, ConnTimer::Resend))) {
             self.disarm(id);
         }
     }

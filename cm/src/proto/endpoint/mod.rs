@@ -82,7 +82,7 @@ use super::ids::{IdAllocator, SidrReqId};
 use super::memory::table_bytes;
 use super::sys::TableAlloc;
 use super::table::ConnTable;
-use super::timer::{Expired, TimerKind};
+use super::timer::{ConnTimer, Expired};
 use super::util::{map, HashMap, HashSet, LocalQpnMap};
 use super::{
     CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, EventKind, LapState,
@@ -521,7 +521,7 @@ impl Endpoint {
             }
             self.release_qpn(qpn);
         }
-        self.io.arm(id, until, TimerKind::Timewait);
+        self.io.arm(id, until, ConnTimer::Timewait);
     }
 
     /// TimeWait is over: the connection leaves the table, its QPN the quarantine.
@@ -563,9 +563,9 @@ impl Endpoint {
                         continue;
                     }
                     match kind {
-                        TimerKind::Timewait => self.on_timewait_exit(now, id),
-                        TimerKind::Lifetime => self.on_half_open_expired(id),
-                        _ => self.on_resend_timer(now, id),
+                        ConnTimer::Timewait => self.on_timewait_exit(now, id),
+                        ConnTimer::Lifetime => self.on_half_open_expired(id),
+                        ConnTimer::Resend => self.on_resend_timer(now, id),
                     }
                 }
             }
@@ -601,7 +601,7 @@ impl Endpoint {
                     self.io.resend_conn(c, mad);
                 }
                 let at = deadline.map_or(now + timeout, |d| d.min(now + timeout));
-                self.io.arm(id, at, TimerKind::Resend);
+                self.io.arm(id, at, ConnTimer::Resend);
                 return;
             }
         }

@@ -17,7 +17,7 @@ use super::limits::{source_of, MAD_BYTES};
 use super::Endpoint;
 use crate::proto::conn::{Conn, Micros};
 use crate::proto::ids::{cm_ack_timeout, form_tid};
-use crate::proto::timer::TimerKind;
+use crate::proto::timer::ConnTimer;
 use crate::proto::util::check_len;
 use crate::proto::{
     roce_path, AcceptParams, CallError, ConnId, ConnectError, ConnectParams, ConnectionError,
@@ -125,7 +125,7 @@ impl Endpoint {
                 pending.deadline = Some(at);
             }
             if self.io.timers.conn(id).is_some_and(|(t, _)| at < t) {
-                self.io.arm(id, at, TimerKind::Resend);
+                self.io.arm(id, at, ConnTimer::Resend);
             }
         }
         self.use_qpn(p.local_qpn);
@@ -434,7 +434,7 @@ impl Endpoint {
         self.io
             .limits
             .enter(id, source, req.service_id, deadline, MAD_BYTES);
-        self.io.arm(id, deadline, TimerKind::Lifetime);
+        self.io.arm(id, deadline, ConnTimer::Lifetime);
         self.conns.insert(id, conn);
         self.conns.index_remote(id);
         if !xrc {
@@ -513,7 +513,7 @@ impl Endpoint {
         }
         let wait = m.service_timeout.to_duration() + c.packet_life_time.to_duration();
         if io.pending.contains_key(&id) {
-            io.arm(id, now + wait, TimerKind::Resend);
+            io.arm(id, now + wait, ConnTimer::Resend);
         }
         io.event(
             id,
