@@ -241,6 +241,43 @@ impl Endpoint {
         self.conns.get(&conn).map(|c| c.remote_qpn)
     }
 
+    /// A connection's local QPN (for XRC TGT: the TGT QPN; `None` once the connection has left
+    /// the table). It is chosen by [`connect`](Self::connect) on the active side, by
+    /// [`accept`](Self::accept) on the passive side, by the listener's template for a
+    /// connection made from a stateless cookie; until then, and for a connection taken over by
+    /// [`end_stale`](Self::end_stale) (whose QPN this endpoint never knew), it reads QPN 0. It
+    /// stays the connection's through TimeWait, while
+    /// [`qpn_quarantined`](Self::qpn_quarantined) holds it.
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use ibcm::proto::*;
+    /// use ibcm_mad::{Guid, Qpn, ServiceId};
+    ///
+    /// let now = Instant::now();
+    /// let a_addr: PeerAddr = "127.0.0.1:4791".parse::<std::net::SocketAddr>().unwrap().into();
+    /// let b_addr: PeerAddr = "127.0.0.2:4791".parse::<std::net::SocketAddr>().unwrap().into();
+    /// let mut a = Endpoint::new(EndpointConfig { rng_seed: Some(1), ..Default::default() });
+    /// let mut b = Endpoint::new(EndpointConfig {
+    ///     rng_seed: Some(2),
+    ///     local_ca_guid: Guid(2),
+    ///     ..Default::default()
+    /// });
+    /// b.listen(ServiceId(0x1234), ListenOptions::default());
+    /// let (qa, qb) = (Qpn::new(0x11).unwrap(), Qpn::new(0x22).unwrap());
+    /// let conn = a.connect(now, ConnectParams::new(b_addr, ServiceId(0x1234), qa)).unwrap();
+    /// assert_eq!(a.local_qpn(conn), Some(qa));
+    ///
+    /// b.handle_datagram(now, a_addr, &a.poll_transmit().unwrap().mad);
+    /// let ev = b.poll_event().unwrap();
+    /// assert_eq!(b.local_qpn(ev.conn), Some(Qpn::default()), "not accepted yet");
+    /// b.accept(now, ev.conn, AcceptParams::new(qb)).unwrap();
+    /// assert_eq!(b.local_qpn(ev.conn), Some(qb));
+    /// ```
+    pub fn local_qpn(&self, conn: ConnId) -> Option<Qpn> {
+        self.conns.get(&conn).map(|c| c.local_qpn)
+    }
+
     /// A connection's remote comm ID, once known.
     pub fn remote_comm_id(&self, conn: ConnId) -> Option<CommId> {
         self.conns.get(&conn).map(|c| c.remote_id)
