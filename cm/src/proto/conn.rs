@@ -1,6 +1,6 @@
 //! The endpoint's records: one connection (what it keeps for its whole life: state,
 //! identifiers, peer, timeouts), the request waiting for an answer and the rarely needed data
-//! (kept apart, only while there is any: `Io::pending`, `Io::extra`), and the outgoing and
+//! (kept apart, only while there is any: `Io::pending`, `Io::saved`), and the outgoing and
 //! incoming SIDR requests, which keep no connection.
 
 use std::time::{Duration, Instant};
@@ -23,10 +23,11 @@ pub(super) struct Pending {
     pub(super) deadline: Option<Instant>,
 }
 
-/// Rarely needed per-connection data, kept apart from [`Conn`] (`Io::extra`, by local comm
-/// ID) while there is any.
+/// What a connection saved to answer a duplicate (of a REP, a REQ or a REP it MRAed, a LAP):
+/// rarely needed, so kept apart from [`Conn`] (`Io::saved`, by local comm ID) while there is
+/// any.
 #[derive(Debug, Default)]
-pub(super) struct Extra {
+pub(super) struct SavedReplies {
     /// Private data of our RTU (to rebuild it for a duplicate REP).
     pub(super) rtu_private_data: Option<Box<[u8]>>,
     /// The last MRA we sent (re-sent on a duplicate of the message it acknowledged).
@@ -36,7 +37,7 @@ pub(super) struct Extra {
 }
 
 /// One connection: what it keeps from its REQ until it leaves the table. Its timer, pending
-/// request and [`Extra`] live in the endpoint's side tables while it has them.
+/// request and [`SavedReplies`] live in the endpoint's side tables while it has them.
 #[derive(Debug)]
 pub(super) struct Conn {
     /// Our comm ID (the key the table finds the record by).
@@ -90,7 +91,7 @@ pub(super) struct SidrIn {
     pub(super) request_id: RequestId,
     pub(super) service_id: ServiceId,
     pub(super) tid: Tid,
-    /// When it is forgotten unanswered (its `TimerKind::SidrIn` deadline).
+    /// When it is forgotten unanswered (the deadline of its expiry timer, `Timers::insert_sidr_in`).
     pub(super) expires: Instant,
 }
 

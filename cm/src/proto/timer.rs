@@ -1,12 +1,26 @@
-//! The endpoint's timers: a closed set of kinds, one deadline per armed timer, one queue.
+//! The endpoint's timers: the connections' and the SIDR requests', in one deadline queue.
 //!
-//! A connection has at most one timer armed at a time; its deadline and kind are kept here, by
-//! comm ID, only while it is armed (an established connection with nothing outstanding has
-//! none and pays nothing for it). An outgoing SIDR_REQ has its own deadline
-//! (`SidrOut::timer`). [`Timers`] orders every armed deadline so that `poll_timeout` is its
-//! first entry. Entries are never updated in place: re-arming removes the old entry and
-//! inserts a new one, and an entry that fires but no longer matches its owner's deadline is
-//! stale and ignored.
+//! * **Connection timers** ([`ConnTimer`]: `Resend`, `Timewait`, `Lifetime`): a connection
+//!   has at most one armed at a time ([`Timers::arm_conn`] replaces the one before); its
+//!   deadline and kind are kept here, by comm ID, only while it is armed (an established
+//!   connection with nothing outstanding has none and pays nothing for it).
+//! * **SIDR timers**, the endpoint's, keyed by their own IDs: an outgoing SIDR_REQ's
+//!   retransmission ([`Timers::insert_sidr`], by [`SidrReqId`]; its deadline is kept in
+//!   `SidrOut::timer`) and an incoming SIDR_REQ's expiry ([`Timers::insert_sidr_in`], by the
+//!   ID the application knows it by; its deadline is `SidrIn::expires`). Their owners keep the
+//!   deadline, to remove the entry and to tell a stale one apart.
+//!
+//! [`Timers`] orders every armed deadline so that its first entry is the next one
+//! (`Endpoint::poll_timeout`). Entries are never updated in place: re-arming removes the old
+//! entry and inserts a new one, and an entry that fires but no longer matches its owner's
+//! deadline is stale and ignored.
+//!
+//! Not here: the stateless mode's REP retransmissions (`Cookies::resend` in
+//! `endpoint/cookie.rs`). They belong to no connection and no ID (a cookie REP creates no
+//! state but its slot in the fixed REQ table), so they are a FIFO bounded by that table (all
+//! have the same delay, `stateless_resend`, so arrival order is deadline order), and they fire
+//! before this queue's entries in `Endpoint::handle_timeout`; `Endpoint::poll_timeout` takes
+//! the earlier of the two.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -16,31 +30,52 @@ use ibcm_mad::CommId;
 use super::ids::SidrReqId;
 use super::util::{map, HashMap};
 
-/// What a timer does when it fires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum TimerKind {
+/// What a connection's timer does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnTimer {
     /// Retransmit the connection's pending request (REQ, REP, DREQ, LAP), or give up.
     Resend,
     /// Leave TimeWait.
     Timewait,
-    /// Retransmit a SIDR_REQ, or give up (keyed by request ID).
-    Sidr,
-    /// An incoming SIDR_REQ the application has not answered expires (keyed by the ID the
-    /// application knows it by).
-    SidrIn,
     /// A passive connection waiting for the application (REQ_RCVD / MRA_REQ_SENT) reached the
     /// end of its half-open lifetime.
     Lifetime,
 }
 
+/// The kind of a queue entry, which says whose ID its key holds. Its order breaks ties
+/// between entries due at the same instant with the same raw ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum EntryKind {
+    /// [`ConnTimer::Resend`], keyed by comm ID.
+    Resend,
+    /// [`ConnTimer::Timewait`], keyed by comm ID.
+    Timewait,
+    /// An outgoing SIDR_REQ's retransmission, keyed by [`SidrReqId`].
+    Sidr,
+    /// An incoming SIDR_REQ's expiry, keyed by the ID the application knows it by.
+    SidrIn,
+    /// [`ConnTimer::Lifetime`], keyed by comm ID.
+    Lifetime,
+}
+
+impl From<ConnTimer> for EntryKind {
+    fn from(k: ConnTimer) -> Self {
+        match k {
+            ConnTimer::Resend => EntryKind::Resend,
+            ConnTimer::Timewait => EntryKind::Timewait,
+            ConnTimer::Lifetime => EntryKind::Lifetime,
+        }
+    }
+}
+
 /// A timer that fired, with the deadline it was armed for (to tell stale entries apart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Expired {
-    /// A connection's timer ([`TimerKind::Resend`] or [`TimerKind::Timewait`]).
+    /// A connection's timer.
     Conn {
         id: CommId,
         at: Instant,
-        kind: TimerKind,
+        kind: ConnTimer,
     },
     /// An outgoing SIDR_REQ's timer.
     Sidr { id: SidrReqId, at: Instant },
@@ -52,8 +87,8 @@ pub(crate) enum Expired {
 /// fire in ID order; and each connection's armed timer.
 #[derive(Debug)]
 pub(crate) struct Timers {
-    queue: BTreeSet<(Instant, u32, TimerKind)>,
-    conns: HashMap<CommId, (Instant, TimerKind)>,
+    queue: BTreeSet<(Instant, u32, EntryKind)>,
+    conns: HashMap<CommId, (Instant, ConnTimer)>,
 }
 
 impl Timers {
@@ -64,52 +99,52 @@ impl Timers {
         }
     }
 
-    /// Arms connection `id`'s timer (`kind` is `Resend`, `Timewait` or `Lifetime`), replacing
-    /// the one armed before.
-    pub(crate) fn arm_conn(&mut self, id: CommId, at: Instant, kind: TimerKind) {
+    /// Arms connection `id`'s timer, replacing the one armed before.
+    pub(crate) fn arm_conn(&mut self, id: CommId, at: Instant, kind: ConnTimer) {
         if let Some((t, k)) = self.conns.insert(id, (at, kind)) {
-            self.queue.remove(&(t, id.0, k));
+            self.queue.remove(&(t, id.0, k.into()));
         }
-        self.queue.insert((at, id.0, kind));
+        self.queue.insert((at, id.0, kind.into()));
     }
 
     /// Disarms connection `id`'s timer, if one is armed.
     pub(crate) fn disarm_conn(&mut self, id: CommId) {
         if let Some((t, k)) = self.conns.remove(&id) {
-            self.queue.remove(&(t, id.0, k));
+            self.queue.remove(&(t, id.0, k.into()));
         }
     }
 
     /// Connection `id`'s armed timer.
-    pub(crate) fn conn(&self, id: CommId) -> Option<(Instant, TimerKind)> {
+    pub(crate) fn conn(&self, id: CommId) -> Option<(Instant, ConnTimer)> {
         self.conns.get(&id).copied()
     }
 
-    /// Arms a SIDR_REQ timer.
+    /// Arms an outgoing SIDR_REQ's timer for `at` (its owner keeps `at`: `SidrOut::timer`).
     pub(crate) fn insert_sidr(&mut self, at: Instant, id: SidrReqId) {
-        self.queue.insert((at, id.raw(), TimerKind::Sidr));
+        self.queue.insert((at, id.raw(), EntryKind::Sidr));
     }
 
-    /// Removes a SIDR_REQ timer entry.
+    /// Removes an outgoing SIDR_REQ's timer armed for `at`.
     pub(crate) fn remove_sidr(&mut self, at: Instant, id: SidrReqId) {
-        self.queue.remove(&(at, id.raw(), TimerKind::Sidr));
+        self.queue.remove(&(at, id.raw(), EntryKind::Sidr));
     }
 
-    /// Arms the expiry of an incoming SIDR_REQ.
+    /// Arms the expiry of an incoming SIDR_REQ for `at` (its owner keeps `at`:
+    /// `SidrIn::expires`).
     pub(crate) fn insert_sidr_in(&mut self, at: Instant, id: CommId) {
-        self.queue.insert((at, id.0, TimerKind::SidrIn));
+        self.queue.insert((at, id.0, EntryKind::SidrIn));
     }
 
-    /// Removes the expiry of an incoming SIDR_REQ.
+    /// Removes the expiry of an incoming SIDR_REQ armed for `at`.
     pub(crate) fn remove_sidr_in(&mut self, at: Instant, id: CommId) {
-        self.queue.remove(&(at, id.0, TimerKind::SidrIn));
+        self.queue.remove(&(at, id.0, EntryKind::SidrIn));
     }
 
     /// Heap bytes: the per-connection map from its capacity, the queue at its entries' size.
     pub(crate) fn heap_bytes(&self) -> usize {
-        let conn = core::mem::size_of::<(CommId, (Instant, TimerKind))>();
+        let conn = core::mem::size_of::<(CommId, (Instant, ConnTimer))>();
         super::memory::table_bytes(self.conns.capacity(), conn)
-            + self.queue.len() * core::mem::size_of::<(Instant, u32, TimerKind)>()
+            + self.queue.len() * core::mem::size_of::<(Instant, u32, EntryKind)>()
     }
 
     /// The earliest deadline.
@@ -125,37 +160,29 @@ impl Timers {
     /// Takes the earliest entry if it is due at `now` (a connection's timer is disarmed by
     /// it).
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Expired> {
-        let (at, raw, kind) = loop {
+        loop {
             let &(at, raw, kind) = self.queue.first()?;
             if at > now {
                 return None;
             }
             self.queue.remove(&(at, raw, kind));
-            if matches!(kind, TimerKind::Sidr | TimerKind::SidrIn) {
-                break (at, raw, kind);
-            }
             let id = CommId(raw);
-            if self.conns.get(&id) == Some(&(at, kind)) {
-                self.conns.remove(&id);
-                break (at, raw, kind);
+            match kind {
+                EntryKind::Sidr => {
+                    let id = SidrReqId::from_raw(raw);
+                    return Some(Expired::Sidr { id, at });
+                }
+                EntryKind::SidrIn => return Some(Expired::SidrIn { id, at }),
+                EntryKind::Resend | EntryKind::Timewait | EntryKind::Lifetime => {}
+            }
+            if let Some(&(t, k)) = self.conns.get(&id) {
+                if t == at && EntryKind::from(k) == kind {
+                    self.conns.remove(&id);
+                    return Some(Expired::Conn { id, at, kind: k });
+                }
             }
             // A connection entry that is not its armed timer: stale, skipped.
-        };
-        Some(match kind {
-            TimerKind::Sidr => Expired::Sidr {
-                id: SidrReqId::from_raw(raw),
-                at,
-            },
-            TimerKind::SidrIn => Expired::SidrIn {
-                id: CommId(raw),
-                at,
-            },
-            TimerKind::Resend | TimerKind::Timewait | TimerKind::Lifetime => Expired::Conn {
-                id: CommId(raw),
-                at,
-                kind,
-            },
-        })
+        }
     }
 }
 
@@ -170,12 +197,12 @@ mod tests {
         #[allow(clippy::disallowed_methods)]
         let t0 = Instant::now();
         let mut t = Timers::new(1);
-        t.arm_conn(CommId(1), t0 + Duration::from_millis(2), TimerKind::Resend);
+        t.arm_conn(CommId(1), t0 + Duration::from_millis(2), ConnTimer::Resend);
         t.insert_sidr(t0 + Duration::from_millis(1), SidrReqId::from_raw(9));
         t.arm_conn(
             CommId(3),
             t0 + Duration::from_millis(1),
-            TimerKind::Timewait,
+            ConnTimer::Timewait,
         );
         assert_eq!(t.next_deadline(), Some(t0 + Duration::from_millis(1)));
         assert_eq!(t.pop_due(t0), None);
@@ -185,7 +212,7 @@ mod tests {
             Some(Expired::Conn {
                 id: CommId(3),
                 at: due,
-                kind: TimerKind::Timewait
+                kind: ConnTimer::Timewait
             })
         );
         assert_eq!(
@@ -198,7 +225,7 @@ mod tests {
         assert_eq!(t.pop_due(due), None);
         assert_eq!(
             t.conn(CommId(1)),
-            Some((t0 + Duration::from_millis(2), TimerKind::Resend))
+            Some((t0 + Duration::from_millis(2), ConnTimer::Resend))
         );
         assert_eq!(t.conn(CommId(3)), None);
         t.disarm_conn(CommId(1));

@@ -5,7 +5,7 @@
 //! It is the runtime's whole per-connection cost besides the core's table, so it is kept
 //! small. A slot is one 24-byte allocation ([`SlotRef`], a reference-counted pointer without a
 //! weak count: a 32-byte heap chunk): the ID, the phase of the status in one byte, and one
-//! pointer to what a connection has only sometimes ([`Extra`], a 48-byte chunk): the REP's
+//! pointer to what a connection has only sometimes ([`Locked`], a 48-byte chunk): the REP's
 //! fixed fields packed into 32 bytes (active side; its Remote Communication ID and the remote
 //! QPN to use follow from the rest), and, rarer still, behind one more pointer, the REP's
 //! private data (or on the passive side the RTU's), the error of a closed connection and the wakers of tasks waiting for a
@@ -36,7 +36,7 @@ use crate::proto::{ConnId, ConnectionError, RepInfo};
 /// A shared pointer to a [`Slot`].
 pub(crate) type SlotRef = triomphe::Arc<Slot>;
 
-/// How many locks guard the slots' [`Extra`] parts (by connection ID).
+/// How many locks guard the slots' [`Locked`] parts (by connection ID).
 const STRIPES: usize = 64;
 
 static LOCKS: [Mutex<()>; STRIPES] = [const { Mutex::new(()) }; STRIPES];
@@ -47,7 +47,7 @@ static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
 /// One connection's shared state.
 pub(crate) struct Slot {
     /// Taken out (under the connection's stripe lock) while it is read or changed.
-    extra: AtomicCell<Option<Box<Extra>>>,
+    locked: AtomicCell<Option<Box<Locked>>>,
     id: ConnId,
     /// The status's phase ([`CONNECTING`], [`ESTABLISHED`], [`CLOSED`] or [`GONE`]) in its low
     /// bits ([`PHASE`]), and [`WAS_ESTABLISHED`] once the connection has been established;
@@ -75,9 +75,10 @@ const PHASE: u8 = 3;
 /// connection of [`Endpoint::end_stale`](crate::proto::Endpoint::end_stale) never was).
 const WAS_ESTABLISHED: u8 = 4;
 
-/// What a connection has only sometimes: 40 bytes, a 48-byte heap chunk.
+/// The part of a slot read and changed only under its stripe lock ([`SlotLock`]): what a
+/// connection has only sometimes, 40 bytes, a 48-byte heap chunk.
 #[derive(Debug, Default)]
-struct Extra {
+struct Locked {
     /// The REP's fixed fields ([`pack_rep`]); all zero when there is none.
     rep: PackedRep,
     more: Option<Box<More>>,
@@ -107,45 +108,45 @@ impl More {
     }
 }
 
-/// The slot's [`Extra`], taken out under its stripe lock; put back (and freed when empty) on
-/// drop.
-struct Guard<'a> {
+/// A slot's stripe lock, held: the slot's [`Locked`] part, taken out under the lock; put back
+/// (and freed when empty) on drop.
+struct SlotLock<'a> {
     slot: &'a Slot,
     /// The slot's box, kept (not moved out of it) while the lock is held, so that a lock
     /// costs no allocation; created on the first change that needs it.
-    extra: Option<Box<Extra>>,
+    locked: Option<Box<Locked>>,
     _lock: MutexGuard<'static, ()>,
 }
 
-impl Drop for Guard<'_> {
+impl Drop for SlotLock<'_> {
     fn drop(&mut self) {
-        let mut extra = self.extra.take();
-        if let Some(x) = extra.as_mut() {
+        let mut locked = self.locked.take();
+        if let Some(x) = locked.as_mut() {
             if x.more.as_deref().is_some_and(More::is_empty) {
                 x.more = None;
             }
         }
-        let keep = extra.filter(|x| x.rep.is_set() || x.more.is_some());
-        self.slot.extra.store(keep);
+        let keep = locked.filter(|x| x.rep.is_set() || x.more.is_some());
+        self.slot.locked.store(keep);
     }
 }
 
-impl Guard<'_> {
-    fn extra_mut(&mut self) -> &mut Extra {
-        self.extra.get_or_insert_with(Box::default)
+impl SlotLock<'_> {
+    fn locked_mut(&mut self) -> &mut Locked {
+        self.locked.get_or_insert_with(Box::default)
     }
 
     fn more(&mut self) -> &mut More {
-        self.extra_mut().more.get_or_insert_with(Box::default)
+        self.locked_mut().more.get_or_insert_with(Box::default)
     }
 
     fn more_ref(&self) -> Option<&More> {
-        self.extra.as_ref().and_then(|x| x.more.as_deref())
+        self.locked.as_ref().and_then(|x| x.more.as_deref())
     }
 
-    /// [`More`] if there is one (unlike [`Guard::more`], which makes it).
+    /// [`More`] if there is one (unlike [`SlotLock::more`], which makes it).
     fn more_if_any(&mut self) -> Option<&mut More> {
-        self.extra.as_mut().and_then(|x| x.more.as_deref_mut())
+        self.locked.as_mut().and_then(|x| x.more.as_deref_mut())
     }
 
     fn status(&self) -> ConnStatus {
@@ -182,7 +183,7 @@ impl Guard<'_> {
     }
 
     fn rep(&self) -> Option<RepInfo> {
-        let fixed = &self.extra.as_ref()?.rep;
+        let fixed = &self.locked.as_ref()?.rep;
         if !fixed.is_set() {
             return None;
         }
@@ -234,7 +235,7 @@ impl Slot {
     /// A connection being set up.
     pub(crate) fn new(id: ConnId) -> SlotRef {
         triomphe::Arc::new(Slot {
-            extra: AtomicCell::new(None),
+            locked: AtomicCell::new(None),
             id,
             phase: AtomicU8::new(CONNECTING),
         })
@@ -245,15 +246,15 @@ impl Slot {
         self.id
     }
 
-    fn lock(&self) -> Guard<'_> {
+    fn lock(&self) -> SlotLock<'_> {
         // Nothing panics while holding a lock (a poisoned one still guards nothing but `()`).
         #[allow(clippy::indexing_slicing)] // In range: the index is taken modulo the length.
         let lock = &LOCKS[self.id.0 as usize % STRIPES];
         let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let extra = self.extra.take();
-        Guard {
+        let locked = self.locked.take();
+        SlotLock {
             slot: self,
-            extra,
+            locked,
             _lock: guard,
         }
     }
@@ -296,7 +297,7 @@ impl Slot {
         let wakers = {
             let mut g = self.lock();
             let (packed, rest) = pack_rep(rep, self.id);
-            g.extra_mut().rep = packed;
+            g.locked_mut().rep = packed;
             let pd = rep.rep.private_data.trimmed();
             if !pd.is_empty() || rest.is_some() || g.more_ref().is_some() {
                 let m = g.more();
@@ -311,7 +312,7 @@ impl Slot {
     /// Keeps the private data of the RTU the passive side received (trailing zeros trimmed).
     pub(crate) fn set_rtu_private_data(&self, private_data: &[u8]) {
         let mut g = self.lock();
-        if g.extra.as_ref().is_some_and(|x| x.rep.is_set()) {
+        if g.locked.as_ref().is_some_and(|x| x.rep.is_set()) {
             // An active connection: its slot holds the REP's.
             return;
         }
@@ -324,7 +325,7 @@ impl Slot {
     /// active side, and once the connection has left the table).
     pub(crate) fn rtu_private_data(&self) -> Vec<u8> {
         let g = self.lock();
-        if g.extra.as_ref().is_some_and(|x| x.rep.is_set()) {
+        if g.locked.as_ref().is_some_and(|x| x.rep.is_set()) {
             return Vec::new();
         }
         g.more_ref()
@@ -334,7 +335,7 @@ impl Slot {
     /// Forgets the REP (the connection left the table).
     pub(crate) fn clear_rep(&self) {
         let mut g = self.lock();
-        if let Some(x) = g.extra.as_mut() {
+        if let Some(x) = g.locked.as_mut() {
             x.rep = PackedRep::default();
         }
         if let Some(m) = g.more_if_any() {
@@ -372,7 +373,7 @@ impl Slot {
 
     /// Waits until `f` returns `Some`; it sees the slot under its lock, so a change between
     /// its check and the waker's registration cannot be missed.
-    async fn wait_guarded<R>(&self, mut f: impl FnMut(&Guard<'_>) -> Option<R>) -> R {
+    async fn wait_guarded<R>(&self, mut f: impl FnMut(&SlotLock<'_>) -> Option<R>) -> R {
         let waiter = Waiter {
             slot: self,
             token: NEXT_WAITER.fetch_add(1, Ordering::Relaxed),
@@ -645,7 +646,7 @@ mod tests {
             s.set_rep(&info);
             assert_eq!(s.rep(), Some(info));
             // No private data, nobody waiting: the packed REP alone.
-            let x = s.extra.take().expect("the REP is kept");
+            let x = s.locked.take().expect("the REP is kept");
             assert!(x.more.is_none() && x.rep.is_set());
         }
     }
@@ -655,11 +656,11 @@ mod tests {
         // One pointer, the ID and the phase: a 24-byte allocation with the reference count.
         assert_eq!(std::mem::size_of::<Slot>(), 16);
         // The packed REP and one pointer: a 48-byte heap chunk (56 would take 64).
-        assert_eq!(std::mem::size_of::<Extra>(), 40);
+        assert_eq!(std::mem::size_of::<Locked>(), 40);
         let s = Slot::new(CommId(1));
         s.set(ConnStatus::Established);
         // Established, no REP, nobody waiting: nothing besides the slot.
-        assert!(s.extra.take().is_none());
+        assert!(s.locked.take().is_none());
     }
 
     #[test]
@@ -715,7 +716,7 @@ mod tests {
             assert!(s.lock().more_ref().is_some());
         }
         // Dropped: the waker is gone, and with it everything the slot held besides itself.
-        assert!(s.extra.take().is_none());
+        assert!(s.locked.take().is_none());
     }
 
     /// Polls `f` once.

@@ -79,7 +79,9 @@ pub(super) struct Cookies {
     /// Insertions so far.
     seq: u64,
     /// The one REP retransmission of each stateless answer, in due order: (due, slot, its
-    /// insertion number, where to), at most one per slot.
+    /// insertion number, where to), at most one per slot. The endpoint's timer queue
+    /// (`proto/timer.rs`) does not hold them: they belong to no connection or ID, and this
+    /// bounded FIFO keeps the mode's memory fixed.
     resend: VecDeque<(Instant, u32, u64, PeerAddr)>,
     /// The instant time slots count from (the first stateless REP's).
     epoch: Option<Instant>,
@@ -272,7 +274,7 @@ impl Endpoint {
         {
             return false;
         }
-        if self.cfg.stateless_always || self.io.half_open >= self.cfg.stateless_threshold {
+        if self.cfg.stateless_always || self.half_open() >= self.cfg.stateless_threshold {
             return true;
         }
         self.repeat_of(now, from, req).is_some()
@@ -496,7 +498,7 @@ impl Endpoint {
             refuse(self, RejReason::StaleConn);
             return;
         }
-        if !self.io.guard.established_room(&self.cfg, source_of(from)) {
+        if !self.io.limits.established_room(&self.cfg, source_of(from)) {
             self.io.stats.established_limit += 1;
             refuse(self, RejReason::NoResources);
             return;

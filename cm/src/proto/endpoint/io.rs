@@ -11,14 +11,14 @@ use bytes::Bytes;
 use ibcm_mad::{CmMessage, CommId, Mad, MsgKind, PrivateData, Rej, RejReason, Req, Tid};
 use tracing::{debug, trace};
 
-use super::limits::{source_of, Guard, MAD_BYTES};
+use super::limits::{source_of, Limits, MAD_BYTES};
 use crate::log_limit::LogLimit;
 #[cfg(doc)]
 use crate::log_limit::LOG_BURST;
-use crate::proto::conn::{Conn, Extra, Pending};
+use crate::proto::conn::{Conn, Pending, SavedReplies};
 use crate::proto::memory::table_bytes;
 use crate::proto::peers::Peers;
-use crate::proto::timer::{TimerKind, Timers};
+use crate::proto::timer::{ConnTimer, Timers};
 use crate::proto::util::{map, HashMap};
 use crate::proto::{ConnId, ConnectionError, Event, EventKind, PeerAddr, State, Stats, Transmit};
 
@@ -31,13 +31,12 @@ pub(super) struct Io {
     pub(super) timers: Timers,
     /// The request each connection waits an answer for, while it waits.
     pub(super) pending: HashMap<CommId, Pending>,
-    /// The rarely needed data of the connections that have any.
-    pub(super) extra: HashMap<CommId, Extra>,
+    /// What the connections that have any saved to answer duplicates.
+    pub(super) saved: HashMap<CommId, SavedReplies>,
     pub(super) stats: Stats,
-    /// Passive connections not yet established (kept by [`Io::set_state`]).
-    pub(super) half_open: usize,
-    /// Admission, limits and anti-amplification (`limits.rs`).
-    pub(super) guard: Guard,
+    /// Admission, limits and anti-amplification (`limits.rs`), with the half-open and
+    /// established counts (kept by [`Io::set_state`]).
+    pub(super) limits: Limits,
     /// The time of the input being handled (for the log rate limit).
     pub(super) now: Option<Instant>,
     log: LogLimit,
@@ -51,21 +50,20 @@ impl Io {
             events: VecDeque::new(),
             timers: Timers::new(seed),
             pending: map(seed),
-            extra: map(seed),
+            saved: map(seed),
             stats: Stats::default(),
-            half_open: 0,
-            guard: Guard::new(seed),
+            limits: Limits::new(seed),
             now: None,
             log: LogLimit::default(),
         }
     }
 
-    /// Heap bytes of the side tables (pending requests, extra data, armed timers).
+    /// Heap bytes of the side tables (pending requests, saved replies, armed timers).
     pub(super) fn heap_bytes(&self) -> usize {
         let pending = core::mem::size_of::<(CommId, Pending)>();
-        let extra = core::mem::size_of::<(CommId, Extra)>();
+        let saved = core::mem::size_of::<(CommId, SavedReplies)>();
         table_bytes(self.pending.capacity(), pending)
-            + table_bytes(self.extra.capacity(), extra)
+            + table_bytes(self.saved.capacity(), saved)
             + self.timers.heap_bytes()
     }
 
@@ -77,7 +75,7 @@ impl Io {
     /// `Stats::amplification_limited`.
     pub(super) fn gate(&mut self, id: CommId, reserve: bool) -> bool {
         let reserved = if reserve { MAD_BYTES } else { 0 };
-        if self.guard.may_send(id, MAD_BYTES, reserved) {
+        if self.limits.may_send(id, MAD_BYTES, reserved) {
             true
         } else {
             self.stats.amplification_limited += 1;
@@ -135,7 +133,7 @@ impl Io {
     /// Re-sends the MRA stored for a duplicate of the message it acknowledged (nothing if
     /// there is none).
     pub(super) fn resend_mra(&mut self, c: &Conn) {
-        if let Some(mra) = self.extra.get(&c.id).and_then(|x| x.mra.clone()) {
+        if let Some(mra) = self.saved.get(&c.id).and_then(|x| x.mra.clone()) {
             self.stats.duplicate_replies += 1;
             self.resend_conn(c, mra);
         }
@@ -145,24 +143,24 @@ impl Io {
         self.events.push_back(Event { conn, kind });
     }
 
-    /// The rarely needed data of connection `id`, created on first use.
-    pub(super) fn extra_mut(&mut self, id: CommId) -> &mut Extra {
-        self.extra.entry(id).or_default()
+    /// What connection `id` saved to answer duplicates, created on first use.
+    pub(super) fn saved_mut(&mut self, id: CommId) -> &mut SavedReplies {
+        self.saved.entry(id).or_default()
     }
 
-    /// Forgets the MRA saved for connection `id` (its extra data with it, if nothing else is
+    /// Forgets the MRA saved for connection `id` (its saved replies with it, if nothing else is
     /// left).
     pub(super) fn drop_mra(&mut self, id: CommId) {
-        if let Some(x) = self.extra.get_mut(&id) {
+        if let Some(x) = self.saved.get_mut(&id) {
             x.mra = None;
             if x.rtu_private_data.is_none() && x.apr.is_none() {
-                self.extra.remove(&id);
+                self.saved.remove(&id);
             }
         }
     }
 
     /// Arms connection `id`'s one timer (replacing the one armed before).
-    pub(super) fn arm(&mut self, id: CommId, at: Instant, kind: TimerKind) {
+    pub(super) fn arm(&mut self, id: CommId, at: Instant, kind: ConnTimer) {
         self.timers.arm_conn(id, at, kind);
     }
 
@@ -171,26 +169,23 @@ impl Io {
     }
 
     /// Forgets everything kept apart for connection `id` (it leaves the table, or enters
-    /// TimeWait before its timer is armed again): pending request, extra data, timer.
+    /// TimeWait before its timer is armed again): pending request, saved replies, timer.
     pub(super) fn forget(&mut self, id: CommId) {
         self.pending.remove(&id);
-        self.extra.remove(&id);
+        self.saved.remove(&id);
         self.disarm(id);
     }
 
+    /// Moves a connection to state `new`, keeping the counts of [`Limits`]: a connection
+    /// leaving the half-open passive states leaves its half-open entry (made at its REQ's
+    /// admission, `Limits::enter`), one entering or leaving the connected states is counted.
     pub(super) fn set_state(&mut self, id: CommId, conn: &mut Conn, new: State) {
-        if conn.state.is_half_open_passive() {
-            self.half_open = self.half_open.saturating_sub(1);
-            if !new.is_half_open_passive() {
-                self.guard.leave(id);
-            }
+        if conn.state.is_half_open_passive() && !new.is_half_open_passive() {
+            self.limits.leave(id);
         }
         if connected(conn.state) != connected(new) {
             let source = source_of(self.peers.addr(conn.peer));
-            self.guard.connected(source, connected(new));
-        }
-        if new.is_half_open_passive() {
-            self.half_open += 1;
+            self.limits.connected(source, connected(new));
         }
         if new == State::Established && conn.state != State::Established {
             self.stats.established += 1;
@@ -227,12 +222,12 @@ impl Io {
                 deadline: None,
             },
         );
-        self.arm(id, now + timeout, TimerKind::Resend);
+        self.arm(id, now + timeout, ConnTimer::Resend);
     }
 
     pub(super) fn cancel_request(&mut self, id: CommId) {
         self.pending.remove(&id);
-        if matches!(self.timers.conn(id), Some((_, TimerKind::Resend))) {
+        if matches!(self.timers.conn(id), Some((_, ConnTimer::Resend))) {
             self.disarm(id);
         }
     }

@@ -98,7 +98,7 @@ impl Endpoint {
             private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
         };
         let bytes = io.send_conn(c, CmMessage::Apr(apr));
-        io.extra_mut(conn).apr = Some(bytes);
+        io.saved_mut(conn).apr = Some(bytes);
         c.lap = LapState::Idle;
         Ok(())
     }

@@ -1,7 +1,14 @@
-//! The admission and limits bookkeeping of the endpoint ([`Guard`]): the half-open entries by
+//! The admission and limits bookkeeping of the endpoint ([`Limits`]): the half-open entries by
 //! arrival order, service ID and source, the established-connection counts, and the
 //! anti-amplification budget of each half-open connection. The decisions made with it (admit,
-//! evict, give up) are in `guard.rs`.
+//! evict, give up) are in `admission.rs`.
+//!
+//! The half-open entries are the endpoint's one count of half-open connections
+//! ([`Limits::half_open`]: `Endpoint::half_open`, the stateless-mode threshold): an entry is
+//! made when a REQ is admitted (REQ_RCVD) and removed when its connection leaves the passive
+//! setup states (`State::is_half_open_passive`: REQ_RCVD, MRA_REQ_SENT, REP_SENT,
+//! MRA_REP_RCVD) by `Io::set_state`, or when it is evicted. A connection made from a
+//! stateless cookie is ESTABLISHED from the start and never has one.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -61,9 +68,9 @@ pub(super) enum Admit {
     EstablishedFull,
 }
 
-/// The endpoint's admission state.
+/// The endpoint's admission and limits bookkeeping.
 #[derive(Debug)]
-pub(super) struct Guard {
+pub(super) struct Limits {
     seq: u64,
     half: HashMap<CommId, Half>,
     order: BTreeSet<(u64, CommId)>,
@@ -74,9 +81,9 @@ pub(super) struct Guard {
     established_by_source: HashMap<PeerAddr, u32>,
 }
 
-impl Guard {
+impl Limits {
     pub(super) fn new(seed: u64) -> Self {
-        Guard {
+        Limits {
             seq: 0,
             half: map(seed),
             order: BTreeSet::new(),
@@ -87,8 +94,9 @@ impl Guard {
         }
     }
 
-    /// Whether a REQ for `service` from `source` may create a half-open entry now.
-    pub(super) fn admit(
+    /// Whether a REQ for `service` from `source` may create a half-open entry now (what
+    /// `Endpoint::admit` acts on).
+    pub(super) fn check(
         &self,
         cfg: &EndpointConfig,
         source: PeerAddr,
@@ -173,6 +181,11 @@ impl Guard {
             }
         }
         dec(&mut self.half_by_source, h.source);
+    }
+
+    /// Half-open passive connections: one entry each (module docs).
+    pub(super) fn half_open(&self) -> usize {
+        self.half.len()
     }
 
     /// The half-open entry of a connection.

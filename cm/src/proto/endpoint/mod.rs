@@ -17,7 +17,7 @@
 //! | REQ under pressure, stateless (cookie REP) | `cookie.rs` | `stateless_req` |
 //! | RTU naming a cookie (→ ESTABLISHED, recreated) | `cookie.rs` | `stateless_rtu` |
 //! | stateless REP retransmission (once, `stateless_resend`) | `cookie.rs` | `stateless_resend_due` |
-//! | REQ admission (caps, eviction of the oldest half-open entry, → REJ 3) | `guard.rs` | `admit` (`evict`) |
+//! | REQ admission (caps, eviction of the oldest half-open entry, → REJ 3) | `admission.rs` | `admit` (`evict`) |
 //! | `accept` (→ REP) | `setup.rs` | [`Endpoint::accept`] |
 //! | REP | `setup.rs` | `on_rep`, duplicate REP: `on_dup_rep` |
 //! | `establish` (→ RTU) | `setup.rs` | [`Endpoint::establish`] (`send_rtu`) |
@@ -29,7 +29,7 @@
 //! | REJ (any state) | `setup.rs` | `on_rej` |
 //! | REQ / REP retries exhausted (→ REJ 4) | `setup.rs` | `on_setup_timeout` |
 //! | stale connection found by a REQ or REP | `setup.rs` | `stale_old` |
-//! | half-open lifetime over, REQ unanswered (→ REJ 4) | `guard.rs` | `on_half_open_expired` |
+//! | half-open lifetime over, REQ unanswered (→ REJ 4) | `admission.rs` | `on_half_open_expired` |
 //! | `disconnect` (→ DREQ, or REJ during setup) | `teardown.rs` | [`Endpoint::disconnect`] |
 //! | DREQ | `teardown.rs` | `on_dreq` |
 //! | DREP | `teardown.rs` | `on_drep` |
@@ -54,14 +54,14 @@
 //! import from them, never the other way round): the connection and SIDR request records are
 //! in `proto/conn.rs`, the timer kinds and queue in `proto/timer.rs`, peer interning in
 //! `proto/peers.rs`, the seeded hash maps and small helpers (`check_len`, `trimmed`) in
-//! `proto/util.rs`, the admission and anti-amplification bookkeeping (`Guard`) in
-//! `endpoint/limits.rs`, output queues, counters and the REJ builders (`rej`, `timeout_rej`,
+//! `proto/util.rs`, the admission and anti-amplification bookkeeping with the half-open and
+//! established counts (`Limits`) in `endpoint/limits.rs`, output queues, counters and the REJ builders (`rej`, `timeout_rej`,
 //! `reject_req`) in `endpoint/io.rs`. The feature files (`setup.rs`, `teardown.rs`,
-//! `sidr.rs`, `lap.rs`, `guard.rs`) add methods to [`Endpoint`] and never import from each
+//! `sidr.rs`, `lap.rs`, `admission.rs`, `cookie.rs`) add methods to [`Endpoint`] and never import from each
 //! other.
 
+mod admission;
 mod cookie;
-mod guard;
 mod io;
 mod lap;
 mod limits;
@@ -82,7 +82,7 @@ use super::ids::{IdAllocator, SidrReqId};
 use super::memory::table_bytes;
 use super::sys::TableAlloc;
 use super::table::ConnTable;
-use super::timer::{Expired, TimerKind};
+use super::timer::{ConnTimer, Expired};
 use super::util::{map, HashMap, HashSet, LocalQpnMap};
 use super::{
     CallError, ConnId, ConnectError, DropReason, EndpointConfig, Event, EventKind, LapState,
@@ -241,6 +241,43 @@ impl Endpoint {
         self.conns.get(&conn).map(|c| c.remote_qpn)
     }
 
+    /// A connection's local QPN (for XRC TGT: the TGT QPN; `None` once the connection has left
+    /// the table). It is chosen by [`connect`](Self::connect) on the active side, by
+    /// [`accept`](Self::accept) on the passive side, by the listener's template for a
+    /// connection made from a stateless cookie; until then, and for a connection taken over by
+    /// [`end_stale`](Self::end_stale) (whose QPN this endpoint never knew), it reads QPN 0. It
+    /// stays the connection's through TimeWait, while
+    /// [`qpn_quarantined`](Self::qpn_quarantined) holds it.
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use ibcm::proto::*;
+    /// use ibcm_mad::{Guid, Qpn, ServiceId};
+    ///
+    /// let now = Instant::now();
+    /// let a_addr: PeerAddr = "127.0.0.1:4791".parse::<std::net::SocketAddr>().unwrap().into();
+    /// let b_addr: PeerAddr = "127.0.0.2:4791".parse::<std::net::SocketAddr>().unwrap().into();
+    /// let mut a = Endpoint::new(EndpointConfig { rng_seed: Some(1), ..Default::default() });
+    /// let mut b = Endpoint::new(EndpointConfig {
+    ///     rng_seed: Some(2),
+    ///     local_ca_guid: Guid(2),
+    ///     ..Default::default()
+    /// });
+    /// b.listen(ServiceId(0x1234), ListenOptions::default());
+    /// let (qa, qb) = (Qpn::new(0x11).unwrap(), Qpn::new(0x22).unwrap());
+    /// let conn = a.connect(now, ConnectParams::new(b_addr, ServiceId(0x1234), qa)).unwrap();
+    /// assert_eq!(a.local_qpn(conn), Some(qa));
+    ///
+    /// b.handle_datagram(now, a_addr, &a.poll_transmit().unwrap().mad);
+    /// let ev = b.poll_event().unwrap();
+    /// assert_eq!(b.local_qpn(ev.conn), Some(Qpn::default()), "not accepted yet");
+    /// b.accept(now, ev.conn, AcceptParams::new(qb)).unwrap();
+    /// assert_eq!(b.local_qpn(ev.conn), Some(qb));
+    /// ```
+    pub fn local_qpn(&self, conn: ConnId) -> Option<Qpn> {
+        self.conns.get(&conn).map(|c| c.local_qpn)
+    }
+
     /// A connection's remote comm ID, once known.
     pub fn remote_comm_id(&self, conn: ConnId) -> Option<CommId> {
         self.conns.get(&conn).map(|c| c.remote_id)
@@ -281,15 +318,17 @@ impl Endpoint {
             && self.cookies.next_resend().is_none()
     }
 
-    /// Passive connections not yet established.
+    /// Passive connections not yet established (REQ_RCVD, MRA_REQ_SENT, REP_SENT,
+    /// MRA_REP_RCVD), the count [`EndpointConfig::max_half_open`] caps and
+    /// [`EndpointConfig::stateless_threshold`] compares.
     pub fn half_open(&self) -> usize {
-        self.io.half_open
+        self.io.limits.half_open()
     }
 
     /// Connections counted against [`EndpointConfig::max_established`]: from ESTABLISHED until
     /// TimeWait, both sides.
     pub fn established(&self) -> usize {
-        self.io.guard.established()
+        self.io.limits.established()
     }
 
     /// The IDs of all connections, sorted.
@@ -453,7 +492,7 @@ impl Endpoint {
         if self.io.peers.addr(c.peer) != from {
             return miss(DropReason::WrongPeer);
         }
-        self.io.guard.validate(ours);
+        self.io.limits.validate(ours);
         Ok((c, &mut self.io))
     }
 
@@ -519,7 +558,7 @@ impl Endpoint {
             }
             self.release_qpn(qpn);
         }
-        self.io.arm(id, until, TimerKind::Timewait);
+        self.io.arm(id, until, ConnTimer::Timewait);
     }
 
     /// TimeWait is over: the connection leaves the table, its QPN the quarantine.
@@ -561,9 +600,9 @@ impl Endpoint {
                         continue;
                     }
                     match kind {
-                        TimerKind::Timewait => self.on_timewait_exit(now, id),
-                        TimerKind::Lifetime => self.on_half_open_expired(id),
-                        _ => self.on_resend_timer(now, id),
+                        ConnTimer::Timewait => self.on_timewait_exit(now, id),
+                        ConnTimer::Lifetime => self.on_half_open_expired(id),
+                        ConnTimer::Resend => self.on_resend_timer(now, id),
                     }
                 }
             }
@@ -578,7 +617,7 @@ impl Endpoint {
         };
         // A half-open entry never outlives its deadline (`max_half_open_lifetime`), an
         // unanswered REQ its `connect_timeout`.
-        let half = self.io.guard.half(id).map(|h| h.deadline);
+        let half = self.io.limits.half(id).map(|h| h.deadline);
         let pending = self.io.pending.get_mut(&id);
         let unanswered = pending
             .as_ref()
@@ -599,7 +638,7 @@ impl Endpoint {
                     self.io.resend_conn(c, mad);
                 }
                 let at = deadline.map_or(now + timeout, |d| d.min(now + timeout));
-                self.io.arm(id, at, TimerKind::Resend);
+                self.io.arm(id, at, ConnTimer::Resend);
                 return;
             }
         }

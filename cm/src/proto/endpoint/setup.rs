@@ -17,7 +17,7 @@ use super::limits::{source_of, MAD_BYTES};
 use super::Endpoint;
 use crate::proto::conn::{Conn, Micros};
 use crate::proto::ids::{cm_ack_timeout, form_tid};
-use crate::proto::timer::TimerKind;
+use crate::proto::timer::ConnTimer;
 use crate::proto::util::check_len;
 use crate::proto::{
     roce_path, AcceptParams, CallError, ConnId, ConnectError, ConnectParams, ConnectionError,
@@ -125,7 +125,7 @@ impl Endpoint {
                 pending.deadline = Some(at);
             }
             if self.io.timers.conn(id).is_some_and(|(t, _)| at < t) {
-                self.io.arm(id, at, TimerKind::Resend);
+                self.io.arm(id, at, ConnTimer::Resend);
             }
         }
         self.use_qpn(p.local_qpn);
@@ -238,7 +238,7 @@ impl Endpoint {
         io.drop_mra(conn);
         io.set_state(conn, c, State::RepSent);
         // The REP answers the REQ: it always goes out, and counts against the budget.
-        io.guard.sent(conn, MAD_BYTES);
+        io.limits.sent(conn, MAD_BYTES);
         let budget = c.request_budget();
         io.send_request(now, conn, c, CmMessage::Rep(rep), budget);
         self.cap_timer(conn);
@@ -314,7 +314,7 @@ impl Endpoint {
         };
         // The application's MRA counts against the amplification budget, keeping room for the
         // REP and the REJ that may end the attempt: to an unproven peer it goes only within it.
-        if !io.guard.may_send(conn, MAD_BYTES, 2 * MAD_BYTES) {
+        if !io.limits.may_send(conn, MAD_BYTES, 2 * MAD_BYTES) {
             io.stats.amplification_limited += 1;
             return Err(CallError::AmplificationLimited(conn));
         }
@@ -355,7 +355,7 @@ impl Endpoint {
             // elsewhere does not (the answer goes to the peer).
             let from_peer = self.io.peers.addr(c.peer) == from;
             if from_peer {
-                self.io.guard.received(id, MAD_BYTES);
+                self.io.limits.received(id, MAD_BYTES);
             }
             match c.state {
                 // Answers to duplicates before the accept keep room for the REP, which
@@ -432,9 +432,9 @@ impl Endpoint {
         let deadline = now + self.cfg.max_half_open_lifetime;
         let source = source_of(from);
         self.io
-            .guard
+            .limits
             .enter(id, source, req.service_id, deadline, MAD_BYTES);
-        self.io.arm(id, deadline, TimerKind::Lifetime);
+        self.io.arm(id, deadline, ConnTimer::Lifetime);
         self.conns.insert(id, conn);
         self.conns.index_remote(id);
         if !xrc {
@@ -513,7 +513,7 @@ impl Endpoint {
         }
         let wait = m.service_timeout.to_duration() + c.packet_life_time.to_duration();
         if io.pending.contains_key(&id) {
-            io.arm(id, now + wait, TimerKind::Resend);
+            io.arm(id, now + wait, ConnTimer::Resend);
         }
         io.event(
             id,
@@ -677,7 +677,7 @@ impl Endpoint {
                 // Our RTU was lost: build it again.
                 let pd = self
                     .io
-                    .extra
+                    .saved
                     .get(&id)
                     .and_then(|x| x.rtu_private_data.clone())
                     .unwrap_or_default();
@@ -756,17 +756,17 @@ fn send_rtu(io: &mut Io, id: CommId, c: &mut Conn, private_data: &[u8]) {
     };
     io.send_conn(c, CmMessage::Rtu(rtu));
     if private_data.iter().any(|&b| b != 0) {
-        io.extra_mut(id).rtu_private_data = Some(private_data.into());
-    } else if let Some(x) = io.extra.get_mut(&id) {
+        io.saved_mut(id).rtu_private_data = Some(private_data.into());
+    } else if let Some(x) = io.saved.get_mut(&id) {
         x.rtu_private_data = None;
         x.mra = None;
     }
     if io
-        .extra
+        .saved
         .get(&id)
         .is_some_and(|x| x.rtu_private_data.is_none() && x.mra.is_none() && x.apr.is_none())
     {
-        io.extra.remove(&id);
+        io.saved.remove(&id);
     }
     io.set_state(id, c, State::Established);
     c.lap = LapState::Uninit;
@@ -791,7 +791,7 @@ fn send_mra(
         private_data: PrivateData::from_slice(private_data).unwrap_or_default(),
     };
     let bytes = io.send_conn(c, CmMessage::Mra(mra));
-    io.extra_mut(id).mra = Some(bytes);
+    io.saved_mut(id).mra = Some(bytes);
     match kind {
         MsgKind::Req => io.set_state(id, c, State::MraReqSent),
         MsgKind::Rep => io.set_state(id, c, State::MraRepSent),

@@ -270,7 +270,7 @@ mod tests {
         assert_eq!(id, CommId(0x1234));
         assert_eq!(a.state(id), Some(State::DreqSent));
         assert_eq!(
-            a.io.guard.established(),
+            a.io.limits.established(),
             1,
             "counted as connected until TimeWait"
         );
@@ -313,7 +313,7 @@ mod tests {
             })
         );
         assert_eq!(a.state(id), Some(State::Timewait));
-        assert_eq!(a.io.guard.established(), 0);
+        assert_eq!(a.io.limits.established(), 0);
         assert!(
             a.local_qpns.is_empty() && a.quarantine.is_empty(),
             "no QPN held"
@@ -349,7 +349,7 @@ mod tests {
             EventKind::Closed(ConnectionError::DisconnectTimedOut)
         );
         assert_eq!(a.state(id), Some(State::Timewait));
-        assert_eq!(a.io.guard.established(), 0);
+        assert_eq!(a.io.limits.established(), 0);
     }
 
     #[test]

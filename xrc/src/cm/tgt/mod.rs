@@ -236,9 +236,14 @@ pub struct XrcTarget {
     reg: TgtRegistry<ConnId>,
     cfg: XrcTargetConfig,
     services: BTreeMap<ServiceId, XrcService>,
-    /// The TGT QPN of each accepted connection until it closes (the endpoint knows it as the
-    /// connection's local QPN but does not tell). Everything else — established or not, its
-    /// TimeWait — is asked of the endpoint.
+    /// The TGT QPN of each connection this target answered with a QP, from its decision until
+    /// the connection closes. Not a copy of [`Endpoint::local_qpn`]: it is made before
+    /// `ep.accept`, which may fail (`accept_failed` still needs the QPN to unbind it); it
+    /// outlives the endpoint's record (a REJ received in REP_SENT removes the connection
+    /// before its `Closed` reaches the target, which must still release the QP's binding); and
+    /// it tells this target's connections from the endpoint's others ([`XrcTarget::conn_qpn`],
+    /// [`XrcTarget::conns_on`] need no endpoint). While both have it, they agree. Everything
+    /// else — established or not, its TimeWait — is asked of the endpoint.
     tgt_qpns: BTreeMap<ConnId, Qpn>,
     psns: BTreeMap<Qpn, Psn>,
     /// Registry actions not yet executed on the endpoint (see [`XrcTarget::flush`]).

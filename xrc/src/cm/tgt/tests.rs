@@ -76,10 +76,15 @@ fn a_service_s_policy_overrides_the_req_s() {
         ibcm::App::handle_event(&mut target, &mut t_ep, now, &ev);
     }
     let accepted = std::iter::from_fn(|| target.poll_event()).find_map(|e| match e {
-        TargetEvent::Accepted { policy, qpn, .. } => Some((policy, qpn)),
+        TargetEvent::Accepted {
+            conn, policy, qpn, ..
+        } => Some((conn, policy, qpn)),
         _ => None,
     });
-    let (policy, qpn) = accepted.expect("the REQ was accepted");
+    let (conn, policy, qpn) = accepted.expect("the REQ was accepted");
+    // The target's record of the TGT QP and the endpoint's local QPN agree.
+    assert_eq!(target.conn_qpn(conn), Some(qpn));
+    assert_eq!(t_ep.local_qpn(conn), Some(qpn));
     assert_eq!(policy, OwnershipPolicy::Explicit);
     assert_eq!(
         target.registry().query(qpn).unwrap().policy,

@@ -17,7 +17,7 @@
 //! A "source" is the peer's IP address or GID without the UDP port (`source_of`): one host is
 //! one source whatever port it sends from.
 //!
-//! This file makes the decisions; the bookkeeping they read (`Guard`, `source_of`,
+//! This file makes the decisions; the bookkeeping they read (`Limits`, `source_of`,
 //! `MAD_BYTES`) is in `limits.rs`.
 
 use std::time::{Duration, Instant};
@@ -36,7 +36,7 @@ impl Endpoint {
     pub(super) fn admit(&mut self, now: Instant, from: PeerAddr, tid: Tid, req: &Req) -> bool {
         let source = source_of(from);
         loop {
-            match self.io.guard.admit(&self.cfg, source, req.service_id) {
+            match self.io.limits.check(&self.cfg, source, req.service_id) {
                 Admit::Yes => return true,
                 Admit::Evict(victim) => {
                     self.io.stats.half_open_evicted += 1;
@@ -66,7 +66,7 @@ impl Endpoint {
             self.remove(id);
         }
         // Whatever state it was in, it no longer holds a slot.
-        self.io.guard.leave(id);
+        self.io.limits.leave(id);
     }
 
     /// The REP retransmission interval a REQ asks for, within the configured floor and
@@ -80,7 +80,7 @@ impl Endpoint {
 
     /// Keeps a half-open connection's timer from running past its deadline.
     pub(super) fn cap_timer(&mut self, id: CommId) {
-        let Some(deadline) = self.io.guard.half(id).map(|h| h.deadline) else {
+        let Some(deadline) = self.io.limits.half(id).map(|h| h.deadline) else {
             return;
         };
         if let Some((at, kind)) = self.io.timers.conn(id) {
