@@ -16,7 +16,9 @@ RPING_PINGS, RPING_SIZE = 20, 64
 UCMA_MSGS, UCMA_SIZE = 10, 100
 NCMT = 100
 CELLS = ("data-rping-pas", "data-rping-act", "data-ucmatose-pas", "data-ucmatose-act", "data-cmtime-pas",
-         "data-cmtime-act")
+         "data-cmtime-act", "capi-ucmatose-act", "capi-ucmatose-pas")
+# the capi-* cells: libibcm's C peer (tests/conformance/src/capi_peer.c) through ibcmd
+CAPI_PORTS = {"capi-ucmatose-act": 7505, "capi-ucmatose-pas": 7506}
 
 # BTH opcodes of RC (IBTA 9.2): what the data of each cell must show on the wire
 OP_NAMES = {0x04: "SEND", 0x0a: "WRITE", 0x0c: "READ-REQ", 0x10: "READ-RESP", 0x11: "ACK"}
@@ -162,4 +164,31 @@ def data_cells(out):
                % (kind, NCMT, NCMT, "REP" if kind == "client" else "REQ", len(wire_qpns), len(qpns),
                   resent(totals, NCMT)))
         summary.append("%s %d QPs, 0 B" % (name, len(wire_qpns)))
+    # a C program on libibcm, through ibcmd on umad0, and the kernel's rdma_cm by IP and port
+    for name, kind in (("capi-ucmatose-act", "server"), ("capi-ucmatose-pas", "client")):
+        c = Check()
+        k, txt = outp("a", name), outp("b", name)
+        port = CAPI_PORTS[name]
+        c(rc("a", name) == "0" and "return status 0" in k,
+          "kernel ucmatose %s exit %r: %s" % (kind, rc("a", name), k.strip()[-300:]))
+        c(rc("b", name) == "0" and "capi-peer: ok" in txt,
+          "capi-peer exit %r: %s" % (rc("b", name), txt.strip()[-400:]))
+        c(re.search(r"^event ESTABLISHED ", txt, re.M) is not None, "capi-peer saw no ESTABLISHED")
+        by_peer = "1" if kind == "server" else "0"
+        c(re.search(r"^event DISCONNECTED .*status=0 .*by_peer=%s " % by_peer, txt, re.M) is not None,
+          "capi-peer's DISCONNECTED is not by_peer=%s with status 0" % by_peer)
+        if kind == "client":
+            c(re.search(r"^event CONNECT_REQUEST .*rdma_cm_src=%s:\d+ rdma_cm_dst=%s:%d " % (K, I, port), txt, re.M)
+              is not None, "CONNECT_REQUEST without the kernel client's CMA header addresses")
+        m = cm_list(os.path.join(run, "cells", name + ".pcap"))
+        c(have_pcap and seq(m).startswith("REQ REP RTU") and seq(m).endswith("DREQ DREP"),
+          "wire %r, want REQ REP RTU ... DREQ DREP" % seq(m))
+        reqs = [d for d in m if d["msg"] == "REQ"]
+        sid = "0x%016x" % (0x0106 << 16 | port)
+        c(len(reqs) == 1 and reqs[0].get("sid") == sid and reqs[0]["src"] == (I if kind == "server" else K),
+          "REQ %s, want one from %s to service ID %s" % (reqs, I if kind == "server" else K, sid))
+        c.done(name, "%s kernel ucmatose %s -C 0 (rdma_cm port %d, service ID %s): %s; the %s through "
+               "ibcmd" % ("libibcm connects by IP and port to the" if kind == "server"
+                         else "libibcm serves the", kind, port, sid, seq(m),
+                         "REQ's CMA header built" if kind == "server" else "CMA header's addresses decoded"))
     return "data: " + ", ".join(summary)

@@ -13,10 +13,14 @@
 #                       --data none (a QP per connection, brought up and destroyed)
 #   data-cmtime-act     cm-ping --connect --data none --count 100 --parallel 100 --hold ->
 #                       kernel `cmtime -c 100`
+#   capi-ucmatose-act   a C program on libibcm (capi-peer, through ibcmd on umad0) connects by
+#                       IP and port (IBCM_CONNECT_RDMA_CM) -> kernel `ucmatose -C 0` server
+#   capi-ucmatose-pas   kernel `ucmatose -C 0` client -> capi-peer listening on rdma_cm's
+#                       port 7506 through ibcmd
 # check_data.py asserts the outputs and prints the `data:` line.
 # lab-mods-a: cm
 # lab-mods-b: nocm
-# lab-timeout: 240
+# lab-timeout: 300
 . /lab/lib.sh
 pair_up
 K=10.77.0.1 I=10.77.0.2 NCMT=100
@@ -66,6 +70,9 @@ if [ "$ROLE" = a ]; then
   bg data-cmtime-act 90 cmtime -c $NCMT; wait_cm_listen 100; mark data-cmtime-act.ready
   waitfor data-cmtime-act.done 90; sleep 1; bgkill data-cmtime-act; bgwait data-cmtime-act 20
   cell_end data-cmtime-act
+  # -C 0: no messages; the server disconnects once connected, the client waits for that
+  kserver capi-ucmatose-act 60 ucmatose -p 7505 -C 0 -c 1
+  kclient capi-ucmatose-pas 60 ucmatose -s $I -p 7506 -C 0 -c 1
   run counters 10 sh -c '. /lab/lib.sh; counters'
   mark a.done
 else
@@ -77,6 +84,23 @@ else
   iconnect data-ucmatose-act 60 --connect $K:7504 --data ucmatose --size 100 --pings 10 --disconnect-from passive
   ilisten data-cmtime-pas 90 --port 7471 --data none
   iconnect data-cmtime-act 90 --connect $K:7471 --data none --count $NCMT --parallel $NCMT --hold
+  # libibcm through ibcmd, which takes umad0 now that cm-ping has exited
+  SOCK=/tmp/ibcmd.sock
+  if [ -x /lab/bin/capi-peer ] && [ -x /lab/bin/ibcmd ]; then
+    bg ibcmd 200 ibcmd --addr $I --socket $SOCK --state /tmp/ibcmd.state \
+      --umad /dev/infiniband/umad0 --gid-index $(gid_index)
+    wait_line ibcmd 'ibcmd serving' 30
+  else
+    say "FAIL no /lab/bin/capi-peer or /lab/bin/ibcmd (the suite's build step makes them)"
+  fi
+  waitfor capi-ucmatose-act.ready 60 &&
+    run capi-ucmatose-act 60 capi-peer connect $SOCK $K:7505 0x3001
+  mark capi-ucmatose-act.done
+  bg capi-ucmatose-pas 60 capi-peer listen $SOCK 7506 0x3002
+  wait_line capi-ucmatose-pas '^listening on' 20; mark capi-ucmatose-pas.ready
+  waitfor capi-ucmatose-pas.done 60; bgwait capi-ucmatose-pas 20
+  mark capi-ucmatose-pas.stopped
+  if [ -e /tmp/ibcmd.pid ]; then bgkill ibcmd; bgwait ibcmd 10 > /dev/null; fi
   run counters 10 sh -c '. /lab/lib.sh; counters'
   waitfor a.done 60
 fi

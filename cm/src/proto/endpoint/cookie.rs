@@ -312,7 +312,9 @@ impl Endpoint {
             None => current,
         };
         let (cookie, psn, qh) = self.cookies.mac(slot, from, &req);
-        if self.conns.contains_key(&cookie) || self.sidr_in.contains_key(&cookie) {
+        // Any ID in use (a connection, an incoming or an outgoing SIDR request) takes the
+        // stateful path: the recreated connection must not share its ID.
+        if self.id_taken(cookie) {
             return false;
         }
         let Some(t) = self.cookies.templates.get(&req.service_id) else {
