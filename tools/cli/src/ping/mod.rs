@@ -1,6 +1,9 @@
-//! cm-ping's data path (`--verbs DEVICE`, feature `verbs`): every connection gets a real RC QP
+//! `cm-ping`'s program: the binary parses [`Args`] and calls [`run`], which listens
+//! (`listen`) or connects (`connect`) on an endpoint of its own or the node's (`endpoint`).
+//!
+//! The data path (`--verbs DEVICE`, feature `verbs`): every connection gets a real RC QP
 //! brought up through the CM in the kernel's order, then exchanges data with a protocol that
-//! rdma-core's examples speak ([`DataProto`]):
+//! rdma-core's examples speak (`--data`):
 //!
 //! * `rping` (default): rping's ping/pong (`librdmacm/examples/rping.c`): the client
 //!   advertises its source buffer ({be64 addr, be32 rkey, be32 size} in a SEND), the server
@@ -17,18 +20,24 @@
 //!
 //! The summary line gets `, N data verified, F data failed, B bytes verified`.
 
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use clap::{Args, ValueEnum};
+use anyhow::{bail, Result};
+use clap::ValueEnum;
 
-pub(crate) mod connect;
-pub(crate) mod counts;
-pub(crate) mod node;
-pub(crate) mod req;
+mod args;
+mod connect;
+mod counts;
+mod endpoint;
+mod listen;
+mod node;
+mod out;
+mod req;
 #[cfg(feature = "verbs")]
 mod rping;
-pub(crate) mod stateless;
-pub(crate) mod stay;
+mod stateless;
+mod stay;
 #[cfg(feature = "verbs")]
 mod ucmatose;
 #[cfg(feature = "verbs")]
@@ -46,7 +55,7 @@ pub(crate) enum DataProto {
 }
 
 /// The `--verbs` options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct VerbsArgs {
     /// Give every connection a real RC QP on this RDMA device (e.g. rxe0) and exchange data
     /// on it (needs the `verbs` feature; use with --umad on the same device).
@@ -107,6 +116,7 @@ pub(crate) fn data_ok(established: u64) -> bool {
             && DATA.verified.load(Ordering::Relaxed) == established)
 }
 
+pub use args::Args;
 #[cfg(feature = "verbs")]
 pub(crate) use verbs::{connect, init, release_held, serve};
 
@@ -124,7 +134,7 @@ pub(crate) fn release_held() {}
 
 /// Without the `verbs` feature: `--verbs` is refused.
 #[cfg(not(feature = "verbs"))]
-pub(crate) fn init(args: &crate::Args) -> anyhow::Result<()> {
+pub(crate) fn init(args: &Args) -> anyhow::Result<()> {
     if args.verbs.verbs.is_some() {
         anyhow::bail!("--verbs: this cm-ping was built without the `verbs` feature");
     }
@@ -135,8 +145,8 @@ pub(crate) fn init(args: &crate::Args) -> anyhow::Result<()> {
 #[cfg(not(feature = "verbs"))]
 pub(crate) async fn serve(
     _cm: &ibcm::rt::Cm,
-    _args: &crate::Args,
-    _counts: &crate::Counts,
+    _args: &Args,
+    _counts: &counts::Counts,
     _inc: ibcm::rt::Incoming,
 ) -> anyhow::Result<()> {
     anyhow::bail!("--verbs: this cm-ping was built without the `verbs` feature")
@@ -146,14 +156,34 @@ pub(crate) async fn serve(
 #[cfg(not(feature = "verbs"))]
 pub(crate) async fn connect(
     _cm: &ibcm::rt::Cm,
-    _args: &crate::Args,
-    _counts: &crate::Counts,
+    _args: &Args,
+    _counts: &counts::Counts,
     _p: ibcm::proto::ConnectParams,
     i: u64,
 ) -> Option<ibcm::rt::Connection> {
-    crate::out(
+    out::out(
         _args,
         format_args!("connection {i}: built without the `verbs` feature"),
     );
     None
+}
+
+/// Runs `cm-ping` with `args`: listens or connects, prints its lines; the exit code says
+/// whether every connection was established (`--connect`; the module docs of the binary).
+pub async fn run(args: Args) -> Result<ExitCode> {
+    stateless::check(
+        &args.stateless,
+        args.verbs.verbs.is_some(),
+        args.reject.is_some(),
+        args.accept_delay.is_some(),
+        args.daemon.is_some(),
+    )?;
+    init(&args)?;
+    if let Some(ip) = args.listen {
+        return listen::listen(args, ip).await;
+    }
+    let Some(target) = args.connect.clone() else {
+        bail!("give --listen ADDR or --connect ADDR");
+    };
+    connect::connect(args, &target).await
 }

@@ -200,8 +200,8 @@ impl PeerCounts {
 /// accepted one (`established conn=… stateless`). Called from the listener's loop itself, so
 /// that a connection that arrived before SIGINT/SIGTERM is in the counts printed then.
 pub(crate) fn arrived(
-    args: &crate::Args,
-    counts: &crate::Counts,
+    args: &super::args::Args,
+    counts: &super::counts::Counts,
     peers: &PeerCounts,
     conn: &ibcm::rt::Connection,
     info: &ibcm::proto::StatelessInfo,
@@ -211,14 +211,14 @@ pub(crate) fn arrived(
         .established
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     peers.up(peer);
-    crate::out_limited(
+    super::out::out_limited(
         args,
         format_args!(
             "established conn={} stateless from {peer} remote_qpn={} qpn={} pd={}",
             conn.id(),
             info.req.remote_qpn(),
             info.rep.local_qpn,
-            crate::hex_trim(info.req.user_private_data())
+            super::out::hex_trim(info.req.user_private_data())
         ),
     );
 }
@@ -226,8 +226,8 @@ pub(crate) fn arrived(
 /// Then: held until the peer ends it, or disconnected at once when the REQ carried cm-ping's
 /// passive-disconnect marker.
 pub(crate) async fn serve(
-    args: &crate::Args,
-    counts: &crate::Counts,
+    args: &super::args::Args,
+    counts: &super::counts::Counts,
     peers: &PeerCounts,
     conn: ibcm::rt::Connection,
     info: &ibcm::proto::StatelessInfo,
@@ -236,7 +236,7 @@ pub(crate) async fn serve(
     let why = if info
         .req
         .user_private_data()
-        .starts_with(crate::DISCONNECT_MARKER)
+        .starts_with(super::args::DISCONNECT_MARKER)
     {
         conn.disconnect(&[]).await
     } else {
@@ -244,7 +244,7 @@ pub(crate) async fn serve(
     };
     peers.down(peer);
     counts.count_end(&why);
-    crate::out_limited(
+    super::out::out_limited(
         args,
         format_args!("disconnected conn={} ({why})", conn.id()),
     );

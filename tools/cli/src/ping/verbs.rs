@@ -25,8 +25,10 @@ use ibcm_xrc::verbs::rc::{
     Completion, CompletionOp, CompletionQueue, CqEvents, Device, QpCaps, RcQp,
 };
 
+use super::args::Args;
+use super::counts::Counts;
+use super::out::{out, out_limited};
 use super::{DataProto, DATA};
-use crate::{out, out_limited, Args, Counts};
 
 /// The device and the local port facts every connection's QP needs.
 #[derive(Debug)]
