@@ -131,7 +131,7 @@ pub struct Args {
     #[arg(long, short)]
     pub(crate) quiet: bool,
     #[command(flatten)]
-    pub(crate) verbs: super::VerbsArgs,
+    pub(crate) verbs: super::data::VerbsArgs,
     #[command(flatten)]
     pub(crate) req: super::req::ReqArgs,
     #[command(flatten)]

@@ -17,6 +17,7 @@ use super::args::{Args, DISCONNECT_MARKER};
 use super::counts::Counts;
 use super::endpoint::{bind, service_id};
 use super::out::{hex_trim, out_limited};
+use super::stateless::PeerCounts;
 use crate::qpn::QpnAlloc;
 
 pub(crate) async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
@@ -67,7 +68,7 @@ pub(crate) async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     println!("listening on {ip} service_id={sid}");
     let counts = Arc::new(Counts::default());
     let qpn = Arc::new(QpnAlloc::new());
-    let peers = Arc::new(super::stateless::PeerCounts::default());
+    let peers = Arc::new(PeerCounts::default());
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
@@ -80,7 +81,7 @@ pub(crate) async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
             break;
         };
         if let Arrival::Stateless(conn, info) = &inc {
-            super::stateless::arrived(&args, &counts, &peers, conn, info);
+            stateless_arrived(&args, &counts, &peers, conn, info);
         }
         let (cm, args, counts, qpn) = (cm.clone(), args.clone(), counts.clone(), qpn.clone());
         let peers = peers.clone();
@@ -88,7 +89,7 @@ pub(crate) async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
             let inc = match inc {
                 Arrival::Request(inc) => inc,
                 Arrival::Stateless(conn, info) => {
-                    return super::stateless::serve(&args, &counts, &peers, conn, &info).await;
+                    return serve_stateless(&args, &counts, &peers, conn, &info).await;
                 }
             };
             if let Err(e) = serve_one(&cm, &args, &counts, &qpn, &peers, inc).await {
@@ -100,10 +101,10 @@ pub(crate) async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
     // queued are left unanswered).
     while let Ok(inc) = incoming.try_recv() {
         if let Arrival::Stateless(conn, info) = &inc {
-            super::stateless::arrived(&args, &counts, &peers, conn, info);
+            stateless_arrived(&args, &counts, &peers, conn, info);
         }
     }
-    super::report_timing();
+    super::datapath::report_timing();
     if args.stateless.peer_counts {
         println!("{}", peers.line());
     }
@@ -127,7 +128,7 @@ async fn serve_one(
     args: &Args,
     counts: &Counts,
     qpn: &QpnAlloc,
-    peers: &super::stateless::PeerCounts,
+    peers: &PeerCounts,
     inc: ibcm::rt::Incoming,
 ) -> Result<()> {
     let req = match inc.kind() {
@@ -208,7 +209,7 @@ async fn serve_one(
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     if args.verbs.verbs.is_some() {
-        return super::serve(cm, args, counts, inc).await;
+        return super::datapath::serve(cm, args, counts, inc).await;
     }
     let q = super::stateless::stateful_qpn(&args.stateless, qpn);
     let mut p = if xrc {
@@ -249,4 +250,54 @@ async fn serve_one(
         format_args!("disconnected conn={} ({why})", conn.id()),
     );
     Ok(())
+}
+
+/// A connection the endpoint made statelessly has arrived: counted and printed like an
+/// accepted one (`established conn=… stateless`). Called from the listener's loop itself, so
+/// that a connection that arrived before SIGINT/SIGTERM is in the counts printed then.
+fn stateless_arrived(
+    args: &Args,
+    counts: &Counts,
+    peers: &PeerCounts,
+    conn: &ibcm::rt::Connection,
+    info: &ibcm::proto::StatelessInfo,
+) {
+    let peer = info.req.peer;
+    counts
+        .established
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    peers.up(peer);
+    out_limited(
+        args,
+        format_args!(
+            "established conn={} stateless from {peer} remote_qpn={} qpn={} pd={}",
+            conn.id(),
+            info.req.remote_qpn(),
+            info.rep.local_qpn,
+            hex_trim(info.req.user_private_data())
+        ),
+    );
+}
+
+/// A stateless connection, then: held until the peer ends it, or disconnected at once when the REQ carried cm-ping's
+/// passive-disconnect marker.
+async fn serve_stateless(
+    args: &Args,
+    counts: &Counts,
+    peers: &PeerCounts,
+    conn: ibcm::rt::Connection,
+    info: &ibcm::proto::StatelessInfo,
+) {
+    let peer = info.req.peer;
+    let why = if info.req.user_private_data().starts_with(DISCONNECT_MARKER) {
+        conn.disconnect(&[]).await
+    } else {
+        conn.closed().await
+    };
+    peers.down(peer);
+    counts.count_end(&why);
+    out_limited(
+        args,
+        format_args!("disconnected conn={} ({why})", conn.id()),
+    );
 }
