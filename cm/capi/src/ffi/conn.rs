@@ -2,10 +2,11 @@
 
 use std::ffi::c_int;
 
+use super::ctx::ibcm_ctx;
 use super::types::ibcm_status::*;
 use super::types::{
-    ibcm_accept_param, ibcm_conn_param, ibcm_ctx, ibcm_port, ibcm_qp_attr,
-    IBCM_DREQ_PRIVATE_DATA_MAX, IBCM_REJ_PRIVATE_DATA_MAX, IBCM_RTU_PRIVATE_DATA_MAX,
+    ibcm_accept_param, ibcm_conn_param, ibcm_port, ibcm_qp_attr, IBCM_DREQ_PRIVATE_DATA_MAX,
+    IBCM_REJ_PRIVATE_DATA_MAX, IBCM_RTU_PRIVATE_DATA_MAX,
 };
 use super::{bytes, context, guard, opt, put, string};
 use crate::error::{Error, Result};
