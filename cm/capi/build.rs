@@ -7,7 +7,12 @@ use std::path::PathBuf;
 fn main() {
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
-    let sources = ["src/ffi/types.rs", "src/ffi/api.rs", "src/ffi/conn.rs"];
+    let sources = [
+        "src/ffi/types.rs",
+        "src/ffi/ctx.rs",
+        "src/ffi/api.rs",
+        "src/ffi/conn.rs",
+    ];
     for s in sources.iter().chain(&["cbindgen.toml"]) {
         println!("cargo:rerun-if-changed={s}");
     }

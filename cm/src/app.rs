@@ -111,6 +111,20 @@ impl<T: App + Any> DynApp for T {
     }
 }
 
+/// The timer input of the call order (step 1 of [`App`]'s docs), for the simulator and the
+/// driver alike: the endpoint's timers, then the app's, each only if due at `now`.
+#[cfg(any(feature = "rt", feature = "sim"))]
+pub(crate) fn fire_timers<A: App + ?Sized>(ep: &mut Endpoint, app: Option<&mut A>, now: Instant) {
+    if due(ep.poll_timeout(), now) {
+        ep.handle_timeout(now);
+    }
+    if let Some(app) = app {
+        if due(app.poll_timeout(), now) {
+            app.handle_timeout(ep, now);
+        }
+    }
+}
+
 /// Whether `at` is due at `now`.
 #[cfg(any(feature = "rt", feature = "sim"))]
 pub(crate) fn due(at: Option<Instant>, now: Instant) -> bool {

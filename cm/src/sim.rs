@@ -42,7 +42,7 @@ use ibcm_mad::{AttrId, Guid, Mad, Qpn};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::app::{due, earliest, App, DynApp};
+use crate::app::{earliest, fire_timers, App, DynApp};
 use crate::proto::{AcceptParams, Endpoint, EndpointConfig, Event, EventKind, PeerAddr};
 
 mod cost;
@@ -624,14 +624,7 @@ impl SimNet {
             }
             self.mark(i);
             if let Some(node) = self.nodes.get_mut(i) {
-                if due(node.ep.poll_timeout(), now) {
-                    node.ep.handle_timeout(now);
-                }
-                if let Some(app) = node.app.as_mut() {
-                    if due(app.poll_timeout(), now) {
-                        app.handle_timeout(&mut node.ep, now);
-                    }
-                }
+                fire_timers(&mut node.ep, node.app.as_deref_mut(), now);
             }
         }
         self.flush();

@@ -8,8 +8,9 @@
 //! (`ibcm::qp_attr`) and the XRC target services the daemon hosts. Under it is the Rust
 //! client, `ibcm::rt::node::attach`, on a tokio runtime of the library's own.
 //!
-//! * `ffi`: the C ABI (every `unsafe` and `extern "C"` of the crate); `ffi::types` is what
-//!   cbindgen turns into `ibcm.h` (build.rs; the committed copy is `include/ibcm.h`);
+//! * `ffi`: the C ABI (every `unsafe` and `extern "C"` of the crate); `ffi::types`, with the
+//!   opaque `ffi::ctx` and the functions of `ffi::api` and `ffi::conn`, is what cbindgen turns
+//!   into `ibcm.h` (build.rs; the committed copy is `include/ibcm.h`);
 //! * `context`: one attachment, its connection handles and the tasks that make events;
 //! * `event`: the event queue and its fd;
 //! * `params`: the C parameter structs as ibcm's, ibcm's QP attributes as the C struct;

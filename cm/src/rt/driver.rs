@@ -19,7 +19,7 @@ use super::slot::Slot;
 use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use super::DatagramTransport;
-use crate::app::{due, earliest, DynApp};
+use crate::app::{earliest, fire_timers, DynApp};
 use crate::log_limit::LogLimit;
 use crate::proto::{
     CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, PeerAddr, SidrRepParams, State,
@@ -330,14 +330,7 @@ impl<T: DatagramTransport> Driver<T> {
 
     /// The timer fired: the endpoint's timers, then the app's, each if due.
     fn on_timeout(&mut self, now: Instant) {
-        if due(self.ep.poll_timeout(), now) {
-            self.ep.handle_timeout(now);
-        }
-        if let Some(app) = self.app.as_mut() {
-            if due(app.poll_timeout(), now) {
-                app.handle_timeout(&mut self.ep, now);
-            }
-        }
+        fire_timers(&mut self.ep, self.app.as_deref_mut(), now);
     }
 
     /// After an input: events (to the app, then the handles) and the app's deferred work,

@@ -62,6 +62,7 @@ mod json_full;
 mod ladder;
 #[cfg(feature = "live")]
 mod live;
+mod operand;
 mod put;
 mod render;
 mod report;
@@ -82,13 +83,14 @@ pub use capture::{
 };
 pub use conn::TrackerConfig;
 pub use expr::{field_table, ExprError, FilterExpr};
-pub use filter::{parse_msg, parse_u64, AddrMatch, Filter, TimeBound};
+pub use filter::{parse_msg, Filter, TimeBound};
 pub use gen::{
     data_scenario, default_template_paths, generate, load_template, GenConfig, GenSummary,
     Template, DATA_SCENARIO,
 };
 #[cfg(feature = "live")]
 pub use live::FILTER as LIVE_FILTER;
+pub use operand::{parse_u64, AddrMatch};
 pub use style::ColorChoice;
 pub use timefmt::TimeFormat;
 pub use trace::{classify, CmEvent, Icrc, Item, NonCm, RcPacket, Wire, WireAddr, MIN_CUT_MAD};

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub use super::core::KeeperLimits;
 use super::core::{Cred, KeeperCore, SessionId, Target};
 use super::proto::{Envelope, EventLine, KeeperEvent, Reply};
 use crate::registry::RegistryConfig;
@@ -60,29 +61,6 @@ pub struct ServerConfig {
     pub registry: RegistryConfig,
     /// What one user may hold.
     pub limits: KeeperLimits,
-}
-
-/// What one Unix user (by `SO_PEERCRED` uid, over all its sessions) may hold in a keeper; more
-/// is refused with `quota-exceeded`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeeperLimits {
-    /// Sessions open at once (each costs the keeper two threads).
-    pub sessions_per_user: usize,
-    /// Domains the user created.
-    pub domains_per_user: usize,
-    /// TGT QPs the user created (`create`, `create-or-register`, an `accept-req` that may
-    /// create one).
-    pub qps_per_user: usize,
-}
-
-impl Default for KeeperLimits {
-    fn default() -> Self {
-        KeeperLimits {
-            sessions_per_user: 256,
-            domains_per_user: 1024,
-            qps_per_user: 16_384,
-        }
-    }
 }
 
 /// Errors starting or running the keeper.

@@ -6,9 +6,10 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::ctx::ibcm_ctx;
 use super::types::ibcm_event_type::IBCM_EVENT_SIDR_REQUEST;
 use super::types::ibcm_status::*;
-use super::types::{ibcm_counter, ibcm_ctx, ibcm_event, IBCM_XRC_SRQNS_MAX};
+use super::types::{ibcm_counter, ibcm_event, IBCM_XRC_SRQNS_MAX};
 use super::{bytes, c_string, context, ctx_ref, guard, put, string};
 use crate::context::Context;
 use crate::error::{Error, Result};

@@ -2,9 +2,10 @@
 
 use std::ffi::c_int;
 
+use super::ctx::ibcm_ctx;
 use super::types::ibcm_status::*;
 use super::types::{
-    ibcm_accept_param, ibcm_conn_param, ibcm_ctx, ibcm_port, ibcm_qp_attr, ibcm_sidr_param,
+    ibcm_accept_param, ibcm_conn_param, ibcm_port, ibcm_qp_attr, ibcm_sidr_param,
     ibcm_sidr_rep_param, IBCM_DREQ_PRIVATE_DATA_MAX, IBCM_REJ_PRIVATE_DATA_MAX,
     IBCM_RTU_PRIVATE_DATA_MAX,
 };

@@ -1,6 +1,7 @@
 //! The C ABI: every `unsafe` and `extern "C"` item of the crate is in this module set.
 //!
 //! * `types`: the C types of `ibcm.h` (no code);
+//! * `ctx`: `ibcm_ctx`, the opaque handle of a context;
 //! * `api`: the context, the event channel, listeners, XRC services, error texts;
 //! * `conn`: connections (connect, accept, reject, establish, disconnect) and QP attributes;
 //! * `fork`: the `pthread_atfork` child handler that closes a child's copies of the
@@ -10,6 +11,7 @@
 
 pub mod api;
 pub mod conn;
+pub mod ctx;
 mod fork;
 pub mod types;
 
@@ -19,8 +21,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use ctx::ibcm_ctx;
+use types::code;
 use types::ibcm_status::*;
-use types::{code, ibcm_ctx};
 
 thread_local! {
     /// The message of this thread's last failed call.

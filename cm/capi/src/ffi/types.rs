@@ -507,20 +507,7 @@ pub struct ibcm_counter {
     pub value: u64,
 }
 
-/// Opaque: one attachment to a node's `ibcmd` (ibcm_open … ibcm_close).
-pub struct ibcm_ctx {
-    pub(crate) inner: crate::context::Context,
-    /// The events handed out and not yet acknowledged (their addresses).
-    pub(crate) outstanding: std::sync::Mutex<std::collections::HashSet<usize>>,
-}
-
 /// A C `int` status of a call.
 pub(crate) fn code(s: ibcm_status) -> c_int {
     s as c_int
 }
-
-// The header promises that a context may be used from any thread, concurrently.
-const _: fn() = || {
-    fn send_sync<T: Send + Sync>() {}
-    send_sync::<ibcm_ctx>();
-};

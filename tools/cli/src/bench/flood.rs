@@ -56,7 +56,6 @@ use ibcm_mad::{
 
 use crate::qpn::QpnAlloc;
 
-#[path = "flood_remote.rs"]
 pub(crate) mod remote;
 
 /// What the loopback and the remote attack share: the flood, the legitimate clients and the

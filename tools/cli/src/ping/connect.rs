@@ -15,9 +15,12 @@ use ibcm::rt::{Cm, CmError, Connection};
 use ibcm_mad::cma::{CmaHeader, PortSpace};
 use ibcm_mad::{Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp, U4};
 
+use super::args::{Args, Who, DISCONNECT_MARKER};
 use super::counts::Counts;
+use super::end::finish;
+use super::endpoint::bind;
+use super::out::{hex_trim, out};
 use crate::qpn::QpnAlloc;
-use crate::{bind, hex_trim, out, ping, Args, Who, DISCONNECT_MARKER};
 
 fn parse_target(s: &str) -> Result<(IpAddr, Option<u16>)> {
     if let Ok(ip) = s.parse::<IpAddr>() {
@@ -76,8 +79,8 @@ pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
         held.extend(w.await.unwrap_or_default());
     }
     if args.stay {
-        let by_peer = ping::stay::stay(args.quiet, &counts, held).await;
-        println!("{}", ping::stay::line(&counts, by_peer));
+        let by_peer = super::stay::stay(args.quiet, &counts, held).await;
+        println!("{}", super::stay::line(&counts, by_peer));
         let ok = counts.established.load(Ordering::Relaxed) == args.count;
         return Ok(if ok {
             ExitCode::SUCCESS
@@ -102,7 +105,7 @@ pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
         for c in closing {
             let _ = c.await;
         }
-        ping::release_held();
+        super::datapath::release_held();
     }
     let secs = start.elapsed().as_secs_f64();
     if !args.quiet {
@@ -112,11 +115,11 @@ pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
             args.count as f64 / secs.max(1e-9)
         );
     }
-    ping::report_timing();
+    super::datapath::report_timing();
     println!("{}", counts.line());
     let ok = counts.established.load(Ordering::Relaxed) == args.count
         && counts.disconnect_timed_out.load(Ordering::Relaxed) == 0
-        && ping::data_ok(counts.established.load(Ordering::Relaxed));
+        && super::data::data_ok(counts.established.load(Ordering::Relaxed));
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -177,7 +180,7 @@ async fn one_connection(
     p.max_cm_retries = U4::masked(args.retries);
     args.req.apply(&mut p, local);
     if args.verbs.verbs.is_some() {
-        return ping::connect(cm, args, counts, p, i).await;
+        return super::datapath::connect(cm, args, counts, p, i).await;
     }
     let manual = args.rtu_delay.is_some() || args.reject_rep.is_some();
     let conn = if manual {
@@ -339,17 +342,4 @@ async fn sidr(
     } else {
         ExitCode::from(2)
     })
-}
-
-/// Disconnects (or waits for the passive side's DREQ) and counts the outcome.
-pub(crate) async fn finish(args: &Args, counts: &Counts, conn: Connection) {
-    let why = match args.disconnect_from {
-        Who::Active => conn.disconnect(&[]).await,
-        Who::Passive => conn.closed().await,
-    };
-    counts.count_end(&why);
-    out(
-        args,
-        format_args!("disconnected conn={} ({why})", conn.id()),
-    );
 }

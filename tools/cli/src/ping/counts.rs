@@ -25,7 +25,7 @@ impl Counts {
             self.timed_out.load(Ordering::Relaxed),
             self.disconnected.load(Ordering::Relaxed),
             self.disconnect_timed_out.load(Ordering::Relaxed),
-            super::summary_suffix()
+            super::data::summary_suffix()
         )
     }
 

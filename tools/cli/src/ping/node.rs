@@ -12,7 +12,7 @@ use ibcm::rt::node::{attach, Node};
 use ibcm::rt::Cm;
 use ibcm_mad::ServiceId;
 
-use crate::Counts;
+use super::counts::Counts;
 
 /// The SRQ numbers an XRC listener announces (cm-ping has no real SRQs).
 const SRQNS: [u32; 2] = [0x10, 0x11];

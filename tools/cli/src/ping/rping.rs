@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use ibcm::rt::Connection;
 use ibcm_xrc::verbs::rc::{Access, CompletionOp, MemoryRegion, SendOp};
 
-use super::verbs::{or_closed, ConnQp};
+use super::qp::{or_closed, ConnQp};
 
 /// The size of rping's `struct rping_rdma_info`.
 const INFO_LEN: usize = 16;

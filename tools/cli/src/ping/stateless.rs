@@ -196,60 +196,6 @@ impl PeerCounts {
     }
 }
 
-/// A connection the endpoint made statelessly has arrived: counted and printed like an
-/// accepted one (`established conn=… stateless`). Called from the listener's loop itself, so
-/// that a connection that arrived before SIGINT/SIGTERM is in the counts printed then.
-pub(crate) fn arrived(
-    args: &crate::Args,
-    counts: &crate::Counts,
-    peers: &PeerCounts,
-    conn: &ibcm::rt::Connection,
-    info: &ibcm::proto::StatelessInfo,
-) {
-    let peer = info.req.peer;
-    counts
-        .established
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    peers.up(peer);
-    crate::out_limited(
-        args,
-        format_args!(
-            "established conn={} stateless from {peer} remote_qpn={} qpn={} pd={}",
-            conn.id(),
-            info.req.remote_qpn(),
-            info.rep.local_qpn,
-            crate::hex_trim(info.req.user_private_data())
-        ),
-    );
-}
-
-/// Then: held until the peer ends it, or disconnected at once when the REQ carried cm-ping's
-/// passive-disconnect marker.
-pub(crate) async fn serve(
-    args: &crate::Args,
-    counts: &crate::Counts,
-    peers: &PeerCounts,
-    conn: ibcm::rt::Connection,
-    info: &ibcm::proto::StatelessInfo,
-) {
-    let peer = info.req.peer;
-    let why = if info
-        .req
-        .user_private_data()
-        .starts_with(crate::DISCONNECT_MARKER)
-    {
-        conn.disconnect(&[]).await
-    } else {
-        conn.closed().await
-    };
-    peers.down(peer);
-    counts.count_end(&why);
-    crate::out_limited(
-        args,
-        format_args!("disconnected conn={} ({why})", conn.id()),
-    );
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,8 @@ use ibcm::rt::Connection;
 use ibcm_mad::xrc::TargetGone;
 use tokio::task::JoinSet;
 
-use crate::{hex_trim, Counts};
+use super::counts::Counts;
+use super::out::hex_trim;
 
 /// Whether the peer ended the connection (its DREQ, REJ or stale report), not this side or
 /// the loss of the node service.

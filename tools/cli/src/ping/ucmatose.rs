@@ -9,7 +9,7 @@
 use anyhow::{bail, Result};
 use ibcm_xrc::verbs::rc::{Access, CompletionOp, MemoryRegion, SendOp};
 
-use super::verbs::ConnQp;
+use super::qp::ConnQp;
 
 const WR_RECV: u64 = 1;
 const WR_SEND: u64 = 2;

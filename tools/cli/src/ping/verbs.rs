@@ -9,24 +9,24 @@
 //! a global address vector with `--gid-index`). Completions are waited for on the CQ's
 //! completion channel through tokio's `AsyncFd`.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail, Context, Result};
 use ibcm::mad::Req;
-use ibcm::proto::{roce_path, AcceptParams, ConnectParams, ConnectionError};
+use ibcm::proto::{roce_path, AcceptParams, ConnectParams};
 use ibcm::qp_attr::{
     negotiate_accept, qp_attr, Connection as QpConn, LinkLayer, LocalPort, QpState, Side,
 };
 use ibcm::rt::{Cm, CmError, Connection, Incoming, IncomingKind};
 use ibcm_mad::{Gid, ReqTransport, TimeoutExp};
-use ibcm_xrc::verbs::rc::{
-    Completion, CompletionOp, CompletionQueue, CqEvents, Device, QpCaps, RcQp,
-};
+use ibcm_xrc::verbs::rc::{CompletionQueue, Device, QpCaps, RcQp};
 
-use super::{DataProto, DATA};
-use crate::{out, out_limited, Args, Counts};
+use super::args::Args;
+use super::counts::Counts;
+use super::data::{DataProto, DATA};
+use super::out::{out, out_limited};
+use super::qp::{ConnQp, Cq};
 
 /// The device and the local port facts every connection's QP needs.
 #[derive(Debug)]
@@ -93,8 +93,8 @@ pub(crate) fn init(args: &Args) -> Result<()> {
     };
     CTX.set(ctx)
         .map_err(|_| anyhow!("--verbs: the device is already open"))?;
-    super::ENABLED.store(true, Ordering::Relaxed);
-    super::NO_DATA.store(args.verbs.data == DataProto::None, Ordering::Relaxed);
+    super::data::ENABLED.store(true, Ordering::Relaxed);
+    super::data::NO_DATA.store(args.verbs.data == DataProto::None, Ordering::Relaxed);
     if args.hold && args.connect.is_some() {
         // As cmtime does (its "create qp" step), every QP exists before the first REQ, so the
         // timed connect step holds the CM exchange and the INIT/RTR/RTS transitions.
@@ -121,76 +121,6 @@ static POOL: std::sync::Mutex<Vec<ConnQp>> = std::sync::Mutex::new(Vec::new());
 
 fn ctx() -> Result<&'static Ctx> {
     CTX.get().ok_or_else(|| anyhow!("--verbs: device not open"))
-}
-
-/// A CQ waited on through its completion channel.
-pub(super) struct Cq {
-    events: CqEvents,
-    cq: CompletionQueue,
-    pending: VecDeque<Completion>,
-}
-
-impl Cq {
-    fn new(dev: &Device, cqe: u32) -> Result<Self> {
-        let cq = CompletionQueue::new(dev, cqe)?;
-        let events = CqEvents::new(&cq).context("completion channel")?;
-        Ok(Cq {
-            events,
-            cq,
-            pending: VecDeque::new(),
-        })
-    }
-
-    /// The next completion: polled first; when the CQ is empty, waits for the armed CQ's
-    /// event, takes it, re-arms and polls again (so none that arrives meanwhile is missed).
-    pub(super) async fn next(&mut self) -> Result<Completion> {
-        loop {
-            if let Some(c) = self.pending.pop_front() {
-                return Ok(c);
-            }
-            let mut got = Vec::new();
-            self.cq.poll(&mut got)?;
-            if !got.is_empty() {
-                self.pending.extend(got);
-                continue;
-            }
-            self.events.wait().await?;
-        }
-    }
-
-    /// Waits until every op of `want` has completed once, skipping SEND completions not asked
-    /// for; returns the completions in `want`'s order. A failed completion is an error.
-    pub(super) async fn wait(&mut self, want: &[CompletionOp]) -> Result<Vec<Completion>> {
-        let mut slots: Vec<Option<Completion>> = vec![None; want.len()];
-        while slots.iter().any(Option::is_none) {
-            let c = self.next().await?;
-            let Some(op) = c.op else {
-                bail!(
-                    "work request {} failed: status {} (vendor error {:#x})",
-                    c.wr_id,
-                    c.status,
-                    c.vendor_err
-                );
-            };
-            match want
-                .iter()
-                .zip(slots.iter_mut())
-                .find(|(w, s)| **w == op && s.is_none())
-            {
-                Some((_, s)) => *s = Some(c),
-                None if op == CompletionOp::Send => {}
-                None => bail!("unexpected {op:?} completion (wr {})", c.wr_id),
-            }
-        }
-        Ok(slots.into_iter().flatten().collect())
-    }
-}
-
-/// A connection's QP and CQ.
-pub(super) struct ConnQp {
-    pub(super) qp: RcQp,
-    cq: Option<Cq>,
-    pub(super) dev: Device,
 }
 
 impl ConnQp {
@@ -228,13 +158,6 @@ impl ConnQp {
             cq,
             dev: c.dev.clone(),
         })
-    }
-
-    /// The connection's own CQ (every data protocol has one).
-    pub(super) fn cq(&mut self) -> Result<&mut Cq> {
-        self.cq
-            .as_mut()
-            .ok_or_else(|| anyhow!("this QP has no completion channel (--data none)"))
     }
 
     /// Moves the QP to `state` with the attributes the CM computes for this connection.
@@ -577,7 +500,7 @@ async fn connect_inner(
         }
         return Ok(Some(conn));
     }
-    super::connect::finish(args, counts, conn).await;
+    super::end::finish(args, counts, conn).await;
     Ok(None)
 }
 
@@ -594,15 +517,4 @@ fn report_active(args: &Args, conn: &Connection, r: &Result<u64>) {
 /// The GID the endpoint speaks from (`--local-ip`, else `--bind`).
 fn cm_local_gid(args: &Args) -> Option<Gid> {
     args.local_ip.or(args.bind).map(Gid::from_ip)
-}
-
-/// Waits for `fut` unless the connection ends first (then an error naming why).
-pub(super) async fn or_closed<T>(
-    conn: &Connection,
-    fut: impl std::future::Future<Output = Result<T>>,
-) -> Result<Result<T, ConnectionError>> {
-    tokio::select! {
-        r = fut => r.map(Ok),
-        why = conn.closed() => Ok(Err(why)),
-    }
 }

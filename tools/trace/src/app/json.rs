@@ -15,7 +15,7 @@ use crate::render::json_line;
 use crate::timefmt::{TimeFormat, TimeRef};
 use crate::trace::{classify, Item};
 
-use super::file::{track, FileCtx, LoopState};
+use super::track::{track, FileCtx, LoopState};
 
 /// Records per batch handed to the JSON formatting thread.
 pub(super) const BATCH: usize = 256;

@@ -14,8 +14,8 @@ use crate::ladder::has_msg;
 use crate::report::{stats_json, stats_text};
 use crate::style::Palette;
 
-use super::file::{FileCtx, LoopState};
-use super::View;
+use super::options::View;
+use super::track::{FileCtx, LoopState};
 
 /// When the statistics were last shown.
 pub(super) struct Refresh {

@@ -24,7 +24,7 @@ mod parse;
 use std::fmt;
 
 use crate::conn::Note;
-use crate::filter::AddrMatch;
+use crate::operand::AddrMatch;
 use crate::trace::CmEvent;
 
 use fields::{get, Field, Got};

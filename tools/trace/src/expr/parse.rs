@@ -192,7 +192,7 @@ impl<'a> P<'a> {
             );
         }
         match kind {
-            Kind::Num => match crate::filter::parse_u64(text) {
+            Kind::Num => match crate::operand::parse_u64(text) {
                 Some(n) => Ok(Val::Num(n)),
                 None => self.fail(
                     at,

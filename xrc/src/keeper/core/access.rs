@@ -28,6 +28,29 @@ use crate::types::{DomainSpec, Qpn};
 use super::args::{err, registry_err};
 use super::{KeeperCore, SessionId};
 
+/// What one Unix user (by `SO_PEERCRED` uid, over all its sessions) may hold in a keeper; more
+/// is refused with `quota-exceeded`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeeperLimits {
+    /// Sessions open at once (each costs the keeper two threads).
+    pub sessions_per_user: usize,
+    /// Domains the user created.
+    pub domains_per_user: usize,
+    /// TGT QPs the user created (`create`, `create-or-register`, an `accept-req` that may
+    /// create one).
+    pub qps_per_user: usize,
+}
+
+impl Default for KeeperLimits {
+    fn default() -> Self {
+        KeeperLimits {
+            sessions_per_user: 256,
+            domains_per_user: 1024,
+            qps_per_user: 16_384,
+        }
+    }
+}
+
 /// A client's credentials (from `SO_PEERCRED`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::keeper) struct Cred {
@@ -234,7 +257,7 @@ impl<K: super::KeeperConn> KeeperCore<K> {
     }
 
     /// Sets what one user may hold.
-    pub(in crate::keeper) fn set_limits(&mut self, l: crate::keeper::server::KeeperLimits) {
+    pub(in crate::keeper) fn set_limits(&mut self, l: KeeperLimits) {
         self.limits = l;
     }
 

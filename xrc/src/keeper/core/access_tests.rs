@@ -413,7 +413,7 @@ fn quota_hit(r: Result<Value, ErrorBody>) -> String {
 #[test]
 fn one_user_cannot_take_more_than_its_quota() {
     let (mut k, now) = keeper("sim");
-    k.set_limits(crate::keeper::server::KeeperLimits {
+    k.set_limits(crate::keeper::core::KeeperLimits {
         sessions_per_user: 2,
         domains_per_user: 2,
         qps_per_user: 3,

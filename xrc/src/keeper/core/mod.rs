@@ -27,6 +27,7 @@ mod report;
 mod tests;
 
 pub(in crate::keeper) use access::Cred;
+pub use access::KeeperLimits;
 use access::Owners;
 use args::err;
 use report::verdict_text;
@@ -138,7 +139,7 @@ pub(super) struct KeeperCore<K = ConnKey> {
     /// Something was released or closed since the last [`KeeperCore::prune`].
     dirty: bool,
     /// What one user may hold.
-    limits: crate::keeper::server::KeeperLimits,
+    limits: KeeperLimits,
     log: Vec<String>,
     started: Instant,
 }
@@ -185,7 +186,7 @@ impl<K: KeeperConn> KeeperCore<K> {
             slots: BTreeMap::new(),
             owners: Owners::default(),
             dirty: false,
-            limits: crate::keeper::server::KeeperLimits::default(),
+            limits: KeeperLimits::default(),
             log: Vec::new(),
             started: now,
         }

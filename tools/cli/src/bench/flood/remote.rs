@@ -100,7 +100,7 @@ fn nth(o: &RemoteOpts, i: u32) -> Result<SocketAddr> {
 /// A RoCEv2 socket on `a`: unconnected, `IP_PMTUDISC_DO`, non-blocking.
 fn socket(a: SocketAddr) -> Result<UdpSocket> {
     let s = UdpSocket::bind(a).with_context(|| format!("bind {a} (this host must own it)"))?;
-    crate::sys::set_pmtudisc_do(&s).context("IP_PMTUDISC_DO")?;
+    crate::bench::sys::set_pmtudisc_do(&s).context("IP_PMTUDISC_DO")?;
     s.set_nonblocking(true)?;
     Ok(s)
 }
