@@ -12,6 +12,7 @@ fn main() {
         "src/ffi/ctx.rs",
         "src/ffi/api.rs",
         "src/ffi/conn.rs",
+        "src/ffi/xrc.rs",
     ];
     for s in sources.iter().chain(&["cbindgen.toml"]) {
         println!("cargo:rerun-if-changed={s}");

@@ -18,10 +18,13 @@
  * Then the creator is SIGKILLed, and docs/xrc.md §8.2's creator-exit column must hold:
  *   explicit: the QP stays, an orphan (owner 0); the peer, of the owner's uid, destroys it and
  *             the initiator hears "target gone (owner destroyed it)";
- *   domain:   the QP stays (the peer still holds the domain);
+ *   domain:   the QP stays (the peer still holds the domain), and after the peer's
+ *             unregister (a registration owns nothing) until the initiator disconnects;
  *   process:  the QP is released: the initiator's DISCONNECTED says "creator exited", the peer
  *             is told (XRC_REPORT, IBCM_XRC_QP_GONE) and queries it gone;
- *   shared:   the creator's registration is dropped, the peer's keeps the QP.
+ *   shared:   the creator's registration is dropped, the peer's keeps the QP; when the peer
+ *             unregisters, the last registration is gone and so is the QP ("last
+ *             registration dropped" at the initiator).
  * Prints "checked: ..." lines and one "torn down: ..." per connection; exits 1 on any failure.
  */
 #include "example.h"
@@ -71,25 +74,41 @@ static void peer(const char *sock, const char *path, int policy, uint32_t qpn, i
     struct ibcm_ctx *c;
     struct ibcm_xrc_tgt_info info;
     check(ibcm_open(sock, &c), "peer: ibcm_open");
-    if (ibcm_xrcd_open(c, "mine", "/nonexistent/ibcm-xrcd", 0) != IBCM_ENOENT)
-        fail("%s", "peer: a domain file that names no domain, without IBCM_XRCD_CREATE");
+    int rc = ibcm_xrcd_open(c, "mine", "/nonexistent/ibcm-xrcd", 0);
+    if (rc != IBCM_ENOENT)
+        fail("peer: a domain file that names no domain, without IBCM_XRCD_CREATE: %s",
+             rc == IBCM_OK ? "IBCM_OK" : ibcm_last_error());
     check(ibcm_xrcd_open(c, "job1", path, 0), "peer: ibcm_xrcd_open (the creator's file)");
     check(ibcm_xrc_tgt_register(c, qpn), "peer: ibcm_xrc_tgt_register");
     check(ibcm_xrc_tgt_query(c, qpn, &info), "peer: ibcm_xrc_tgt_query");
     if (info.qpn != qpn || info.policy != policy || !info.live ||
         info.creator_pid != (uint32_t)creator_pid || info.registrations < 1)
         fail("%s", "peer: the query does not show the creator's QP with this registration");
-    /* A non-creator's modify: attributes of the QP's current state, no transition. */
+    /* A non-creator's modify: the new QP from RESET to INIT (state, P_Key index, port,
+     * access flags), as a runtime brings up its receive QP; the CM takes it on from there. */
     struct ibcm_qp_attr a;
     memset(&a, 0, sizeof a);
+    a.qp_state = IBCM_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    a.qp_access_flags = 1 | 2 | 4; /* IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ */
+    int was = (int)info.qp_state;
+    if (was == 0) {
+        check(ibcm_xrc_tgt_modify(c, qpn, &a, (1 << 0) | (1 << 3) | (1 << 4) | (1 << 5)),
+              "peer: ibcm_xrc_tgt_modify (RESET -> INIT)");
+        check(ibcm_xrc_tgt_query(c, qpn, &info), "peer: ibcm_xrc_tgt_query (after modify)");
+        if (info.qp_state != IBCM_QPS_INIT)
+            fail("%s", "peer: the QP is not in INIT after the peer's modify");
+    }
     a.min_rnr_timer = 12;
-    check(ibcm_xrc_tgt_modify(c, qpn, &a, 1 << 15), "peer: ibcm_xrc_tgt_modify (min_rnr_timer)");
+    if (ibcm_xrc_tgt_modify(c, qpn, &a, 1 << 15) != IBCM_EINVAL)
+        fail("%s", "peer: a modify the QP's state refuses (MIN_RNR_TIMER alone) was not IBCM_EINVAL");
     a.qp_state = 9;
     if (ibcm_xrc_tgt_modify(c, qpn, &a, 1) != IBCM_EINVAL)
         fail("%s", "peer: a modify to QP state 9 was not IBCM_EINVAL");
     printf("checked: %s: a peer process registered on TGT QP %#x, queried it (creator pid %u, "
-           "%u registration(s), state %u) and modified it\n", policy_name[policy], qpn,
-           info.creator_pid, info.registrations, info.qp_state);
+           "%u registration(s)) and modified it (state %d -> %u)\n", policy_name[policy], qpn,
+           info.creator_pid, info.registrations, was, info.qp_state);
     fflush(stdout);
     tell(out, 1);
     hear(in); /* the creator is dead and the initiator has seen what it sees */
@@ -217,11 +236,14 @@ int main(int argc, char **argv)
         if (hear(from_peer[0]) != 2)
             fail("%s", "the peer did not finish");
         waitpid(ppid, NULL, 0);
-        if (policy == IBCM_XRC_EXPLICIT) {
-            check(ibcm_wait_event(ini, 10000, &ev), "initiator: waiting for the destroy");
-            if (ev->event != IBCM_EVENT_DISCONNECTED || !strstr(ev->reason, "owner destroyed"))
-                fail("%s", "initiator: no DISCONNECTED saying \"owner destroyed it\"");
-            printf("torn down: xrc_target explicit: %s\n", ev->reason);
+        if (policy == IBCM_XRC_EXPLICIT || policy == IBCM_XRC_SHARED) {
+            /* explicit: the peer destroyed the orphan; shared: the peer's unregister dropped
+             * the last registration (the connection holds none: the QP was the listener's) */
+            const char *want = policy == IBCM_XRC_EXPLICIT ? "owner destroyed" : "last registration";
+            check(ibcm_wait_event(ini, 10000, &ev), "initiator: waiting for the QP's end");
+            if (ev->event != IBCM_EVENT_DISCONNECTED || !ev->target_gone || !strstr(ev->reason, want))
+                fail("initiator: no DISCONNECTED saying \"%s\"", want);
+            printf("torn down: xrc_target %s: %s\n", policy_name[policy], ev->reason);
             ibcm_ack_event(ini, ev);
         } else if (policy != IBCM_XRC_PROCESS) {
             check(ibcm_disconnect(ini, h, NULL, 0), "initiator: ibcm_disconnect");

@@ -123,6 +123,22 @@
 #define IBCM_XRC_SRQNS_MAX 47
 
 /**
+ * ibcm_xrcd_open flags: create the domain if its file names none yet (`O_CREAT`).
+ */
+#define IBCM_XRCD_CREATE 1
+
+/**
+ * ibcm_xrcd_open flags: with `IBCM_XRCD_CREATE`, fail if the file names a domain already
+ * (`O_EXCL`).
+ */
+#define IBCM_XRCD_EXCL 2
+
+/**
+ * The longest domain name (ibcm_xrcd_open, …), in bytes.
+ */
+#define IBCM_XRCD_NAME_MAX 255
+
+/**
  * What an event reports (`struct ibcm_event.event`).
  */
 enum ibcm_event_type {
@@ -295,6 +311,11 @@ enum ibcm_xrc_report {
      * Another report (the line says what).
      */
     IBCM_XRC_OTHER = 6,
+    /**
+     * A TGT QP this context created or registered on is gone (`remote_qpn`; `reason`:
+     * "qp-gone qpn=N cause=…", e.g. "creator exited"): its registrations ended with it.
+     */
+    IBCM_XRC_QP_GONE = 7,
 };
 
 /**
@@ -877,6 +898,49 @@ struct ibcm_sidr_rep_param {
     uint32_t private_data_len;
 };
 
+/**
+ * What ibcm_xrc_tgt_query reports of a TGT QP (OFED's `ibv_query_xrc_rcv_qp`, plus its
+ * ownership).
+ */
+struct ibcm_xrc_tgt_info {
+    /**
+     * The QP number.
+     */
+    uint32_t qpn;
+    /**
+     * Its policy (`ibcm_xrc_policy`).
+     */
+    int policy;
+    /**
+     * 1 while the QP lives; 0 once it is gone (`reason` says why).
+     */
+    uint8_t live;
+    /**
+     * Its state as `enum ibv_qp_state` (0 RESET, 1 INIT, 2 RTR, 3 RTS, …, 6 ERR).
+     */
+    uint32_t qp_state;
+    /**
+     * The creating process's PID (0 when unknown).
+     */
+    uint32_t creator_pid;
+    /**
+     * The owner's PID (0: none, an orphan or a shared QP).
+     */
+    uint32_t owner_pid;
+    /**
+     * Registrations held on it (processes' and connections', counted with multiplicity).
+     */
+    uint32_t registrations;
+    /**
+     * Connections on it.
+     */
+    uint32_t connections;
+    /**
+     * Why it is gone ("" while live). NUL-terminated.
+     */
+    char reason[128];
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1016,42 +1080,6 @@ int ibcm_query_counters(struct ibcm_ctx *ctx,
  * `ctx` is NULL or a live context.
  */
 int ibcm_unlisten(struct ibcm_ctx *ctx, uint64_t service_id);
-
-/**
- * Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this
- * context: the TGT QPs it creates get `policy` (an `ibcm_xrc_policy`) and this context as
- * their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns`
- * (1..=`IBCM_XRC_SRQNS_MAX`, else `IBCM_EINVAL`). Reports come as `IBCM_EVENT_XRC_REPORT`.
- * `IBCM_EREFUSED`: the service is another client's, an SRQ number is out of range, a quota.
- *
- * # Safety
- * `ctx` is NULL or a live context; `srqns` is NULL or readable for `n_srqns` numbers.
- */
-int ibcm_xrc_listen(struct ibcm_ctx *ctx,
-                    uint64_t service_id,
-                    int policy,
-                    const uint32_t *srqns,
-                    uint32_t n_srqns);
-
-/**
- * Stops serving `service_id` as an XRC target (its TGT QPs stay, per their policy).
- * `IBCM_ENOENT` when this context does not serve it.
- *
- * # Safety
- * `ctx` is NULL or a live context.
- */
-int ibcm_xrc_unlisten(struct ibcm_ctx *ctx, uint64_t service_id);
-
-/**
- * Destroys every TGT QP this context owns, as their owner: their initiators get a DREQ
- * with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many. QPs of
- * the shared policy (`IBCM_XRC_SHARED`) have no owner: they live until their last
- * connection ends, and are neither destroyed nor counted here.
- *
- * # Safety
- * `ctx` is NULL or a live context; `destroyed` is NULL or writable.
- */
-int ibcm_xrc_destroy(struct ibcm_ctx *ctx, uint64_t *destroyed);
 
 /**
  * The text of a status code (a static string; "unknown ibcm status" for other values).
@@ -1225,6 +1253,157 @@ int ibcm_sidr_query(struct ibcm_ctx *ctx, const struct ibcm_sidr_param *param, u
  * field docs say.
  */
 int ibcm_sidr_reply(struct ibcm_ctx *ctx, uint64_t conn, const struct ibcm_sidr_rep_param *param);
+
+/**
+ * Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this
+ * context: the TGT QPs it creates get `policy` (an `ibcm_xrc_policy`) and this context as
+ * their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns`
+ * (1..=`IBCM_XRC_SRQNS_MAX`, else `IBCM_EINVAL`). Reports come as `IBCM_EVENT_XRC_REPORT`.
+ * `IBCM_EREFUSED`: the service is another client's, an SRQ number is out of range, a quota.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `srqns` is NULL or readable for `n_srqns` numbers.
+ */
+int ibcm_xrc_listen(struct ibcm_ctx *ctx,
+                    uint64_t service_id,
+                    int policy,
+                    const uint32_t *srqns,
+                    uint32_t n_srqns);
+
+/**
+ * Stops serving `service_id` as an XRC target (its TGT QPs stay, per their policy).
+ * `IBCM_ENOENT` when this context does not serve it.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context.
+ */
+int ibcm_xrc_unlisten(struct ibcm_ctx *ctx, uint64_t service_id);
+
+/**
+ * Destroys every TGT QP this context owns, as their owner: their initiators get a DREQ
+ * with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many. QPs of
+ * the shared policy (`IBCM_XRC_SHARED`) have no owner: they live until their last
+ * connection ends, and are neither destroyed nor counted here.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `destroyed` is NULL or writable.
+ */
+int ibcm_xrc_destroy(struct ibcm_ctx *ctx, uint64_t *destroyed);
+
+/**
+ * As ibcm_xrc_listen, in XRC domain `domain` (one this context opened with ibcm_xrcd_open):
+ * the TGT QPs it creates are that domain's. With `tgt_qpn` not 0, every REQ is answered
+ * with that TGT QP (one this context created or may register on: a runtime's persistent
+ * server QP), which its connections do not hold (the processes registered on it do).
+ * `IBCM_EREFUSED`: as ibcm_xrc_listen, a domain this context did not open, a QP it may not use.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `srqns` is NULL or readable for `n_srqns` numbers;
+ * `domain` is NULL or a NUL-terminated string.
+ */
+int ibcm_xrc_listen_domain(struct ibcm_ctx *ctx,
+                           uint64_t service_id,
+                           int policy,
+                           const uint32_t *srqns,
+                           uint32_t n_srqns,
+                           const char *domain,
+                           uint32_t tgt_qpn);
+
+/**
+ * Opens (with `IBCM_XRCD_CREATE`, creates) the XRC domain named by the file `path` in the
+ * daemon, under the name `name` for this context's later calls — OFED's `ibv_open_xrcd` with
+ * an fd: every process that opens the same file holds the same domain (the daemon keys it by
+ * the file, as the kernel keys it by inode). `path` NULL: a private domain of this context.
+ * `IBCM_XRCD_EXCL` with `IBCM_XRCD_CREATE` fails if the file names a domain already. Closing the
+ * context closes its domains. Errors: `IBCM_EINVAL`, `IBCM_ENOENT` (no domain there and no
+ * `IBCM_XRCD_CREATE`), `IBCM_EREFUSED` (the name is taken, another user's domain, a quota),
+ * `IBCM_EUNSUPPORTED` (the daemon's device has no XRC; the text says the verbs error).
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `name` and `path` are NULL or NUL-terminated strings.
+ */
+int ibcm_xrcd_open(struct ibcm_ctx *ctx, const char *name, const char *path, uint32_t flags);
+
+/**
+ * Closes this context's domain `name`: the QPs in it end per their policy (docs/xrc.md §8.2:
+ * domain-bound, process-bound and shared QPs are released; an explicit one keeps the domain
+ * open until it is destroyed).
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `name` is NULL or a NUL-terminated string.
+ */
+int ibcm_xrcd_close(struct ibcm_ctx *ctx, const char *name);
+
+/**
+ * Creates a TGT QP in domain `domain` (this context's) with `policy` (`ibcm_xrc_policy`);
+ * this context is its creator (and owner, but for `IBCM_XRC_SHARED`: registered). Its number
+ * goes to `*qpn`. Errors: `IBCM_EINVAL`, `IBCM_ENOENT` (no such domain), `IBCM_EREFUSED`
+ * (the quota of TGT QPs), `IBCM_EUNSUPPORTED` (no XRC).
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `domain` is NULL or a NUL-terminated string; `qpn` is NULL
+ * or writable.
+ */
+int ibcm_xrc_tgt_create(struct ibcm_ctx *ctx, const char *domain, int policy, uint32_t *qpn);
+
+/**
+ * Registers this context on TGT QP `qpn` (OFED `ibv_reg_xrc_rcv_qp`): any process the
+ * keeper's rules admit (its creator's uid, or a domain it may use), not only its creator.
+ * A shared QP lives while a registration holds it; on the others a registration is a
+ * non-owning use, told when the QP goes (`IBCM_EVENT_XRC_REPORT`, `IBCM_XRC_QP_GONE`). Ended
+ * by ibcm_xrc_tgt_unregister or the context's end. Errors: `IBCM_ENOENT` (no such QP),
+ * `IBCM_ECLOSED` (gone), `IBCM_EREFUSED` (another user's).
+ *
+ * # Safety
+ * `ctx` is NULL or a live context.
+ */
+int ibcm_xrc_tgt_register(struct ibcm_ctx *ctx, uint32_t qpn);
+
+/**
+ * Drops one registration of this context on TGT QP `qpn` (OFED `ibv_unreg_xrc_rcv_qp`); a
+ * shared QP whose last registration this was is released. `IBCM_ENOENT` when this context
+ * holds none.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context.
+ */
+int ibcm_xrc_tgt_unregister(struct ibcm_ctx *ctx, uint32_t qpn);
+
+/**
+ * Destroys TGT QP `qpn` as its owner (an orphan: as any client of its owner's uid); its
+ * connections get a DREQ saying "target gone (owner destroyed it)". `IBCM_EREFUSED` when this
+ * context is not its owner.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context.
+ */
+int ibcm_xrc_tgt_destroy(struct ibcm_ctx *ctx, uint32_t qpn);
+
+/**
+ * Queries TGT QP `qpn` (OFED `ibv_query_xrc_rcv_qp`, from any process, its creator or not):
+ * policy, state, creator and owner, registrations, connections; a gone QP is reported with
+ * `live` 0 and why (until its number is reused). `IBCM_ENOENT`: no such QP.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `info` is NULL or writable.
+ */
+int ibcm_xrc_tgt_query(struct ibcm_ctx *ctx, uint32_t qpn, struct ibcm_xrc_tgt_info *info);
+
+/**
+ * Modifies TGT QP `qpn` (OFED `ibv_modify_xrc_rcv_qp`, from any process its rules admit, its
+ * creator or not) with the fields of `attr` named by `mask` (`enum ibv_qp_attr_mask` bits,
+ * as ibcm_init_qp_attr gives them): state, P_Key index, port, access flags, path MTU,
+ * destination QPN, RQ and SQ PSNs, timeout, minimum RNR timer, max destination RDMA reads,
+ * the address vector. `IBCM_EINVAL`: a transition or attribute the QP refuses (the text says
+ * which), a mask bit not listed.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `attr` is NULL or readable.
+ */
+int ibcm_xrc_tgt_modify(struct ibcm_ctx *ctx,
+                        uint32_t qpn,
+                        const struct ibcm_qp_attr *attr,
+                        int mask);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -528,6 +528,15 @@ impl Context {
                 s.events.push(Event::xrc(line));
             }
         });
+        // The keeper's events for this client: a TGT QP it created or registered on is gone.
+        let (s, node) = (shared.clone(), a.node.clone());
+        rt.spawn(async move {
+            while let Some(v) = node.keeper_event().await {
+                if let Some(ev) = Event::keeper(&v) {
+                    s.events.push(ev);
+                }
+            }
+        });
         Ok(Context {
             rt: Some(rt),
             shared,
@@ -1062,6 +1071,55 @@ impl Context {
             ));
         }
         Ok(self.block_on(self.node.xrc_unlisten(ServiceId(sid)))??)
+    }
+
+    /// One request of the XRC keeper's protocol (docs/xrc.md §8.5) through the daemon: its
+    /// result, or the keeper's refusal as an error of the matching class.
+    pub(crate) fn keeper(&self, req: serde_json::Value) -> Result<serde_json::Value> {
+        self.live()?;
+        let reply = self.block_on(self.node.keeper(req))??;
+        if reply.get("ok").and_then(serde_json::Value::as_bool) == Some(true) {
+            return Ok(reply
+                .get("result")
+                .cloned()
+                .unwrap_or(serde_json::Value::Null));
+        }
+        let kind = reply
+            .pointer("/error/kind")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("error");
+        let msg = reply
+            .pointer("/error/message")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("the keeper refused the request");
+        let code = match kind {
+            "unknown-domain" | "unknown-qpn" | "not-registered" => IBCM_ENOENT,
+            "gone" => IBCM_ECLOSED,
+            "no-xrc" => IBCM_EUNSUPPORTED,
+            "bad-modify" | "bad-request" => IBCM_EINVAL,
+            "verbs" | "error" => IBCM_EIO,
+            _ => IBCM_EREFUSED,
+        };
+        Err(Error::new(code, format!("{kind}: {msg}")))
+    }
+
+    /// Has the daemon serve `sid` as an XRC target of this context in keeper domain
+    /// `domain` (one this context opened), answering REQs with `tgt_qpn` when given.
+    pub(crate) fn xrc_listen_in(
+        &self,
+        sid: u64,
+        policy: &str,
+        srqns: &[u32],
+        domain: &str,
+        tgt_qpn: Option<u32>,
+    ) -> Result<()> {
+        self.live()?;
+        self.block_on(
+            self.node
+                .xrc_listen_in(ServiceId(sid), policy, srqns, domain, tgt_qpn),
+        )??;
+        lock(&self.xrc_services).insert(sid);
+        Ok(())
     }
 
     /// Destroys this context's TGT QPs as their owner; how many.

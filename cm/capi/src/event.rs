@@ -155,6 +155,27 @@ impl Event {
         ev
     }
 
+    /// A keeper event for this client (`{"event":"qp-gone","qpn":N,"cause":…}`) as an
+    /// `XRC_REPORT` (`IBCM_XRC_QP_GONE`); `None` for other events.
+    pub(crate) fn keeper(v: &serde_json::Value) -> Option<Self> {
+        if v.get("event").and_then(serde_json::Value::as_str) != Some("qp-gone") {
+            return None;
+        }
+        let qpn = v
+            .get("qpn")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        let cause = v
+            .get("cause")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        let mut ev = Event::new(IBCM_EVENT_XRC_REPORT, 0);
+        ev.xrc_report = IBCM_XRC_QP_GONE;
+        ev.remote_qpn = u32::try_from(qpn).unwrap_or(0);
+        ev.reason = format!("qp-gone qpn={qpn} cause={cause}");
+        Some(ev)
+    }
+
     /// An XRC report line of the daemon (its first word says which kind).
     pub(crate) fn xrc(line: String) -> Self {
         let mut ev = Event::new(IBCM_EVENT_XRC_REPORT, 0);

@@ -503,7 +503,8 @@ mod tests {
         let mut p = conn_param_default();
         p.qp_num = 0x11;
         p.flags = IBCM_CONNECT_RDMA_CM;
-        let local = Some("10.0.0.2".parse().unwrap());
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        let local = Some(ip);
         let (c, _) = connect_params(&p, "10.0.0.1:7174", b"hi".to_vec(), local).unwrap();
         assert_eq!(c.service_id, ServiceId(0x0106_1c06));
         assert_eq!(
@@ -511,7 +512,7 @@ mod tests {
             ibcm::proto::PeerAddr::Udp("10.0.0.1:4791".parse().unwrap())
         );
         let h = c.cma_header.unwrap();
-        assert_eq!(h.src, local.unwrap());
+        assert_eq!(h.src, ip);
         assert!((32768..=60999).contains(&h.src_port), "{}", h.src_port);
         assert_eq!(h.dst, "10.0.0.1".parse::<IpAddr>().unwrap());
         assert_eq!(c.private_data, b"hi");
@@ -531,7 +532,11 @@ mod tests {
         assert_eq!(code(&p, "10.0.0.1:7174", 0, None), IBCM_EINVAL, "no source");
         assert_eq!(code(&p, "10.0.0.1:7174", 57, local), IBCM_ETOOLONG);
         p.service_id = 0x0106_1c06;
-        assert_eq!(code(&p, "10.0.0.1:7174", 0, local), IBCM_EINVAL, "a service ID");
+        assert_eq!(
+            code(&p, "10.0.0.1:7174", 0, local),
+            IBCM_EINVAL,
+            "a service ID"
+        );
     }
 
     #[test]
@@ -558,7 +563,9 @@ mod tests {
             private_data_len: 0,
         };
         let code = |r: &ibcm_sidr_rep_param, pd: usize| {
-            sidr_rep_params(r, vec![0; pd]).map(|_| ()).map_err(|e| e.code)
+            sidr_rep_params(r, vec![0; pd])
+                .map(|_| ())
+                .map_err(|e| e.code)
         };
         assert_eq!(code(&r, 0), Err(IBCM_EINVAL), "success needs a QPN");
         r.qp_num = 0x1234;

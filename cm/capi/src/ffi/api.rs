@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::ctx::ibcm_ctx;
 use super::types::ibcm_event_type::IBCM_EVENT_SIDR_REQUEST;
 use super::types::ibcm_status::*;
-use super::types::{ibcm_counter, ibcm_event, IBCM_XRC_SRQNS_MAX};
-use super::{bytes, c_string, context, ctx_ref, guard, put, string};
+use super::types::{ibcm_counter, ibcm_event};
+use super::{c_string, context, ctx_ref, guard, put, string};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::is_final;
@@ -372,85 +372,6 @@ fn static_name(name: &str) -> *const c_char {
 pub unsafe extern "C" fn ibcm_unlisten(ctx: *mut ibcm_ctx, service_id: u64) -> c_int {
     // SAFETY: the caller's contract.
     guard(|| unsafe { context(ctx) }?.unlisten(service_id))
-}
-
-/// Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this
-/// context: the TGT QPs it creates get `policy` (an `ibcm_xrc_policy`) and this context as
-/// their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns`
-/// (1..=`IBCM_XRC_SRQNS_MAX`, else `IBCM_EINVAL`). Reports come as `IBCM_EVENT_XRC_REPORT`.
-/// `IBCM_EREFUSED`: the service is another client's, an SRQ number is out of range, a quota.
-///
-/// # Safety
-/// `ctx` is NULL or a live context; `srqns` is NULL or readable for `n_srqns` numbers.
-#[no_mangle]
-pub unsafe extern "C" fn ibcm_xrc_listen(
-    ctx: *mut ibcm_ctx,
-    service_id: u64,
-    policy: c_int,
-    srqns: *const u32,
-    n_srqns: u32,
-) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let c = unsafe { context(ctx) }?;
-        let policy = match policy {
-            0 => "explicit",
-            1 => "domain",
-            2 => "process",
-            3 => "shared",
-            p => return Err(Error::new(IBCM_EINVAL, format!("XRC policy {p} (0..3)"))),
-        };
-        if n_srqns == 0 || srqns.is_null() {
-            return Err(Error::new(IBCM_EINVAL, "an XRC service needs SRQ numbers"));
-        }
-        if n_srqns > IBCM_XRC_SRQNS_MAX {
-            return Err(Error::new(
-                IBCM_EINVAL,
-                format!("{n_srqns} SRQ numbers: a REP announces {IBCM_XRC_SRQNS_MAX} at most"),
-            ));
-        }
-        let len = n_srqns.saturating_mul(4);
-        // SAFETY: non-null, readable for n_srqns u32s by the caller's contract; read as
-        // bytes (no alignment needed).
-        let raw = unsafe { bytes(srqns.cast::<u8>(), len, "srqns") }?;
-        let srqns: Vec<u32> = raw
-            .chunks_exact(4)
-            .filter_map(|b| <[u8; 4]>::try_from(b).ok())
-            .map(u32::from_ne_bytes)
-            .collect();
-        c.xrc_listen(service_id, policy, &srqns)
-    })
-}
-
-/// Stops serving `service_id` as an XRC target (its TGT QPs stay, per their policy).
-/// `IBCM_ENOENT` when this context does not serve it.
-///
-/// # Safety
-/// `ctx` is NULL or a live context.
-#[no_mangle]
-pub unsafe extern "C" fn ibcm_xrc_unlisten(ctx: *mut ibcm_ctx, service_id: u64) -> c_int {
-    // SAFETY: the caller's contract.
-    guard(|| unsafe { context(ctx) }?.xrc_unlisten(service_id))
-}
-
-/// Destroys every TGT QP this context owns, as their owner: their initiators get a DREQ
-/// with "target gone (owner destroyed it)". `*destroyed` (if not NULL) says how many. QPs of
-/// the shared policy (`IBCM_XRC_SHARED`) have no owner: they live until their last
-/// connection ends, and are neither destroyed nor counted here.
-///
-/// # Safety
-/// `ctx` is NULL or a live context; `destroyed` is NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn ibcm_xrc_destroy(ctx: *mut ibcm_ctx, destroyed: *mut u64) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let n = unsafe { context(ctx) }?.xrc_destroy()?;
-        if destroyed.is_null() {
-            return Ok(());
-        }
-        // SAFETY: non-null and writable by the caller's contract.
-        unsafe { put(destroyed, n, "destroyed") }
-    })
 }
 
 /// The text of a status code (a static string; "unknown ibcm status" for other values).

@@ -2,8 +2,11 @@
 //!
 //! * `types`: the C types of `ibcm.h` (no code);
 //! * `ctx`: `ibcm_ctx`, the opaque handle of a context;
-//! * `api`: the context, the event channel, listeners, XRC services, error texts;
-//! * `conn`: connections (connect, accept, reject, establish, disconnect) and QP attributes;
+//! * `api`: the context, the event channel, listeners, SIDR, counters, error texts;
+//! * `conn`: connections (connect, accept, reject, establish, disconnect), QP attributes,
+//!   SIDR requests and answers;
+//! * `xrc`: XRC target services, named XRC domains, TGT QPs by number (the persistent-server
+//!   operations);
 //! * `fork`: the `pthread_atfork` child handler that closes a child's copies of the
 //!   contexts' sockets;
 //! * here: the boundary helpers — `guard` (no panic crosses into C; the error's message is
@@ -14,6 +17,7 @@ pub mod conn;
 pub mod ctx;
 mod fork;
 pub mod types;
+pub mod xrc;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};

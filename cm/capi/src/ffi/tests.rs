@@ -8,6 +8,7 @@ use super::conn::*;
 use super::status;
 use super::types::ibcm_status::{self, *};
 use super::types::*;
+use super::xrc::*;
 
 fn st(c: c_int) -> ibcm_status {
     status(c).unwrap_or_else(|| panic!("{c} is not a status"))
@@ -49,6 +50,17 @@ fn null_context_is_einval_everywhere() {
     let p = crate::params::conn_param_default();
     let a = crate::params::accept_param_default();
     let mut ap = a;
+    let sp = crate::params::sidr_param_default();
+    let rp = ibcm_sidr_rep_param {
+        status: 0,
+        qp_num: 1,
+        qkey: 0,
+        private_data: null(),
+        private_data_len: 0,
+    };
+    let (mut count, mut qpn) = (0u32, 0u32);
+    // SAFETY: (test) an all-zero C struct of integers and a byte array is a valid value.
+    let mut info: ibcm_xrc_tgt_info = unsafe { std::mem::zeroed() };
     // SAFETY: (test) every pointer is NULL or points to a live local.
     let codes = unsafe {
         [
@@ -70,6 +82,20 @@ fn null_context_is_einval_everywhere() {
             ibcm_establish(ctx, 1, null(), 0),
             ibcm_disconnect(ctx, 1, null(), 0),
             ibcm_init_qp_attr(ctx, 1, 2, null(), null(), &mut attr, &mut mask),
+            ibcm_listen_context(ctx, 1, null_mut()),
+            ibcm_set_context(ctx, 1, null_mut()),
+            ibcm_sidr_query(ctx, &sp, &mut conn),
+            ibcm_sidr_reply(ctx, 1, &rp),
+            ibcm_query_counters(ctx, null_mut(), 0, &mut count),
+            ibcm_xrc_listen_domain(ctx, 1, 2, [16u32].as_ptr(), 1, c"d".as_ptr(), 0),
+            ibcm_xrcd_open(ctx, c"d".as_ptr(), null(), 0),
+            ibcm_xrcd_close(ctx, c"d".as_ptr()),
+            ibcm_xrc_tgt_create(ctx, c"d".as_ptr(), 0, &mut qpn),
+            ibcm_xrc_tgt_register(ctx, 72),
+            ibcm_xrc_tgt_unregister(ctx, 72),
+            ibcm_xrc_tgt_destroy(ctx, 72),
+            ibcm_xrc_tgt_query(ctx, 72, &mut info),
+            ibcm_xrc_tgt_modify(ctx, 72, &attr, 1),
         ]
     };
     for (i, c) in codes.into_iter().enumerate() {

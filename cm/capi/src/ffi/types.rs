@@ -140,6 +140,9 @@ pub enum ibcm_xrc_report {
     IBCM_XRC_CLOSED = 5,
     /// Another report (the line says what).
     IBCM_XRC_OTHER = 6,
+    /// A TGT QP this context created or registered on is gone (`remote_qpn`; `reason`:
+    /// "qp-gone qpn=N cause=…", e.g. "creator exited"): its registrations ended with it.
+    IBCM_XRC_QP_GONE = 7,
 }
 
 /// Target states of ibcm_init_qp_attr (`enum ibv_qp_state` values).
@@ -221,6 +224,14 @@ pub const IBCM_RTU_PRIVATE_DATA_MAX: u32 = 224;
 pub const IBCM_DREQ_PRIVATE_DATA_MAX: u32 = 220;
 /// The most SRQ numbers an XRC REP announces (ibcm_xrc_listen's `n_srqns`).
 pub const IBCM_XRC_SRQNS_MAX: u32 = 47;
+
+/// ibcm_xrcd_open flags: create the domain if its file names none yet (`O_CREAT`).
+pub const IBCM_XRCD_CREATE: u32 = 1;
+/// ibcm_xrcd_open flags: with `IBCM_XRCD_CREATE`, fail if the file names a domain already
+/// (`O_EXCL`).
+pub const IBCM_XRCD_EXCL: u32 = 2;
+/// The longest domain name (ibcm_xrcd_open, …), in bytes.
+pub const IBCM_XRCD_NAME_MAX: u32 = 255;
 
 /// What ibcm_connect asks for. Fill it with ibcm_conn_param_init first: it sets rdma_cm's
 /// defaults, which a zeroed struct does not have.
@@ -494,6 +505,31 @@ pub struct ibcm_sidr_rep_param {
     pub private_data: *const u8,
     /// Length of `private_data`.
     pub private_data_len: u32,
+}
+
+/// What ibcm_xrc_tgt_query reports of a TGT QP (OFED's `ibv_query_xrc_rcv_qp`, plus its
+/// ownership).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibcm_xrc_tgt_info {
+    /// The QP number.
+    pub qpn: u32,
+    /// Its policy (`ibcm_xrc_policy`).
+    pub policy: c_int,
+    /// 1 while the QP lives; 0 once it is gone (`reason` says why).
+    pub live: u8,
+    /// Its state as `enum ibv_qp_state` (0 RESET, 1 INIT, 2 RTR, 3 RTS, …, 6 ERR).
+    pub qp_state: u32,
+    /// The creating process's PID (0 when unknown).
+    pub creator_pid: u32,
+    /// The owner's PID (0: none, an orphan or a shared QP).
+    pub owner_pid: u32,
+    /// Registrations held on it (processes' and connections', counted with multiplicity).
+    pub registrations: u32,
+    /// Connections on it.
+    pub connections: u32,
+    /// Why it is gone ("" while live). NUL-terminated.
+    pub reason: [c_char; 128],
 }
 
 /// One counter of the node service's CM endpoint (ibcm_query_counters).

@@ -8,10 +8,11 @@ use std::ffi::{c_char, c_int};
 
 use serde_json::{json, Value};
 
+use super::ctx::ibcm_ctx;
 use super::types::ibcm_status::*;
 use super::types::{
-    ibcm_ctx, ibcm_qp_attr, ibcm_xrc_tgt_info, IBCM_XRCD_CREATE, IBCM_XRCD_EXCL,
-    IBCM_XRCD_NAME_MAX, IBCM_XRC_SRQNS_MAX,
+    ibcm_qp_attr, ibcm_xrc_tgt_info, IBCM_XRCD_CREATE, IBCM_XRCD_EXCL, IBCM_XRCD_NAME_MAX,
+    IBCM_XRC_SRQNS_MAX,
 };
 use super::{bytes, context, guard, put, string};
 use crate::error::{Error, Result};

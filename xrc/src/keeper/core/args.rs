@@ -27,6 +27,9 @@ pub(super) fn registry_err(e: &RegistryError) -> ErrorBody {
         RegistryError::NotRegistered { .. } => ErrorKind::NotRegistered,
         RegistryError::QpnsExhausted { .. } => ErrorKind::NoResources,
         RegistryError::Verbs(VerbsError::NoXrc { .. }) => ErrorKind::NoXrc,
+        // The file names no domain (no `O_CREAT`), or one already (`O_EXCL`).
+        RegistryError::Verbs(VerbsError::DomainNotFound { .. }) => ErrorKind::UnknownDomain,
+        RegistryError::Verbs(VerbsError::DomainExists { .. }) => ErrorKind::DomainExists,
         RegistryError::Verbs(VerbsError::Modify(_)) => ErrorKind::BadModify,
         RegistryError::Verbs(_) => ErrorKind::Verbs,
         RegistryError::Wire(_) => ErrorKind::BadRequest,
