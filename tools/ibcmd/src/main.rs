@@ -511,6 +511,7 @@ async fn run(args: Args) -> Result<()> {
             listen_backlog: args.listen_backlog,
             reserved: args.reserve.clone(),
             addr: Some(args.addr),
+            roce_umad: args.umad.is_some(),
             ..ServerConfig::default()
         },
         Some(journal),

@@ -287,10 +287,11 @@ impl NodeServer {
         if let Some(why) = self.connection_quota(s) {
             return (WireResult::Refused { why }, None);
         }
-        let params = match params.to_params() {
+        let mut params = match params.to_params() {
             Ok(p) => p,
             Err(why) => return (WireResult::Refused { why }, None),
         };
+        params.peer = self.cfg.peer(params.peer);
         let peer = params.peer;
         match self
             .cm

@@ -248,6 +248,25 @@ pub struct ServerConfig {
     /// their hello so that they refuse a peer of the other address family at once; `None`
     /// (the default): not told.
     pub addr: Option<std::net::IpAddr>,
+    /// The CM runs on RoCE through umad (`ibcmd --umad`): a peer a client names by IP
+    /// ([`PeerAddr::Udp`](crate::proto::PeerAddr::Udp), what libibcm sends) is turned into
+    /// the RoCE address that transport sends to ([`IbAddr::roce`](crate::proto::IbAddr::roce)
+    /// of the IPv4-mapped GID) before the endpoint sees it, for connects and SIDR requests;
+    /// `false` (the default): peers are used as given.
+    pub roce_umad: bool,
+}
+
+impl ServerConfig {
+    /// A peer a client named, as this server's transport addresses it ([`Self::roce_umad`]).
+    pub(super) fn peer(&self, p: crate::proto::PeerAddr) -> crate::proto::PeerAddr {
+        use crate::proto::{IbAddr, PeerAddr};
+        match p {
+            PeerAddr::Udp(sa) if self.roce_umad => {
+                PeerAddr::Ib(IbAddr::roce(ibcm_mad::Gid::from_ip(sa.ip())))
+            }
+            p => p,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -269,6 +288,7 @@ impl Default for ServerConfig {
             listen_backlog: 1024,
             shutdown_grace: std::time::Duration::from_secs(2),
             addr: None,
+            roce_umad: false,
         }
     }
 }
@@ -1044,5 +1064,26 @@ impl NodeServer {
     /// was full ([`ServerConfig::listen_backlog`]).
     pub fn backlog_rejects(&self) -> u64 {
         self.backlog_rejects.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::ServerConfig;
+    use crate::proto::{IbAddr, PeerAddr};
+
+    #[test]
+    fn a_roce_umad_server_addresses_ip_peers_by_their_gid() {
+        let ip: std::net::IpAddr = "10.77.0.1".parse().unwrap();
+        let udp = PeerAddr::Udp(std::net::SocketAddr::new(ip, 4791));
+        let plain = ServerConfig::default();
+        assert_eq!(plain.peer(udp), udp);
+        let roce = ServerConfig {
+            roce_umad: true,
+            ..ServerConfig::default()
+        };
+        let ib = PeerAddr::Ib(IbAddr::roce(ibcm_mad::Gid::from_ip(ip)));
+        assert_eq!(roce.peer(udp), ib);
+        assert_eq!(roce.peer(ib), ib, "an IB address is kept");
     }
 }

@@ -394,7 +394,8 @@ impl NodeServer {
     /// (or the timeout) comes, so it may overtake the replies of later requests.
     pub(super) async fn sidr(self: &Arc<Self>, s: &Arc<Session>, seq: u64, req: WireSidrReq) {
         // Its fields were checked against their maxima with every request's (`fields::check`).
-        let params = req.to_clamped_params();
+        let mut params = req.to_clamped_params();
+        params.peer = self.cfg.peer(params.peer);
         let dest = Dest::of(&params.peer);
         let cost = 1 + u64::from(params.max_retries);
         {
