@@ -234,6 +234,16 @@ def xrc_rxe_cells(out):
     c(rc("keeper-verbs") not in ("", "0"), "xrcd-keeper --backend verbs exit %r, want non-zero" % rc("keeper-verbs"))
     c("device rxe0 has no XRC" in r("keeper-verbs"), "xrcd-keeper: %s" % r("keeper-verbs").strip()[:300])
     c.done("xrc-rxe-keeper-verbs", "xrcd-keeper serve --backend verbs refuses rxe0: no XRC")
+    c = Check()
+    d, p = r("ibcmd-verbs"), r("capi-xrc-rxe")
+    c("XRC unavailable" in d and "device rxe0 has no XRC" in d,
+      "ibcmd --backend verbs did not say XRC is unavailable: %s" % d.strip()[-300:])
+    c("ibcmd serving" in d, "ibcmd --backend verbs did not serve")
+    c(rc("capi-xrc-rxe") == "0" and "capi-peer: ok" in p, "capi-peer exit %r: %s" % (rc("capi-xrc-rxe"), p.strip()[-300:]))
+    c(re.search(r"ibcm_xrcd_open: .*\(-12\): no-xrc: device rxe0 has no XRC", p) is not None,
+      "ibcm_xrcd_open did not return IBCM_EUNSUPPORTED with rxe's answer: %s" % p.strip()[-300:])
+    c.done("capi-xrc-rxe", "ibcmd --backend verbs on rxe0 serves (XRC unavailable, said at start); libibcm's "
+           "ibcm_xrcd_open -> IBCM_EUNSUPPORTED: %s" % (re.findall(r"^ibcm_xrcd_open: (.*)$", p, re.M) or ["?"])[0][:160])
 
 
 def netns_cells(out):

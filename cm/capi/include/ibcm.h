@@ -266,7 +266,8 @@ enum ibcm_status {
      */
     IBCM_ECLOSED = -11,
     /**
-     * Not served through the node service.
+     * Not supported: by the node service, or by its device (an XRC call on a device without
+     * XRC: the keeper's `no-xrc` reason in ibcm_last_error).
      */
     IBCM_EUNSUPPORTED = -12,
     /**

@@ -58,7 +58,7 @@ pub(crate) const fn text(code: ibcm_status) -> &'static str {
         IBCM_EATTACH => "cannot attach to the node service\0",
         IBCM_EGONE => "the node service connection is gone\0",
         IBCM_ECLOSED => "the connection has ended\0",
-        IBCM_EUNSUPPORTED => "not supported through the node service\0",
+        IBCM_EUNSUPPORTED => "not supported (by the node service or its device)\0",
         IBCM_EIO => "operating system error\0",
         IBCM_EINTERNAL => "internal error in libibcm\0",
     }

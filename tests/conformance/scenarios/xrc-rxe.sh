@@ -5,7 +5,10 @@
 # and the forced ibv_open_xrcd must come back "not supported" (EOPNOTSUPP).
 # tests/conformance/run runs it with LAB_PEER_BIN="out/bin/xrc-probe out/bin/xrcd-keeper"
 # (`lab.sh run-single xrc-rxe`); check.py's xrc_rxe_cells reads the results.
-# lab-mods-a: cm
+# ibcmd --backend verbs (the suite's build, with rdma) on rxe0, through umad0 (so no kernel
+# CM: nocm): the daemon serves, and libibcm's ibcm_xrcd_open gets IBCM_EUNSUPPORTED with
+# rxe's own answer (cell capi-xrc-rxe).
+# lab-mods-a: nocm
 # lab-timeout: 120
 . /lab/lib.sh
 if [ ! -x /lab/bin/xrc-probe ]; then say "SKIP no /lab/bin/xrc-probe (pass it with LAB_PEER_BIN)"; exit 1; fi
@@ -16,5 +19,14 @@ run xrc-probe-any 30 /lab/bin/xrc-probe
 # The keeper on the real backend must refuse to start the same way (optional binary).
 if [ -x /lab/bin/xrcd-keeper ]; then
   run keeper-verbs 30 /lab/bin/xrcd-keeper serve --socket /tmp/xrcd-keeper.sock --backend verbs --device rxe0
+fi
+if [ -x /lab/bin/ibcmd ] && [ -x /lab/bin/capi-peer ]; then
+  bg ibcmd-verbs 60 ibcmd --backend verbs --addr $MYIP --socket /tmp/ibcmd.sock \
+    --state /tmp/ibcmd.state --umad /dev/infiniband/umad0 --gid-index $(gid_index)
+  wait_line ibcmd-verbs 'ibcmd serving' 30
+  run capi-xrc-rxe 30 capi-peer xrcd /tmp/ibcmd.sock /tmp/lab.xrcd
+  bgkill ibcmd-verbs; bgwait ibcmd-verbs 10 > /dev/null
+else
+  say "FAIL no /lab/bin/ibcmd or /lab/bin/capi-peer (the suite's build step makes them)"
 fi
 lab_exit

@@ -8,6 +8,10 @@
  *                                          (ucmatose -C 0 disconnects once connected)
  *   capi-peer listen SOCKET PORT QPN       listens on rdma_cm's TCP port space PORT; accepts
  *                                          one client, disconnects once established
+ *   capi-peer xrcd SOCKET PATH             ibcm_xrcd_open of the domain file PATH through an
+ *                                          `ibcmd --backend verbs` on a device without XRC:
+ *                                          must be IBCM_EUNSUPPORTED, the device's error in
+ *                                          the text
  *
  * Prints one line per event ("event NAME ...") and last "capi-peer: ok" (exit 0), or
  * "capi-peer: FAIL ..." (exit 1).
@@ -48,8 +52,22 @@ static int marker;
 
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "xrcd") == 0) {
+        check(ibcm_open(argv[2], &ctx), "ibcm_open");
+        int rc = ibcm_xrcd_open(ctx, "lab", argv[3], IBCM_XRCD_CREATE);
+        printf("ibcm_xrcd_open: %s (%d): %s\n", ibcm_strerror(rc), rc,
+               rc == IBCM_OK ? "" : ibcm_last_error());
+        check(ibcm_close(ctx), "ibcm_close");
+        if (rc != IBCM_EUNSUPPORTED) {
+            printf("capi-peer: FAIL want IBCM_EUNSUPPORTED\n");
+            return 1;
+        }
+        printf("capi-peer: ok\n");
+        return 0;
+    }
     if (argc != 5 || (strcmp(argv[1], "connect") && strcmp(argv[1], "listen"))) {
-        fprintf(stderr, "usage: capi-peer connect SOCKET IP:PORT QPN | listen SOCKET PORT QPN\n");
+        fprintf(stderr, "usage: capi-peer connect SOCKET IP:PORT QPN | listen SOCKET PORT QPN | "
+                        "xrcd SOCKET PATH\n");
         return 2;
     }
     uint32_t qpn = (uint32_t)strtoul(argv[4], NULL, 0);

@@ -426,10 +426,31 @@ fn backend(b: Backend) -> Result<BackendParts> {
     }
 }
 
+/// rdma-core on the first device. A device without XRC (rxe) is still opened, with a loud
+/// warning: the CM serves RC and UC as ever, and every XRC request fails with the provider's
+/// own answer (`ibv_open_xrcd`: EOPNOTSUPP on rxe), which reaches the client as the keeper's
+/// `no-xrc` refusal (libibcm: `IBCM_EUNSUPPORTED`, the error in the text).
 #[cfg(feature = "rdma")]
 fn verbs_backend() -> Result<BackendParts> {
-    let a = ibcm_xrc::RdmaVerbs::open(None).context("cannot open an RDMA device")?;
-    let b = ibcm_xrc::RdmaVerbs::open(None).context("cannot open an RDMA device")?;
+    use ibcm_xrc::{RdmaVerbs, VerbsError};
+    let (a, xrc) = match RdmaVerbs::open(None) {
+        Err(e @ VerbsError::NoXrc { .. }) => {
+            warn!(
+                why = %e,
+                "XRC unavailable: RC and UC are served; every XRC request will fail with the \
+                 device's own error"
+            );
+            (RdmaVerbs::open_unchecked(None), false)
+        }
+        r => (r, true),
+    };
+    let a = a.context("cannot open an RDMA device")?;
+    let b = if xrc {
+        RdmaVerbs::open(None)
+    } else {
+        RdmaVerbs::open_unchecked(None)
+    }
+    .context("cannot open an RDMA device")?;
     Ok((Box::new(a), Box::new(b), None))
 }
 

@@ -40,7 +40,8 @@ pub enum ibcm_status {
     /// The connection has ended: while the call waited, or before it (its final event is
     /// queued or being handled; the reason is in ibcm_last_error and in that event).
     IBCM_ECLOSED = -11,
-    /// Not served through the node service.
+    /// Not supported: by the node service, or by its device (an XRC call on a device without
+    /// XRC: the keeper's `no-xrc` reason in ibcm_last_error).
     IBCM_EUNSUPPORTED = -12,
     /// An operating-system call failed (the event fd, the library's thread).
     IBCM_EIO = -13,

@@ -249,7 +249,7 @@ pub struct ServerConfig {
     /// (the default): not told.
     pub addr: Option<std::net::IpAddr>,
     /// The CM runs on RoCE through umad (`ibcmd --umad`): a peer a client names by IP
-    /// ([`PeerAddr::Udp`](crate::proto::PeerAddr::Udp), what libibcm sends) is turned into
+    /// (a [`Udp`](crate::proto::PeerAddr::Udp) address, what libibcm sends) is turned into
     /// the RoCE address that transport sends to ([`IbAddr::roce`](crate::proto::IbAddr::roce)
     /// of the IPv4-mapped GID) before the endpoint sees it, for connects and SIDR requests;
     /// `false` (the default): peers are used as given.

@@ -27,6 +27,8 @@ pub(super) fn registry_err(e: &RegistryError) -> ErrorBody {
         RegistryError::NotRegistered { .. } => ErrorKind::NotRegistered,
         RegistryError::QpnsExhausted { .. } => ErrorKind::NoResources,
         RegistryError::Verbs(VerbsError::NoXrc { .. }) => ErrorKind::NoXrc,
+        // The provider does not implement the verb (EOPNOTSUPP: rxe's ibv_open_xrcd).
+        RegistryError::Verbs(VerbsError::NotSupported { .. }) => ErrorKind::NoXrc,
         // The file names no domain (no `O_CREAT`), or one already (`O_EXCL`).
         RegistryError::Verbs(VerbsError::DomainNotFound { .. }) => ErrorKind::UnknownDomain,
         RegistryError::Verbs(VerbsError::DomainExists { .. }) => ErrorKind::DomainExists,
