@@ -14,7 +14,6 @@ use tracing::{debug, debug_span, warn};
 use super::command::{Command, Reply};
 use super::now;
 use super::slot::Registry;
-use super::slot::Slot;
 
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use super::DatagramTransport;
@@ -393,7 +392,7 @@ impl<T: DatagramTransport> Driver<T> {
         }
         match ev.kind {
             EventKind::ReqReceived(req) => {
-                self.registry.insert(Slot::new(ev.conn));
+                self.registry.open(ev.conn);
                 let delivered = self
                     .listeners
                     .get(&req.service_id())
@@ -416,10 +415,8 @@ impl<T: DatagramTransport> Driver<T> {
                 }
             }
             EventKind::StatelessEstablished(info) => {
-                let slot = Slot::new(ev.conn);
-                slot.set_rtu_private_data(&info.rtu_private_data);
-                slot.set(ConnStatus::Established);
-                self.registry.insert(slot);
+                self.registry
+                    .open_established(ev.conn, &info.rtu_private_data);
                 let sid = info.req.service_id();
                 let delivered = self
                     .stateless
@@ -449,24 +446,13 @@ impl<T: DatagramTransport> Driver<T> {
                 let gone = self.ep.state(ev.conn).is_none();
                 if gone {
                     // Gone without TimeWait.
-                    if let Some(slot) = self.registry.remove(ev.conn) {
-                        slot.clear_rep();
-                        slot.set(ConnStatus::Gone(e));
-                    }
+                    self.registry.close(ev.conn, |_| ConnStatus::Gone(e));
                 } else {
                     self.set_status(ev.conn, ConnStatus::Closed(e));
                 }
             }
             EventKind::TimewaitExit { .. } => {
-                if let Some(slot) = self.registry.remove(ev.conn) {
-                    slot.clear_rep();
-                    slot.update(|st| {
-                        ConnStatus::Gone(match st {
-                            ConnStatus::Closed(e) | ConnStatus::Gone(e) => e.clone(),
-                            _ => crate::proto::ConnectionError::LocallyClosed,
-                        })
-                    });
-                }
+                self.registry.close(ev.conn, ConnStatus::gone);
             }
             EventKind::SidrReply {
                 status,

@@ -12,7 +12,6 @@ use super::{sidr_status, Driver, StatelessTx};
 use crate::proto::{CallError, ConnId, ListenOptions, State, StatelessAccept};
 use crate::rt::command::Command;
 use crate::rt::now;
-use crate::rt::slot::{Slot, SlotRef};
 use crate::rt::stats::CmStats;
 use crate::rt::types::{CmError, IncomingKind};
 use crate::rt::DatagramTransport;
@@ -203,7 +202,7 @@ impl<T: DatagramTransport> Driver<T> {
         match cmd {
             Command::Connect { params, reply } => {
                 let r = self.ep.connect_sent(t, params);
-                let r = r.map(|(id, req)| (id, self.new_slot(id), req));
+                let r = r.map(|(id, req)| (id, self.registry.open(id), req));
                 let _ = reply.send(r.map_err(CmError::from));
             }
             Command::Establish {
@@ -228,20 +227,13 @@ impl<T: DatagramTransport> Driver<T> {
                 let _ = reply.send(self.ep.disconnect(t, conn, &private_data));
             }
             Command::EndStale { stale, reply } => {
-                let r = self.ep.end_stale(t, stale).map(|id| self.new_slot(id));
+                let r = self.ep.end_stale(t, stale).map(|id| self.registry.open(id));
                 let _ = reply.send(r);
             }
             Command::PendingDropped { id } => self.pending_dropped(t, id),
             // Not a connection call: `on_command` routes none here.
             _ => {}
         }
-    }
-
-    /// The slot of a connection the endpoint just created, registered.
-    fn new_slot(&self, id: ConnId) -> SlotRef {
-        let slot = Slot::new(id);
-        self.registry.insert(slot.clone());
-        slot
     }
 
     /// A [`PendingConnection`](crate::rt::PendingConnection) dropped without establish or

@@ -24,10 +24,10 @@ use super::proto::{
     encode_frame, read_frame, write_frame, ClientMsg, DaemonMsg, Op, WireAccept, WireConnect,
     WireResult, WireStateless, WireStatus, VERSION,
 };
-use crate::proto::{CallError, ConnId, ConnectionError};
+use crate::proto::{CallError, ConnId};
 use crate::rt::command::{Command, Reply};
 use crate::rt::handle::Cm;
-use crate::rt::slot::{Registry, Slot, SlotRef};
+use crate::rt::slot::{Registry, SlotRef};
 use crate::rt::types::{ConnStatus, IncomingKind};
 
 /// Why a node-service request failed.
@@ -432,10 +432,7 @@ impl Client {
         }
         // Nothing will update the slots any more: wake every waiter with an end.
         for slot in self.registry.drain() {
-            slot.update(|st| match st {
-                ConnStatus::Gone(e) | ConnStatus::Closed(e) => ConnStatus::Gone(e.clone()),
-                _ => ConnStatus::Gone(ConnectionError::LocallyClosed),
-            });
+            slot.update(ConnStatus::gone);
         }
         r
     }
@@ -630,7 +627,7 @@ impl Client {
                 let info = req.to_info();
                 let delivered = match (info, self.listeners.get(&service_id)) {
                     (Ok(info), Some(tx)) => {
-                        self.registry.insert(Slot::new(id));
+                        self.registry.open(id);
                         let ok = tx.send((id, IncomingKind::Connect(Box::new(info)))).is_ok();
                         if !ok {
                             self.registry.remove(id);
@@ -651,10 +648,7 @@ impl Client {
                 let id = ibcm_mad::CommId(conn);
                 let delivered = match (info.to_info(), self.stateless.get(&service_id)) {
                     (Ok(info), Some(tx)) => {
-                        let slot = Slot::new(id);
-                        slot.set_rtu_private_data(&info.rtu_private_data);
-                        slot.set(ConnStatus::Established);
-                        self.registry.insert(slot);
+                        self.registry.open_established(id, &info.rtu_private_data);
                         let ok = tx.send((id, Box::new(info))).is_ok();
                         if !ok {
                             self.registry.remove(id);
@@ -700,10 +694,7 @@ impl Client {
             } => {
                 let id = ibcm_mad::CommId(conn);
                 if matches!(status, WireStatus::Gone(_)) {
-                    if let Some(slot) = self.registry.remove(id) {
-                        slot.clear_rep();
-                        slot.set(status.to_status());
-                    }
+                    self.registry.close(id, |_| status.to_status());
                 } else if let Some(slot) = self.registry.get(id) {
                     if !rtu_private_data.is_empty() {
                         // Before the status: a task woken by `Established` finds it.
@@ -728,8 +719,7 @@ impl Client {
                 let r = match r {
                     WireResult::Conn { conn, req } => {
                         let id = ibcm_mad::CommId(conn);
-                        let slot = Slot::new(id);
-                        self.registry.insert(slot.clone());
+                        let slot = self.registry.open(id);
                         // The REQ as the daemon sent it; an older daemon's reply has none.
                         let req = super::wire::parse_req(&req).map(Box::new).unwrap_or(sent);
                         Ok((id, slot, req))
