@@ -473,6 +473,12 @@ impl Client {
                 tx,
                 reply,
             } => {
+                // As in-process: a second listen on the service ID is refused here, leaving
+                // the first listener (its channel and the daemon's listen) as it was.
+                if self.listeners.contains_key(&service_id.0) {
+                    let _ = reply.send(Err(CmError::AlreadyListening(service_id)));
+                    return Ok(());
+                }
                 self.listeners.insert(service_id.0, tx);
                 let transports = options.transports.iter().map(|t| transport_code(*t));
                 let op = Op::Listen {
@@ -567,6 +573,10 @@ impl Client {
                 stateless,
                 reply,
             } => {
+                if self.listeners.contains_key(&service_id.0) {
+                    let _ = reply.send(Err(CmError::AlreadyListening(service_id)));
+                    return Ok(());
+                }
                 self.listeners.insert(service_id.0, tx);
                 self.stateless.insert(service_id.0, stateless);
                 let transports = options.transports.iter().map(|t| transport_code(*t));
