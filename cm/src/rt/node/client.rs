@@ -3,6 +3,18 @@
 //! task feeds from the service's messages. The handles ([`Connection`](crate::rt::Connection),
 //! [`Listener`](crate::rt::Listener), [`Incoming`](crate::rt::Incoming),
 //! [`PendingConnection`](crate::rt::PendingConnection)) are the in-process ones, unchanged.
+//!
+//! This task *forwards* each [`Command`] as an [`Op`]; the daemon turns it back into the same
+//! `Command` for its own driver (`rt/driver/commands.rs`), which *executes* it. So the rules
+//! live once, in the daemon's driver: one listener per service ID and its tokens, REJ 28 for a
+//! refused accept or reject, the SIDR "rejected" answer, `PendingDropped`'s REJ 4 / 28. What
+//! is here and only here is what forwarding needs: a listener's channel registered before the
+//! daemon's answer (a REQ may follow right behind it) and removed if it refuses, a second
+//! listen on a service ID refused at once ([`CmError::AlreadyListening`], as in-process), the
+//! wire encoding checked before sending (a refusal is [`CmError::Refused`]), SIDR requests
+//! known by this session's sequence numbers (no cancel: the daemon frees them with the
+//! session), and the daemon's node-wide counters for `Stats`. The slots are opened,
+//! established and closed by the registry's helpers that the driver uses too.
 
 use std::collections::HashMap;
 use std::io;
