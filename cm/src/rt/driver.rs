@@ -8,23 +8,23 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use ibcm_mad::{RejReason, ServiceId};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tracing::{debug, debug_span, warn};
 
 use super::command::{Command, Reply};
 use super::now;
 use super::slot::Registry;
-use super::slot::Slot;
 
-use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use super::DatagramTransport;
 use crate::app::{earliest, fire_timers, DynApp};
 use crate::log_limit::LogLimit;
 use crate::proto::{
-    CallError, ConnId, Endpoint, EndpointConfig, Event, EventKind, PeerAddr, SidrRepParams, State,
+    ConnId, Endpoint, EndpointConfig, Event, EventKind, PeerAddr, SidrRepParams, State,
     StatelessInfo, Transmit,
 };
+
+mod commands;
 
 /// How long a stopping endpoint waits for the DREPs of the DREQs it sends
 /// ([`Cm::shutdown`](super::Cm::shutdown), or the last handle dropped).
@@ -58,7 +58,7 @@ pub(crate) struct Driver<T> {
     next_listener: u64,
     sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
     app: Option<BoxApp>,
-    /// Connections closed (for [`CmStats::closed`]).
+    /// Connections closed (for [`CmStats::closed`](super::CmStats::closed)).
     closed: u64,
     /// Rate limit of the lines logged about what peers make the driver do.
     log: LogLimit,
@@ -392,7 +392,7 @@ impl<T: DatagramTransport> Driver<T> {
         }
         match ev.kind {
             EventKind::ReqReceived(req) => {
-                self.registry.insert(Slot::new(ev.conn));
+                self.registry.open(ev.conn);
                 let delivered = self
                     .listeners
                     .get(&req.service_id())
@@ -415,10 +415,8 @@ impl<T: DatagramTransport> Driver<T> {
                 }
             }
             EventKind::StatelessEstablished(info) => {
-                let slot = Slot::new(ev.conn);
-                slot.set_rtu_private_data(&info.rtu_private_data);
-                slot.set(ConnStatus::Established);
-                self.registry.insert(slot);
+                self.registry
+                    .open_established(ev.conn, &info.rtu_private_data);
                 let sid = info.req.service_id();
                 let delivered = self
                     .stateless
@@ -448,24 +446,13 @@ impl<T: DatagramTransport> Driver<T> {
                 let gone = self.ep.state(ev.conn).is_none();
                 if gone {
                     // Gone without TimeWait.
-                    if let Some(slot) = self.registry.remove(ev.conn) {
-                        slot.clear_rep();
-                        slot.set(ConnStatus::Gone(e));
-                    }
+                    self.registry.close(ev.conn, |_| ConnStatus::Gone(e));
                 } else {
                     self.set_status(ev.conn, ConnStatus::Closed(e));
                 }
             }
             EventKind::TimewaitExit { .. } => {
-                if let Some(slot) = self.registry.remove(ev.conn) {
-                    slot.clear_rep();
-                    slot.update(|st| {
-                        ConnStatus::Gone(match st {
-                            ConnStatus::Closed(e) | ConnStatus::Gone(e) => e.clone(),
-                            _ => crate::proto::ConnectionError::LocallyClosed,
-                        })
-                    });
-                }
+                self.registry.close(ev.conn, ConnStatus::gone);
             }
             EventKind::SidrReply {
                 status,
@@ -498,219 +485,6 @@ impl<T: DatagramTransport> Driver<T> {
                     debug!(event = ?other, "event");
                 }
             }
-        }
-    }
-
-    /// An answer to the REQ of `conn` was refused: reject the REQ (REJ 28) if it is still
-    /// waiting for one, so that the peer is not left waiting.
-    fn refuse_unanswered(&mut self, t: Instant, conn: ConnId) {
-        if matches!(
-            self.ep.state(conn),
-            Some(State::ReqRcvd | State::MraReqSent)
-        ) {
-            let _ = self.ep.reject(t, conn, RejReason::ConsumerReject, &[], &[]);
-        }
-    }
-
-    fn on_command(&mut self, cmd: Command) {
-        let t = now();
-        match cmd {
-            Command::Connect { params, reply } => {
-                let r = self
-                    .ep
-                    .connect_sent(t, params)
-                    .map(|(id, req)| {
-                        let slot = Slot::new(id);
-                        self.registry.insert(slot.clone());
-                        (id, slot, req)
-                    })
-                    .map_err(CmError::from);
-                let _ = reply.send(r);
-            }
-            Command::Listen {
-                service_id,
-                options,
-                tx,
-                reply,
-            } => {
-                // One listener per service ID: a second one would silently take the first
-                // one's REQs, and the first one's drop would then end the second.
-                if self.ep.is_listening(service_id) {
-                    let _ = reply.send(Err(CmError::AlreadyListening(service_id)));
-                    return;
-                }
-                self.ep.listen(service_id, options);
-                let token = self.next_listener;
-                self.next_listener = self.next_listener.wrapping_add(1);
-                self.listeners.insert(service_id, (token, tx));
-                let _ = reply.send(Ok(token));
-            }
-            Command::ListenStateless {
-                service_id,
-                options,
-                template,
-                tx,
-                stateless,
-                reply,
-            } => {
-                if self.ep.is_listening(service_id) {
-                    let _ = reply.send(Err(CmError::AlreadyListening(service_id)));
-                    return;
-                }
-                if let Err(e) = self.ep.set_stateless(service_id, Some(template)) {
-                    let _ = reply.send(Err(e.into()));
-                    return;
-                }
-                self.ep.listen(service_id, options);
-                let token = self.next_listener;
-                self.next_listener = self.next_listener.wrapping_add(1);
-                self.listeners.insert(service_id, (token, tx));
-                self.stateless.insert(service_id, stateless);
-                let _ = reply.send(Ok(token));
-            }
-            Command::Unlisten { service_id, token } => {
-                if self
-                    .listeners
-                    .get(&service_id)
-                    .is_some_and(|(t, _)| *t == token)
-                {
-                    self.ep.unlisten(service_id);
-                    self.listeners.remove(&service_id);
-                    self.stateless.remove(&service_id);
-                }
-            }
-            Command::Accept {
-                conn,
-                params,
-                reply,
-            } => {
-                let r = self.ep.accept(t, conn, params).and_then(|()| {
-                    self.registry
-                        .get(conn)
-                        .ok_or(CallError::UnknownConnection(conn))
-                });
-                if r.is_err() {
-                    // A refused accept still answers the peer (the handle counts the
-                    // accept as its answer once queued).
-                    self.refuse_unanswered(t, conn);
-                }
-                let _ = reply.send(r);
-            }
-            Command::Reject {
-                conn,
-                reason,
-                ari,
-                private_data,
-                reply,
-            } => {
-                let r = self.ep.reject(t, conn, reason, &ari, &private_data);
-                if r.is_err() {
-                    // Data that does not fit: rejected all the same, with reason 28.
-                    self.refuse_unanswered(t, conn);
-                }
-                let _ = reply.send(r);
-            }
-            Command::Establish {
-                conn,
-                private_data,
-                reply,
-            } => {
-                let _ = reply.send(self.ep.establish(t, conn, &private_data));
-            }
-            Command::Mra {
-                conn,
-                service_timeout,
-                reply,
-            } => {
-                let _ = reply.send(self.ep.mra(t, conn, service_timeout, &[]));
-            }
-            Command::Disconnect {
-                conn,
-                private_data,
-                reply,
-            } => {
-                let _ = reply.send(self.ep.disconnect(t, conn, &private_data));
-            }
-            Command::EndStale { stale, reply } => {
-                let r = self.ep.end_stale(t, stale).map(|id| {
-                    let slot = Slot::new(id);
-                    self.registry.insert(slot.clone());
-                    slot
-                });
-                let _ = reply.send(r);
-            }
-            Command::Sidr { params, reply } => {
-                let r = self.ep.sidr_request(t, params).map(|id| {
-                    let (tx, rx) = oneshot::channel();
-                    self.sidr.insert(id, tx);
-                    (id, rx)
-                });
-                let _ = reply.send(r);
-            }
-            Command::SidrCancel { id } => {
-                self.sidr.remove(&id);
-                self.ep.sidr_cancel(id);
-            }
-            Command::SidrReply { id, params, reply } => {
-                let r = self.ep.sidr_reply(t, id, params);
-                if r.is_err() {
-                    // The requester still gets an answer: "rejected".
-                    let _ = self
-                        .ep
-                        .sidr_reply(t, id, sidr_status(ibcm_mad::SidrStatus::Rejected));
-                }
-                let _ = reply.send(r);
-            }
-            Command::Stats { reply } => {
-                let mut transport = self.transport.stats();
-                transport.dropped.push(("req_backlog_full", self.reqs_shed));
-                transport.dropped.push(("send_error", self.send_errors));
-                let _ = reply.send(CmStats {
-                    endpoint: self.ep.stats().clone(),
-                    transport,
-                    closed: self.closed,
-                    log_suppressed: self.log.suppressed,
-                    connections: self.ep.len(),
-                    half_open: self.ep.half_open(),
-                    established_now: self.ep.established(),
-                });
-            }
-            Command::Unanswered { id, sidr } => {
-                if self.log.ok(t) {
-                    warn!(conn = %id, "incoming request dropped unanswered: rejecting it");
-                }
-                // Gone already (the peer gave up, or it expired) is fine.
-                let _ = if sidr {
-                    self.ep
-                        .sidr_reply(t, id, sidr_status(ibcm_mad::SidrStatus::Rejected))
-                } else {
-                    self.ep.reject(t, id, RejReason::ConsumerReject, &[], &[])
-                };
-            }
-            Command::PendingDropped { id } => {
-                // Before the REP: REJ 4 (the attempt is given up); after it: REJ 28. Closed
-                // already (the peer gave up, or rejected) or established: nothing to do.
-                if matches!(
-                    self.ep.state(id),
-                    Some(State::ReqSent | State::MraReqRcvd | State::RepRcvd | State::MraRepSent)
-                ) {
-                    if self.log.ok(t) {
-                        warn!(conn = %id, "pending connection dropped before its RTU: abandoning it");
-                    }
-                    let _ = self.ep.disconnect(t, id, &[]);
-                }
-            }
-            Command::RandomPsn { reply } => {
-                let _ = reply.send(self.ep.random_psn());
-            }
-            Command::Len { reply } => {
-                let _ = reply.send(self.ep.len());
-            }
-            Command::WithApp(call) => {
-                let app = self.app.as_mut().map(|a| a.as_any_mut());
-                (call.0)(app, &mut self.ep, t);
-            }
-            Command::Shutdown { .. } => {}
         }
     }
 }

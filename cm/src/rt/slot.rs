@@ -554,6 +554,32 @@ impl Registry {
         }
     }
 
+    /// Registers the slot of a new connection (being set up), and returns it.
+    pub(crate) fn open(&self, id: ConnId) -> SlotRef {
+        let slot = Slot::new(id);
+        self.insert(slot.clone());
+        slot
+    }
+
+    /// Registers the slot of a connection established statelessly (its RTU's private data
+    /// set, then its status), and returns it.
+    pub(crate) fn open_established(&self, id: ConnId, rtu_private_data: &[u8]) -> SlotRef {
+        let slot = Slot::new(id);
+        slot.set_rtu_private_data(rtu_private_data);
+        slot.set(ConnStatus::Established);
+        self.insert(slot.clone());
+        slot
+    }
+
+    /// Takes the slot of `id` out as its connection leaves the table: its REP forgotten, its
+    /// status set to what `end` makes of the current one (waking every waiter).
+    pub(crate) fn close(&self, id: ConnId, end: impl FnOnce(&ConnStatus) -> ConnStatus) {
+        if let Some(slot) = self.remove(id) {
+            slot.clear_rep();
+            slot.update(end);
+        }
+    }
+
     /// The slot of `id`.
     pub(crate) fn get(&self, id: ConnId) -> Option<SlotRef> {
         let t = self.table();

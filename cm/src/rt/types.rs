@@ -30,6 +30,17 @@ pub enum ConnStatus {
     Gone(ConnectionError),
 }
 
+impl ConnStatus {
+    /// The last status of a connection whose slot nothing updates any more: `Gone`, with the
+    /// error it closed with (`LocallyClosed` when it had not closed).
+    pub(crate) fn gone(&self) -> ConnStatus {
+        ConnStatus::Gone(match self {
+            ConnStatus::Closed(e) | ConnStatus::Gone(e) => e.clone(),
+            _ => ConnectionError::LocallyClosed,
+        })
+    }
+}
+
 /// Errors of the async API.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -594,3 +594,32 @@ async fn hello_tells_the_daemons_address_when_asked() {
     ));
     drop(a);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_listen_is_refused_and_leaves_the_first() {
+    let dir = scratch("relisten");
+    let (_d, sock) = daemon(&dir, "a", "127.0.0.95");
+    let (p, _) = peer("127.0.0.96").await;
+    let d_addr: SocketAddr = "127.0.0.95:4791".parse().unwrap();
+    let (cm, _task) = Cm::attach(&sock).await.unwrap();
+    let mut first = cm
+        .listen(ServiceId(0x80), ListenOptions::default())
+        .await
+        .unwrap();
+    // As in-process: AlreadyListening, and the first listener keeps its REQs (the client
+    // used to replace its channel, then drop it on the daemon's refusal: REJ 28 for all).
+    match cm.listen(ServiceId(0x80), ListenOptions::default()).await {
+        Err(ibcm::rt::CmError::AlreadyListening(ServiceId(0x80))) => {}
+        other => panic!("{other:?}"),
+    }
+    let server = tokio::spawn(async move {
+        let inc = first.next().await.unwrap();
+        inc.accept(AcceptParams::new(qpn(0x801))).await.unwrap()
+    });
+    let c = p
+        .connect(ConnectParams::new(d_addr, ServiceId(0x80), qpn(0x802)))
+        .await
+        .unwrap();
+    assert_eq!(c.status(), ConnStatus::Established);
+    server.await.unwrap().established().await.unwrap();
+}

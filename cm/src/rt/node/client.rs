@@ -3,6 +3,18 @@
 //! task feeds from the service's messages. The handles ([`Connection`](crate::rt::Connection),
 //! [`Listener`](crate::rt::Listener), [`Incoming`](crate::rt::Incoming),
 //! [`PendingConnection`](crate::rt::PendingConnection)) are the in-process ones, unchanged.
+//!
+//! This task *forwards* each [`Command`] as an [`Op`]; the daemon turns it back into the same
+//! `Command` for its own driver (`rt/driver/commands.rs`), which *executes* it. So the rules
+//! live once, in the daemon's driver: one listener per service ID and its tokens, REJ 28 for a
+//! refused accept or reject, the SIDR "rejected" answer, `PendingDropped`'s REJ 4 / 28. What
+//! is here and only here is what forwarding needs: a listener's channel registered before the
+//! daemon's answer (a REQ may follow right behind it) and removed if it refuses, a second
+//! listen on a service ID refused at once ([`CmError::AlreadyListening`], as in-process), the
+//! wire encoding checked before sending (a refusal is [`CmError::Refused`]), SIDR requests
+//! known by this session's sequence numbers (no cancel: the daemon frees them with the
+//! session), and the daemon's node-wide counters for `Stats`. The slots are opened,
+//! established and closed by the registry's helpers that the driver uses too.
 
 use std::collections::HashMap;
 use std::io;
@@ -24,10 +36,10 @@ use super::proto::{
     encode_frame, read_frame, write_frame, ClientMsg, DaemonMsg, Op, WireAccept, WireConnect,
     WireResult, WireStateless, WireStatus, VERSION,
 };
-use crate::proto::{CallError, ConnId, ConnectionError};
+use crate::proto::{CallError, ConnId};
 use crate::rt::command::{Command, Reply};
 use crate::rt::handle::Cm;
-use crate::rt::slot::{Registry, Slot, SlotRef};
+use crate::rt::slot::{Registry, SlotRef};
 use crate::rt::types::{ConnStatus, IncomingKind};
 
 /// Why a node-service request failed.
@@ -432,10 +444,7 @@ impl Client {
         }
         // Nothing will update the slots any more: wake every waiter with an end.
         for slot in self.registry.drain() {
-            slot.update(|st| match st {
-                ConnStatus::Gone(e) | ConnStatus::Closed(e) => ConnStatus::Gone(e.clone()),
-                _ => ConnStatus::Gone(ConnectionError::LocallyClosed),
-            });
+            slot.update(ConnStatus::gone);
         }
         r
     }
@@ -476,6 +485,12 @@ impl Client {
                 tx,
                 reply,
             } => {
+                // As in-process: a second listen on the service ID is refused here, leaving
+                // the first listener (its channel and the daemon's listen) as it was.
+                if self.listeners.contains_key(&service_id.0) {
+                    let _ = reply.send(Err(CmError::AlreadyListening(service_id)));
+                    return Ok(());
+                }
                 self.listeners.insert(service_id.0, tx);
                 let transports = options.transports.iter().map(|t| transport_code(*t));
                 let op = Op::Listen {
@@ -570,6 +585,10 @@ impl Client {
                 stateless,
                 reply,
             } => {
+                if self.listeners.contains_key(&service_id.0) {
+                    let _ = reply.send(Err(CmError::AlreadyListening(service_id)));
+                    return Ok(());
+                }
                 self.listeners.insert(service_id.0, tx);
                 self.stateless.insert(service_id.0, stateless);
                 let transports = options.transports.iter().map(|t| transport_code(*t));
@@ -630,7 +649,7 @@ impl Client {
                 let info = req.to_info();
                 let delivered = match (info, self.listeners.get(&service_id)) {
                     (Ok(info), Some(tx)) => {
-                        self.registry.insert(Slot::new(id));
+                        self.registry.open(id);
                         let ok = tx.send((id, IncomingKind::Connect(Box::new(info)))).is_ok();
                         if !ok {
                             self.registry.remove(id);
@@ -651,10 +670,7 @@ impl Client {
                 let id = ibcm_mad::CommId(conn);
                 let delivered = match (info.to_info(), self.stateless.get(&service_id)) {
                     (Ok(info), Some(tx)) => {
-                        let slot = Slot::new(id);
-                        slot.set_rtu_private_data(&info.rtu_private_data);
-                        slot.set(ConnStatus::Established);
-                        self.registry.insert(slot);
+                        self.registry.open_established(id, &info.rtu_private_data);
                         let ok = tx.send((id, Box::new(info))).is_ok();
                         if !ok {
                             self.registry.remove(id);
@@ -700,10 +716,7 @@ impl Client {
             } => {
                 let id = ibcm_mad::CommId(conn);
                 if matches!(status, WireStatus::Gone(_)) {
-                    if let Some(slot) = self.registry.remove(id) {
-                        slot.clear_rep();
-                        slot.set(status.to_status());
-                    }
+                    self.registry.close(id, |_| status.to_status());
                 } else if let Some(slot) = self.registry.get(id) {
                     if !rtu_private_data.is_empty() {
                         // Before the status: a task woken by `Established` finds it.
@@ -728,8 +741,7 @@ impl Client {
                 let r = match r {
                     WireResult::Conn { conn, req } => {
                         let id = ibcm_mad::CommId(conn);
-                        let slot = Slot::new(id);
-                        self.registry.insert(slot.clone());
+                        let slot = self.registry.open(id);
                         // The REQ as the daemon sent it; an older daemon's reply has none.
                         let req = super::wire::parse_req(&req).map(Box::new).unwrap_or(sent);
                         Ok((id, slot, req))
