@@ -665,26 +665,35 @@ impl Context {
                 ));
             }
         }
-        let h = self.shared.new_handle(context);
-        let (cancel, mut cancelled) = oneshot::channel();
         let active = Active::of(&params);
+        let (cm, s) = (self.cm.clone(), self.shared.clone());
+        self.start(context, move |h, mut cancelled| async move {
+            let r = tokio::select! {
+                r = cm.connect_manual(params) => Some(r),
+                Ok(()) = &mut cancelled => None,
+            };
+            s.connected(h, r, manual, active).await;
+        })
+    }
+
+    /// A new handle with `context`, waiting for an answer (`Entry::Connecting`, cancelled by
+    /// ibcm_disconnect through the receiver its task gets), and that task started on the
+    /// library's thread; the handle is forgotten if the task cannot start.
+    fn start<F: Future<Output = ()> + Send + 'static>(
+        &self,
+        context: usize,
+        task: impl FnOnce(u64, oneshot::Receiver<()>) -> F,
+    ) -> Result<u64> {
+        let h = self.shared.new_handle(context);
+        let (cancel, cancelled) = oneshot::channel();
         lock(&self.shared.conns).insert(
             h,
             Entry::Connecting {
                 cancel: Some(cancel),
             },
         );
-        let (cm, s) = (self.cm.clone(), self.shared.clone());
-        let r = self.spawn(async move {
-            let r = tokio::select! {
-                r = cm.connect_manual(params) => Some(r),
-                Ok(()) = &mut cancelled => None,
-            };
-            s.connected(h, r, manual, active).await;
-        });
-        if let Err(e) = r {
-            lock(&self.shared.conns).remove(&h);
-            lock(&self.shared.user).remove(&h);
+        if let Err(e) = self.spawn(task(h, cancelled)) {
+            self.shared.forget(h);
             return Err(e);
         }
         Ok(h)
@@ -983,16 +992,8 @@ impl Context {
     /// comes as `SIDR_REPLY` (any status) or `UNREACHABLE`, the handle's final event.
     pub(crate) fn sidr_query(&self, params: SidrReqParams, context: usize) -> Result<u64> {
         self.live()?;
-        let h = self.shared.new_handle(context);
-        let (cancel, mut cancelled) = oneshot::channel();
-        lock(&self.shared.conns).insert(
-            h,
-            Entry::Connecting {
-                cancel: Some(cancel),
-            },
-        );
         let (cm, s) = (self.cm.clone(), self.shared.clone());
-        let r = self.spawn(async move {
+        self.start(context, move |h, mut cancelled| async move {
             let r = tokio::select! {
                 r = cm.sidr(params) => r,
                 Ok(()) = &mut cancelled => {
@@ -1026,13 +1027,7 @@ impl Context {
                 }
             };
             s.finish(h, ev);
-        });
-        if let Err(e) = r {
-            lock(&self.shared.conns).remove(&h);
-            lock(&self.shared.user).remove(&h);
-            return Err(e);
-        }
-        Ok(h)
+        })
     }
 
     /// Answers the SIDR_REQ of `h` (a `SIDR_REQUEST` handle, forgotten once answered).
