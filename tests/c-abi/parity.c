@@ -180,7 +180,7 @@ int main(int argc, char **argv)
     check(ibcm_connect(ctx[1], &p, &h), "ibcm_connect (rdma_cm)");
     p.qp_num = qpn + 4;
     check(ibcm_connect(ctx[1], &p, &h2), "ibcm_connect (rdma_cm, second)");
-    uint64_t srv1 = 0, srv2 = 0, cli1 = 0;
+    uint64_t srv1 = 0, srv2 = 0, srv_est = 0, cli1 = 0;
     int up = 0, refused = 0, rejected = 0, accepts = 0;
     while (up < 2 || !refused || !rejected) {
         int which;
@@ -199,13 +199,14 @@ int main(int argc, char **argv)
                    ev->rdma_cm_dst);
             struct ibcm_accept_param ap;
             check(ibcm_accept_param_init(ctx[0], &ap), "ibcm_accept_param_init");
-            ap.qp_num = qpn + 3; /* the second accept reuses it: refused by the daemon */
+            ap.qp_num = qpn + 3; /* both accepts name it: the daemon refuses the one it sees second */
             if (accepts++ == 0)
                 srv1 = ev->conn;
             else
                 srv2 = ev->conn;
             check(ibcm_accept(ctx[0], ev->conn, &ap), "ibcm_accept (returns before the daemon)");
-        } else if (which == 0 && ev->event == IBCM_EVENT_CONNECT_ERROR && ev->conn == srv2) {
+        } else if (which == 0 && ev->event == IBCM_EVENT_CONNECT_ERROR &&
+                   (ev->conn == srv1 || ev->conn == srv2) && !refused) {
             if (ev->status != IBCM_EQPN)
                 fail("refused accept: status %s", ibcm_strerror(ev->status));
             printf("checked: accept refused after it returned: CONNECT_ERROR %s: %s\n",
@@ -216,6 +217,8 @@ int main(int argc, char **argv)
         } else if (ev->event == IBCM_EVENT_ESTABLISHED) {
             if (which == 1)
                 cli1 = ev->conn;
+            else
+                srv_est = ev->conn;
             up++;
         } else if (is_final(ev)) {
             fail("unexpected %s", ibcm_event_str(ev->event));
@@ -224,7 +227,7 @@ int main(int argc, char **argv)
     }
     (void)h2;
     check(ibcm_unlisten(ctx[0], rsid), "ibcm_unlisten");
-    tear_down(0, srv1, cli1, NULL, "rdma_cm by IP and port");
+    tear_down(0, srv_est, cli1, NULL, "rdma_cm by IP and port");
 
     /* 6: SIDR both ways. */
     check(ibcm_listen(ctx[0], SIDR_SID), "ibcm_listen (SIDR)");
