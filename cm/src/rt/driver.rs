@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use ibcm_mad::{RejReason, ServiceId};
+use ibcm_mad::ServiceId;
 use tokio::sync::mpsc;
-use tracing::{debug, debug_span, warn};
+use tracing::{debug, warn};
 
 use super::command::{Command, Reply};
 use super::now;
@@ -20,11 +20,11 @@ use super::DatagramTransport;
 use crate::app::{earliest, fire_timers, DynApp};
 use crate::log_limit::LogLimit;
 use crate::proto::{
-    ConnId, Endpoint, EndpointConfig, Event, EventKind, PeerAddr, SidrRepParams, State,
-    StatelessInfo, Transmit,
+    ConnId, Endpoint, EndpointConfig, PeerAddr, SidrRepParams, State, StatelessInfo, Transmit,
 };
 
 mod commands;
+mod events;
 
 /// How long a stopping endpoint waits for the DREPs of the DREQs it sends
 /// ([`Cm::shutdown`](super::Cm::shutdown), or the last handle dropped).
@@ -379,112 +379,6 @@ impl<T: DatagramTransport> Driver<T> {
     fn set_status(&self, id: ConnId, st: ConnStatus) {
         if let Some(slot) = self.registry.get(id) {
             slot.set(st);
-        }
-    }
-
-    fn on_event(&mut self, ev: Event) {
-        let span = debug_span!("conn", id = %ev.conn);
-        let _g = span.enter();
-        if let Some(app) = self.app.as_mut() {
-            if app.handle_event(&mut self.ep, now(), &ev) {
-                return;
-            }
-        }
-        match ev.kind {
-            EventKind::ReqReceived(req) => {
-                self.registry.open(ev.conn);
-                let delivered = self
-                    .listeners
-                    .get(&req.service_id())
-                    .is_some_and(|(_, tx)| tx.send((ev.conn, IncomingKind::Connect(req))).is_ok());
-                if !delivered {
-                    let _ = self
-                        .ep
-                        .reject(now(), ev.conn, RejReason::InvalidServiceId, &[], &[]);
-                }
-            }
-            EventKind::SidrReqReceived(s) => {
-                let sid = s.service_id;
-                let delivered = self
-                    .listeners
-                    .get(&sid)
-                    .is_some_and(|(_, tx)| tx.send((ev.conn, IncomingKind::Sidr(s))).is_ok());
-                if !delivered {
-                    let p = sidr_status(ibcm_mad::SidrStatus::UnsupportedServiceId);
-                    let _ = self.ep.sidr_reply(now(), ev.conn, p);
-                }
-            }
-            EventKind::StatelessEstablished(info) => {
-                self.registry
-                    .open_established(ev.conn, &info.rtu_private_data);
-                let sid = info.req.service_id();
-                let delivered = self
-                    .stateless
-                    .get(&sid)
-                    .is_some_and(|tx| tx.send((ev.conn, info)).is_ok());
-                if !delivered {
-                    // Its listener is gone: end it as a dropped connection would be.
-                    let _ = self.ep.disconnect(now(), ev.conn, &[]);
-                }
-            }
-            EventKind::RepReceived(rep) => {
-                if let Some(slot) = self.registry.get(ev.conn) {
-                    slot.set_rep(&rep);
-                }
-            }
-            EventKind::RtuReceived { private_data } => {
-                if let Some(slot) = self.registry.get(ev.conn) {
-                    slot.set_rtu_private_data(&private_data);
-                }
-            }
-            EventKind::Established => self.set_status(ev.conn, ConnStatus::Established),
-            EventKind::Closed(e) => {
-                self.closed += 1;
-                if self.log.ok(now()) {
-                    debug!(error = %e, "closed");
-                }
-                let gone = self.ep.state(ev.conn).is_none();
-                if gone {
-                    // Gone without TimeWait.
-                    self.registry.close(ev.conn, |_| ConnStatus::Gone(e));
-                } else {
-                    self.set_status(ev.conn, ConnStatus::Closed(e));
-                }
-            }
-            EventKind::TimewaitExit { .. } => {
-                self.registry.close(ev.conn, ConnStatus::gone);
-            }
-            EventKind::SidrReply {
-                status,
-                qpn,
-                qkey,
-                private_data,
-            } => {
-                if let Some(reply) = self.sidr.remove(&ev.conn) {
-                    let _ = reply.send(Ok(SidrAnswer {
-                        status,
-                        qpn,
-                        qkey,
-                        private_data,
-                    }));
-                }
-            }
-            EventKind::SidrTimedOut => {
-                if let Some(reply) = self.sidr.remove(&ev.conn) {
-                    let _ = reply.send(Err(CmError::SidrTimedOut));
-                }
-            }
-            EventKind::LapReceived { .. } => {
-                // The async API does not load alternate paths (RoCE ignores LAP too).
-                let _ = self
-                    .ep
-                    .apr(now(), ev.conn, ibcm_mad::AprStatus::Unsupported, &[], &[]);
-            }
-            other => {
-                if self.log.ok(now()) {
-                    debug!(event = ?other, "event");
-                }
-            }
         }
     }
 }
