@@ -1260,7 +1260,8 @@ int ibcm_sidr_reply(struct ibcm_ctx *ctx, uint64_t conn, const struct ibcm_sidr_
  * context: the TGT QPs it creates get `policy` (an `ibcm_xrc_policy`) and this context as
  * their creating process, and the REPs announce the `n_srqns` SRQ numbers `srqns`
  * (1..=`IBCM_XRC_SRQNS_MAX`, else `IBCM_EINVAL`). Reports come as `IBCM_EVENT_XRC_REPORT`.
- * `IBCM_EREFUSED`: the service is another client's, an SRQ number is out of range, a quota.
+ * `IBCM_EREFUSED`: the service is another client's, an SRQ number is out of range, a quota;
+ * `IBCM_EUNSUPPORTED`: the daemon's device has no XRC (its reason in the text).
  *
  * # Safety
  * `ctx` is NULL or a live context; `srqns` is NULL or readable for `n_srqns` numbers.

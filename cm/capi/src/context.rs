@@ -479,6 +479,49 @@ fn rejected_locally(h: u64, reason: RejReason) -> Event {
     ev
 }
 
+/// The status of a keeper refusal of kind `kind` (docs/xrc.md §8.5).
+fn keeper_code(kind: &str) -> crate::ffi::types::ibcm_status {
+    match kind {
+        "unknown-domain" | "unknown-qpn" | "not-registered" => IBCM_ENOENT,
+        "gone" => IBCM_ECLOSED,
+        "no-xrc" => IBCM_EUNSUPPORTED,
+        "bad-modify" | "bad-request" => IBCM_EINVAL,
+        "verbs" | "error" => IBCM_EIO,
+        _ => IBCM_EREFUSED,
+    }
+}
+
+/// An XRC listen's refusal: the daemon words the keeper's (and a device's) refusals as
+/// "`kind`: message"; a known kind gets its status, anything else is `IBCM_EREFUSED`.
+fn xrc_refusal(e: ibcm::rt::node::NodeError) -> Error {
+    use ibcm::rt::node::NodeError;
+    match e {
+        NodeError::Refused(why) => {
+            let kind = why.split_once(": ").map_or("", |(k, _)| k);
+            let known = [
+                "unknown-domain",
+                "unknown-qpn",
+                "not-registered",
+                "gone",
+                "no-xrc",
+                "bad-modify",
+                "permission-denied",
+                "not-owner",
+                "domain-closing",
+                "domain-exists",
+                "no-resources",
+            ];
+            let code = if known.contains(&kind) {
+                keeper_code(kind)
+            } else {
+                IBCM_EREFUSED
+            };
+            Error::new(code, why)
+        }
+        other => other.into(),
+    }
+}
+
 /// The answer to a SIDR_REQ the application rejected (or left unanswered).
 fn sidr_rejected() -> SidrRepParams {
     let mut rep = SidrRepParams::success(ibcm_mad::Qpn::masked(0), ibcm_mad::Qkey(0));
@@ -1050,7 +1093,8 @@ impl Context {
     /// Has the daemon serve `sid` as an XRC target of this context.
     pub(crate) fn xrc_listen(&self, sid: u64, policy: &str, srqns: &[u32]) -> Result<()> {
         self.live()?;
-        self.block_on(self.node.xrc_listen(ServiceId(sid), policy, srqns))??;
+        self.block_on(self.node.xrc_listen(ServiceId(sid), policy, srqns))?
+            .map_err(xrc_refusal)?;
         lock(&self.xrc_services).insert(sid);
         Ok(())
     }
@@ -1087,15 +1131,7 @@ impl Context {
             .pointer("/error/message")
             .and_then(serde_json::Value::as_str)
             .unwrap_or("the keeper refused the request");
-        let code = match kind {
-            "unknown-domain" | "unknown-qpn" | "not-registered" => IBCM_ENOENT,
-            "gone" => IBCM_ECLOSED,
-            "no-xrc" => IBCM_EUNSUPPORTED,
-            "bad-modify" | "bad-request" => IBCM_EINVAL,
-            "verbs" | "error" => IBCM_EIO,
-            _ => IBCM_EREFUSED,
-        };
-        Err(Error::new(code, format!("{kind}: {msg}")))
+        Err(Error::new(keeper_code(kind), format!("{kind}: {msg}")))
     }
 
     /// Has the daemon serve `sid` as an XRC target of this context in keeper domain
@@ -1112,7 +1148,8 @@ impl Context {
         self.block_on(
             self.node
                 .xrc_listen_in(ServiceId(sid), policy, srqns, domain, tgt_qpn),
-        )??;
+        )?
+        .map_err(xrc_refusal)?;
         lock(&self.xrc_services).insert(sid);
         Ok(())
     }

@@ -57,9 +57,14 @@ int main(int argc, char **argv)
         int rc = ibcm_xrcd_open(ctx, "lab", argv[3], IBCM_XRCD_CREATE);
         printf("ibcm_xrcd_open: %s (%d): %s\n", ibcm_strerror(rc), rc,
                rc == IBCM_OK ? "" : ibcm_last_error());
+        /* A service whose TGT QPs the daemon would create in a private domain. */
+        uint32_t srqn = 0x100;
+        int rc2 = ibcm_xrc_listen(ctx, 0x10000000c0de7e00ULL, IBCM_XRC_PROCESS, &srqn, 1);
+        printf("ibcm_xrc_listen: %s (%d): %s\n", ibcm_strerror(rc2), rc2,
+               rc2 == IBCM_OK ? "" : ibcm_last_error());
         check(ibcm_close(ctx), "ibcm_close");
-        if (rc != IBCM_EUNSUPPORTED) {
-            printf("capi-peer: FAIL want IBCM_EUNSUPPORTED\n");
+        if (rc != IBCM_EUNSUPPORTED || rc2 != IBCM_EUNSUPPORTED) {
+            printf("capi-peer: FAIL want IBCM_EUNSUPPORTED from both\n");
             return 1;
         }
         printf("capi-peer: ok\n");

@@ -46,9 +46,21 @@ use ibcm_xrc::keeper::node::{EventFor, KeeperSession, NodeKeeper};
 use ibcm_xrc::keeper::proto::{KeeperEvent, Request};
 use ibcm_xrc::verbs::model::KernelModel;
 use ibcm_xrc::{
-    DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, SrqNum, TgtRegistry,
-    Verbs as _,
+    DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, RegistryError, SrqNum,
+    TgtRegistry, Verbs as _, VerbsError,
 };
+
+/// A registry failure as a refusal's text: a device without XRC (or one whose provider does
+/// not implement the verb) says so as the keeper does, "no-xrc: …", so that a client can tell
+/// it from a refusal by rule (libibcm: `IBCM_EUNSUPPORTED`).
+fn refusal(e: &RegistryError) -> String {
+    match e {
+        RegistryError::Verbs(VerbsError::NoXrc { .. } | VerbsError::NotSupported { .. }) => {
+            format!("no-xrc: {e}")
+        }
+        _ => e.to_string(),
+    }
+}
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -534,7 +546,7 @@ impl NodeHooks for XrcHooks {
                         _ => t
                             .registry_mut()
                             .open_domain(&name, DomainSpec::Private)
-                            .map_err(|e| e.to_string())?,
+                            .map_err(|e| refusal(&e))?,
                     };
                     // The orphans of an earlier listener of this service (same user).
                     let reg = t.registry_mut();
