@@ -9,7 +9,8 @@
 //!   statuses in it;
 //! * `client`: [`attach`], the task that forwards a [`Cm`](crate::rt::Cm)'s commands;
 //! * `server`: [`NodeServer`], the daemon's sessions, ownership and limits; `requests`: a
-//!   session's requests;
+//!   session's requests; `config`: [`ServerConfig`], its limits and options; `hooks`:
+//!   [`NodeHooks`], what the embedder (`ibcmd`) adds around the CM;
 //! * `sidr`: SIDR both ways and the counters through the service;
 //! * `journal`: [`StateDir`] and [`Journal`], the daemon's private state directory and its
 //!   file of live connections for a restart.
@@ -17,8 +18,10 @@
 //! The protocol, the ownership rules and an example session: `docs/ibcmd.md`.
 
 mod client;
+mod config;
 mod errors;
 mod fields;
+mod hooks;
 pub mod journal;
 pub mod proto;
 mod requests;
@@ -27,8 +30,7 @@ mod sidr;
 mod wire;
 
 pub use client::{attach, Attached, Node, NodeError};
+pub use config::{Reservation, ServerConfig};
+pub use hooks::{EventSink, HookFuture, NodeHooks, SessionInfo, XrcListenReq};
 pub use journal::{Journal, JournalEntry, JournalTx, Replay, StateDir, DEFAULT_STATE_DIR};
-pub use server::{
-    EventSink, HookFuture, NodeHooks, NodeServer, Reservation, ServerConfig, SessionInfo,
-    XrcListenReq,
-};
+pub use server::NodeServer;

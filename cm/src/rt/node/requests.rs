@@ -7,11 +7,12 @@ use ibcm_mad::{RejReason, ServiceId};
 use tokio::sync::mpsc;
 
 use super::client::transport_of;
+use super::hooks::EventSink;
 use super::proto::{
     sid, texp, ClientMsg, DaemonMsg, Op, WireCallError, WireConnectError, WireReq, WireResult,
     WireStatelessInfo, VERSION,
 };
-use super::server::{lock, ConnEntry, EventSink, NodeServer, Session};
+use super::server::{lock, ConnEntry, NodeServer, Session};
 use crate::proto::{ConnId, ListenOptions, StatelessAccept, StatelessInfo};
 use crate::rt::command::Command;
 use crate::rt::slot::SlotRef;
@@ -240,7 +241,7 @@ impl NodeServer {
                 domain,
                 tgt_qpn,
             } => {
-                let req = super::server::XrcListenReq {
+                let req = super::hooks::XrcListenReq {
                     policy: &policy,
                     srqns: &srqns,
                     domain: domain.as_deref(),
@@ -590,7 +591,7 @@ impl NodeServer {
         self: &Arc<Self>,
         s: &Arc<Session>,
         service_id: u64,
-        req: super::server::XrcListenReq<'_>,
+        req: super::hooks::XrcListenReq<'_>,
     ) -> WireResult {
         if let Some(r) = self.claim(s, service_id) {
             return r;

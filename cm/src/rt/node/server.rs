@@ -17,22 +17,21 @@
 //! session's SIDRs in flight end with it, and its SIDR datagrams are budgeted (`sidr`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ibcm_mad::ServiceId;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
+use super::config::ServerConfig;
 use super::errors::WireConnError;
+use super::hooks::{NodeHooks, SessionInfo};
 use super::journal::{JournalEntry, JournalTx};
 use super::proto::{
     encode_frame, read_frame, sid, ClientMsg, DaemonMsg, FrameError, Op, WirePeer, WireRep,
-    WireResult, WireStatus, WireTgtQp, VERSION,
+    WireResult, WireStatus, VERSION,
 };
 use crate::log_limit::LogLimit;
 use crate::proto::{ConnectionError, PeerAddr};
@@ -40,258 +39,6 @@ use crate::rt::command::Command;
 use crate::rt::handle::Cm;
 use crate::rt::slot::SlotRef;
 use crate::rt::types::ConnStatus;
-
-/// Who a session is: its number and its peer's credentials (`SO_PEERCRED`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionInfo {
-    /// The session's number (unique in this daemon's life).
-    pub id: u64,
-    /// The client's user.
-    pub uid: u32,
-    /// The client's group.
-    pub gid: u32,
-    /// The client's process, if the kernel said.
-    pub pid: Option<i32>,
-}
-
-/// A boxed future, for [`NodeHooks`].
-pub type HookFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Where a hook reports events about a session's XRC services ([`DaemonMsg::XrcEvent`]).
-#[derive(Debug, Clone)]
-pub struct EventSink {
-    pub(super) out: Outbox,
-}
-
-impl EventSink {
-    /// Sends one line about `service_id` to the session's client (dropped if its queue is
-    /// full: the session is then closed).
-    pub fn xrc_event(&self, service_id: ServiceId, text: String) {
-        self.out.push(&DaemonMsg::XrcEvent {
-            service_id: service_id.0,
-            text,
-        });
-    }
-
-    /// Sends one event of the XRC keeper's protocol to the session's client
-    /// ([`DaemonMsg::KeeperEvent`]).
-    pub fn keeper_event(&self, event: serde_json::Value) {
-        self.out.push(&DaemonMsg::KeeperEvent { event });
-    }
-}
-
-/// An [`Op::XrcListen`]'s service: where its TGT QPs come from.
-#[derive(Debug, Clone, Copy)]
-pub struct XrcListenReq<'a> {
-    /// The policy of the QPs it creates.
-    pub policy: &'a str,
-    /// The SRQ numbers its REPs announce.
-    pub srqns: &'a [u32],
-    /// A keeper domain by name (the client's, or one it was admitted to).
-    pub domain: Option<&'a str>,
-    /// The TGT QP answering its REQs in mode `any`.
-    pub tgt_qpn: Option<u32>,
-}
-
-/// What the daemon adds around the CM: XRC target services and the end of a session's
-/// holdings. Implemented by `ibcmd` with the `ibcm-xrc` registry.
-pub trait NodeHooks: Send + Sync + 'static {
-    /// [`Op::XrcListen`]: serve XRC REQs for `service_id` as `session`'s target.
-    fn xrc_listen<'a>(
-        &'a self,
-        session: SessionInfo,
-        service_id: ServiceId,
-        req: XrcListenReq<'a>,
-        events: EventSink,
-    ) -> HookFuture<'a, Result<(), String>>;
-
-    /// [`Op::Keeper`]: one request of the XRC keeper's protocol; the answer is the keeper's
-    /// reply. `events` reaches the session with the keeper's events. Default: refused.
-    fn keeper(
-        &self,
-        session: SessionInfo,
-        req: serde_json::Value,
-        events: EventSink,
-    ) -> HookFuture<'_, Result<serde_json::Value, String>> {
-        let _ = (session, req, events);
-        Box::pin(async { Err("this daemon serves no XRC keeper".to_owned()) })
-    }
-
-    /// [`Op::XrcDestroy`]: destroy the TGT QPs `session` owns; how many.
-    fn xrc_destroy(&self, session: SessionInfo) -> HookFuture<'_, Result<u64, String>>;
-
-    /// [`Op::XrcUnlisten`].
-    fn xrc_unlisten(&self, session: SessionInfo, service_id: ServiceId) -> HookFuture<'_, ()>;
-
-    /// The session ended (its client exited or closed the socket): end its XRC holdings per
-    /// their policies. Called after its connections were disconnected.
-    fn session_ended(&self, session: SessionInfo) -> HookFuture<'_, ()>;
-
-    /// The connections the XRC target holds for `session`'s services, and for every service
-    /// of its user (those of ended sessions until they close): counted against
-    /// [`ServerConfig::max_connections`] and [`ServerConfig::max_connections_per_user`].
-    /// Default: none.
-    fn xrc_connections(&self, session: SessionInfo) -> (usize, usize) {
-        let _ = session;
-        (0, 0)
-    }
-
-    /// [`Op::XrcOrphans`]: the TGT QPs without a living owner, and the leaks. Default: none.
-    fn xrc_orphans(&self, session: SessionInfo) -> HookFuture<'_, Result<Vec<WireTgtQp>, String>> {
-        let _ = session;
-        Box::pin(async { Ok(Vec::new()) })
-    }
-
-    /// [`Op::XrcReclaim`]: destroy orphans of `session`'s user (root: any), all or `qpn`;
-    /// how many. Default: none.
-    fn xrc_reclaim(
-        &self,
-        session: SessionInfo,
-        qpn: Option<u32>,
-    ) -> HookFuture<'_, Result<u64, String>> {
-        let _ = (session, qpn);
-        Box::pin(async { Ok(0) })
-    }
-}
-
-/// A range of service IDs only one Unix user may listen on (`ibcmd --reserve`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reservation {
-    /// First service ID of the range.
-    pub first: u64,
-    /// Last service ID of the range (inclusive).
-    pub last: u64,
-    /// The user.
-    pub uid: u32,
-}
-
-impl std::str::FromStr for Reservation {
-    type Err = String;
-
-    /// `SID=UID` or `FIRST-LAST=UID`, service IDs in hex with `0x` or decimal, e.g.
-    /// `0x0000000001061144=0` (rdma_cm TCP port 4420, NVMe-oF, for root).
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("{s:?} is not SID=UID or FIRST-LAST=UID");
-        let (range, uid) = s.split_once('=').ok_or_else(bad)?;
-        let num = |t: &str| {
-            let t = t.trim();
-            match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-                Some(h) => u64::from_str_radix(h, 16).ok(),
-                None => t.parse().ok(),
-            }
-        };
-        let (first, last) = match range.split_once('-') {
-            Some((a, b)) => (num(a).ok_or_else(bad)?, num(b).ok_or_else(bad)?),
-            None => {
-                let v = num(range).ok_or_else(bad)?;
-                (v, v)
-            }
-        };
-        if first > last {
-            return Err(format!("{s:?}: the range is empty"));
-        }
-        let uid = uid.trim().parse().map_err(|_| bad())?;
-        Ok(Reservation { first, last, uid })
-    }
-}
-
-/// Limits per session.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// Connections (live, TimeWait excluded) a session may hold.
-    pub max_connections: usize,
-    /// Listeners (CM and XRC) a session may hold.
-    pub max_listeners: usize,
-    /// SIDR requests a session may have in flight, and SIDR_REQs for its services it may
-    /// leave unanswered at once (more are answered "rejected").
-    pub max_sidr: usize,
-    /// Sessions one Unix user may have open at once, counted from their accept, hello or not
-    /// (a further session is refused at once).
-    pub max_sessions_per_user: usize,
-    /// Connections one Unix user may hold over all its sessions (as `max_connections`).
-    /// Both count the connections the XRC target accepted for the sessions' XRC services.
-    pub max_connections_per_user: usize,
-    /// Live TGT QPs the XRC services of one Unix user's sessions may have created (orphans
-    /// included, until destroyed); a REQ that would create one more is rejected with REJ 3.
-    /// Default 16,384: a quarter of the sim backend's 65,536, so one user cannot take them
-    /// all (`ibcmd --max-tgt-qps-per-user`).
-    pub max_tgt_qps_per_user: usize,
-    /// Live TGT QPs the XRC services of all users but root may have created together
-    /// (orphans included): what stays of the backend's QPs is root's, whatever the other
-    /// users hold or leave behind. Default 49,152: three quarters of the sim backend's
-    /// 65,536 (`ibcmd --max-tgt-qps-non-root`).
-    pub max_tgt_qps_non_root: usize,
-    /// Service IDs reserved for one user: another user's listen (CM or XRC) there is refused.
-    pub reserved: Vec<Reservation>,
-    /// Messages queued towards a client before it counts as stuck and is dropped.
-    pub queue: usize,
-    /// Bytes queued towards a client before it counts as stuck and is dropped.
-    pub queue_bytes: usize,
-    /// Bytes queued towards all the sessions of one Unix user: the session whose message
-    /// would go over it counts as stuck and is dropped.
-    pub queue_bytes_per_user: usize,
-    /// How long a new session may take to say hello before it is closed.
-    pub hello_timeout: Duration,
-    /// Descriptors kept for root's sessions: the sessions of other users are refused at
-    /// accept once the open descriptors would leave fewer than this many free below
-    /// `RLIMIT_NOFILE`.
-    pub reserved_fds: usize,
-    /// REQs a listener may have delivered to its client and not yet answered (accepted,
-    /// rejected or dropped), like a SYN backlog: a REQ beyond it is rejected by the daemon
-    /// with REJ 3 "no resources" and never reaches the client, so a flood cannot fill the
-    /// session's queue (`ibcmd --listen-backlog`). Default 1,024.
-    pub listen_backlog: usize,
-    /// [`NodeServer::shutdown`]: how long to wait for the peers' answers to the DREQs (the
-    /// connections still unanswered then stay in the journal, for the next start).
-    pub shutdown_grace: std::time::Duration,
-    /// The IP address of the CM the server feeds (`ibcmd --addr`), told to clients at
-    /// their hello so that they refuse a peer of the other address family at once; `None`
-    /// (the default): not told.
-    pub addr: Option<std::net::IpAddr>,
-    /// The CM runs on RoCE through umad (`ibcmd --umad`): a peer a client names by IP
-    /// (a [`Udp`](crate::proto::PeerAddr::Udp) address, what libibcm sends) is turned into
-    /// the RoCE address that transport sends to ([`IbAddr::roce`](crate::proto::IbAddr::roce)
-    /// of the IPv4-mapped GID) before the endpoint sees it, for connects and SIDR requests;
-    /// `false` (the default): peers are used as given.
-    pub roce_umad: bool,
-}
-
-impl ServerConfig {
-    /// A peer a client named, as this server's transport addresses it ([`Self::roce_umad`]).
-    pub(super) fn peer(&self, p: crate::proto::PeerAddr) -> crate::proto::PeerAddr {
-        use crate::proto::{IbAddr, PeerAddr};
-        match p {
-            PeerAddr::Udp(sa) if self.roce_umad => {
-                PeerAddr::Ib(IbAddr::roce(ibcm_mad::Gid::from_ip(sa.ip())))
-            }
-            p => p,
-        }
-    }
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            max_connections: 65_536,
-            max_listeners: 1024,
-            max_sidr: 1024,
-            max_sessions_per_user: 1024,
-            max_connections_per_user: 262_144,
-            max_tgt_qps_per_user: 16_384,
-            max_tgt_qps_non_root: 49_152,
-            reserved: Vec::new(),
-            queue: 8192,
-            queue_bytes: 4 << 20,
-            queue_bytes_per_user: 64 << 20,
-            hello_timeout: Duration::from_secs(5),
-            reserved_fds: 64,
-            listen_backlog: 1024,
-            shutdown_grace: std::time::Duration::from_secs(2),
-            addr: None,
-            roce_umad: false,
-        }
-    }
-}
 
 /// Why a session's client is stuck, once it is.
 #[derive(Debug, Default)]
@@ -1064,26 +811,5 @@ impl NodeServer {
     /// was full ([`ServerConfig::listen_backlog`]).
     pub fn backlog_rejects(&self) -> u64 {
         self.backlog_rejects.load(Ordering::Relaxed)
-    }
-}
-
-#[cfg(test)]
-mod peer_tests {
-    use super::ServerConfig;
-    use crate::proto::{IbAddr, PeerAddr};
-
-    #[test]
-    fn a_roce_umad_server_addresses_ip_peers_by_their_gid() {
-        let ip: std::net::IpAddr = "10.77.0.1".parse().unwrap();
-        let udp = PeerAddr::Udp(std::net::SocketAddr::new(ip, 4791));
-        let plain = ServerConfig::default();
-        assert_eq!(plain.peer(udp), udp);
-        let roce = ServerConfig {
-            roce_umad: true,
-            ..ServerConfig::default()
-        };
-        let ib = PeerAddr::Ib(IbAddr::roce(ibcm_mad::Gid::from_ip(ip)));
-        assert_eq!(roce.peer(udp), ib);
-        assert_eq!(roce.peer(ib), ib, "an IB address is kept");
     }
 }

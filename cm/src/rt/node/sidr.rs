@@ -468,7 +468,7 @@ impl NodeServer {
     /// says why not. The request counts as asked either way.
     fn sidr_budget(
         &self,
-        who: super::server::SessionInfo,
+        who: super::hooks::SessionInfo,
         d: Dest,
         cost: u64,
     ) -> Result<(), String> {
@@ -499,7 +499,7 @@ impl NodeServer {
     }
 
     /// `n` datagrams taken by [`Self::sidr_budget`] and not sent.
-    fn sidr_refund(&self, who: super::server::SessionInfo, d: Dest, n: u64) {
+    fn sidr_refund(&self, who: super::hooks::SessionInfo, d: Dest, n: u64) {
         let mut b = super::server::lock(&self.sidr_budgets);
         if let Some(m) = b.by_session.get_mut(&who.id) {
             m.refund(d, n);
