@@ -24,24 +24,23 @@
 //! Quotas: the connections the target accepts for a client's services count against the
 //! client's and its user's connection quotas, the QPs they create (orphans included) against
 //! the user's TGT QP quota; a REQ over one is rejected with REJ 3 "no resources"
-//! ([`ServerConfig`]).
+//! ([`ServerConfig`]); `admission` decides that. `journal` journals the target's
+//! connections as the daemon's others, for a restart.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 
 use ibcm::proto::ConnId;
-use ibcm::rt::node::proto::{WirePeer, WireTgtQp};
+use ibcm::rt::node::proto::WireTgtQp;
 #[cfg(doc)]
 use ibcm::rt::node::{proto::Op, ServerConfig};
 use ibcm::rt::node::{
-    EventSink, HookFuture, JournalEntry, JournalTx, NodeHooks, NodeServer, SessionInfo,
-    XrcListenReq,
+    EventSink, HookFuture, JournalTx, NodeHooks, NodeServer, SessionInfo, XrcListenReq,
 };
 use ibcm_mad::ServiceId;
 use ibcm_xrc::cm::rt::XrcServer;
-use ibcm_xrc::cm::{AdmissionQuery, TargetEvent, XrcService};
+use ibcm_xrc::cm::{TargetEvent, XrcService};
 use ibcm_xrc::keeper::node::{EventFor, KeeperSession, NodeKeeper};
 use ibcm_xrc::keeper::proto::{KeeperEvent, Request};
 use ibcm_xrc::verbs::model::KernelModel;
@@ -49,6 +48,14 @@ use ibcm_xrc::{
     DomainId, DomainSpec, OwnershipPolicy, ProcessId, RegistryConfig, RegistryError, SrqNum,
     TgtRegistry, Verbs as _, VerbsError,
 };
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+mod admission;
+mod journal;
+
+use admission::admission;
+use journal::{journal_xrc, JournalNote};
 
 /// A registry failure as a refusal's text: a device without XRC (or one whose provider does
 /// not implement the verb) says so as the keeper does, "no-xrc: …", so that a client can tell
@@ -61,8 +68,6 @@ fn refusal(e: &RegistryError) -> String {
         _ => e.to_string(),
     }
 }
-use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
 
 /// A client's XRC side.
 #[derive(Debug)]
@@ -878,119 +883,6 @@ fn policy_name(p: OwnershipPolicy) -> &'static str {
         OwnershipPolicy::DomainBound => "domain",
         OwnershipPolicy::ProcessBound => "process",
         OwnershipPolicy::Shared => "shared",
-    }
-}
-
-/// REQs refused by the quotas (for the log: the first, then every 1,024th).
-static REFUSED: AtomicU64 = AtomicU64::new(0);
-
-/// The XRC target's admission hook: the connection quotas of the service's session and user
-/// ([`NodeServer::xrc_connection_quota`]), and, for a REQ that would create a TGT QP, the
-/// user's TGT QP quota (its live QPs, orphans included) and, for a user other than root,
-/// the quota of all users but root together.
-fn admission(
-    routes: Arc<Mutex<Routes>>,
-    node: Arc<OnceLock<Weak<NodeServer>>>,
-) -> ibcm_xrc::cm::TargetAdmission {
-    Box::new(move |q: &AdmissionQuery<'_>| {
-        let Some(node) = node.get().and_then(Weak::upgrade) else {
-            return Ok(());
-        };
-        let Some(info) = lock(&routes).owners.get(&q.service_id).copied() else {
-            return Ok(());
-        };
-        let mut why = node.xrc_connection_quota(info);
-        if why.is_none() && q.creates {
-            let cfg = node.config();
-            let (held, others) = {
-                let r = lock(&routes);
-                // One pass over the live QPs: this user's, and all users' but root's
-                // together (only asked for a user that is not root).
-                let (mut held, mut others) = (0usize, 0usize);
-                for uid in q.registry.live_creators().filter_map(|p| r.uids.get(&p)) {
-                    held += usize::from(*uid == info.uid);
-                    others += usize::from(*uid != 0);
-                }
-                (held, (info.uid != 0).then_some(others))
-            };
-            if held >= cfg.max_tgt_qps_per_user {
-                why = Some(format!(
-                    "quota: {} TGT QPs of uid {}",
-                    cfg.max_tgt_qps_per_user, info.uid
-                ));
-            } else if others.is_some_and(|n| n >= cfg.max_tgt_qps_non_root) {
-                why = Some(format!(
-                    "quota: {} TGT QPs of the users other than root",
-                    cfg.max_tgt_qps_non_root
-                ));
-            }
-        }
-        let Some(why) = why else {
-            return Ok(());
-        };
-        let n = REFUSED.fetch_add(1, Ordering::Relaxed).saturating_add(1);
-        if n == 1 || n.is_multiple_of(1024) {
-            warn!(
-                session = info.id,
-                service = %q.service_id,
-                refused = n,
-                why = %why,
-                "XRC REQ over a quota: REJ 3 no resources"
-            );
-        }
-        Err(why)
-    })
-}
-
-/// A connection on a TGT QP established (`true`, with the report for its client) or ended.
-type JournalNote = (ConnId, bool, Option<(EventSink, ServiceId, String)>);
-
-/// Keeps the journal of the connections on TGT QPs.
-async fn journal_xrc(
-    server: XrcServer,
-    journal: JournalTx,
-    mut rx: mpsc::UnboundedReceiver<JournalNote>,
-) {
-    while let Some((conn, up, report)) = rx.recv().await {
-        if !up {
-            journal.remove(conn.0);
-            continue;
-        }
-        let known = server
-            .with(move |_, ep, _| {
-                Some((
-                    ep.remote_comm_id(conn)?,
-                    ep.remote_qpn(conn)?,
-                    ep.peer(conn)?,
-                ))
-            })
-            .await;
-        if let Ok(Some((remote_comm_id, remote_qpn, peer))) = known {
-            let added = journal.add(JournalEntry {
-                comm_id: conn.0,
-                remote_comm_id: remote_comm_id.0,
-                remote_qpn: remote_qpn.get(),
-                peer: WirePeer::from_peer(&peer),
-                xrc_tgt: true,
-            });
-            if let Err(e) = added {
-                // Not journaled: not reported established, and ended at the initiator.
-                warn!(%conn, error = %e, "XRC connection refused: it cannot be journaled");
-                let _ = server
-                    .with(move |_, ep, now| ep.disconnect(now, conn, &[]))
-                    .await;
-                if let Some((sink, sid, _)) = report {
-                    sink.xrc_event(
-                        sid,
-                        format!("refused conn={conn}: the daemon's journal cannot note it ({e})"),
-                    );
-                }
-                continue;
-            }
-        }
-        if let Some((sink, sid, line)) = report {
-            sink.xrc_event(sid, line);
-        }
     }
 }
 
