@@ -226,11 +226,18 @@ async fn a_too_long_field_is_refused_without_its_echo() {
 /// per-session default), well before the message count limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_bounded_in_bytes() {
-    let dir = scratch("h-bytes");
-    let (mut d, sock) = daemon_with(&dir, "a", "127.0.26.8", &[]);
-    let mut s = hello(&sock).await;
     // 7,000 stats replies (~1 KB each): under 8,192 messages, well above 4 MiB (and the
     // socket buffers).
+    let line = gone_after_unread_stats("h-bytes", "127.0.26.8", &[], 7000).await;
+    assert!(line.contains("stuck") && line.contains("bytes"), "{line}");
+}
+
+/// A daemon on `ip` (with `extra` options) and a client that asks for `n` stats replies and
+/// never reads them: the daemon's "client gone" line.
+async fn gone_after_unread_stats(name: &str, ip: &str, extra: &[&str], n: usize) -> String {
+    let dir = scratch(name);
+    let (mut d, sock) = daemon_with(&dir, "a", ip, extra);
+    let mut s = hello(&sock).await;
     let frame = encode_frame(&ClientMsg {
         seq: 1,
         op: Op::Stats,
@@ -240,7 +247,7 @@ async fn a_client_that_never_reads_is_bounded_in_bytes() {
         .iter()
         .copied()
         .cycle()
-        .take(frame.len() * 7000)
+        .take(frame.len() * n)
         .collect();
     let w = tokio::spawn(async move {
         let _ = s.write_all(&burst).await;
@@ -253,41 +260,16 @@ async fn a_client_that_never_reads_is_bounded_in_bytes() {
     .await
     .unwrap()
     .0;
-    assert!(line.contains("stuck") && line.contains("bytes"), "{line}");
     drop(w);
+    line
 }
 
 /// Fault 3, per user: the bytes queued towards all of a user's sessions are bounded too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_s_queues_are_bounded_in_bytes() {
-    let dir = scratch("h-ubytes");
     let extra = ["--max-queue-bytes-per-user", "1048576"];
-    let (mut d, sock) = daemon_with(&dir, "a", "127.0.26.9", &extra);
-    let mut s = hello(&sock).await;
-    let frame = encode_frame(&ClientMsg {
-        seq: 1,
-        op: Op::Stats,
-    })
-    .unwrap();
-    let burst: Vec<u8> = frame
-        .iter()
-        .copied()
-        .cycle()
-        .take(frame.len() * 4000)
-        .collect();
-    let w = tokio::spawn(async move {
-        let _ = s.write_all(&burst).await;
-        s
-    });
-    let line = tokio::task::spawn_blocking(move || {
-        let l = d.wait_err(|l| l.contains("client gone"), "'client gone'");
-        (l, d)
-    })
-    .await
-    .unwrap()
-    .0;
+    let line = gone_after_unread_stats("h-ubytes", "127.0.26.9", &extra, 4000).await;
     assert!(line.contains("stuck") && line.contains("of uid"), "{line}");
-    drop(w);
 }
 
 /// Fault 4: a request before hello is refused, not run, and the session closed.

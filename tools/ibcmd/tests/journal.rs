@@ -421,13 +421,22 @@ impl Drop for Mount {
     }
 }
 
-#[test]
-fn a_connection_that_cannot_be_journaled_is_refused() {
+/// A scratch directory whose `state` subdirectory is a 16 KiB tmpfs; dropped, the tmpfs is
+/// unmounted first, then the directory removed (fields drop in order).
+struct SmallState {
+    _mount: Mount,
+    dir: common::Scratch,
+    state: PathBuf,
+}
+
+/// A [`SmallState`] named `name`; `None`, saying SKIPPED and why, when not root or when no
+/// tmpfs can be mounted here.
+fn small_state(name: &str) -> Option<SmallState> {
     if !is_root() {
         println!("SKIPPED: needs root (mounts a 16 KiB tmpfs)");
-        return;
+        return None;
     }
-    let dir = scratch("full");
+    let dir = scratch(name);
     let state = dir.join("state");
     std::fs::create_dir(&state).unwrap();
     let ok = std::process::Command::new("mount")
@@ -444,11 +453,23 @@ fn a_connection_that_cannot_be_journaled_is_refused() {
         .success();
     if !ok {
         println!("SKIPPED: cannot mount a tmpfs here");
-        return;
+        return None;
     }
-    let _mount = Mount(state.clone());
+    Some(SmallState {
+        _mount: Mount(state.clone()),
+        dir,
+        state,
+    })
+}
+
+#[test]
+fn a_connection_that_cannot_be_journaled_is_refused() {
+    let Some(small) = small_state("full") else {
+        return;
+    };
+    let (dir, state) = (&small.dir, &small.state);
     let st = state.to_str().unwrap();
-    let (mut d, sock) = daemon_with(&dir, "a", "127.0.25.21", &["--state", st]);
+    let (mut d, sock) = daemon_with(dir, "a", "127.0.25.21", &["--state", st]);
     // The file system fills up.
     {
         use std::io::Write;
@@ -536,32 +557,12 @@ fn a_journal_with_bad_lines_is_replayed_and_the_daemon_starts() {
 
 #[test]
 fn an_xrc_connection_that_cannot_be_journaled_is_refused() {
-    if !is_root() {
-        println!("SKIPPED: needs root (mounts a 16 KiB tmpfs)");
+    let Some(small) = small_state("full-xrc") else {
         return;
-    }
-    let dir = scratch("full-xrc");
-    let state = dir.join("state");
-    std::fs::create_dir(&state).unwrap();
-    let ok = std::process::Command::new("mount")
-        .args([
-            "-t",
-            "tmpfs",
-            "-o",
-            "size=16k,mode=0700",
-            "ibcmd-test",
-            state.to_str().unwrap(),
-        ])
-        .status()
-        .unwrap()
-        .success();
-    if !ok {
-        println!("SKIPPED: cannot mount a tmpfs here");
-        return;
-    }
-    let _mount = Mount(state.clone());
+    };
+    let (dir, state) = (&small.dir, &small.state);
     let st = state.to_str().unwrap();
-    let (_d, sock) = daemon_with(&dir, "a", "127.0.25.51", &["--state", st]);
+    let (_d, sock) = daemon_with(dir, "a", "127.0.25.51", &["--state", st]);
     {
         use std::io::Write;
         let mut f = std::fs::File::create(state.join("filler")).unwrap();
