@@ -94,6 +94,45 @@ async fn next(s: &mut UnixStream, quiet: Duration, incoming: usize) -> Option<Da
     }
 }
 
+/// The flood's sender: an endpoint in this process that sends REQs for `sid` to the daemon
+/// (a fresh comm ID and QPN each) from SOURCES addresses `127.0.27.BASE+k` round-robin, and
+/// never reads an answer.
+struct Flooder {
+    srcs: Vec<UdpTransport>,
+    ep: Endpoint,
+    to: SocketAddr,
+    sid: ServiceId,
+}
+
+impl Flooder {
+    async fn new(base: u32, guid: Guid, to: SocketAddr, sid: ServiceId) -> Self {
+        let mut srcs = Vec::new();
+        for k in 0..SOURCES {
+            let ip = format!("127.0.27.{}", base + k);
+            srcs.push(UdpTransport::bind(ip.parse().unwrap()).await.unwrap());
+        }
+        let ep = Endpoint::new(EndpointConfig {
+            local_ca_guid: guid,
+            ..EndpointConfig::default()
+        });
+        Flooder { srcs, ep, to, sid }
+    }
+
+    /// REQ number `i`, from source `i % SOURCES`; after every 250th, a 10 ms pause (at most
+    /// 25,000 REQs/s).
+    async fn req(&mut self, i: u32) {
+        let p = ConnectParams::new(PeerAddr::Udp(self.to), self.sid, Qpn::masked(0x1000 + i));
+        self.ep.connect(Instant::now(), p).unwrap();
+        let t = &mut self.srcs[(i % SOURCES) as usize];
+        while let Some(tx) = self.ep.poll_transmit() {
+            t.send(tx.to, &tx.mad).await.unwrap();
+        }
+        if i % 250 == 249 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_req_flood_does_not_cost_a_listener_its_session() {
     let dir = scratch("flood");
@@ -126,26 +165,10 @@ async fn a_req_flood_does_not_cost_a_listener_its_session() {
     // SOURCES addresses round-robin (as `cm-bench flood` does: a source may hold 1,024
     // half-open entries at the daemon's endpoint) and never reads an answer; 250 every
     // 10 ms (at most 25,000/s), FLOOD in all.
-    let mut srcs = Vec::new();
-    for k in 0..SOURCES {
-        let ip = format!("127.0.27.{}", 10 + k);
-        srcs.push(UdpTransport::bind(ip.parse().unwrap()).await.unwrap());
-    }
-    let mut ep = Endpoint::new(EndpointConfig {
-        local_ca_guid: Guid(0x2702),
-        ..EndpointConfig::default()
-    });
+    let mut f = Flooder::new(10, Guid(0x2702), d_addr, sid).await;
     let start = Instant::now();
     for i in 0..FLOOD {
-        let p = ConnectParams::new(PeerAddr::Udp(d_addr), sid, Qpn::masked(0x1000 + i));
-        ep.connect(Instant::now(), p).unwrap();
-        let t = &mut srcs[(i % SOURCES) as usize];
-        while let Some(tx) = ep.poll_transmit() {
-            t.send(tx.to, &tx.mad).await.unwrap();
-        }
-        if i % 250 == 249 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        f.req(i).await;
     }
     let secs = start.elapsed().as_secs_f64();
     // Until the daemon has read what it will read of it (its receive counter stands still).
@@ -326,15 +349,7 @@ async fn a_stateless_listener_through_the_daemon_serves_legit_connects_under_flo
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let halt = stop.clone();
     let flood = tokio::spawn(async move {
-        let mut srcs = Vec::new();
-        for k in 0..SOURCES {
-            let ip = format!("127.0.27.{}", 70 + k);
-            srcs.push(UdpTransport::bind(ip.parse().unwrap()).await.unwrap());
-        }
-        let mut ep = Endpoint::new(EndpointConfig {
-            local_ca_guid: Guid(0x2763),
-            ..EndpointConfig::default()
-        });
+        let mut f = Flooder::new(70, Guid(0x2763), d_addr, sid).await;
         let start = Instant::now();
         let mut sent = 0u32;
         for i in 0..FLOOD_LONG {
@@ -342,15 +357,7 @@ async fn a_stateless_listener_through_the_daemon_serves_legit_connects_under_flo
                 break;
             }
             sent += 1;
-            let p = ConnectParams::new(PeerAddr::Udp(d_addr), sid, Qpn::masked(0x1000 + i));
-            ep.connect(Instant::now(), p).unwrap();
-            let t = &mut srcs[(i % SOURCES) as usize];
-            while let Some(tx) = ep.poll_transmit() {
-                t.send(tx.to, &tx.mad).await.unwrap();
-            }
-            if i % 250 == 249 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            f.req(i).await;
         }
         (sent, start.elapsed())
     });
