@@ -21,31 +21,13 @@ fn keeper_code(kind: &str) -> crate::ffi::types::ibcm_status {
 }
 
 /// An XRC listen's refusal: the daemon words the keeper's (and a device's) refusals as
-/// "`kind`: message"; a known kind gets its status, anything else is `IBCM_EREFUSED`.
+/// "`kind`: message", which get their kind's status as [`Context::keeper`]'s do; any other
+/// refusal is `IBCM_EREFUSED`.
 fn xrc_refusal(e: ibcm::rt::node::NodeError) -> Error {
-    use ibcm::rt::node::NodeError;
     match e {
-        NodeError::Refused(why) => {
+        ibcm::rt::node::NodeError::Refused(why) => {
             let kind = why.split_once(": ").map_or("", |(k, _)| k);
-            let known = [
-                "unknown-domain",
-                "unknown-qpn",
-                "not-registered",
-                "gone",
-                "no-xrc",
-                "bad-modify",
-                "permission-denied",
-                "not-owner",
-                "domain-closing",
-                "domain-exists",
-                "no-resources",
-            ];
-            let code = if known.contains(&kind) {
-                keeper_code(kind)
-            } else {
-                IBCM_EREFUSED
-            };
-            Error::new(code, why)
+            Error::new(keeper_code(kind), why)
         }
         other => other.into(),
     }
