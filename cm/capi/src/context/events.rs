@@ -103,29 +103,28 @@ impl Shared {
 
     /// The application acknowledged the final event of handle `h`: the handle is forgotten.
     pub(crate) fn acknowledged(&self, h: u64) {
-        let mut conns = lock(&self.conns);
-        if matches!(conns.get(&h), Some(Entry::Ended(_))) {
-            conns.remove(&h);
-            lock(&self.user).remove(&h);
-        }
+        self.forget_if(h, |e| matches!(e, Entry::Ended(_)));
     }
 
     /// The application acknowledged the `SIDR_REQUEST` event of handle `h`: if it has not
-    /// answered it, the request is rejected (a SIDR_REP with status "rejected") and the
-    /// handle forgotten, so that no unanswered request outlives its event.
+    /// answered it, the request is rejected (dropping it answers "rejected") and the handle
+    /// forgotten, so that no unanswered request outlives its event.
     pub(crate) fn sidr_acknowledged(&self, h: u64) {
-        let mut conns = lock(&self.conns);
-        if matches!(conns.get(&h), Some(Entry::SidrIn(_))) {
-            // Dropping the request answers it ("rejected").
-            conns.remove(&h);
-            lock(&self.user).remove(&h);
-        }
+        self.forget_if(h, |e| matches!(e, Entry::SidrIn(_)));
     }
 
     /// Forgets handle `h` at once (an answered SIDR request: it has no final event).
     pub(super) fn forget(&self, h: u64) {
-        lock(&self.conns).remove(&h);
-        lock(&self.user).remove(&h);
+        self.forget_if(h, |_| true);
+    }
+
+    /// Forgets handle `h` (its entry and its context pointer) if its entry is `which`.
+    fn forget_if(&self, h: u64, which: impl FnOnce(&Entry) -> bool) {
+        let mut conns = lock(&self.conns);
+        if conns.get(&h).is_some_and(which) {
+            conns.remove(&h);
+            lock(&self.user).remove(&h);
+        }
     }
 
     /// A REQ or a SIDR_REQ reached a listener whose context pointer is `context`: a new
