@@ -221,6 +221,7 @@ impl RdmaVerbs {
             return Err(VerbsError::NoXrc {
                 device: v.name.clone(),
                 cap_flags: v.cap_flags,
+                provider_errno: None,
             });
         }
         Ok(v)
@@ -301,16 +302,13 @@ impl RdmaVerbs {
         h
     }
 
-    fn not_supported(&self, op: &'static str) -> VerbsError {
-        VerbsError::NotSupported {
-            op,
-            device: self.name.clone(),
-        }
-    }
-
     fn map(&self, op: &'static str, e: c_int) -> VerbsError {
         match e {
-            EOPNOTSUPP | ENOSYS => self.not_supported(op),
+            EOPNOTSUPP | ENOSYS => VerbsError::NotSupported {
+                op,
+                device: self.name.clone(),
+                errno: e,
+            },
             ENOMEM => VerbsError::NoResources { what: op },
             _ => os(op, e),
         }
@@ -516,9 +514,19 @@ impl Verbs for RdmaVerbs {
 
     fn open_xrcd(&mut self, spec: &DomainSpec) -> Result<XrcdHandle, VerbsError> {
         if self.cap_flags & IBV_DEVICE_XRC == 0 {
+            // Without the flag the provider is still asked (a private domain: no file is
+            // created), so that the refusal carries its own errno (rxe: EOPNOTSUPP).
+            let provider_errno = match self.probe_open_xrcd() {
+                Ok(()) => return self.open_xrcd_raw(spec),
+                Err(VerbsError::NotSupported { errno, .. } | VerbsError::Os { errno, .. }) => {
+                    Some(errno)
+                }
+                Err(_) => None,
+            };
             return Err(VerbsError::NoXrc {
                 device: self.name.clone(),
                 cap_flags: self.cap_flags,
+                provider_errno,
             });
         }
         self.open_xrcd_raw(spec)

@@ -113,22 +113,28 @@ pub enum VerbsError {
     },
     /// The device has no XRC support (`IBV_DEVICE_XRC` absent). This is what rxe (Soft-RoCE)
     /// gives: docs/xrc.md §5.
-    #[error(
-        "device {device} has no XRC (IBV_DEVICE_XRC not set in device_cap_flags {cap_flags:#x})"
-    )]
+    /// When the provider was asked anyway (`ibv_open_xrcd` called), `provider_errno` is its
+    /// answer, shown in the text: "… and ibv_open_xrcd fails: Operation not supported (errno
+    /// 95)".
+    #[error("{}", no_xrc_text(device, *cap_flags, *provider_errno))]
     NoXrc {
         /// Device name.
         device: String,
         /// The raw `device_cap_flags`.
         cap_flags: u64,
+        /// The errno of the provider's own `ibv_open_xrcd`, when it was called.
+        provider_errno: Option<i32>,
     },
-    /// The provider does not implement this verb (EOPNOTSUPP), e.g. `ibv_open_qp` on qedr.
-    #[error("{op} is not supported by device {device}")]
+    /// The provider does not implement this verb (EOPNOTSUPP or ENOSYS), e.g. `ibv_open_qp`
+    /// on qedr.
+    #[error("{op} is not supported by device {device}: {} (errno {errno})", strerror(*errno))]
     NotSupported {
         /// The verb.
         op: &'static str,
         /// Device name.
         device: String,
+        /// The provider's errno.
+        errno: i32,
     },
     /// Opening a shared domain without `O_CREAT` found no such domain (EINVAL).
     #[error("no XRC domain is open on {path}")]
@@ -202,6 +208,31 @@ pub enum VerbsError {
         /// `strerror` text.
         message: String,
     },
+}
+
+/// `EOPNOTSUPP` on Linux: what a provider answers for a verb it does not implement.
+pub const EOPNOTSUPP: i32 = 95;
+
+fn strerror(errno: i32) -> String {
+    let s = std::io::Error::from_raw_os_error(errno).to_string();
+    // "Operation not supported (os error 95)": the number is shown once, by the caller
+    match s.rfind(" (os error") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
+    }
+}
+
+fn no_xrc_text(device: &str, cap_flags: u64, provider_errno: Option<i32>) -> String {
+    let mut s = format!(
+        "device {device} has no XRC (IBV_DEVICE_XRC not set in device_cap_flags {cap_flags:#x})"
+    );
+    if let Some(e) = provider_errno {
+        s.push_str(&format!(
+            ", and ibv_open_xrcd fails: {} (errno {e})",
+            strerror(e)
+        ));
+    }
+    s
 }
 
 /// One process's access to one RDMA device: the XRC verbs this crate uses.

@@ -1,13 +1,13 @@
 //! The simulated kernel: processes and their handles, domains keyed by path, QPs and SRQs,
 //! and what each verb does to them (the rules listed in the [module docs](super)).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 
-use super::{ModelConfig, QpnReuse, IBV_DEVICE_XRC};
+use super::{Delivery, ModelConfig, QpnReuse, IBV_DEVICE_XRC};
 use crate::types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
 use crate::verbs::qp::{check_modify, QpAttr, QpState, QpType};
-use crate::verbs::{DeviceInfo, QpInfo, VerbsError};
+use crate::verbs::{DeviceInfo, QpInfo, SrqAttr, VerbsError, EOPNOTSUPP};
 
 #[derive(Debug)]
 enum Obj {
@@ -38,6 +38,15 @@ pub(super) struct RealQp {
     handles: usize,
 }
 
+/// An XRC SRQ: its domain and the messages received into it, not yet polled (at most
+/// `max_wr`: as many receives as a runtime posts).
+#[derive(Debug)]
+pub(super) struct Srq {
+    xrcd: u32,
+    max_wr: usize,
+    received: VecDeque<Vec<u8>>,
+}
+
 #[derive(Debug)]
 pub(super) struct Kernel {
     cfg: ModelConfig,
@@ -47,7 +56,7 @@ pub(super) struct Kernel {
     pub(super) xrcds: BTreeMap<u32, Xrcd>,
     next_xrcd: u32,
     pub(super) qps: BTreeMap<u32, RealQp>,
-    pub(super) srqs: BTreeMap<u32, u32>,
+    pub(super) srqs: BTreeMap<u32, Srq>,
     next_qpn: u32,
     freed_qpns: Vec<u32>,
     next_srqn: u32,
@@ -86,9 +95,11 @@ impl Kernel {
         if self.cfg.xrc {
             Ok(())
         } else {
+            // rdma-core's answer on such a device (rxe: no `open_xrcd` in its ops)
             Err(VerbsError::NoXrc {
                 device: self.cfg.device_name.clone(),
                 cap_flags: 0,
+                provider_errno: Some(EOPNOTSUPP),
             })
         }
     }
@@ -329,6 +340,7 @@ impl Kernel {
             return Err(VerbsError::NotSupported {
                 op: "ibv_open_qp",
                 device: self.cfg.device_name.clone(),
+                errno: EOPNOTSUPP,
             });
         }
         let id = self.xrcd_of(pid, h)?;
@@ -375,11 +387,19 @@ impl Kernel {
         &mut self,
         pid: ProcessId,
         h: XrcdHandle,
+        attr: &SrqAttr,
     ) -> Result<SrqHandle, VerbsError> {
         self.need_xrc()?;
         let id = self.xrcd_of(pid, h)?;
         let srqn = self.alloc_srqn()?;
-        self.srqs.insert(srqn, id);
+        self.srqs.insert(
+            srqn,
+            Srq {
+                xrcd: id,
+                max_wr: usize::try_from(attr.max_wr.max(1)).unwrap_or(usize::MAX),
+                received: VecDeque::new(),
+            },
+        );
         if let Some(x) = self.xrcds.get_mut(&id) {
             x.usecnt = x.usecnt.saturating_add(1);
         }
@@ -414,10 +434,49 @@ impl Kernel {
         };
         p.handles.remove(&h.0);
         self.bump_users(pid, via, false);
-        if let Some(id) = self.srqs.remove(&srqn) {
-            self.xrcd_unref(id);
+        if let Some(srq) = self.srqs.remove(&srqn) {
+            self.xrcd_unref(srq.xrcd);
         }
         Ok(())
+    }
+
+    /// A SEND that arrived for TGT QP `qpn`, its XRCETH naming `srqn`: received into the
+    /// SRQ when the responder's checks pass (docs/xrc.md §1.2: a TGT QP delivers into any
+    /// SRQ of its own domain, and only those).
+    pub(super) fn deliver(&mut self, qpn: u32, srqn: u32, payload: &[u8]) -> Delivery {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return Delivery::UnknownQp;
+        };
+        if qp.qp_type != QpType::XrcTgt {
+            return Delivery::NotTgt;
+        }
+        if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
+            return Delivery::NotReady(qp.state);
+        }
+        let Some(srq) = self.srqs.get_mut(&srqn) else {
+            return Delivery::UnknownSrq;
+        };
+        if qp.xrcd != Some(srq.xrcd) {
+            return Delivery::OtherDomain;
+        }
+        if srq.received.len() >= srq.max_wr {
+            return Delivery::ReceiverNotReady;
+        }
+        srq.received.push_back(payload.to_vec());
+        Delivery::Received
+    }
+
+    /// The oldest message received into this process's SRQ `h`, if any.
+    pub(super) fn poll_srq(
+        &mut self,
+        pid: ProcessId,
+        h: SrqHandle,
+    ) -> Result<Option<Vec<u8>>, VerbsError> {
+        let srqn = self.srq_num(pid, h)?.get();
+        Ok(self
+            .srqs
+            .get_mut(&srqn)
+            .and_then(|srq| srq.received.pop_front()))
     }
 
     pub(super) fn destroy_qp(&mut self, pid: ProcessId, h: QpHandle) -> Result<(), VerbsError> {

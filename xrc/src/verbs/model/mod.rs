@@ -21,6 +21,11 @@
 //! * **Deterministic numbers.** QPNs and SRQNs come from counters set in [`ModelConfig`]; with
 //!   [`QpnReuse::MostRecentFirst`] a freed QPN is handed out again at once, the worst case the
 //!   CM's TimeWait quarantine has to survive. No clock, no randomness.
+//! * **The receive side of the data path.** A SEND arriving for a TGT QP
+//!   ([`KernelModel::deliver`], its XRCETH naming an SRQ) is received into that SRQ only if the
+//!   QP is in RTR or RTS and the SRQ is of the QP's domain, whichever process created it;
+//!   its creator takes it with [`ModelVerbs::poll_srq`]. An SRQ holds at most `max_wr`
+//!   unpolled messages (then [`Delivery::ReceiverNotReady`], an RNR NAK).
 //! * **Provider variants**: [`ModelConfig::rxe`] has no XRC (`IBV_DEVICE_XRC` clear, every XRC
 //!   verb fails with [`VerbsError::NoXrc`]); [`ModelConfig::qedr`] has XRC but no `ibv_open_qp`.
 //!
@@ -139,6 +144,41 @@ impl ModelConfig {
     }
 }
 
+/// What became of a SEND that arrived for a TGT QP ([`KernelModel::deliver`]): received, or
+/// why the responder refused it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Received into the SRQ (a receive completion for its owner).
+    Received,
+    /// No QP has that number (dropped).
+    UnknownQp,
+    /// The QP is not an XRC TGT QP.
+    NotTgt,
+    /// The TGT QP is not in RTR or RTS (dropped).
+    NotReady(QpState),
+    /// The XRCETH names no SRQ (NAK: invalid request).
+    UnknownSrq,
+    /// The SRQ belongs to another XRC domain than the TGT QP (NAK: invalid request).
+    OtherDomain,
+    /// Every receive the SRQ had is taken (RNR NAK).
+    ReceiverNotReady,
+}
+
+impl Delivery {
+    /// The name of the outcome in counters and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Received => "received",
+            Self::UnknownQp => "unknown_qp",
+            Self::NotTgt => "not_tgt_qp",
+            Self::NotReady(_) => "qp_not_ready",
+            Self::UnknownSrq => "unknown_srq",
+            Self::OtherDomain => "srq_of_another_domain",
+            Self::ReceiverNotReady => "receiver_not_ready",
+        }
+    }
+}
+
 /// A snapshot of the model's object counts (for tests and timelines).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ModelSnapshot {
@@ -226,6 +266,13 @@ impl KernelModel {
         k.xrcds.get(id).map(|x| x.usecnt)
     }
 
+    /// A SEND arriving for TGT QP `qpn` with its XRCETH naming `srqn` (the RoCE data path
+    /// of the `sim` backend): received into that SRQ if the QP is ready and the SRQ is in
+    /// the QP's domain with a receive free.
+    pub fn deliver(&self, qpn: Qpn, srqn: SrqNum, payload: &[u8]) -> Delivery {
+        self.lock().deliver(qpn.get(), srqn.get(), payload)
+    }
+
     /// Object counts.
     pub fn snapshot(&self) -> ModelSnapshot {
         let k = self.lock();
@@ -260,6 +307,15 @@ impl ModelVerbs {
     /// The device this process runs on.
     pub fn kernel(&self) -> &KernelModel {
         &self.kernel
+    }
+
+    /// The oldest message received into this process's XRC SRQ `srq` (its receive
+    /// completion, as `ibv_poll_cq` on the SRQ's CQ would give it), or `None`.
+    ///
+    /// # Errors
+    /// [`VerbsError::BadHandle`] for an SRQ this process does not hold.
+    pub fn poll_srq(&mut self, srq: SrqHandle) -> Result<Option<Vec<u8>>, VerbsError> {
+        self.kernel.lock().poll_srq(self.pid, srq)
     }
 }
 
@@ -301,9 +357,9 @@ impl Verbs for ModelVerbs {
     fn create_xrc_srq(
         &mut self,
         xrcd: XrcdHandle,
-        _attr: &SrqAttr,
+        attr: &SrqAttr,
     ) -> Result<SrqHandle, VerbsError> {
-        self.kernel.lock().create_srq(self.pid, xrcd)
+        self.kernel.lock().create_srq(self.pid, xrcd, attr)
     }
 
     fn srq_num(&self, srq: SrqHandle) -> Result<SrqNum, VerbsError> {

@@ -155,6 +155,12 @@ fn rxe_has_no_xrc() {
     let e = a.open_xrcd(&DomainSpec::Private).unwrap_err();
     assert!(matches!(e, VerbsError::NoXrc { .. }));
     assert!(e.to_string().contains("has no XRC"));
+    // the provider's own answer, as rdma-core gives it on rxe
+    assert!(
+        e.to_string()
+            .ends_with("and ibv_open_xrcd fails: Operation not supported (errno 95)"),
+        "{e}"
+    );
     assert!(!a.device().xrc);
 }
 
@@ -252,4 +258,81 @@ fn ini_qp_and_srq_numbers() {
     assert_eq!((snap.ini_qps, snap.srqs), (1, 2));
     drop(a);
     assert_eq!(k.snapshot(), ModelSnapshot::default());
+}
+
+/// A TGT QP of `x` in RTR, as the CM's accept leaves it.
+fn tgt_in_rtr(v: &mut ModelVerbs, x: XrcdHandle) -> (QpHandle, Qpn) {
+    use crate::verbs::qp::{AddressVector, PathMtu};
+    let t = v.create_tgt_qp(x).unwrap();
+    v.modify_qp(t, &QpAttr::to_init(0, 1, AccessFlags::default()))
+        .unwrap();
+    v.modify_qp(
+        t,
+        &QpAttr::tgt_to_rtr(
+            AddressVector::default(),
+            PathMtu::Mtu1024,
+            Qpn::masked(0x11),
+            ibcm_mad::Psn::masked(1),
+            1,
+            12,
+        ),
+    )
+    .unwrap();
+    let qpn = v.qp_num(t).unwrap();
+    (t, qpn)
+}
+
+#[test]
+fn a_tgt_qp_delivers_into_another_process_srq_of_its_domain_only() {
+    let k = mlx5();
+    let mut daemon = k.spawn();
+    let mut runtime = k.spawn();
+    let xd = daemon.open_xrcd(&DomainSpec::file("/job1")).unwrap();
+    let (t, qpn) = tgt_in_rtr(&mut daemon, xd);
+    // the runtime opens the same file and creates its SRQ there, room for two receives
+    let xr = runtime.open_xrcd(&DomainSpec::existing("/job1")).unwrap();
+    let attr = SrqAttr {
+        max_wr: 2,
+        ..SrqAttr::default()
+    };
+    let srq = runtime.create_xrc_srq(xr, &attr).unwrap();
+    let srqn = runtime.srq_num(srq).unwrap();
+    assert_eq!(k.deliver(qpn, srqn, b"one"), Delivery::Received);
+    assert_eq!(k.deliver(qpn, srqn, b"two"), Delivery::Received);
+    assert_eq!(k.deliver(qpn, srqn, b"three"), Delivery::ReceiverNotReady);
+    assert_eq!(runtime.poll_srq(srq).unwrap().as_deref(), Some(&b"one"[..]));
+    assert_eq!(runtime.poll_srq(srq).unwrap().as_deref(), Some(&b"two"[..]));
+    assert_eq!(runtime.poll_srq(srq).unwrap(), None);
+    // the daemon cannot poll the runtime's SRQ: not its handle
+    assert!(matches!(
+        daemon.poll_srq(srq),
+        Err(VerbsError::BadHandle { what: "srq", .. })
+    ));
+    // an SRQ of another domain is refused, and so is a number that is no SRQ
+    let mut other = k.spawn();
+    let xo = other.open_xrcd(&DomainSpec::file("/job2")).unwrap();
+    let srq_o = other.create_xrc_srq(xo, &SrqAttr::default()).unwrap();
+    let srqn_o = other.srq_num(srq_o).unwrap();
+    assert_eq!(k.deliver(qpn, srqn_o, b"x"), Delivery::OtherDomain);
+    assert_eq!(other.poll_srq(srq_o).unwrap(), None);
+    assert_eq!(
+        k.deliver(qpn, SrqNum::new(0xff_fff0).unwrap(), b"x"),
+        Delivery::UnknownSrq
+    );
+    // a QP in ERR delivers nothing; no QP at all neither
+    daemon
+        .modify_qp(t, &QpAttr::to_state(QpState::Err))
+        .unwrap();
+    assert!(matches!(
+        k.deliver(qpn, srqn, b"x"),
+        Delivery::NotReady(QpState::Err)
+    ));
+    assert_eq!(
+        k.deliver(Qpn::masked(0x7f_0000), srqn, b"x"),
+        Delivery::UnknownQp
+    );
+    // the runtime exits: its SRQ goes with it
+    drop(runtime);
+    let (_t2, qpn2) = tgt_in_rtr(&mut daemon, xd);
+    assert_eq!(k.deliver(qpn2, srqn, b"x"), Delivery::UnknownSrq);
 }
