@@ -56,5 +56,5 @@ pub use stateless::Arrival;
 pub use stats::{CmStats, TransportStats};
 pub use transport::{DatagramTransport, MemNetwork, MemTransport};
 pub use types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
-pub use udp::{IcrcPolicy, UdpStats, UdpTransport};
+pub use udp::{DataPacket, IcrcPolicy, UdpStats, UdpTransport};
 pub use umad::{UmadError, UmadHdr, UmadTransport};

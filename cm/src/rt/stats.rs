@@ -29,7 +29,7 @@ impl TransportStats {
     /// before the endpoint saw them because its backlog of requests was full (a flood), and
     /// `send_error`, MADs whose send call failed (not handed to the network; `send_failed`
     /// counts those the umad kernel module took and then reported failed).
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 15] = [
         "bad_icrc",
         "not_mad",
         "icrc_unverified",
@@ -43,6 +43,8 @@ impl TransportStats {
         "send_calls",
         "req_backlog_full",
         "send_error",
+        "data",
+        "data_dropped",
     ];
 
     /// `name` as one of [`TransportStats::NAMES`].

@@ -37,6 +37,7 @@ use ibcm_mad::frame::{
 use ibcm_mad::{Psn, MAD_LEN};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
 
 use super::sys::{self, MMSG_BATCH};
 use super::{DatagramTransport, TransportStats};
@@ -71,6 +72,11 @@ pub struct UdpStats {
     pub recv_calls: AtomicU64,
     /// Send system calls that sent datagrams (`tx / send_calls`: datagrams per call).
     pub send_calls: AtomicU64,
+    /// RoCEv2 packets for a QP other than QP1 (the data path) handed to the data sink
+    /// ([`UdpTransport::with_data_sink`]).
+    pub data: AtomicU64,
+    /// Dropped: data-path packets with no sink, or a sink that was full.
+    pub data_dropped: AtomicU64,
 }
 
 /// The RoCEv2/UDP transport.
@@ -92,6 +98,21 @@ pub struct UdpTransport {
     tx_bufs: Box<[[u8; SEND_LEN]]>,
     /// For each of `tx_bufs`: the index of its MAD in the batch, destination and length.
     tx_meta: Vec<(usize, SocketAddr, usize)>,
+    /// Where RoCEv2 packets that are not MADs go ([`UdpTransport::with_data_sink`]).
+    data_sink: Option<mpsc::Sender<DataPacket>>,
+}
+
+/// A RoCEv2 packet for a QP other than QP1, received on the CM's port (4791): the data path
+/// of a software device (the `sim` backend of the node service), its ICRC checked as a
+/// MAD's is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataPacket {
+    /// Its source.
+    pub from: SocketAddr,
+    /// Its BTH.
+    pub bth: BthRepr,
+    /// What follows the BTH: extension headers and payload, without pad and ICRC.
+    pub body: Bytes,
 }
 
 /// Room for one received datagram (a RoCEv2 GSI datagram is 280 bytes; longer ones are
@@ -150,7 +171,30 @@ impl UdpTransport {
             rx_mads: BytesMut::new(),
             tx_bufs: vec![[0; SEND_LEN]; MMSG_BATCH].into_boxed_slice(),
             tx_meta: Vec::with_capacity(MMSG_BATCH),
+            data_sink: None,
         })
+    }
+
+    /// Hands the RoCEv2 packets for QPs other than QP1 that pass the ICRC check (under the
+    /// transport's [`IcrcPolicy`]) to `sink` instead of dropping them as
+    /// [`UdpStats::not_mad`]; when `sink` is full they are dropped and counted in
+    /// [`UdpStats::data_dropped`].
+    pub fn with_data_sink(mut self, sink: mpsc::Sender<DataPacket>) -> Self {
+        self.data_sink = Some(sink);
+        self
+    }
+
+    /// Sends one RoCEv2 UDP payload that the caller built (e.g. with
+    /// [`RoceV2XrcSendRepr`](ibcm_mad::frame::RoceV2XrcSendRepr), its ICRC over this
+    /// socket's address: IPv4 ID 0 and DF, as for MADs) to `to`.
+    ///
+    /// # Errors
+    /// Socket errors.
+    pub async fn send_datagram(&self, to: SocketAddr, udp_payload: &[u8]) -> io::Result<()> {
+        self.sock.send_to(udp_payload, to).await?;
+        self.stats.tx.fetch_add(1, Ordering::Relaxed);
+        self.stats.send_calls.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Sets the ICRC policy for received datagrams.
@@ -204,7 +248,12 @@ impl UdpTransport {
             let payload = buf.get(..meta.len).unwrap_or(&[]);
             let decoded = match meta.from {
                 Some(from) if !meta.truncated => {
-                    decode(payload, from, self.local).map(|(mad, ok)| (from, mad, ok))
+                    let d = decode(payload, from, self.local);
+                    let sink = self.data_sink.as_ref();
+                    let Some(d) = divert(d, from, self.policy, &self.stats, sink) else {
+                        continue;
+                    };
+                    d.map(|(mad, ok)| (from, mad, ok))
                 }
                 _ => None,
             };
@@ -275,21 +324,71 @@ fn accept<'a>(
 /// Length of BTH + DETH.
 const TRANSPORT_HEADERS: usize = bth::HEADER_LEN + deth::HEADER_LEN;
 
+/// A received UDP payload, decoded.
+enum Decoded<'a> {
+    /// A UD MAD for QP1.
+    Mad(&'a [u8]),
+    /// A packet for another QP: its BTH and what follows it (no pad, no ICRC).
+    Data(BthRepr, &'a [u8]),
+}
+
+/// Splits a decoded datagram: a MAD goes on as `Some(Some((mad, icrc_ok)))`; a data packet
+/// goes to the sink and is done with (`None`, counted: handed over, sink full, bad ICRC);
+/// anything else, a data packet without a sink included, goes on as `Some(None)`, "not a
+/// MAD".
+fn divert<'a>(
+    d: Option<(Decoded<'a>, bool)>,
+    from: SocketAddr,
+    policy: IcrcPolicy,
+    stats: &UdpStats,
+    sink: Option<&mpsc::Sender<DataPacket>>,
+) -> Option<Option<(&'a [u8], bool)>> {
+    match d {
+        None => Some(None),
+        Some((Decoded::Mad(mad), ok)) => Some(Some((mad, ok))),
+        Some((Decoded::Data(bth, body), ok)) => {
+            let Some(sink) = sink else {
+                return Some(None);
+            };
+            if !ok && policy == IcrcPolicy::Strict {
+                stats.icrc_bad.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            let p = DataPacket {
+                from,
+                bth,
+                body: Bytes::copy_from_slice(body),
+            };
+            if sink.try_send(p).is_ok() {
+                stats.data.fetch_add(1, Ordering::Relaxed);
+            } else {
+                stats.data_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            None
+        }
+    }
+}
+
 /// Decodes a received UDP payload (BTH .. ICRC) that came from `from` to `local`. The ICRC is
 /// checked over an IP header rebuilt as this transport's sender writes it (IPv4 ID 0, DF).
-/// Returns the MAD and whether the ICRC matched, or `None` if it is not a UD MAD for QP1.
-fn decode(payload: &[u8], from: SocketAddr, local: SocketAddr) -> Option<(&[u8], bool)> {
+/// Returns the MAD (or the data packet) and whether the ICRC matched, or `None` if it is
+/// neither a UD MAD for QP1 nor a well-formed packet for another QP.
+fn decode(payload: &[u8], from: SocketAddr, local: SocketAddr) -> Option<(Decoded<'_>, bool)> {
     let bth_bytes = payload.get(..bth::HEADER_LEN)?;
     let bth = BthRepr::parse(&bth::Packet::new_checked(bth_bytes).ok()?).ok()?;
-    if bth.opcode != Opcode::UD_SEND_ONLY || bth.dest_qp.get() > 1 {
-        return None;
-    }
     let pad = usize::from(bth.pad_count.get());
-    let mad = payload.get(TRANSPORT_HEADERS..TRANSPORT_HEADERS + MAD_LEN)?;
     let icrc_at = payload.len().checked_sub(4)?;
-    if icrc_at < TRANSPORT_HEADERS + MAD_LEN + pad {
+    let decoded = if bth.opcode == Opcode::UD_SEND_ONLY && bth.dest_qp.get() <= 1 {
+        let mad = payload.get(TRANSPORT_HEADERS..TRANSPORT_HEADERS + MAD_LEN)?;
+        if icrc_at < TRANSPORT_HEADERS + MAD_LEN + pad {
+            return None;
+        }
+        Decoded::Mad(mad)
+    } else if bth.dest_qp.get() > 1 {
+        Decoded::Data(bth, payload.get(bth::HEADER_LEN..icrc_at.checked_sub(pad)?)?)
+    } else {
         return None;
-    }
+    };
     let found = u32::from_le_bytes(*payload.get(icrc_at..)?.first_chunk::<4>()?);
     let mut repr = RoceV2UdRepr::gsi(from.ip(), local.ip(), 0, from.port(), Psn::default()).ok()?;
     repr.udp.dst_port = local.port();
@@ -310,7 +409,7 @@ fn decode(payload: &[u8], from: SocketAddr, local: SocketAddr) -> Option<(&[u8],
     )
     .ok()?;
     let ok = cfg!(fuzzing) || expected == found;
-    Some((mad, ok))
+    Some((decoded, ok))
 }
 
 impl DatagramTransport for UdpTransport {
@@ -332,7 +431,12 @@ impl DatagramTransport for UdpTransport {
             self.stats.rx.fetch_add(1, Ordering::Relaxed);
             self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
             let payload = buf.get(..len).unwrap_or(&[]);
-            let decoded = decode(payload, from, self.local).map(|(mad, ok)| (from, mad, ok));
+            let d = decode(payload, from, self.local);
+            let Some(d) = divert(d, from, self.policy, &self.stats, self.data_sink.as_ref())
+            else {
+                continue;
+            };
+            let decoded = d.map(|(mad, ok)| (from, mad, ok));
             if let Some((from, mad)) = accept(decoded, self.policy, &self.stats, self.local) {
                 return Ok((from, Bytes::copy_from_slice(mad)));
             }
@@ -452,11 +556,13 @@ impl DatagramTransport for UdpTransport {
             dropped: vec![
                 ("bad_icrc", s.icrc_bad.load(Ordering::Relaxed)),
                 ("not_mad", s.not_mad.load(Ordering::Relaxed)),
+                ("data_dropped", s.data_dropped.load(Ordering::Relaxed)),
             ],
             other: vec![
                 ("icrc_unverified", s.icrc_unverified.load(Ordering::Relaxed)),
                 ("recv_calls", s.recv_calls.load(Ordering::Relaxed)),
                 ("send_calls", s.send_calls.load(Ordering::Relaxed)),
+                ("data", s.data.load(Ordering::Relaxed)),
             ],
         }
     }
@@ -504,6 +610,71 @@ mod tests {
         let (from, _) = b.recv().await.unwrap();
         assert_eq!(from, a.local_addr());
         assert_eq!(b.stats().icrc_bad.load(Ordering::Relaxed), 1);
+    }
+
+    /// An XRC SEND Only from `a` to TGT QP 0x4a at `b`, for SRQ 0x10, as a UDP payload.
+    fn xrc_send(a: &UdpTransport, b: &UdpTransport, psn: u32, payload: &[u8]) -> Vec<u8> {
+        use ibcm_mad::frame::RoceV2XrcSendRepr;
+        use ibcm_mad::xrc::SrqNum;
+        let (src, dst) = (a.socket_addr(), b.socket_addr());
+        let mut r = RoceV2XrcSendRepr::send_only(
+            src.ip(),
+            dst.ip(),
+            src.port(),
+            ibcm_mad::Qpn::masked(0x4a),
+            Psn::masked(psn),
+            SrqNum::masked(0x10),
+        )
+        .unwrap();
+        r.udp.dst_port = dst.port();
+        let mut out = vec![0u8; r.udp_payload_len(payload.len())];
+        let n = r.emit_udp_payload(payload, &mut out).unwrap();
+        out.truncate(n);
+        out
+    }
+
+    #[tokio::test]
+    async fn data_packets_go_to_the_sink_with_their_icrc_checked_and_mads_still_arrive() {
+        let (a, b) = pair("127.0.0.1").await;
+        let (tx, mut rx) = mpsc::channel(1);
+        let mut b = b.with_data_sink(tx);
+        let to = b.socket_addr();
+        a.send_datagram(to, &xrc_send(&a, &b, 7, b"hello")).await.unwrap();
+        // a bad ICRC is dropped as a MAD's is
+        let mut bad = xrc_send(&a, &b, 8, b"x");
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        a.send_datagram(to, &bad).await.unwrap();
+        // the sink holds one: the next is dropped and counted
+        a.send_datagram(to, &xrc_send(&a, &b, 9, b"y")).await.unwrap();
+        let mut a = a;
+        let mad = [0x5au8; 256];
+        a.send(b.local_addr(), &mad).await.unwrap();
+        let (_, got) = b.recv().await.unwrap();
+        assert_eq!(&got[..], &mad[..]);
+        let p = rx.try_recv().unwrap();
+        assert_eq!(p.from, a.socket_addr());
+        assert_eq!(p.bth.opcode, Opcode::XRC_SEND_ONLY);
+        assert_eq!(p.bth.dest_qp.get(), 0x4a);
+        assert_eq!(p.bth.psn.get(), 7);
+        // XRCETH (SRQ 0x10), then the payload without its pad
+        assert_eq!(&p.body[..], b"\x00\x00\x00\x10hello");
+        let st = b.stats();
+        assert_eq!(st.data.load(Ordering::Relaxed), 1);
+        assert_eq!(st.data_dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(st.icrc_bad.load(Ordering::Relaxed), 1);
+        assert_eq!(st.not_mad.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn without_a_sink_data_packets_are_not_mads() {
+        let (a, mut b) = pair("127.0.0.1").await;
+        let to = b.socket_addr();
+        a.send_datagram(to, &xrc_send(&a, &b, 1, b"z")).await.unwrap();
+        let mut a = a;
+        a.send(b.local_addr(), &[1u8; 256]).await.unwrap();
+        b.recv().await.unwrap();
+        assert_eq!(b.stats().not_mad.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]

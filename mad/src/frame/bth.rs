@@ -74,6 +74,8 @@ impl Opcode {
     pub const UD_SEND_ONLY: Opcode = Opcode(0x64);
     /// UD SEND Only with Immediate (a 4-byte ImmDt follows the DETH).
     pub const UD_SEND_ONLY_IMM: Opcode = Opcode(0x65);
+    /// XRC SEND Only (an XRCETH follows the BTH).
+    pub const XRC_SEND_ONLY: Opcode = Opcode(0xa4);
     /// RoCEv2 congestion notification packet.
     pub const CNP: Opcode = Opcode(0x81);
 

@@ -6,10 +6,11 @@ use core::net::IpAddr;
 use super::decode::IpRepr;
 use super::wire::{fill, set_bytes};
 use super::{
-    bth, deth, eth, icrc, ipv4, ipv6, udp, BthRepr, DethRepr, EtherType, EthernetRepr, FrameError,
-    Ipv4Repr, Ipv6Repr, Opcode, UdpRepr, ROCEV2_UDP_PORT,
+    bth, deth, eth, icrc, ipv4, ipv6, udp, xrceth, BthRepr, DethRepr, EtherType, EthernetRepr,
+    FrameError, Ipv4Repr, Ipv6Repr, Opcode, UdpRepr, XrcethRepr, ROCEV2_UDP_PORT,
 };
 use crate::types::{FlowLabel, Pkey, Psn, Qpn, U2, U4};
+use crate::xrc::SrqNum;
 
 /// Headers of a RoCEv2 UD SEND Only datagram.
 ///
@@ -105,14 +106,9 @@ impl RoceV2UdRepr {
         })
     }
 
-    /// Pad bytes for a payload of `payload_len` bytes.
-    const fn pad(payload_len: usize) -> usize {
-        (4 - payload_len % 4) % 4
-    }
-
     /// Length of the UDP payload: BTH + DETH + payload + pad + ICRC.
     pub const fn udp_payload_len(&self, payload_len: usize) -> usize {
-        TRANSPORT_HEADERS + payload_len + Self::pad(payload_len) + icrc::ICRC_LEN
+        TRANSPORT_HEADERS + payload_len + pad_len(payload_len) + icrc::ICRC_LEN
     }
 
     /// Length of the IP packet (IP header + UDP header + UDP payload).
@@ -134,39 +130,7 @@ impl RoceV2UdRepr {
                 value: u64::from(self.bth.opcode.0),
             });
         }
-        let udp_payload = self.udp_payload_len(payload_len);
-        let hl = self.ip.buffer_len();
-        let max =
-            usize::from(u16::MAX) - udp::HEADER_LEN - if hl == ipv4::HEADER_LEN { hl } else { 0 };
-        if udp_payload > max {
-            return Err(FrameError::FieldOutOfRange {
-                layer: "UDP",
-                field: "length",
-                value: u64::try_from(udp_payload + udp::HEADER_LEN).unwrap_or(u64::MAX),
-            });
-        }
-        let ip = match self.ip {
-            IpRepr::V4(r) => IpRepr::V4(Ipv4Repr {
-                protocol: ipv4::PROTOCOL_UDP,
-                payload_len: udp::HEADER_LEN + udp_payload,
-                ..r
-            }),
-            IpRepr::V6(r) => IpRepr::V6(Ipv6Repr {
-                next_header: ipv4::PROTOCOL_UDP,
-                payload_len: udp::HEADER_LEN + udp_payload,
-                ..r
-            }),
-        };
-        let udp = UdpRepr {
-            payload_len: udp_payload,
-            ..self.udp
-        };
-        let mut buf = [0u8; MAX_IP_UDP];
-        ip.emit(&mut buf);
-        if let Some(u) = buf.get_mut(hl..) {
-            udp.emit(&mut udp::Packet::new_unchecked(u));
-        }
-        Ok((buf, hl + udp::HEADER_LEN))
+        ip_udp_headers(&self.ip, &self.udp, self.udp_payload_len(payload_len))
     }
 
     /// Writes BTH, DETH, payload, pad and ICRC into `out`; `ip_udp` are the headers the ICRC
@@ -177,29 +141,16 @@ impl RoceV2UdRepr {
         payload: &[u8],
         out: &mut [u8],
     ) -> Result<usize, FrameError> {
-        let n = self.udp_payload_len(payload.len());
-        let have = out.len();
-        let out = out.get_mut(..n).ok_or(FrameError::BufferTooSmall {
-            layer: "RoCEv2 UD datagram",
-            need: n,
-            have,
-        })?;
-        let pad = Self::pad(payload.len());
-        let bth = BthRepr {
-            pad_count: U2::masked(u8::try_from(pad).unwrap_or(0)),
-            ..self.bth
-        };
-        bth.emit(&mut bth::Packet::new_unchecked(&mut *out));
-        if let Some(d) = out.get_mut(bth::HEADER_LEN..) {
-            self.deth.emit(&mut deth::Packet::new_unchecked(d));
-        }
-        set_bytes(out, TRANSPORT_HEADERS, payload);
-        let pad_at = TRANSPORT_HEADERS + payload.len();
-        fill(out, pad_at..pad_at + pad, 0);
-        let icrc_at = n - icrc::ICRC_LEN;
-        let crc = icrc::icrc_rocev2(ip_udp, out.get(..icrc_at).unwrap_or(&[]))?;
-        set_bytes(out, icrc_at, &crc.to_le_bytes());
-        Ok(n)
+        let mut deth = [0u8; deth::HEADER_LEN];
+        self.deth.emit(&mut deth::Packet::new_unchecked(&mut deth[..]));
+        emit_transport(
+            "RoCEv2 UD datagram",
+            ip_udp,
+            &self.bth,
+            &deth,
+            payload,
+            out,
+        )
     }
 
     /// Emits the UDP payload (BTH + DETH + `payload` + pad + ICRC) into `out`, as handed to a
@@ -269,5 +220,157 @@ impl RoceV2UdRepr {
         let hl = eth.buffer_len();
         let rest = out.get_mut(hl..).unwrap_or(&mut []);
         Ok(hl + self.emit_ip_packet(payload, rest)?)
+    }
+}
+
+/// The IP and UDP headers of a RoCEv2 packet whose UDP payload is `udp_payload` bytes, in a
+/// stack buffer (lengths, protocol and the IPv4 checksum filled in), and their length.
+fn ip_udp_headers(
+    ip: &IpRepr,
+    udp: &UdpRepr,
+    udp_payload: usize,
+) -> Result<([u8; MAX_IP_UDP], usize), FrameError> {
+    let hl = ip.buffer_len();
+    let max = usize::from(u16::MAX) - udp::HEADER_LEN - if hl == ipv4::HEADER_LEN { hl } else { 0 };
+    if udp_payload > max {
+        return Err(FrameError::FieldOutOfRange {
+            layer: "UDP",
+            field: "length",
+            value: u64::try_from(udp_payload + udp::HEADER_LEN).unwrap_or(u64::MAX),
+        });
+    }
+    let ip = match *ip {
+        IpRepr::V4(r) => IpRepr::V4(Ipv4Repr {
+            protocol: ipv4::PROTOCOL_UDP,
+            payload_len: udp::HEADER_LEN + udp_payload,
+            ..r
+        }),
+        IpRepr::V6(r) => IpRepr::V6(Ipv6Repr {
+            next_header: ipv4::PROTOCOL_UDP,
+            payload_len: udp::HEADER_LEN + udp_payload,
+            ..r
+        }),
+    };
+    let udp = UdpRepr {
+        payload_len: udp_payload,
+        ..*udp
+    };
+    let mut buf = [0u8; MAX_IP_UDP];
+    ip.emit(&mut buf);
+    if let Some(u) = buf.get_mut(hl..) {
+        udp.emit(&mut udp::Packet::new_unchecked(u));
+    }
+    Ok((buf, hl + udp::HEADER_LEN))
+}
+
+/// Pad bytes for a payload of `payload_len` bytes.
+const fn pad_len(payload_len: usize) -> usize {
+    (4 - payload_len % 4) % 4
+}
+
+/// Writes `bth` (its PadCnt set), the extension header bytes `ext`, `payload`, pad and the
+/// ICRC into `out`; `ip_udp` are the headers the ICRC covers. Returns the length written.
+fn emit_transport(
+    layer: &'static str,
+    ip_udp: &[u8],
+    bth: &BthRepr,
+    ext: &[u8],
+    payload: &[u8],
+    out: &mut [u8],
+) -> Result<usize, FrameError> {
+    let pad = pad_len(payload.len());
+    let headers = bth::HEADER_LEN + ext.len();
+    let n = headers + payload.len() + pad + icrc::ICRC_LEN;
+    let have = out.len();
+    let out = out
+        .get_mut(..n)
+        .ok_or(FrameError::BufferTooSmall { layer, need: n, have })?;
+    let bth = BthRepr {
+        pad_count: U2::masked(u8::try_from(pad).unwrap_or(0)),
+        ..*bth
+    };
+    bth.emit(&mut bth::Packet::new_unchecked(&mut *out));
+    set_bytes(out, bth::HEADER_LEN, ext);
+    set_bytes(out, headers, payload);
+    let pad_at = headers + payload.len();
+    fill(out, pad_at..pad_at + pad, 0);
+    let icrc_at = n - icrc::ICRC_LEN;
+    let crc = icrc::icrc_rocev2(ip_udp, out.get(..icrc_at).unwrap_or(&[]))?;
+    set_bytes(out, icrc_at, &crc.to_le_bytes());
+    Ok(n)
+}
+
+/// Headers of a RoCEv2 XRC SEND Only packet (opcode 0xA4): a message on an XRC connection,
+/// from the initiator's INI QP to the target's TGT QP (the BTH's destination QP), received
+/// into the SRQ its XRCETH names.
+///
+/// As with [`RoceV2UdRepr`], the emitter fills in the lengths, the BTH PadCnt, the pad and
+/// the ICRC; the caller chooses the addresses, ports, P_Key, destination QP, PSN and SRQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RoceV2XrcSendRepr {
+    /// IP header (lengths and protocol are overwritten).
+    pub ip: IpRepr,
+    /// UDP ports (the length is overwritten).
+    pub udp: UdpRepr,
+    /// BTH; PadCnt is overwritten.
+    pub bth: BthRepr,
+    /// XRCETH.
+    pub xrceth: XrcethRepr,
+}
+
+impl RoceV2XrcSendRepr {
+    /// Headers of an XRC SEND Only from `src` (UDP source port `src_port`) to TGT QP
+    /// `tgt_qpn` at `dst` (port 4791), PSN `psn`, for SRQ `srqn`: IP as
+    /// [`RoceV2UdRepr::gsi`] sets it, P_Key 0xFFFF, AckReq set.
+    ///
+    /// # Errors
+    /// [`FrameError::FieldOutOfRange`] if `src` and `dst` are not of the same family.
+    pub fn send_only(
+        src: IpAddr,
+        dst: IpAddr,
+        src_port: u16,
+        tgt_qpn: Qpn,
+        psn: Psn,
+        srqn: SrqNum,
+    ) -> Result<Self, FrameError> {
+        let ud = RoceV2UdRepr::gsi(src, dst, 0, src_port, psn)?;
+        Ok(Self {
+            ip: ud.ip,
+            udp: ud.udp,
+            bth: BthRepr {
+                opcode: Opcode::XRC_SEND_ONLY,
+                dest_qp: tgt_qpn,
+                ack_req: true,
+                ..ud.bth
+            },
+            xrceth: XrcethRepr { srqn },
+        })
+    }
+
+    /// Length of the UDP payload: BTH + XRCETH + payload + pad + ICRC.
+    pub const fn udp_payload_len(&self, payload_len: usize) -> usize {
+        bth::HEADER_LEN + xrceth::HEADER_LEN + payload_len + pad_len(payload_len) + icrc::ICRC_LEN
+    }
+
+    /// Emits the UDP payload (BTH + XRCETH + `payload` + pad + ICRC) into `out`, as handed to
+    /// a UDP socket; the ICRC covers the IP and UDP headers of `self`, which must match the
+    /// ones the kernel builds. Returns the number of bytes written.
+    ///
+    /// # Errors
+    /// [`FrameError::BufferTooSmall`]; [`FrameError::FieldOutOfRange`] for a payload too
+    /// long for the UDP/IP length fields.
+    pub fn emit_udp_payload(&self, payload: &[u8], out: &mut [u8]) -> Result<usize, FrameError> {
+        let (hdr, hdr_len) =
+            ip_udp_headers(&self.ip, &self.udp, self.udp_payload_len(payload.len()))?;
+        let mut ext = [0u8; xrceth::HEADER_LEN];
+        self.xrceth.emit(&mut xrceth::Packet::new_unchecked(&mut ext[..]));
+        emit_transport(
+            "RoCEv2 XRC SEND",
+            hdr.get(..hdr_len).unwrap_or(&[]),
+            &self.bth,
+            &ext,
+            payload,
+            out,
+        )
     }
 }

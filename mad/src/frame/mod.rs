@@ -100,13 +100,14 @@ pub mod link;
 pub mod lrh;
 pub mod udp;
 pub mod vcrc;
+pub mod xrceth;
 
 mod build;
 mod decode;
 mod wire;
 
 pub use bth::{BthRepr, Opcode};
-pub use build::RoceV2UdRepr;
+pub use build::{RoceV2UdRepr, RoceV2XrcSendRepr};
 pub use decode::{
     decode, decode_with, DecodeConfig, Decoded, IbPacket, IpRepr, LinkInfo, L2, MAD_LEN,
 };
@@ -118,6 +119,7 @@ pub use ipv6::Ipv6Repr;
 pub use link::{ErfRepr, PacketType, Sll2Repr, SllRepr};
 pub use lrh::{Lnh, LrhRepr};
 pub use udp::UdpRepr;
+pub use xrceth::XrcethRepr;
 
 /// The IANA UDP destination port of RoCEv2.
 pub const ROCEV2_UDP_PORT: u16 = 4791;

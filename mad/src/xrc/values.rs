@@ -199,6 +199,11 @@ impl SrqNum {
         }
     }
 
+    /// The low 24 bits of `v` (for a field that is 24 bits wide on the wire).
+    pub const fn masked(v: u32) -> Self {
+        Self(v & Self::MAX)
+    }
+
     /// The raw value.
     pub const fn get(self) -> u32 {
         self.0
