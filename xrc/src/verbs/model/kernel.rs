@@ -34,6 +34,8 @@ pub(super) struct RealQp {
     pub(super) qp_type: QpType,
     pub(super) state: QpState,
     dest_qpn: Option<Qpn>,
+    /// The PSN the responder expects next (set by `rq_psn` at RTR).
+    expected_psn: Option<u32>,
     xrcd: Option<u32>,
     handles: usize,
 }
@@ -310,6 +312,7 @@ impl Kernel {
                 qp_type: QpType::XrcTgt,
                 state: QpState::Reset,
                 dest_qpn: None,
+                expected_psn: None,
                 xrcd: Some(id),
                 handles: 1,
             },
@@ -375,6 +378,7 @@ impl Kernel {
                 qp_type: QpType::XrcIni,
                 state: QpState::Reset,
                 dest_qpn: None,
+                expected_psn: None,
                 xrcd: None,
                 handles: 1,
             },
@@ -443,8 +447,8 @@ impl Kernel {
     /// A SEND that arrived for TGT QP `qpn`, its XRCETH naming `srqn`: received into the
     /// SRQ when the responder's checks pass (docs/xrc.md §1.2: a TGT QP delivers into any
     /// SRQ of its own domain, and only those).
-    pub(super) fn deliver(&mut self, qpn: u32, srqn: u32, payload: &[u8]) -> Delivery {
-        let Some(qp) = self.qps.get(&qpn) else {
+    pub(super) fn deliver(&mut self, qpn: u32, psn: u32, srqn: u32, payload: &[u8]) -> Delivery {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
             return Delivery::UnknownQp;
         };
         if qp.qp_type != QpType::XrcTgt {
@@ -452,6 +456,10 @@ impl Kernel {
         }
         if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
             return Delivery::NotReady(qp.state);
+        }
+        let expected = qp.expected_psn.unwrap_or(0);
+        if psn != expected {
+            return Delivery::OutOfSequence { expected };
         }
         let Some(srq) = self.srqs.get_mut(&srqn) else {
             return Delivery::UnknownSrq;
@@ -463,6 +471,7 @@ impl Kernel {
             return Delivery::ReceiverNotReady;
         }
         srq.received.push_back(payload.to_vec());
+        qp.expected_psn = Some(expected.wrapping_add(1) & 0x00ff_ffff);
         Delivery::Received
     }
 
@@ -531,8 +540,12 @@ impl Kernel {
         if let Some(d) = attr.dest_qpn {
             q.dest_qpn = Some(d);
         }
+        if let Some(p) = attr.rq_psn {
+            q.expected_psn = Some(p.get());
+        }
         if next == QpState::Reset {
             q.dest_qpn = None;
+            q.expected_psn = None;
         }
         Ok(())
     }

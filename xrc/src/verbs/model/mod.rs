@@ -23,7 +23,8 @@
 //!   CM's TimeWait quarantine has to survive. No clock, no randomness.
 //! * **The receive side of the data path.** A SEND arriving for a TGT QP
 //!   ([`KernelModel::deliver`], its XRCETH naming an SRQ) is received into that SRQ only if the
-//!   QP is in RTR or RTS and the SRQ is of the QP's domain, whichever process created it;
+//!   QP is in RTR or RTS, its PSN the next one the QP expects (from `rq_psn`), and the SRQ
+//!   is of the QP's domain, whichever process created it;
 //!   its creator takes it with [`ModelVerbs::poll_srq`]. An SRQ holds at most `max_wr`
 //!   unpolled messages (then [`Delivery::ReceiverNotReady`], an RNR NAK).
 //! * **Provider variants**: [`ModelConfig::rxe`] has no XRC (`IBV_DEVICE_XRC` clear, every XRC
@@ -56,6 +57,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
+use ibcm_mad::Psn;
 use crate::verbs::qp::{QpAttr, QpState, QpType};
 use crate::verbs::{DeviceInfo, IniQpCaps, QpInfo, SrqAttr, Verbs, VerbsError};
 
@@ -156,6 +158,12 @@ pub enum Delivery {
     NotTgt,
     /// The TGT QP is not in RTR or RTS (dropped).
     NotReady(QpState),
+    /// The PSN is not the one the responder expects next (the initiator's starting PSN from
+    /// the REQ, then one more per message received): NAK, sequence error.
+    OutOfSequence {
+        /// The PSN it expects.
+        expected: u32,
+    },
     /// The XRCETH names no SRQ (NAK: invalid request).
     UnknownSrq,
     /// The SRQ belongs to another XRC domain than the TGT QP (NAK: invalid request).
@@ -172,6 +180,7 @@ impl Delivery {
             Self::UnknownQp => "unknown_qp",
             Self::NotTgt => "not_tgt_qp",
             Self::NotReady(_) => "qp_not_ready",
+            Self::OutOfSequence { .. } => "psn_out_of_sequence",
             Self::UnknownSrq => "unknown_srq",
             Self::OtherDomain => "srq_of_another_domain",
             Self::ReceiverNotReady => "receiver_not_ready",
@@ -266,11 +275,12 @@ impl KernelModel {
         k.xrcds.get(id).map(|x| x.usecnt)
     }
 
-    /// A SEND arriving for TGT QP `qpn` with its XRCETH naming `srqn` (the RoCE data path
-    /// of the `sim` backend): received into that SRQ if the QP is ready and the SRQ is in
-    /// the QP's domain with a receive free.
-    pub fn deliver(&self, qpn: Qpn, srqn: SrqNum, payload: &[u8]) -> Delivery {
-        self.lock().deliver(qpn.get(), srqn.get(), payload)
+    /// A SEND with PSN `psn` arriving for TGT QP `qpn`, its XRCETH naming `srqn` (the RoCE
+    /// data path of the `sim` backend): received into that SRQ if the QP is ready, the PSN
+    /// the one it expects, and the SRQ in the QP's domain with a receive free.
+    pub fn deliver(&self, qpn: Qpn, psn: Psn, srqn: SrqNum, payload: &[u8]) -> Delivery {
+        self.lock()
+            .deliver(qpn.get(), psn.get(), srqn.get(), payload)
     }
 
     /// Object counts.

@@ -260,7 +260,11 @@ fn ini_qp_and_srq_numbers() {
     assert_eq!(k.snapshot(), ModelSnapshot::default());
 }
 
-/// A TGT QP of `x` in RTR, as the CM's accept leaves it.
+fn psn(v: u32) -> ibcm_mad::Psn {
+    ibcm_mad::Psn::masked(v)
+}
+
+/// A TGT QP of `x` in RTR, as the CM's accept leaves it (expecting PSN 1).
 fn tgt_in_rtr(v: &mut ModelVerbs, x: XrcdHandle) -> (QpHandle, Qpn) {
     use crate::verbs::qp::{AddressVector, PathMtu};
     let t = v.create_tgt_qp(x).unwrap();
@@ -297,9 +301,9 @@ fn a_tgt_qp_delivers_into_another_process_srq_of_its_domain_only() {
     };
     let srq = runtime.create_xrc_srq(xr, &attr).unwrap();
     let srqn = runtime.srq_num(srq).unwrap();
-    assert_eq!(k.deliver(qpn, srqn, b"one"), Delivery::Received);
-    assert_eq!(k.deliver(qpn, srqn, b"two"), Delivery::Received);
-    assert_eq!(k.deliver(qpn, srqn, b"three"), Delivery::ReceiverNotReady);
+    assert_eq!(k.deliver(qpn, psn(1), srqn, b"one"), Delivery::Received);
+    assert_eq!(k.deliver(qpn, psn(2), srqn, b"two"), Delivery::Received);
+    assert_eq!(k.deliver(qpn, psn(3), srqn, b"three"), Delivery::ReceiverNotReady);
     assert_eq!(runtime.poll_srq(srq).unwrap().as_deref(), Some(&b"one"[..]));
     assert_eq!(runtime.poll_srq(srq).unwrap().as_deref(), Some(&b"two"[..]));
     assert_eq!(runtime.poll_srq(srq).unwrap(), None);
@@ -313,10 +317,19 @@ fn a_tgt_qp_delivers_into_another_process_srq_of_its_domain_only() {
     let xo = other.open_xrcd(&DomainSpec::file("/job2")).unwrap();
     let srq_o = other.create_xrc_srq(xo, &SrqAttr::default()).unwrap();
     let srqn_o = other.srq_num(srq_o).unwrap();
-    assert_eq!(k.deliver(qpn, srqn_o, b"x"), Delivery::OtherDomain);
+    assert_eq!(k.deliver(qpn, psn(3), srqn_o, b"x"), Delivery::OtherDomain);
+    // a PSN other than the next one expected is a sequence error: nothing received
+    assert_eq!(
+        k.deliver(qpn, psn(4), srqn, b"x"),
+        Delivery::OutOfSequence { expected: 3 }
+    );
+    assert_eq!(
+        k.deliver(qpn, psn(2), srqn, b"x"),
+        Delivery::OutOfSequence { expected: 3 }
+    );
     assert_eq!(other.poll_srq(srq_o).unwrap(), None);
     assert_eq!(
-        k.deliver(qpn, SrqNum::new(0xff_fff0).unwrap(), b"x"),
+        k.deliver(qpn, psn(3), SrqNum::new(0xff_fff0).unwrap(), b"x"),
         Delivery::UnknownSrq
     );
     // a QP in ERR delivers nothing; no QP at all neither
@@ -324,15 +337,15 @@ fn a_tgt_qp_delivers_into_another_process_srq_of_its_domain_only() {
         .modify_qp(t, &QpAttr::to_state(QpState::Err))
         .unwrap();
     assert!(matches!(
-        k.deliver(qpn, srqn, b"x"),
+        k.deliver(qpn, psn(3), srqn, b"x"),
         Delivery::NotReady(QpState::Err)
     ));
     assert_eq!(
-        k.deliver(Qpn::masked(0x7f_0000), srqn, b"x"),
+        k.deliver(Qpn::masked(0x7f_0000), psn(3), srqn, b"x"),
         Delivery::UnknownQp
     );
     // the runtime exits: its SRQ goes with it
     drop(runtime);
     let (_t2, qpn2) = tgt_in_rtr(&mut daemon, xd);
-    assert_eq!(k.deliver(qpn2, srqn, b"x"), Delivery::UnknownSrq);
+    assert_eq!(k.deliver(qpn2, psn(1), srqn, b"x"), Delivery::UnknownSrq);
 }
