@@ -13,6 +13,7 @@ fn main() {
         "src/ffi/api.rs",
         "src/ffi/conn.rs",
         "src/ffi/xrc.rs",
+        "src/ffi/data.rs",
     ];
     for s in sources.iter().chain(&["cbindgen.toml"]) {
         println!("cargo:rerun-if-changed={s}");

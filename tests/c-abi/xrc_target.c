@@ -15,6 +15,12 @@
  *   - a process of another job: opens the same file under a name of its own and queries the QP;
  *   - the initiator (this process, on the other daemon): connects an XRC INI to the service;
  *     the REP names the creator's QP.
+ * The runtime receives into its own SRQs (the sim backend's data path): the creator and the
+ * peer each create an XRC SRQ in the shared domain (ibcm_xrc_srq_create), the service's REPs
+ * announce the creator's; the initiator sends one message to each (ibcm_xrc_send: an XRC
+ * SEND Only to the TGT QP, its XRCETH naming the SRQ) and each process takes its own
+ * (ibcm_xrc_srq_recv). A third SEND names an SRQ the peer made in another domain: the TGT QP
+ * refuses it (the counter xrc_data.srq_of_another_domain counts it) and that SRQ stays empty.
  * Then the creator is SIGKILLed, and docs/xrc.md §8.2's creator-exit column must hold:
  *   explicit: the QP stays, an orphan (owner 0); the peer, of the owner's uid, destroys it and
  *             the initiator hears "target gone (owner destroyed it)";
@@ -30,6 +36,7 @@
 #include "example.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,17 +58,65 @@ static uint32_t hear(int fd)
     return v;
 }
 
-/* The creator: domain, QP, service; reports the QPN, then waits to be killed. */
-static void creator(const char *sock, const char *path, int policy, uint64_t sid, int out)
+/* The message the initiator sends to `who`'s SRQ under `policy`. */
+static void message(char *buf, size_t len, const char *who, int policy)
+{
+    snprintf(buf, len, "to the %s's own SRQ (%s)", who, policy_name[policy]);
+}
+
+/* Takes one message from SRQ `srqn` of `c` (waiting up to 5 s) and checks it is `want`. */
+static void receive_one(struct ibcm_ctx *c, uint32_t srqn, const char *who, const char *want)
+{
+    static uint8_t buf[IBCM_XRC_MESSAGE_MAX];
+    uint32_t n = 0;
+    for (int i = 0; i < 5000; i++) {
+        int rc = ibcm_xrc_srq_recv(c, srqn, buf, sizeof buf, &n);
+        if (rc == IBCM_OK) {
+            if (n != strlen(want) || memcmp(buf, want, n) != 0)
+                fail("%s: SRQ received something else", who);
+            printf("checked: the %s received \"%.*s\" in its SRQ %#x\n", who, (int)n, buf, srqn);
+            fflush(stdout);
+            return;
+        }
+        if (rc != IBCM_EAGAIN)
+            check(rc, "ibcm_xrc_srq_recv");
+        usleep(1000);
+    }
+    fail("%s: no message in its SRQ after 5 s", who);
+}
+
+/* The node service's counter `name` (0 when it has none yet). */
+static uint64_t counter(struct ibcm_ctx *c, const char *name)
+{
+    static struct ibcm_counter cs[256];
+    uint32_t n = 0;
+    check(ibcm_query_counters(c, cs, 256, &n), "ibcm_query_counters");
+    for (uint32_t i = 0; i < n && i < 256; i++)
+        if (strcmp(cs[i].name, name) == 0)
+            return cs[i].value;
+    return 0;
+}
+
+/* The creator: domain, QP, its own SRQ, service; reports the QPN and SRQ number, takes the
+ * initiator's message, then waits to be killed. */
+static void creator(const char *sock, const char *path, int policy, uint64_t sid, int out,
+                    int in)
 {
     struct ibcm_ctx *c;
-    uint32_t qpn, srqn = 0x100;
+    uint32_t qpn, srqn;
+    char want[128];
     check(ibcm_open(sock, &c), "creator: ibcm_open");
     check(ibcm_xrcd_open(c, "job1", path, IBCM_XRCD_CREATE), "creator: ibcm_xrcd_open");
     check(ibcm_xrc_tgt_create(c, "job1", policy, &qpn), "creator: ibcm_xrc_tgt_create");
+    check(ibcm_xrc_srq_create(c, "job1", 0, &srqn), "creator: ibcm_xrc_srq_create");
     check(ibcm_xrc_listen_domain(c, sid, policy, &srqn, 1, "job1", qpn),
           "creator: ibcm_xrc_listen_domain");
     tell(out, qpn);
+    tell(out, srqn);
+    hear(in); /* the initiator has sent */
+    message(want, sizeof want, "creator", policy);
+    receive_one(c, srqn, "creator", want);
+    tell(out, 1);
     for (;;)
         pause();
 }
@@ -110,7 +165,35 @@ static void peer(const char *sock, const char *path, int policy, uint32_t qpn, i
            "%u registration(s)) and modified it (state %d -> %u)\n", policy_name[policy], qpn,
            info.creator_pid, info.registrations, was, info.qp_state);
     fflush(stdout);
+    /* Its own SRQ in the job's domain, and one in a domain of its own (another file). */
+    uint32_t srqn, srqn_other;
+    char other[600], want[128];
+    snprintf(other, sizeof other, "%s.other", path);
+    check(ibcm_xrc_srq_create(c, "job1", 4, &srqn), "peer: ibcm_xrc_srq_create");
+    check(ibcm_xrcd_open(c, "elsewhere", other, IBCM_XRCD_CREATE), "peer: ibcm_xrcd_open (other)");
+    check(ibcm_xrc_srq_create(c, "elsewhere", 4, &srqn_other),
+          "peer: ibcm_xrc_srq_create (other domain)");
+    uint64_t refused = counter(c, "xrc_data.srq_of_another_domain");
     tell(out, 1);
+    tell(out, srqn);
+    tell(out, srqn_other);
+    hear(in); /* the initiator has sent */
+    message(want, sizeof want, "peer", policy);
+    receive_one(c, srqn, "peer", want);
+    for (int i = 0; counter(c, "xrc_data.srq_of_another_domain") == refused; i++) {
+        if (i == 5000)
+            fail("%s", "peer: the SEND to another domain's SRQ was not refused in 5 s");
+        usleep(1000);
+    }
+    uint8_t buf[IBCM_XRC_MESSAGE_MAX];
+    uint32_t n;
+    rc = ibcm_xrc_srq_recv(c, srqn_other, buf, sizeof buf, &n);
+    if (rc != IBCM_EAGAIN)
+        fail("peer: the SRQ of another domain: %s", rc == IBCM_OK ? "received" : ibcm_last_error());
+    printf("checked: %s: a SEND naming an SRQ of another domain was refused (%s), not received\n",
+           policy_name[policy], "xrc_data.srq_of_another_domain");
+    fflush(stdout);
+    tell(out, 3);
     hear(in); /* the creator is dead and the initiator has seen what it sees */
     check(ibcm_xrc_tgt_query(c, qpn, &info), "peer: ibcm_xrc_tgt_query (after the creator)");
     if (policy == IBCM_XRC_PROCESS) {
@@ -162,12 +245,18 @@ static void other_job(const char *sock, const char *path, uint32_t qpn, int out)
     exit(0);
 }
 
+/* A pipe and a child process; the child dies with this process (so that a failure here
+ * never leaves a child waiting for ever). */
 static pid_t spawn_pipe(int fds[2])
 {
     if (pipe(fds) != 0)
         fail("%s", "pipe");
     fflush(stdout);
-    return fork();
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
+        exit(1);
+    return pid;
 }
 
 int main(int argc, char **argv)
@@ -182,17 +271,22 @@ int main(int argc, char **argv)
         char path[512];
         snprintf(path, sizeof path, "%s/job1-%s.xrcd", dir, policy_name[policy]);
         uint64_t sid = 0x10000000c0de7200ULL + (uint64_t)policy;
-        int cp[2], to_peer[2], from_peer[2], op[2];
+        int cp[2], to_creator[2], to_peer[2], from_peer[2], op[2];
+        if (pipe(to_creator) != 0)
+            fail("%s", "pipe");
         pid_t cpid = spawn_pipe(cp);
         if (cpid == 0)
-            creator(srv, path, policy, sid, cp[1]);
+            creator(srv, path, policy, sid, cp[1], to_creator[0]);
         uint32_t qpn = hear(cp[0]);
+        uint32_t srqn_creator = hear(cp[0]);
         if (pipe(to_peer) != 0)
             fail("%s", "pipe");
         pid_t ppid = spawn_pipe(from_peer);
         if (ppid == 0)
             peer(srv, path, policy, qpn, (int)cpid, to_peer[0], from_peer[1]);
         hear(from_peer[0]);
+        uint32_t srqn_peer = hear(from_peer[0]);
+        uint32_t srqn_other = hear(from_peer[0]);
         pid_t opid = spawn_pipe(op);
         if (opid == 0)
             other_job(srv, path, qpn, op[1]);
@@ -219,6 +313,25 @@ int main(int argc, char **argv)
         ibcm_ack_event(ini, ev);
         printf("established: xrc_target %s (ini qpn %#x -> the runtime's tgt qpn %#x)\n",
                policy_name[policy], p.qp_num, qpn);
+        fflush(stdout);
+
+        /* Data into the runtime's own SRQs: the creator's (the one the REP announced), the
+         * peer's, then an SRQ of another domain, which the TGT QP must refuse. */
+        char msg[128];
+        message(msg, sizeof msg, "creator", policy);
+        check(ibcm_xrc_send(ini, h, srqn_creator, (const uint8_t *)msg, (uint32_t)strlen(msg)),
+              "initiator: ibcm_xrc_send (creator's SRQ)");
+        message(msg, sizeof msg, "peer", policy);
+        check(ibcm_xrc_send(ini, h, srqn_peer, (const uint8_t *)msg, (uint32_t)strlen(msg)),
+              "initiator: ibcm_xrc_send (peer's SRQ)");
+        check(ibcm_xrc_send(ini, h, srqn_other, (const uint8_t *)"x", 1),
+              "initiator: ibcm_xrc_send (another domain's SRQ)");
+        tell(to_creator[1], 1);
+        if (hear(cp[0]) != 1)
+            fail("%s", "the creator did not receive");
+        tell(to_peer[1], 1);
+        if (hear(from_peer[0]) != 3)
+            fail("%s", "the peer did not receive");
 
         kill(cpid, SIGKILL);
         waitpid(cpid, NULL, 0);

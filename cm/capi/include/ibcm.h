@@ -123,6 +123,17 @@
 #define IBCM_XRC_SRQNS_MAX 47
 
 /**
+ * The longest message of ibcm_xrc_send, and the room ibcm_xrc_srq_recv needs (one 4096-byte
+ * MTU).
+ */
+#define IBCM_XRC_MESSAGE_MAX 4096
+
+/**
+ * The most unpolled messages an XRC SRQ of ibcm_xrc_srq_create holds (its `max_wr`).
+ */
+#define IBCM_XRC_SRQ_MAX_WR 256
+
+/**
  * ibcm_xrcd_open flags: create the domain if its file names none yet (`O_CREAT`).
  */
 #define IBCM_XRCD_CREATE 1
@@ -1406,6 +1417,65 @@ int ibcm_xrc_tgt_modify(struct ibcm_ctx *ctx,
                         uint32_t qpn,
                         const struct ibcm_qp_attr *attr,
                         int mask);
+
+/**
+ * Creates an XRC SRQ of this process in domain `domain` (one this context opened or may
+ * use, named by a file: `ibcm_xrcd_open` with a path) with room for `max_wr` unpolled
+ * messages (1..=`IBCM_XRC_SRQ_MAX_WR`; 0: the most), as `ibv_create_srq_ex` in a domain
+ * opened on that file would; its number goes to `*srqn`, for an XRC listen's SRQ numbers.
+ * It is destroyed by ibcm_xrc_srq_destroy or the context's end. Errors: `IBCM_ENOENT` (no
+ * such domain), `IBCM_EINVAL` (a private domain), `IBCM_EREFUSED` (another user's domain,
+ * or 16 SRQs already), `IBCM_EUNSUPPORTED` (the daemon's backend is verbs).
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `domain` is NULL or a NUL-terminated string; `srqn` is
+ * NULL or writable.
+ */
+int ibcm_xrc_srq_create(struct ibcm_ctx *ctx, const char *domain, uint32_t max_wr, uint32_t *srqn);
+
+/**
+ * Destroys this process's XRC SRQ `srqn`; messages not taken go with it. `IBCM_ENOENT` for
+ * an SRQ this context did not create.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context.
+ */
+int ibcm_xrc_srq_destroy(struct ibcm_ctx *ctx, uint32_t srqn);
+
+/**
+ * Takes the oldest message received into this process's XRC SRQ `srqn` (its receive
+ * completion) into `buf`, its length into `*len`. `buf` has room for `cap` bytes, at least
+ * `IBCM_XRC_MESSAGE_MAX` (so that no message is lost to a short buffer). `IBCM_EAGAIN` when
+ * none is there; `IBCM_ENOENT` for an SRQ this context did not create.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `buf` is NULL or writable for `cap` bytes; `len` is
+ * NULL or writable.
+ */
+int ibcm_xrc_srq_recv(struct ibcm_ctx *ctx,
+                      uint32_t srqn,
+                      uint8_t *buf,
+                      uint32_t cap,
+                      uint32_t *len);
+
+/**
+ * Sends the `len` bytes at `data` (1..=`IBCM_XRC_MESSAGE_MAX`) on XRC connection `conn` —
+ * established, this side its initiator (INI) — to the target's SRQ `srqn`: an XRC SEND
+ * Only to the connection's TGT QP with the INI QP's next PSN (its RTS `sq_psn` from
+ * ibcm_init_qp_attr, then one more per SEND), from the daemon's address, as the INI QP
+ * would send it. Delivery is not confirmed: the target receives it into `srqn` when the
+ * TGT QP is ready, the PSN in sequence and the SRQ in the TGT QP's domain. Errors:
+ * `IBCM_EINVAL` (not an XRC INI connection, a bad length or SRQ number), `IBCM_ESTATE`
+ * (not established), `IBCM_EUNSUPPORTED` (a peer not on RoCEv2/UDP), `IBCM_EIO`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `data` is NULL or readable for `len` bytes.
+ */
+int ibcm_xrc_send(struct ibcm_ctx *ctx,
+                  uint64_t conn,
+                  uint32_t srqn,
+                  const uint8_t *data,
+                  uint32_t len);
 
 #ifdef __cplusplus
 }  // extern "C"

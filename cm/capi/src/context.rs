@@ -37,6 +37,7 @@ use crate::ffi::types::ibcm_status::*;
 use crate::ffi::types::{ibcm_port, ibcm_qp_attr};
 use crate::params;
 
+mod data;
 mod events;
 mod sidr;
 mod xrc;
@@ -83,14 +84,19 @@ struct Open {
     side: Side,
     /// The active side's facts the REQ does not carry.
     active: Option<Active>,
+    /// XRC SENDs sent on it (`ibcm_xrc_send`, the `sim` backend): the next one's PSN is the
+    /// INI QP's `sq_psn` plus this.
+    sent: u32,
 }
 
 /// What the active side's QP attributes need beyond the REQ: the retry count asked for (an
-/// XRC INI's REQ carries 0) and the path's packet life time.
+/// XRC INI's REQ carries 0) and the path's packet life time; and where the peer is (for
+/// the `sim` backend's XRC SENDs).
 #[derive(Debug, Clone, Copy)]
 struct Active {
     retry_count: u8,
     packet_life_time: u8,
+    peer: ibcm::proto::PeerAddr,
 }
 
 impl Active {
@@ -98,6 +104,7 @@ impl Active {
         Active {
             retry_count: p.retry_count.get(),
             packet_life_time: p.packet_life_time.get(),
+            peer: p.peer,
         }
     }
 }
@@ -139,6 +146,9 @@ pub(crate) struct Context {
     pid: u32,
     /// The socket to the daemon (closed in a `fork()` child by `crate::ffi::fork`).
     socket_fd: RawFd,
+    /// The `sim` backend's data path: the socket XRC SENDs leave by, once one was sent;
+    /// its lock orders the SENDs (one PSN sequence per connection).
+    data_sock: Mutex<Option<Arc<ibcm::rt::UdpTransport>>>,
 }
 
 fn transport_code(t: ReqTransport) -> u32 {
@@ -210,6 +220,7 @@ impl Context {
             xrc_services: Mutex::new(HashSet::new()),
             pid: std::process::id(),
             socket_fd: a.socket_fd,
+            data_sock: Mutex::new(None),
         })
     }
 
@@ -488,6 +499,7 @@ impl Context {
                         rep,
                         side: Side::Passive,
                         active: None,
+                        sent: 0,
                     };
                     s.opened(h, open, false);
                 }

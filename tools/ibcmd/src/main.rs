@@ -476,6 +476,14 @@ async fn run(args: Args) -> Result<()> {
                 format!("cannot bind UDP {}", SocketAddr::new(args.addr, 4791))
             })?),
         };
+    // The sim backend's data path: XRC SENDs on UDP 4791 reach the model's TGT QPs.
+    let (transport, data_rx) = match (transport, &kernel) {
+        (Transport::Udp(t), Some(_)) => {
+            let (tx, rx) = tokio::sync::mpsc::channel(xrc::DATA_QUEUE);
+            (Transport::Udp(t.with_data_sink(tx)), Some(rx))
+        }
+        (t, _) => (t, None),
+    };
     let state = StateDir::open(&args.state)
         .with_context(|| format!("cannot use the state directory {}", args.state.display()))?;
     let (replay, journal) = Journal::open(state)
@@ -514,7 +522,8 @@ async fn run(args: Args) -> Result<()> {
         },
         std::time::Instant::now(),
     );
-    let hooks = xrc::XrcHooks::new(server.clone(), kernel, Some(journal.clone()), keeper).await;
+    let hooks =
+        xrc::XrcHooks::new(server.clone(), kernel, data_rx, Some(journal.clone()), keeper).await;
     let journal_left = journal.clone();
     let node = NodeServer::new(
         server.cm().clone(),

@@ -52,9 +52,12 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 mod admission;
+mod data;
 mod journal;
 
 use admission::admission;
+pub(crate) use data::QUEUE as DATA_QUEUE;
+use data::SimData;
 use journal::{journal_xrc, JournalNote};
 
 /// A registry failure as a refusal's text: a device without XRC (or one whose provider does
@@ -179,6 +182,8 @@ impl Routes {
 pub(crate) struct XrcHooks {
     server: XrcServer,
     kernel: Option<KernelModel>,
+    /// The `sim` backend's data path: clients' SRQs, what the TGT QPs receive.
+    data: Option<Arc<SimData>>,
     /// The keeper's state over the target's registry. Every call that needs the registry
     /// runs inside the driver ([`XrcServer::with`] closures), so it is ordered with the
     /// CM's; outside, it is only locked briefly (a session opened, its log taken), never
@@ -213,9 +218,11 @@ impl XrcHooks {
     pub(crate) async fn new(
         server: XrcServer,
         kernel: Option<KernelModel>,
+        data_rx: Option<mpsc::Receiver<ibcm::rt::DataPacket>>,
         journal: Option<JournalTx>,
         keeper: NodeKeeper,
     ) -> Arc<Self> {
+        let data = kernel.clone().map(|k| SimData::new(k, data_rx));
         let routes: Arc<Mutex<Routes>> = Arc::default();
         let r = routes.clone();
         // Established (true) or ended (false), for the journal: what the peer knows of a
@@ -356,6 +363,7 @@ impl XrcHooks {
         Arc::new(XrcHooks {
             server,
             kernel,
+            data,
             keeper: Arc::new(Mutex::new(keeper)),
             holders: Mutex::new(BTreeMap::new()),
             routes,
@@ -482,6 +490,45 @@ impl XrcHooks {
         for line in lines {
             info!(target: "ibcmd::keeper", "{line}");
         }
+    }
+
+    /// A request of the data path ([`data::OPS`]): served by the `sim` backend's model, a
+    /// domain named as the keeper's rule allows this client; refused with the verbs backend.
+    async fn data_op(
+        &self,
+        session: &SessionInfo,
+        ks: KeeperSession,
+        op: &str,
+        req: &serde_json::Value,
+    ) -> serde_json::Value {
+        let Some(d) = &self.data else {
+            return data::unsupported(op);
+        };
+        let file = match req.get("domain").and_then(serde_json::Value::as_str) {
+            Some(name) if op == "srq-create" => {
+                let keeper = self.keeper.clone();
+                let name = name.to_owned();
+                let r = self
+                    .server
+                    .with_target(move |t, _| {
+                        lock(&keeper).domain_file(t.registry_mut(), ks, &name)
+                    })
+                    .await;
+                Some(match r {
+                    Ok(Ok(p)) => Ok(p),
+                    Ok(Err(e)) => Err(serde_json::json!({
+                        "ok": false,
+                        "error": { "kind": e.kind, "message": e.message },
+                    })),
+                    Err(e) => Err(serde_json::json!({
+                        "ok": false,
+                        "error": { "kind": "error", "message": e.to_string() },
+                    })),
+                })
+            }
+            _ => None,
+        };
+        d.handle(session.id, req, file)
     }
 
     fn process_for(&self, session: &SessionInfo) -> ProcessId {
@@ -621,6 +668,10 @@ impl NodeHooks for XrcHooks {
         Box::pin(async move {
             let (_, ks) = self.keeper_session(&session, Some(events));
             let keeper = self.keeper.clone();
+            let op = req.get("op").and_then(serde_json::Value::as_str);
+            if let Some(op) = op.filter(|op| data::OPS.contains(op)) {
+                return Ok(self.data_op(&session, ks, op, &req).await);
+            }
             let parsed = serde_json::from_value::<Request>(req)
                 .map_err(|e| format!("not a keeper request: {e}"))
                 .and_then(|r| match &r {
@@ -803,6 +854,9 @@ impl NodeHooks for XrcHooks {
 
     fn session_ended(&self, session: SessionInfo) -> HookFuture<'_, ()> {
         Box::pin(async move {
+            if let Some(d) = &self.data {
+                d.session_ended(session.id);
+            }
             let Some(h) = lock(&self.holders).remove(&session.id) else {
                 return;
             };

@@ -171,6 +171,33 @@ impl NodeKeeper {
         })
     }
 
+    /// The file of domain `domain` if `session` may use it (the keeper's rule, as for
+    /// [`NodeKeeper::serve_check`]): what another process opens to hold the same domain
+    /// (`ibv_open_xrcd` on that file), e.g. to create its XRC SRQs there.
+    ///
+    /// # Errors
+    /// The keeper's error body (`unknown-domain`, `permission-denied`), or `bad-request` for
+    /// a private domain (no file names it, so no other process can open it).
+    pub fn domain_file(
+        &mut self,
+        reg: &mut TgtRegistry<ConnId>,
+        session: KeeperSession,
+        domain: &str,
+    ) -> Result<std::path::PathBuf, ErrorBody> {
+        self.core.with_registry(reg, |k| {
+            let id = k.usable_domain(session, domain)?;
+            k.registry()
+                .domain(id)
+                .and_then(|d| d.spec.path().map(std::path::Path::to_owned))
+                .ok_or_else(|| ErrorBody {
+                    kind: ErrorKind::BadRequest,
+                    message: format!(
+                        "domain {domain:?} is private: no file names it, so no other process                          can open it (open it with a path)"
+                    ),
+                })
+        })
+    }
+
     /// A `quota-exceeded` reply if `uid` has as many keeper sessions as its limit.
     pub fn session_quota(&self, uid: u32, gid: u32) -> Option<Reply> {
         self.core.session_quota(Cred { uid, gid })

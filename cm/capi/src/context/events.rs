@@ -298,6 +298,7 @@ impl Shared {
                     rep,
                     side: Side::Active,
                     active: Some(active),
+                    sent: 0,
                 };
                 self.opened(h, open, true);
                 Ok(())

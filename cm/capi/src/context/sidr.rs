@@ -74,6 +74,8 @@ impl Context {
     /// The daemon endpoint's counters, name and value.
     pub(crate) fn counters(&self) -> Result<Vec<(String, u64)>> {
         self.live()?;
-        Ok(self.block_on(self.cm.stats())??.counters())
+        let mut all = self.block_on(self.cm.stats())??.counters();
+        all.extend(self.xrc_data_counters()?);
+        Ok(all)
     }
 }

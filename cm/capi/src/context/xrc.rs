@@ -11,9 +11,9 @@ use crate::ffi::types::ibcm_status::*;
 /// The status of a keeper refusal of kind `kind` (docs/xrc.md §8.5).
 fn keeper_code(kind: &str) -> crate::ffi::types::ibcm_status {
     match kind {
-        "unknown-domain" | "unknown-qpn" | "not-registered" => IBCM_ENOENT,
+        "unknown-domain" | "unknown-qpn" | "not-registered" | "unknown-srq" => IBCM_ENOENT,
         "gone" => IBCM_ECLOSED,
-        "no-xrc" => IBCM_EUNSUPPORTED,
+        "no-xrc" | "unsupported" => IBCM_EUNSUPPORTED,
         "bad-modify" | "bad-request" => IBCM_EINVAL,
         "verbs" | "error" => IBCM_EIO,
         _ => IBCM_EREFUSED,

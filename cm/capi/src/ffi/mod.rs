@@ -7,6 +7,8 @@
 //!   SIDR requests and answers;
 //! * `xrc`: XRC target services, named XRC domains, TGT QPs by number (the persistent-server
 //!   operations);
+//! * `data`: the `sim` backend's XRC data path (the runtime's SRQs, SENDs on its INI
+//!   connections);
 //! * `fork`: the `pthread_atfork` child handler that closes a child's copies of the
 //!   contexts' sockets;
 //! * here: the boundary helpers — `guard` (no panic crosses into C; the error's message is
@@ -15,6 +17,7 @@
 pub mod api;
 pub mod conn;
 pub mod ctx;
+pub mod data;
 mod fork;
 pub mod types;
 pub mod xrc;

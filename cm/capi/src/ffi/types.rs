@@ -226,6 +226,12 @@ pub const IBCM_DREQ_PRIVATE_DATA_MAX: u32 = 220;
 /// The most SRQ numbers an XRC REP announces (ibcm_xrc_listen's `n_srqns`).
 pub const IBCM_XRC_SRQNS_MAX: u32 = 47;
 
+/// The longest message of ibcm_xrc_send, and the room ibcm_xrc_srq_recv needs (one 4096-byte
+/// MTU).
+pub const IBCM_XRC_MESSAGE_MAX: u32 = 4096;
+/// The most unpolled messages an XRC SRQ of ibcm_xrc_srq_create holds (its `max_wr`).
+pub const IBCM_XRC_SRQ_MAX_WR: u32 = 256;
+
 /// ibcm_xrcd_open flags: create the domain if its file names none yet (`O_CREAT`).
 pub const IBCM_XRCD_CREATE: u32 = 1;
 /// ibcm_xrcd_open flags: with `IBCM_XRCD_CREATE`, fail if the file names a domain already

@@ -56,7 +56,7 @@ unsafe fn srqns_arg(srqns: *const u32, n_srqns: u32) -> Result<Vec<u32>> {
 ///
 /// # Safety
 /// `p` is NULL or a NUL-terminated string.
-unsafe fn domain_arg(p: *const c_char, what: &str) -> Result<String> {
+pub(super) unsafe fn domain_arg(p: *const c_char, what: &str) -> Result<String> {
     // SAFETY: the caller's contract.
     let s = unsafe { string(p, what) }?;
     if s.is_empty() || s.len() > IBCM_XRCD_NAME_MAX as usize {

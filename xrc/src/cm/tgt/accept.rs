@@ -187,7 +187,8 @@ impl XrcTarget {
         }
     }
 
-    /// Brings a QP in RESET to RTR; returns the PSN the REP announces (= the QP's RQ PSN).
+    /// Brings a QP in RESET or INIT to RTR; returns the PSN the REP announces (= the QP's RQ
+    /// PSN).
     fn bring_up(&mut self, qpn: Qpn, conn: ConnId, req: &ReqInfo) -> Result<Psn, ()> {
         let psn = *self
             .psns
@@ -196,8 +197,9 @@ impl XrcTarget {
         if !self.cfg.bring_up {
             return Ok(psn);
         }
+        // A QP a holder already moved to INIT (`ibcm_xrc_tgt_modify`) is taken on from there.
         let state = self.reg.query(qpn).map(|q| q.state).map_err(|_| ())?;
-        if state != QpState::Reset {
+        if !matches!(state, QpState::Reset | QpState::Init) {
             return Ok(psn);
         }
         let path = &req.req.primary_path;
@@ -224,7 +226,9 @@ impl XrcTarget {
             req.req.initiator_depth.clamp(1, 16),
             self.cfg.min_rnr_timer,
         );
-        self.reg.modify(qpn, &init).map_err(|_| ())?;
+        if state == QpState::Reset {
+            self.reg.modify(qpn, &init).map_err(|_| ())?;
+        }
         self.reg.modify(qpn, &rtr).map_err(|_| ())?;
         Ok(psn)
     }

@@ -90,6 +90,8 @@ fn a_service_s_policy_overrides_the_req_s() {
         target.registry().query(qpn).unwrap().policy,
         OwnershipPolicy::Explicit
     );
+    // brought up to receive: RTR
+    assert_eq!(kernel.qp_state(qpn), Some(crate::QpState::Rtr));
 }
 
 #[test]
