@@ -123,10 +123,10 @@
 #define IBCM_XRC_SRQNS_MAX 47
 
 /**
- * The longest message of ibcm_xrc_send, and the room ibcm_xrc_srq_recv needs (one 4096-byte
- * MTU).
+ * The longest message of ibcm_xrc_send (one SEND Only of a 1024-byte path MTU, the default;
+ * a smaller path MTU is smaller), and the room ibcm_xrc_srq_recv needs.
  */
-#define IBCM_XRC_MESSAGE_MAX 4096
+#define IBCM_XRC_MESSAGE_MAX 1024
 
 /**
  * The most unpolled messages an XRC SRQ of ibcm_xrc_srq_create holds (its `max_wr`).
@@ -1459,7 +1459,8 @@ int ibcm_xrc_srq_recv(struct ibcm_ctx *ctx,
                       uint32_t *len);
 
 /**
- * Sends the `len` bytes at `data` (1..=`IBCM_XRC_MESSAGE_MAX`) on XRC connection `conn` —
+ * Sends the `len` bytes at `data` (1..=`IBCM_XRC_MESSAGE_MAX`, and at most the connection's
+ * path MTU: one SEND Only) on XRC connection `conn` —
  * established, this side its initiator (INI) — to the target's SRQ `srqn`: an XRC SEND
  * Only to the connection's TGT QP with the INI QP's next PSN (its RTS `sq_psn` from
  * ibcm_init_qp_attr, then one more per SEND), from the daemon's address, as the INI QP

@@ -385,7 +385,10 @@ fn decode(payload: &[u8], from: SocketAddr, local: SocketAddr) -> Option<(Decode
         }
         Decoded::Mad(mad)
     } else if bth.dest_qp.get() > 1 {
-        Decoded::Data(bth, payload.get(bth::HEADER_LEN..icrc_at.checked_sub(pad)?)?)
+        Decoded::Data(
+            bth,
+            payload.get(bth::HEADER_LEN..icrc_at.checked_sub(pad)?)?,
+        )
     } else {
         return None;
     };
@@ -432,8 +435,7 @@ impl DatagramTransport for UdpTransport {
             self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
             let payload = buf.get(..len).unwrap_or(&[]);
             let d = decode(payload, from, self.local);
-            let Some(d) = divert(d, from, self.policy, &self.stats, self.data_sink.as_ref())
-            else {
+            let Some(d) = divert(d, from, self.policy, &self.stats, self.data_sink.as_ref()) else {
                 continue;
             };
             let decoded = d.map(|(mad, ok)| (from, mad, ok));
@@ -639,14 +641,18 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(1);
         let mut b = b.with_data_sink(tx);
         let to = b.socket_addr();
-        a.send_datagram(to, &xrc_send(&a, &b, 7, b"hello")).await.unwrap();
+        a.send_datagram(to, &xrc_send(&a, &b, 7, b"hello"))
+            .await
+            .unwrap();
         // a bad ICRC is dropped as a MAD's is
         let mut bad = xrc_send(&a, &b, 8, b"x");
         let last = bad.len() - 1;
         bad[last] ^= 1;
         a.send_datagram(to, &bad).await.unwrap();
         // the sink holds one: the next is dropped and counted
-        a.send_datagram(to, &xrc_send(&a, &b, 9, b"y")).await.unwrap();
+        a.send_datagram(to, &xrc_send(&a, &b, 9, b"y"))
+            .await
+            .unwrap();
         let mut a = a;
         let mad = [0x5au8; 256];
         a.send(b.local_addr(), &mad).await.unwrap();
@@ -670,7 +676,9 @@ mod tests {
     async fn without_a_sink_data_packets_are_not_mads() {
         let (a, mut b) = pair("127.0.0.1").await;
         let to = b.socket_addr();
-        a.send_datagram(to, &xrc_send(&a, &b, 1, b"z")).await.unwrap();
+        a.send_datagram(to, &xrc_send(&a, &b, 1, b"z"))
+            .await
+            .unwrap();
         let mut a = a;
         a.send(b.local_addr(), &[1u8; 256]).await.unwrap();
         b.recv().await.unwrap();

@@ -142,15 +142,9 @@ impl RoceV2UdRepr {
         out: &mut [u8],
     ) -> Result<usize, FrameError> {
         let mut deth = [0u8; deth::HEADER_LEN];
-        self.deth.emit(&mut deth::Packet::new_unchecked(&mut deth[..]));
-        emit_transport(
-            "RoCEv2 UD datagram",
-            ip_udp,
-            &self.bth,
-            &deth,
-            payload,
-            out,
-        )
+        self.deth
+            .emit(&mut deth::Packet::new_unchecked(&mut deth[..]));
+        emit_transport("RoCEv2 UD datagram", ip_udp, &self.bth, &deth, payload, out)
     }
 
     /// Emits the UDP payload (BTH + DETH + `payload` + pad + ICRC) into `out`, as handed to a
@@ -282,9 +276,11 @@ fn emit_transport(
     let headers = bth::HEADER_LEN + ext.len();
     let n = headers + payload.len() + pad + icrc::ICRC_LEN;
     let have = out.len();
-    let out = out
-        .get_mut(..n)
-        .ok_or(FrameError::BufferTooSmall { layer, need: n, have })?;
+    let out = out.get_mut(..n).ok_or(FrameError::BufferTooSmall {
+        layer,
+        need: n,
+        have,
+    })?;
     let bth = BthRepr {
         pad_count: U2::masked(u8::try_from(pad).unwrap_or(0)),
         ..*bth
@@ -363,7 +359,8 @@ impl RoceV2XrcSendRepr {
         let (hdr, hdr_len) =
             ip_udp_headers(&self.ip, &self.udp, self.udp_payload_len(payload.len()))?;
         let mut ext = [0u8; xrceth::HEADER_LEN];
-        self.xrceth.emit(&mut xrceth::Packet::new_unchecked(&mut ext[..]));
+        self.xrceth
+            .emit(&mut xrceth::Packet::new_unchecked(&mut ext[..]));
         emit_transport(
             "RoCEv2 XRC SEND",
             hdr.get(..hdr_len).unwrap_or(&[]),

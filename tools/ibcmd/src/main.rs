@@ -522,8 +522,14 @@ async fn run(args: Args) -> Result<()> {
         },
         std::time::Instant::now(),
     );
-    let hooks =
-        xrc::XrcHooks::new(server.clone(), kernel, data_rx, Some(journal.clone()), keeper).await;
+    let hooks = xrc::XrcHooks::new(
+        server.clone(),
+        kernel,
+        data_rx,
+        Some(journal.clone()),
+        keeper,
+    )
+    .await;
     let journal_left = journal.clone();
     let node = NodeServer::new(
         server.cm().clone(),

@@ -56,8 +56,8 @@ mod data;
 mod journal;
 
 use admission::admission;
-pub(crate) use data::QUEUE as DATA_QUEUE;
 use data::SimData;
+pub(crate) use data::QUEUE as DATA_QUEUE;
 use journal::{journal_xrc, JournalNote};
 
 /// A registry failure as a refusal's text: a device without XRC (or one whose provider does
@@ -510,9 +510,7 @@ impl XrcHooks {
                 let name = name.to_owned();
                 let r = self
                     .server
-                    .with_target(move |t, _| {
-                        lock(&keeper).domain_file(t.registry_mut(), ks, &name)
-                    })
+                    .with_target(move |t, _| lock(&keeper).domain_file(t.registry_mut(), ks, &name))
                     .await;
                 Some(match r {
                     Ok(Ok(p)) => Ok(p),

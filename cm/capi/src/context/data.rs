@@ -25,7 +25,7 @@ use crate::ffi::types::IBCM_XRC_MESSAGE_MAX;
 /// The most data-path counters taken from the daemon.
 const DATA_COUNTERS_MAX: usize = 16;
 
-/// The longest message of an XRC SEND (one 4096-byte MTU).
+/// The longest message of an XRC SEND (`IBCM_XRC_MESSAGE_MAX`).
 const MESSAGE_MAX: usize = IBCM_XRC_MESSAGE_MAX as usize;
 
 fn srqn_arg(srqn: u32) -> Result<SrqNum> {
@@ -76,9 +76,9 @@ impl Context {
     pub(crate) fn xrc_srq_recv(&self, srqn: u32) -> Result<Option<Vec<u8>>> {
         let r = self.keeper(json!({ "op": "srq-recv", "srqn": srqn }))?;
         match r.get("data") {
-            Some(serde_json::Value::String(h)) => unhex(h).map(Some).ok_or_else(|| {
-                Error::new(IBCM_EIO, "the daemon's message is not hexadecimal")
-            }),
+            Some(serde_json::Value::String(h)) => unhex(h)
+                .map(Some)
+                .ok_or_else(|| Error::new(IBCM_EIO, "the daemon's message is not hexadecimal")),
             _ => Ok(None),
         }
     }
@@ -89,12 +89,6 @@ impl Context {
     pub(crate) fn xrc_send(&self, h: u64, srqn: u32, data: &[u8]) -> Result<()> {
         self.live()?;
         let srqn = srqn_arg(srqn)?;
-        if data.is_empty() || data.len() > MESSAGE_MAX {
-            return Err(Error::new(
-                IBCM_EINVAL,
-                format!("{} bytes: a SEND carries 1..={MESSAGE_MAX}", data.len()),
-            ));
-        }
         let local = self.node.daemon_addr().ok_or_else(|| {
             Error::new(
                 IBCM_EUNSUPPORTED,
@@ -125,6 +119,19 @@ impl Context {
                     format!("connection {h} is not an XRC connection this side initiated"),
                 ));
             };
+            // One SEND Only: at most the path MTU (and IBCM_XRC_MESSAGE_MAX).
+            let mtu = o.req.path_mtu.bytes().and_then(|m| usize::try_from(m).ok());
+            let max = mtu.map_or(MESSAGE_MAX, |m| m.min(MESSAGE_MAX));
+            if data.is_empty() || data.len() > max {
+                return Err(Error::new(
+                    IBCM_EINVAL,
+                    format!(
+                        "{} bytes: a SEND on connection {h} carries 1..={max} (one SEND Only \
+                         of its path MTU)",
+                        data.len()
+                    ),
+                ));
+            }
             let psn = rts.sq_psn.wrapping_add(o.sent) & 0x00ff_ffff;
             o.sent = o.sent.wrapping_add(1);
             (a.peer, psn)

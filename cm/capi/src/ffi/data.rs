@@ -45,7 +45,11 @@ pub unsafe extern "C" fn ibcm_xrc_srq_create(
         if srqn.is_null() {
             return Err(Error::new(IBCM_EINVAL, "srqn is NULL"));
         }
-        let max_wr = if max_wr == 0 { IBCM_XRC_SRQ_MAX_WR } else { max_wr };
+        let max_wr = if max_wr == 0 {
+            IBCM_XRC_SRQ_MAX_WR
+        } else {
+            max_wr
+        };
         let n = c.xrc_srq_create(&domain, max_wr)?;
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { put(srqn, n, "srqn") }
@@ -109,7 +113,8 @@ pub unsafe extern "C" fn ibcm_xrc_srq_recv(
     })
 }
 
-/// Sends the `len` bytes at `data` (1..=`IBCM_XRC_MESSAGE_MAX`) on XRC connection `conn` —
+/// Sends the `len` bytes at `data` (1..=`IBCM_XRC_MESSAGE_MAX`, and at most the connection's
+/// path MTU: one SEND Only) on XRC connection `conn` —
 /// established, this side its initiator (INI) — to the target's SRQ `srqn`: an XRC SEND
 /// Only to the connection's TGT QP with the INI QP's next PSN (its RTS `sq_psn` from
 /// ibcm_init_qp_attr, then one more per SEND), from the daemon's address, as the INI QP

@@ -226,9 +226,9 @@ pub const IBCM_DREQ_PRIVATE_DATA_MAX: u32 = 220;
 /// The most SRQ numbers an XRC REP announces (ibcm_xrc_listen's `n_srqns`).
 pub const IBCM_XRC_SRQNS_MAX: u32 = 47;
 
-/// The longest message of ibcm_xrc_send, and the room ibcm_xrc_srq_recv needs (one 4096-byte
-/// MTU).
-pub const IBCM_XRC_MESSAGE_MAX: u32 = 4096;
+/// The longest message of ibcm_xrc_send (one SEND Only of a 1024-byte path MTU, the default;
+/// a smaller path MTU is smaller), and the room ibcm_xrc_srq_recv needs.
+pub const IBCM_XRC_MESSAGE_MAX: u32 = 1024;
 /// The most unpolled messages an XRC SRQ of ibcm_xrc_srq_create holds (its `max_wr`).
 pub const IBCM_XRC_SRQ_MAX_WR: u32 = 256;
 

@@ -15,7 +15,8 @@
 //!   QP's domain with room. Each outcome is counted by name (`data-counters`).
 //!
 //! Bounds: [`MAX_SRQS`] SRQs per client, [`MAX_WR`] unpolled messages per SRQ, messages up
-//! to [`MAX_MESSAGE`] bytes (one 4096-byte MTU): at most 16 MiB held per client.
+//! to [`MAX_MESSAGE`] bytes (one SEND Only of a 1024-byte path MTU; SEND First/Middle/Last
+//! are not modelled): at most 4 MiB held per client.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,8 +37,9 @@ use super::lock;
 pub(crate) const MAX_SRQS: usize = 16;
 /// Unpolled messages one SRQ holds (its receives); `srq-create`'s `max_wr` is capped here.
 pub(crate) const MAX_WR: u32 = 256;
-/// The longest message received (one MTU); a longer SEND is dropped (`too_long`).
-pub(crate) const MAX_MESSAGE: usize = 4096;
+/// The longest message received (a SEND Only of a 1024-byte path MTU); a longer SEND is
+/// dropped (`too_long`).
+pub(crate) const MAX_MESSAGE: usize = 1024;
 /// Packets waiting between the transport and the model; more are dropped by the transport
 /// (`data_dropped`).
 pub(crate) const QUEUE: usize = 1024;
@@ -137,7 +139,9 @@ impl SimData {
                 let max_wr = req
                     .get("max_wr")
                     .and_then(Value::as_u64)
-                    .map_or(MAX_WR, |n| u32::try_from(n).unwrap_or(MAX_WR).clamp(1, MAX_WR));
+                    .map_or(MAX_WR, |n| {
+                        u32::try_from(n).unwrap_or(MAX_WR).clamp(1, MAX_WR)
+                    });
                 file.and_then(|path| self.create(session, path, max_wr))
             }
             "srq-destroy" => srqn().and_then(|n| self.destroy(session, n)),
@@ -193,9 +197,7 @@ impl SimData {
 
     fn destroy(&self, session: u64, srqn: u32) -> Result<Value, Value> {
         let mut all = lock(&self.runtimes);
-        let rt = all
-            .get_mut(&session)
-            .ok_or_else(|| not_yours(srqn))?;
+        let rt = all.get_mut(&session).ok_or_else(|| not_yours(srqn))?;
         let (h, path) = rt.srqs.remove(&srqn).ok_or_else(|| not_yours(srqn))?;
         let _ = rt.verbs.destroy_srq(h);
         // its domain handle goes with the last SRQ made through it
@@ -215,9 +217,7 @@ impl SimData {
 
     fn recv(&self, session: u64, srqn: u32) -> Result<Value, Value> {
         let mut all = lock(&self.runtimes);
-        let rt = all
-            .get_mut(&session)
-            .ok_or_else(|| not_yours(srqn))?;
+        let rt = all.get_mut(&session).ok_or_else(|| not_yours(srqn))?;
         let &(h, _) = rt.srqs.get(&srqn).ok_or_else(|| not_yours(srqn))?;
         let m = rt
             .verbs
@@ -241,10 +241,11 @@ fn not_yours(srqn: u32) -> Value {
 
 fn hex(b: &[u8]) -> String {
     use std::fmt::Write as _;
-    b.iter().fold(String::with_capacity(b.len() * 2), |mut s, x| {
-        let _ = write!(s, "{x:02x}");
-        s
-    })
+    b.iter()
+        .fold(String::with_capacity(b.len() * 2), |mut s, x| {
+            let _ = write!(s, "{x:02x}");
+            s
+        })
 }
 
 /// Receives what the transport hands over until it stops or the data path is gone.

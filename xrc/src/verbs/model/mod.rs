@@ -57,9 +57,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::types::{DomainSpec, ProcessId, QpHandle, Qpn, SrqHandle, SrqNum, XrcdHandle};
-use ibcm_mad::Psn;
 use crate::verbs::qp::{QpAttr, QpState, QpType};
 use crate::verbs::{DeviceInfo, IniQpCaps, QpInfo, SrqAttr, Verbs, VerbsError};
+use ibcm_mad::Psn;
 
 mod kernel;
 #[cfg(test)]

@@ -303,7 +303,10 @@ fn a_tgt_qp_delivers_into_another_process_srq_of_its_domain_only() {
     let srqn = runtime.srq_num(srq).unwrap();
     assert_eq!(k.deliver(qpn, psn(1), srqn, b"one"), Delivery::Received);
     assert_eq!(k.deliver(qpn, psn(2), srqn, b"two"), Delivery::Received);
-    assert_eq!(k.deliver(qpn, psn(3), srqn, b"three"), Delivery::ReceiverNotReady);
+    assert_eq!(
+        k.deliver(qpn, psn(3), srqn, b"three"),
+        Delivery::ReceiverNotReady
+    );
     assert_eq!(runtime.poll_srq(srq).unwrap().as_deref(), Some(&b"one"[..]));
     assert_eq!(runtime.poll_srq(srq).unwrap().as_deref(), Some(&b"two"[..]));
     assert_eq!(runtime.poll_srq(srq).unwrap(), None);
