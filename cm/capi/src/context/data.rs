@@ -89,15 +89,15 @@ impl Context {
     pub(crate) fn xrc_send(&self, h: u64, srqn: u32, data: &[u8]) -> Result<()> {
         self.live()?;
         let srqn = srqn_arg(srqn)?;
+        // The INI QP's attributes as for a real QP: RTR names the TGT QP, RTS the PSN.
+        let (rtr, _) = self.qp_attr(h, 2, None, None)?;
+        let (rts, _) = self.qp_attr(h, 3, None, None)?;
         let local = self.node.daemon_addr().ok_or_else(|| {
             Error::new(
                 IBCM_EUNSUPPORTED,
                 "the daemon's address is unknown (an ibcmd on UDP has one)",
             )
         })?;
-        // The INI QP's attributes as for a real QP: RTR names the TGT QP, RTS the PSN.
-        let (rtr, _) = self.qp_attr(h, 2, None, None)?;
-        let (rts, _) = self.qp_attr(h, 3, None, None)?;
         // One SEND at a time per context: PSNs leave in order.
         let mut sock = lock(&self.data_sock);
         let (peer, psn) = {

@@ -5,6 +5,7 @@ use std::ptr::{null, null_mut};
 
 use super::api::*;
 use super::conn::*;
+use super::data::*;
 use super::status;
 use super::types::ibcm_status::{self, *};
 use super::types::*;
@@ -47,6 +48,8 @@ fn null_context_is_einval_everywhere() {
     let mut mask = 0;
     let mut conn = 0u64;
     let mut n = 0u64;
+    let mut buf = [0u8; 1024];
+    let mut len = 0u32;
     let p = crate::params::conn_param_default();
     let a = crate::params::accept_param_default();
     let mut ap = a;
@@ -96,6 +99,10 @@ fn null_context_is_einval_everywhere() {
             ibcm_xrc_tgt_destroy(ctx, 72),
             ibcm_xrc_tgt_query(ctx, 72, &mut info),
             ibcm_xrc_tgt_modify(ctx, 72, &attr, 1),
+            ibcm_xrc_srq_create(ctx, c"d".as_ptr(), 0, &mut qpn),
+            ibcm_xrc_srq_destroy(ctx, 16),
+            ibcm_xrc_srq_recv(ctx, 16, buf.as_mut_ptr(), 1024, &mut len),
+            ibcm_xrc_send(ctx, 1, 16, buf.as_ptr(), 1),
         ]
     };
     for (i, c) in codes.into_iter().enumerate() {
@@ -230,6 +237,27 @@ mod attached {
                 IBCM_EINVAL
             );
             assert_eq!(st(ibcm_xrc_listen(ctx, 5, 2, null(), 0)), IBCM_EINVAL);
+            // The data path's calls check their arguments before asking anyone.
+            let mut srqn = 0u32;
+            let mut buf = [0u8; 1024];
+            let mut len = 0u32;
+            let sc = |max_wr, out: *mut u32| ibcm_xrc_srq_create(ctx, c"d".as_ptr(), max_wr, out);
+            assert_eq!(st(sc(257, &mut srqn)), IBCM_EINVAL, "max_wr over 256");
+            assert_eq!(st(sc(1, null_mut())), IBCM_EINVAL);
+            let recv = |b: *mut u8, cap, l: *mut u32| ibcm_xrc_srq_recv(ctx, 16, b, cap, l);
+            assert_eq!(
+                st(recv(buf.as_mut_ptr(), 1023, &mut len)),
+                IBCM_EINVAL,
+                "a short buffer"
+            );
+            assert_eq!(st(recv(null_mut(), 1024, &mut len)), IBCM_EINVAL);
+            assert_eq!(st(recv(buf.as_mut_ptr(), 1024, null_mut())), IBCM_EINVAL);
+            assert_eq!(st(ibcm_xrc_send(ctx, 77, 16, buf.as_ptr(), 1)), IBCM_ENOENT);
+            assert_eq!(
+                st(ibcm_xrc_send(ctx, 77, 1 << 24, buf.as_ptr(), 1)),
+                IBCM_EINVAL
+            );
+            assert_eq!(st(ibcm_xrc_send(ctx, 77, 16, null(), 1)), IBCM_EINVAL);
             let mut p = crate::params::conn_param_default();
             let mut conn = 0u64;
             assert_eq!(
