@@ -6,7 +6,10 @@
  * ibcm_ack_event, and calls to listen, connect, accept, reject, establish and disconnect
  * (by service ID, or by IP and port to and from rdma_cm), a context pointer per connection,
  * the QP attributes of each transition (ibcm_init_qp_attr), SIDR both ways, the node
- * endpoint's counters, and the XRC target services the daemon hosts (ibcm_xrc_listen).
+ * endpoint's counters, the XRC target services the daemon hosts (ibcm_xrc_listen), XRC
+ * domains and TGT QPs by name and number (ibcm_xrcd_open, ibcm_xrc_tgt_*), and with the
+ * daemon's software model (`--backend sim`) a runtime's own XRC SRQs and the SENDs that
+ * reach them (ibcm_xrc_srq_*, ibcm_xrc_send).
  * Every call returns an ibcm_status (0 = IBCM_OK, negative = error; ibcm_strerror,
  * ibcm_last_error).
  *

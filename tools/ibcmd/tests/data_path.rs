@@ -84,13 +84,8 @@ async fn counters(node: &Node, total: u64) -> BTreeMap<String, u64> {
 
 async fn recv(node: &Node, srqn: u32) -> Option<String> {
     let r = ok(node, json!({ "op": "srq-recv", "srqn": srqn })).await;
-    r["data"].as_str().map(|h| {
-        let b: Vec<u8> = (0..h.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
-            .collect();
-        String::from_utf8(b).unwrap()
-    })
+    let b: Option<Vec<u8>> = serde_json::from_value(r["data"].clone()).unwrap();
+    b.map(|b| String::from_utf8(b).unwrap())
 }
 
 #[tokio::test]

@@ -76,10 +76,10 @@ impl Context {
     pub(crate) fn xrc_srq_recv(&self, srqn: u32) -> Result<Option<Vec<u8>>> {
         let r = self.keeper(json!({ "op": "srq-recv", "srqn": srqn }))?;
         match r.get("data") {
-            Some(serde_json::Value::String(h)) => unhex(h)
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => serde_json::from_value::<Vec<u8>>(v.clone())
                 .map(Some)
-                .ok_or_else(|| Error::new(IBCM_EIO, "the daemon's message is not hexadecimal")),
-            _ => Ok(None),
+                .map_err(|e| Error::new(IBCM_EIO, format!("the daemon's message: {e}"))),
         }
     }
 
@@ -196,14 +196,4 @@ impl Context {
         self.block_on(s.send_datagram(to, buf.get(..n).unwrap_or(&[])))?
             .map_err(io)
     }
-}
-
-fn unhex(h: &str) -> Option<Vec<u8>> {
-    if h.len() % 2 != 0 {
-        return None;
-    }
-    (0..h.len())
-        .step_by(2)
-        .map(|i| h.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
-        .collect()
 }

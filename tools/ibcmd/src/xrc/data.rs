@@ -223,7 +223,8 @@ impl SimData {
             .verbs
             .poll_srq(h)
             .map_err(|e| refused("verbs", e.to_string()))?;
-        Ok(json!({ "data": m.map(|b| hex(&b)) }))
+        // the message's bytes as a JSON array (null when none)
+        Ok(json!({ "data": m }))
     }
 
     /// The client went: its process exits, its SRQs with it.
@@ -237,15 +238,6 @@ fn not_yours(srqn: u32) -> Value {
         "unknown-srq",
         format!("no XRC SRQ {srqn:#x} of this client (srq-create makes one)"),
     )
-}
-
-fn hex(b: &[u8]) -> String {
-    use std::fmt::Write as _;
-    b.iter()
-        .fold(String::with_capacity(b.len() * 2), |mut s, x| {
-            let _ = write!(s, "{x:02x}");
-            s
-        })
 }
 
 /// Receives what the transport hands over until it stops or the data path is gone.
