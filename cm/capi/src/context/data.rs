@@ -44,7 +44,7 @@ impl Context {
             .ok_or_else(|| Error::new(IBCM_EIO, format!("the daemon's reply names no SRQ: {r}")))
     }
 
-    /// The `sim` data path's counters, "xrc_data.<outcome>" (`received`, and each reason a
+    /// The `sim` data path's counters, `xrc_data.OUTCOME` (`received`, and each reason a
     /// SEND was not: `srq_of_another_domain`, `psn_out_of_sequence`, …); none with the
     /// verbs backend. At most [`DATA_COUNTERS_MAX`] names of up to 40 characters are taken
     /// from the daemon (the names live as long as the library).
