@@ -18,6 +18,12 @@
 //! this way without the IP header; [`IcrcPolicy::Lenient`] accepts such MADs and counts
 //! them in [`UdpStats::icrc_unverified`]. IPv6 has no ID field and is always checkable.
 //!
+//! # Packets for other QPs
+//! A RoCEv2 packet for a QP other than QP1 is not a MAD: it is dropped (`not_mad`), or, with
+//! [`UdpTransport::with_data_sink`], handed whole (BTH and what follows) to the sink once its
+//! ICRC is checked as a MAD's would be — the data path of a software device (`ibcmd
+//! --backend sim` receives XRC SENDs this way).
+//!
 //! # IPv6 and the UDP checksum
 //! rxe sends RoCEv2 over IPv6 with UDP checksum 0 (the ICRC protects the packet), which Linux
 //! drops on an IPv6 socket unless `UDP_NO_CHECK6_RX` is set (RFC 6935 allows checksum 0 for tunnels);

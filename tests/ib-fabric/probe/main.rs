@@ -9,6 +9,8 @@
 //! ib-fabric-probe repeat (query options as for path) [--count N]
 //! ib-fabric-probe cache --sgid GID --dgid GID [--pkey P] [--sl S]
 //! ib-fabric-probe bench --slid N --dlid N [--count N]
+//! ib-fabric-probe cm-listen [--service S] [--count N]
+//! ib-fabric-probe cm-connect --dlid N [--service S] [--count N] [--qpn Q]
 //! ```
 //! `info` prints this port's LID, SM LID/SL and GID 0 as umad2sim's simulated sysfs gives
 //! them. `path` prints each PathRecord of the answer in `saquery -p`'s field names, one
@@ -17,12 +19,14 @@
 //! `answered A of N sent S resent R timeouts T`. `cache` resolves one path twice through the
 //! client's cache and prints `sent 1 cache_hits 1 cache_misses 1 same true` when the second
 //! came from the cache. `bench` times a raw PathRecord Get round trip on umad
-//! against the client's `resolve` on a cache miss and on a hit.
+//! against the client's `resolve` on a cache miss and on a hit. `cm-listen` and `cm-connect`
+//! run ibcm's CM endpoint LID-routed on the simulated port (module `cm`).
 //!
 //! The device is opened through libc's `open` (module `sys`); the umad header is the
 //! 56-byte layout (umad2sim accepts `IB_USER_MAD_ENABLE_PKEY` but keeps that layout, and a
 //! real `ib_umad` without that ioctl uses it too).
 
+mod cm;
 mod sys;
 
 use std::net::Ipv6Addr;
@@ -456,9 +460,11 @@ fn run() -> Result<bool, String> {
             Ok(first == second && s.sent == 1)
         }
         "bench" => bench(&args, &port, &mut dev).map(|()| true),
-        _ => Err(
-            "usage: ib-fabric-probe info | path ... | repeat ... | cache ... | bench ...".into(),
-        ),
+        "cm-listen" => cm::listen(&args, &port, dev),
+        "cm-connect" => cm::connect(&args, &port, dev),
+        _ => Err("usage: ib-fabric-probe info | path ... | repeat ... | cache ... | bench ... \
+                  | cm-listen ... | cm-connect ..."
+            .into()),
     }
 }
 
