@@ -22,6 +22,8 @@
 //! remote CM response timeout exponent, 15 retries, for a lossy link); it prints `connect established
 //! E of N closed C resent R path slid S dlid D mtu M` and exits 0 when all N went through.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ibcm::proto::{
@@ -43,25 +45,26 @@ const METHOD_GET: u8 = 0x01;
 /// MAD status: unsupported method/attribute combination.
 const STATUS_UNSUPPORTED_ATTR: u16 = 0x000C;
 /// The default service ID.
-const SERVICE: u64 = 0x1000_0000_00ca_fe27;
+pub(crate) const SERVICE: u64 = 0x1000_0000_00ca_fe27;
 
-/// The device with the CM's agents, the SM flag and the SMP answers.
-struct CmDev {
+/// The device with the CM's agents, the SM flag and the SMP answers. Shared (`&self`): the
+/// async transport reads it in a thread of its own and writes from the driver's task.
+pub(crate) struct CmDev {
     umad: sys::Umad,
     cm_agent: u32,
     _issm: sys::Umad,
-    buf: Vec<u8>,
+    buf: Mutex<Vec<u8>>,
     /// The port GUID (GID 0's interface ID), SMInfo's GUID.
     port_guid: [u8; 8],
     /// SMPs answered (SMInfo, others).
-    sm_info: u64,
-    smp_other: u64,
+    sm_info: AtomicU64,
+    smp_other: AtomicU64,
     /// Records whose send failed at the simulator (status != 0).
-    send_failed: u64,
+    send_failed: AtomicU64,
 }
 
 impl CmDev {
-    fn open(umad: sys::Umad, port: &Port) -> Result<Self, String> {
+    pub(crate) fn open(umad: sys::Umad, port: &Port) -> Result<Self, String> {
         let reg = |class: u8, version: u8, qpn: u8| {
             let mut req = sys::UmadRegReq {
                 qpn,
@@ -82,15 +85,15 @@ impl CmDev {
             umad,
             cm_agent,
             _issm: issm,
-            buf: vec![0; HDR + 4096],
+            buf: Mutex::new(vec![0; HDR + 4096]),
             port_guid: port.gid.0[8..].try_into().unwrap_or_default(),
-            sm_info: 0,
-            smp_other: 0,
-            send_failed: 0,
+            sm_info: AtomicU64::new(0),
+            smp_other: AtomicU64::new(0),
+            send_failed: AtomicU64::new(0),
         })
     }
 
-    fn send_cm(&self, to: &IbAddr, mad: &[u8]) -> Result<(), String> {
+    pub(crate) fn send_cm(&self, to: &IbAddr, mad: &[u8]) -> Result<(), String> {
         let h = UmadHdr {
             id: self.cm_agent,
             qpn: to.qpn,
@@ -106,18 +109,20 @@ impl CmDev {
     }
 
     /// Answers an SMP (class 0x01 or 0x81) on QP0, to whoever sent it.
-    fn answer_smp(&mut self, hdr: &UmadHdr, mad: &[u8]) -> Result<(), String> {
+    fn answer_smp(&self, hdr: &UmadHdr, mad: &[u8]) -> Result<(), String> {
         let (Some(&class), Some(&method)) = (mad.get(1), mad.get(3)) else {
             return Ok(());
         };
         if method != METHOD_GET && method != 0x02 {
             return Ok(()); // a response or a trap: nothing to answer
         }
-        let attr = mad.get(16..18).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+        let attr = mad
+            .get(16..18)
+            .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
         let mut r = mad.to_vec();
         r[3] = METHOD_GET_RESP;
         let status = if attr == ATTR_SM_INFO && method == METHOD_GET {
-            self.sm_info += 1;
+            self.sm_info.fetch_add(1, Ordering::Relaxed);
             // SMInfo (64 bytes at 64): GUID, SM_Key, ActCount, Priority/SMState. NOTACTIVE
             // with priority 0: OpenSM stays the master.
             if let Some(d) = r.get_mut(64..128) {
@@ -126,7 +131,7 @@ impl CmDev {
             }
             0
         } else {
-            self.smp_other += 1;
+            self.smp_other.fetch_add(1, Ordering::Relaxed);
             STATUS_UNSUPPORTED_ATTR
         };
         if class == 0x81 {
@@ -146,36 +151,40 @@ impl CmDev {
         };
         let mut rec = h.encode()[..HDR].to_vec();
         rec.extend_from_slice(&r);
-        self.umad.write(&rec).map_err(|e| format!("write SMP answer: {e}"))?;
+        self.umad
+            .write(&rec)
+            .map_err(|e| format!("write SMP answer: {e}"))?;
         Ok(())
     }
 
     /// The next CM MAD (source, bytes), answering SMPs on the way; `None` after `wait`.
-    fn recv_cm(&mut self, wait: Duration) -> Result<Option<(IbAddr, Vec<u8>)>, String> {
+    pub(crate) fn recv_cm(&self, wait: Duration) -> Result<Option<(IbAddr, Vec<u8>)>, String> {
         let deadline = Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
-            let Some(n) = self
-                .umad
-                .read_timeout(&mut self.buf, ms)
-                .map_err(|e| format!("read: {e}"))?
-            else {
-                if left.is_zero() {
-                    return Ok(None);
+            let (hdr, mad) = {
+                let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(n) = self
+                    .umad
+                    .read_timeout(&mut buf, ms)
+                    .map_err(|e| format!("read: {e}"))?
+                else {
+                    if left.is_zero() {
+                        return Ok(None);
+                    }
+                    continue;
+                };
+                if n <= HDR {
+                    continue;
                 }
-                continue;
+                let mut h = [0u8; UMAD_HDR_LEN];
+                h[..HDR].copy_from_slice(&buf[..HDR]);
+                (UmadHdr::decode(&h), buf[HDR..n].to_vec())
             };
-            if n <= HDR {
-                continue;
-            }
-            let mut h = [0u8; UMAD_HDR_LEN];
-            h[..HDR].copy_from_slice(&self.buf[..HDR]);
-            let hdr = UmadHdr::decode(&h);
-            let mad = self.buf[HDR..n].to_vec();
             if hdr.status != 0 {
                 // a send of ours the simulator could not deliver (status 110: dropped)
-                self.send_failed += 1;
+                self.send_failed.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             match mad.get(1) {
@@ -191,7 +200,7 @@ impl CmDev {
 }
 
 /// Runs the endpoint: sends what it has, waits for a MAD or its next timer.
-fn turn(ep: &mut Endpoint, dev: &mut CmDev) -> Result<(), String> {
+fn turn(ep: &mut Endpoint, dev: &CmDev) -> Result<(), String> {
     while let Some(t) = ep.poll_transmit() {
         let PeerAddr::Ib(to) = t.to else {
             return Err(format!("a MAD for a non-IB peer {:?}", t.to));
@@ -201,7 +210,9 @@ fn turn(ep: &mut Endpoint, dev: &mut CmDev) -> Result<(), String> {
     let now = Instant::now();
     let wait = ep
         .poll_timeout()
-        .map_or(Duration::from_millis(200), |t| t.saturating_duration_since(now))
+        .map_or(Duration::from_millis(200), |t| {
+            t.saturating_duration_since(now)
+        })
         .min(Duration::from_millis(200));
     match dev.recv_cm(wait)? {
         Some((from, mad)) => ep.handle_datagram(Instant::now(), PeerAddr::Ib(from), &mad),
@@ -222,7 +233,7 @@ fn endpoint(port: &Port) -> Endpoint {
 pub(crate) fn listen(args: &Args, port: &Port, sa: Dev) -> Result<bool, String> {
     let service = ServiceId(args.num("--service")?.unwrap_or(SERVICE));
     let count = args.num("--count")?.unwrap_or(1);
-    let mut dev = CmDev::open(sa.umad, port)?;
+    let dev = CmDev::open(sa.umad, port)?;
     let mut ep = endpoint(port);
     ep.listen(service, ListenOptions::default());
     println!("listening on {service} lid {}", port.lid);
@@ -233,7 +244,7 @@ pub(crate) fn listen(args: &Args, port: &Port, sa: Dev) -> Result<bool, String> 
             println!("listen established {established} closed {closed} (gave up after 120 s)");
             return Ok(false);
         }
-        turn(&mut ep, &mut dev)?;
+        turn(&mut ep, &dev)?;
         while let Some(ev) = ep.poll_event() {
             match ev.kind {
                 EventKind::ReqReceived(_) => {
@@ -251,10 +262,11 @@ pub(crate) fn listen(args: &Args, port: &Port, sa: Dev) -> Result<bool, String> 
         }
     }
     // the last DREP out
-    turn(&mut ep, &mut dev)?;
+    turn(&mut ep, &dev)?;
     println!(
         "listen established {established} closed {closed} sminfo_answered {} smp_other {}",
-        dev.sm_info, dev.smp_other
+        dev.sm_info.load(Ordering::Relaxed),
+        dev.smp_other.load(Ordering::Relaxed)
     );
     Ok(established == count)
 }
@@ -275,7 +287,7 @@ pub(crate) fn connect(args: &Args, port: &Port, mut sa: Dev) -> Result<bool, Str
         *recs.first().ok_or("the SA returned no path")?
     };
     let info = req_path(&path, 15);
-    let mut dev = CmDev::open(sa.umad, port)?;
+    let dev = CmDev::open(sa.umad, port)?;
     let mut ep = endpoint(port);
     let to = IbAddr {
         lid: path.dlid,
@@ -305,7 +317,7 @@ pub(crate) fn connect(args: &Args, port: &Port, mut sa: Dev) -> Result<bool, Str
             if t0.elapsed() > Duration::from_secs(30) {
                 return Err(format!("connection {i}: nothing after 30 s"));
             }
-            turn(&mut ep, &mut dev)?;
+            turn(&mut ep, &dev)?;
             let mut done = false;
             while let Some(ev) = ep.poll_event() {
                 if ev.conn != conn {
@@ -342,7 +354,7 @@ pub(crate) fn connect(args: &Args, port: &Port, mut sa: Dev) -> Result<bool, Str
         "connect established {established} of {count} closed {closed} resent {} sends_lost {} \
          path slid {} dlid {} sl {} mtu {} in {} ms",
         s.retransmits,
-        dev.send_failed,
+        dev.send_failed.load(Ordering::Relaxed),
         path.slid.0,
         path.dlid.0,
         path.sl.get(),

@@ -11,6 +11,7 @@
 //! ib-fabric-probe bench --slid N --dlid N [--count N]
 //! ib-fabric-probe cm-listen [--service S] [--count N]
 //! ib-fabric-probe cm-connect --dlid N [--service S] [--count N] [--qpn Q]
+//! ib-fabric-probe cm-async-listen | cm-async-connect   (the same through the async API)
 //! ```
 //! `info` prints this port's LID, SM LID/SL and GID 0 as umad2sim's simulated sysfs gives
 //! them. `path` prints each PathRecord of the answer in `saquery -p`'s field names, one
@@ -20,13 +21,15 @@
 //! client's cache and prints `sent 1 cache_hits 1 cache_misses 1 same true` when the second
 //! came from the cache. `bench` times a raw PathRecord Get round trip on umad
 //! against the client's `resolve` on a cache miss and on a hit. `cm-listen` and `cm-connect`
-//! run ibcm's CM endpoint LID-routed on the simulated port (module `cm`).
+//! run ibcm's CM endpoint LID-routed on the simulated port (module `cm`); `cm-async-*` the
+//! same through the tokio driver and the async API (module `cm_async`).
 //!
 //! The device is opened through libc's `open` (module `sys`); the umad header is the
 //! 56-byte layout (umad2sim accepts `IB_USER_MAD_ENABLE_PKEY` but keeps that layout, and a
 //! real `ib_umad` without that ioctl uses it too).
 
 mod cm;
+mod cm_async;
 mod sys;
 
 use std::net::Ipv6Addr;
@@ -462,9 +465,13 @@ fn run() -> Result<bool, String> {
         "bench" => bench(&args, &port, &mut dev).map(|()| true),
         "cm-listen" => cm::listen(&args, &port, dev),
         "cm-connect" => cm::connect(&args, &port, dev),
-        _ => Err("usage: ib-fabric-probe info | path ... | repeat ... | cache ... | bench ... \
-                  | cm-listen ... | cm-connect ..."
-            .into()),
+        "cm-async-listen" => cm_async::listen(&args, &port, dev),
+        "cm-async-connect" => cm_async::connect(&args, &port, dev),
+        _ => Err(
+            "usage: ib-fabric-probe info | path ... | repeat ... | cache ... | bench ... \
+                  | cm-listen ... | cm-connect ... | cm-async-listen ... | cm-async-connect ..."
+                .into(),
+        ),
     }
 }
 

@@ -77,7 +77,13 @@ impl Umad {
         // SAFETY: `p` is one live, writable `pollfd` for the duration of the call.
         let rc = unsafe { libc::poll(&mut p, 1, timeout_ms) };
         if rc < 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            // umad2sim's poll can fail without setting errno (as its read does): nothing read
+            return if e.raw_os_error() == Some(0) {
+                Ok(None)
+            } else {
+                Err(e)
+            };
         }
         if rc == 0 {
             return Ok(None);
