@@ -1,5 +1,5 @@
 //! `cm-async-listen` and `cm-async-connect`: ibcm's tokio driver and async API ([`Cm`],
-//! [`Connection`]) LID-routed on the simulated port, through [`SimPort`], a
+//! [`Connection`](ibcm::rt::Connection)) LID-routed on the simulated port, through [`SimPort`], a
 //! [`DatagramTransport`] over the same device the sans-IO cells use (module `cm`).
 //!
 //! umad2sim serves `poll` but not epoll, so tokio cannot wait on the device: a thread of the
