@@ -254,16 +254,12 @@ impl UdpTransport {
             let payload = buf.get(..meta.len).unwrap_or(&[]);
             let decoded = match meta.from {
                 Some(from) if !meta.truncated => {
-                    let d = decode(payload, from, self.local);
-                    let sink = self.data_sink.as_ref();
-                    let Some(d) = divert(d, from, self.policy, &self.stats, sink) else {
-                        continue;
-                    };
-                    d.map(|(mad, ok)| (from, mad, ok))
+                    decode(payload, from, self.local).map(|(d, ok)| (from, d, ok))
                 }
                 _ => None,
             };
-            if let Some((from, mad)) = accept(decoded, self.policy, &self.stats, self.local) {
+            let sink = self.data_sink.as_ref();
+            if let Some((from, mad)) = accept(decoded, self.policy, &self.stats, self.local, sink) {
                 mads.extend_from_slice(mad);
                 out.push((from, mads.split().freeze()));
             }
@@ -299,15 +295,20 @@ impl UdpTransport {
     }
 }
 
-/// A decoded datagram (source, MAD, whether the ICRC matched) → what the endpoint gets, per
-/// the ICRC policy; counts the drops.
+/// A decoded datagram (source, content, whether the ICRC matched) → the MAD the endpoint
+/// gets, per the ICRC policy; a data packet goes to `sink` (none: it is "not a MAD"); counts
+/// what is dropped or handed over.
 fn accept<'a>(
-    decoded: Option<(SocketAddr, &'a [u8], bool)>,
+    decoded: Option<(SocketAddr, Decoded<'a>, bool)>,
     policy: IcrcPolicy,
     stats: &UdpStats,
     local: SocketAddr,
+    sink: Option<&mpsc::Sender<DataPacket>>,
 ) -> Option<(PeerAddr, &'a [u8])> {
-    let Some((from, mad, icrc_ok)) = decoded else {
+    let taken = |(_, d, _): &(SocketAddr, Decoded<'_>, bool)| {
+        matches!(d, Decoded::Mad(_)) || sink.is_some()
+    };
+    let Some((from, d, icrc_ok)) = decoded.filter(taken) else {
         stats.not_mad.fetch_add(1, Ordering::Relaxed);
         return None;
     };
@@ -322,9 +323,28 @@ fn accept<'a>(
             }
         }
     }
-    // Replies always go to the RoCEv2 port, whatever the source port was.
-    let peer = SocketAddr::new(from.ip(), reply_port(from, local));
-    Some((PeerAddr::Udp(peer), mad))
+    match d {
+        Decoded::Mad(mad) => {
+            // Replies always go to the RoCEv2 port, whatever the source port was.
+            let peer = SocketAddr::new(from.ip(), reply_port(from, local));
+            Some((PeerAddr::Udp(peer), mad))
+        }
+        Decoded::Data(bth, body) => {
+            let p = DataPacket {
+                from,
+                bth,
+                body: Bytes::copy_from_slice(body),
+            };
+            let handed = sink.is_some_and(|s| s.try_send(p).is_ok());
+            let counter = if handed {
+                &stats.data
+            } else {
+                &stats.data_dropped
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
 }
 
 /// Length of BTH + DETH.
@@ -336,43 +356,6 @@ enum Decoded<'a> {
     Mad(&'a [u8]),
     /// A packet for another QP: its BTH and what follows it (no pad, no ICRC).
     Data(BthRepr, &'a [u8]),
-}
-
-/// Splits a decoded datagram: a MAD goes on as `Some(Some((mad, icrc_ok)))`; a data packet
-/// goes to the sink and is done with (`None`, counted: handed over, sink full, bad ICRC);
-/// anything else, a data packet without a sink included, goes on as `Some(None)`, "not a
-/// MAD".
-fn divert<'a>(
-    d: Option<(Decoded<'a>, bool)>,
-    from: SocketAddr,
-    policy: IcrcPolicy,
-    stats: &UdpStats,
-    sink: Option<&mpsc::Sender<DataPacket>>,
-) -> Option<Option<(&'a [u8], bool)>> {
-    match d {
-        None => Some(None),
-        Some((Decoded::Mad(mad), ok)) => Some(Some((mad, ok))),
-        Some((Decoded::Data(bth, body), ok)) => {
-            let Some(sink) = sink else {
-                return Some(None);
-            };
-            if !ok && policy == IcrcPolicy::Strict {
-                stats.icrc_bad.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-            let p = DataPacket {
-                from,
-                bth,
-                body: Bytes::copy_from_slice(body),
-            };
-            if sink.try_send(p).is_ok() {
-                stats.data.fetch_add(1, Ordering::Relaxed);
-            } else {
-                stats.data_dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            None
-        }
-    }
 }
 
 /// Decodes a received UDP payload (BTH .. ICRC) that came from `from` to `local`. The ICRC is
@@ -440,12 +423,9 @@ impl DatagramTransport for UdpTransport {
             self.stats.rx.fetch_add(1, Ordering::Relaxed);
             self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
             let payload = buf.get(..len).unwrap_or(&[]);
-            let d = decode(payload, from, self.local);
-            let Some(d) = divert(d, from, self.policy, &self.stats, self.data_sink.as_ref()) else {
-                continue;
-            };
-            let decoded = d.map(|(mad, ok)| (from, mad, ok));
-            if let Some((from, mad)) = accept(decoded, self.policy, &self.stats, self.local) {
+            let decoded = decode(payload, from, self.local).map(|(d, ok)| (from, d, ok));
+            let sink = self.data_sink.as_ref();
+            if let Some((from, mad)) = accept(decoded, self.policy, &self.stats, self.local, sink) {
                 return Ok((from, Bytes::copy_from_slice(mad)));
             }
         }

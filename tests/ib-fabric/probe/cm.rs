@@ -32,6 +32,7 @@ use ibcm::proto::{
 };
 use ibcm::rt::umad::{UmadHdr, UMAD_HDR_LEN};
 use ibcm::sa::{req_path, PathQuery};
+use ibcm_mad::sa::PathRecord;
 use ibcm_mad::{Guid, Lid, Qkey, Qpn, ServiceId, TimeoutExp, U4};
 
 use super::{client_for, drive, sys, Args, Dev, Port, HDR};
@@ -45,7 +46,7 @@ const METHOD_GET: u8 = 0x01;
 /// MAD status: unsupported method/attribute combination.
 const STATUS_UNSUPPORTED_ATTR: u16 = 0x000C;
 /// The default service ID.
-pub(crate) const SERVICE: u64 = 0x1000_0000_00ca_fe27;
+const SERVICE: u64 = 0x1000_0000_00ca_fe27;
 
 /// The device with the CM's agents, the SM flag and the SMP answers. Shared (`&self`): the
 /// async transport reads it in a thread of its own and writes from the driver's task.
@@ -221,20 +222,79 @@ fn turn(ep: &mut Endpoint, dev: &CmDev) -> Result<(), String> {
     Ok(())
 }
 
-fn endpoint(port: &Port) -> Endpoint {
-    Endpoint::new(EndpointConfig {
+/// The endpoint's configuration on this port (both the sans-IO and the async cells).
+pub(crate) fn config(port: &Port) -> EndpointConfig {
+    EndpointConfig {
         local_ca_guid: Guid(0x0002_c903_0000_0000 | u64::from(port.lid)),
         local_gid: port.gid,
         ..EndpointConfig::default()
-    })
+    }
+}
+
+/// QP1 of the port with LID `lid`, addressed by LID alone (no GRH).
+pub(crate) fn qp1(lid: Lid, sl: u8) -> IbAddr {
+    IbAddr {
+        lid,
+        gid: None,
+        qpn: Qpn::masked(1),
+        qkey: Qkey::GSI,
+        sl,
+        pkey_index: 0,
+    }
+}
+
+/// What the listen modes are asked for: the service and how many connections.
+pub(crate) fn service_and_count(args: &Args) -> Result<(ServiceId, u64), String> {
+    Ok((
+        ServiceId(args.num("--service")?.unwrap_or(SERVICE)),
+        args.num("--count")?.unwrap_or(1),
+    ))
+}
+
+/// What the connect modes connect to: `--count` connections to `--service` at `--dlid`, from
+/// QPN `--qpn` on, over the path the SA gives (asked through its agent on the same device).
+pub(crate) struct Target {
+    pub(crate) service: ServiceId,
+    pub(crate) count: u64,
+    qpn: u32,
+    pub(crate) path: PathRecord,
+}
+
+impl Target {
+    pub(crate) fn resolve(args: &Args, port: &Port, sa: &mut Dev) -> Result<Self, String> {
+        let (service, count) = service_and_count(args)?;
+        let dlid = Lid(args.num("--dlid")?.ok_or("the connect modes need --dlid")? as u16);
+        let qpn = args.num("--qpn")?.unwrap_or(0x200) as u32;
+        let mut client = client_for(args, port)?;
+        let q = PathQuery::by_lids(Lid(port.lid), dlid);
+        let id = client.query(&q, Instant::now());
+        let recs = drive(&mut client, sa, id)?.map_err(|e| format!("path: {e}"))?;
+        let path = *recs.first().ok_or("the SA returned no path")?;
+        Ok(Target {
+            service,
+            count,
+            qpn,
+            path,
+        })
+    }
+
+    /// The REQ of connection `i`: the peer's QP1 by LID, the primary path from the
+    /// PathRecord as `cm_format_req` builds it.
+    pub(crate) fn params(&self, i: u64) -> ConnectParams {
+        let to = qp1(self.path.dlid, self.path.sl.get());
+        let qpn = Qpn::masked(self.qpn.wrapping_add(i as u32));
+        let mut p = ConnectParams::new(PeerAddr::Ib(to), self.service, qpn);
+        p.primary_path = Some(req_path(&self.path, 15));
+        p.path_mtu = self.path.mtu;
+        p
+    }
 }
 
 /// `cm-listen`.
 pub(crate) fn listen(args: &Args, port: &Port, sa: Dev) -> Result<bool, String> {
-    let service = ServiceId(args.num("--service")?.unwrap_or(SERVICE));
-    let count = args.num("--count")?.unwrap_or(1);
+    let (service, count) = service_and_count(args)?;
     let dev = CmDev::open(sa.umad, port)?;
-    let mut ep = endpoint(port);
+    let mut ep = Endpoint::new(config(port));
     ep.listen(service, ListenOptions::default());
     println!("listening on {service} lid {}", port.lid);
     let (mut established, mut closed, mut next_qpn) = (0u64, 0u64, 0x100u32);
@@ -273,36 +333,15 @@ pub(crate) fn listen(args: &Args, port: &Port, sa: Dev) -> Result<bool, String> 
 
 /// `cm-connect`.
 pub(crate) fn connect(args: &Args, port: &Port, mut sa: Dev) -> Result<bool, String> {
-    let service = ServiceId(args.num("--service")?.unwrap_or(SERVICE));
-    let count = args.num("--count")?.unwrap_or(1);
-    let dlid = Lid(args.num("--dlid")?.ok_or("cm-connect needs --dlid")? as u16);
-    let qpn = args.num("--qpn")?.unwrap_or(0x200) as u32;
+    let t = Target::resolve(args, port, &mut sa)?;
+    let (count, path) = (t.count, t.path);
     let cm_timeout = args.num("--cm-timeout")?.map(|t| t as u8);
-    // The path from the SA first (its agent on the same device).
-    let path = {
-        let mut client = client_for(args, port)?;
-        let q = PathQuery::by_lids(Lid(port.lid), dlid);
-        let id = client.query(&q, Instant::now());
-        let recs = drive(&mut client, &mut sa, id)?.map_err(|e| format!("path: {e}"))?;
-        *recs.first().ok_or("the SA returned no path")?
-    };
-    let info = req_path(&path, 15);
     let dev = CmDev::open(sa.umad, port)?;
-    let mut ep = endpoint(port);
-    let to = IbAddr {
-        lid: path.dlid,
-        gid: None,
-        qpn: Qpn::masked(1),
-        qkey: Qkey::GSI,
-        sl: path.sl.get(),
-        pkey_index: 0,
-    };
+    let mut ep = Endpoint::new(config(port));
     let (mut established, mut closed) = (0u64, 0u64);
     let start = Instant::now();
     for i in 0..count {
-        let mut p = ConnectParams::new(PeerAddr::Ib(to), service, Qpn::masked(qpn + i as u32));
-        p.primary_path = Some(info);
-        p.path_mtu = path.mtu;
+        let mut p = t.params(i);
         if let Some(t) = cm_timeout {
             // a lossy link: each REQ try waits 4.096 us * 2^t, 15 retries
             p.remote_cm_response_timeout = TimeoutExp::masked(t);

@@ -22,14 +22,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ibcm::proto::{AcceptParams, ConnectParams, EndpointConfig, IbAddr, ListenOptions, PeerAddr};
+use ibcm::proto::{AcceptParams, IbAddr, ListenOptions, PeerAddr};
 use ibcm::rt::{Cm, DatagramTransport};
-use ibcm::sa::{req_path, PathQuery};
-use ibcm_mad::{Guid, Lid, Qkey, Qpn, ServiceId};
+use ibcm_mad::{Lid, Qpn};
 use tokio::sync::mpsc;
 
-use super::cm::{CmDev, SERVICE};
-use super::{client_for, drive, Args, Dev, Port};
+use super::cm::{config, qp1, service_and_count, CmDev, Target};
+use super::{Args, Dev, Port};
 
 /// The simulated port as a transport: its thread writes what `send` queues and reads.
 struct SimPort {
@@ -91,14 +90,7 @@ impl SimPort {
         SimPort {
             out,
             rx,
-            local: PeerAddr::Ib(IbAddr {
-                lid: Lid(port.lid),
-                gid: None,
-                qpn: Qpn::masked(1),
-                qkey: Qkey::GSI,
-                sl: 0,
-                pkey_index: 0,
-            }),
+            local: PeerAddr::Ib(qp1(Lid(port.lid), 0)),
             stop,
             thread: Some(thread),
         }
@@ -130,14 +122,6 @@ impl DatagramTransport for SimPort {
     }
 }
 
-fn config(port: &Port) -> EndpointConfig {
-    EndpointConfig {
-        local_ca_guid: Guid(0x0002_c903_0000_0000 | u64::from(port.lid)),
-        local_gid: port.gid,
-        ..EndpointConfig::default()
-    }
-}
-
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -147,8 +131,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 
 /// `cm-async-listen`.
 pub(crate) fn listen(args: &Args, port: &Port, sa: Dev) -> Result<bool, String> {
-    let service = ServiceId(args.num("--service")?.unwrap_or(SERVICE));
-    let count = args.num("--count")?.unwrap_or(1);
+    let (service, count) = service_and_count(args)?;
     let dev = CmDev::open(sa.umad, port)?;
     runtime()?.block_on(async {
         let (cm, _driver) = Cm::bind(SimPort::start(dev, port), config(port));
@@ -186,36 +169,15 @@ pub(crate) fn listen(args: &Args, port: &Port, sa: Dev) -> Result<bool, String> 
 
 /// `cm-async-connect`.
 pub(crate) fn connect(args: &Args, port: &Port, mut sa: Dev) -> Result<bool, String> {
-    let service = ServiceId(args.num("--service")?.unwrap_or(SERVICE));
-    let count = args.num("--count")?.unwrap_or(1);
-    let dlid = Lid(args.num("--dlid")?.ok_or("cm-async-connect needs --dlid")? as u16);
-    let qpn = args.num("--qpn")?.unwrap_or(0x200) as u32;
-    let path = {
-        let mut client = client_for(args, port)?;
-        let q = PathQuery::by_lids(Lid(port.lid), dlid);
-        let id = client.query(&q, Instant::now());
-        let recs = drive(&mut client, &mut sa, id)?.map_err(|e| format!("path: {e}"))?;
-        *recs.first().ok_or("the SA returned no path")?
-    };
-    let info = req_path(&path, 15);
+    let t = Target::resolve(args, port, &mut sa)?;
+    let (count, path) = (t.count, t.path);
     let dev = CmDev::open(sa.umad, port)?;
     runtime()?.block_on(async {
         let (cm, _driver) = Cm::bind(SimPort::start(dev, port), config(port));
-        let to = IbAddr {
-            lid: path.dlid,
-            gid: None,
-            qpn: Qpn::masked(1),
-            qkey: Qkey::GSI,
-            sl: path.sl.get(),
-            pkey_index: 0,
-        };
         let (mut established, mut closed) = (0u64, 0u64);
         let start = Instant::now();
         for i in 0..count {
-            let mut p = ConnectParams::new(PeerAddr::Ib(to), service, Qpn::masked(qpn + i as u32));
-            p.primary_path = Some(info);
-            p.path_mtu = path.mtu;
-            let conn = match cm.connect(p).await {
+            let conn = match cm.connect(t.params(i)).await {
                 Ok(c) => c,
                 Err(e) => {
                     println!("connection {i} failed: {e}");

@@ -514,14 +514,8 @@ impl XrcHooks {
                     .await;
                 Some(match r {
                     Ok(Ok(p)) => Ok(p),
-                    Ok(Err(e)) => Err(serde_json::json!({
-                        "ok": false,
-                        "error": { "kind": e.kind, "message": e.message },
-                    })),
-                    Err(e) => Err(serde_json::json!({
-                        "ok": false,
-                        "error": { "kind": "error", "message": e.to_string() },
-                    })),
+                    Ok(Err(e)) => Err(data::refused(e.kind.as_str(), e.message)),
+                    Err(e) => Err(data::refused("error", e.to_string())),
                 })
             }
             _ => None,

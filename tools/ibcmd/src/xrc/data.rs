@@ -44,10 +44,11 @@ pub(crate) const MAX_MESSAGE: usize = 1024;
 /// (`data_dropped`).
 pub(crate) const QUEUE: usize = 1024;
 
-/// A client's process in the model: its domain handles (by file) and SRQs (by number).
+/// A client's process in the model: its domain handles (by file) and SRQs (by number, with
+/// the file of their domain). A domain handle is held while an SRQ of its file is.
 struct Runtime {
     verbs: ModelVerbs,
-    xrcds: BTreeMap<PathBuf, (XrcdHandle, usize)>,
+    xrcds: BTreeMap<PathBuf, XrcdHandle>,
     srqs: BTreeMap<u32, (SrqHandle, PathBuf)>,
 }
 
@@ -59,7 +60,7 @@ pub(crate) struct SimData {
 }
 
 /// A keeper-protocol refusal of `kind`, as the keeper words its own.
-fn refused(kind: &str, message: impl Into<String>) -> Value {
+pub(crate) fn refused(kind: &str, message: impl Into<String>) -> Value {
     json!({ "ok": false, "error": { "kind": kind, "message": message.into() } })
 }
 
@@ -167,7 +168,7 @@ impl SimData {
         }
         let verbs_err = |e: ibcm_xrc::VerbsError| refused("verbs", e.to_string());
         let xrcd = match rt.xrcds.get(&path) {
-            Some(&(h, _)) => h,
+            Some(&h) => h,
             None => rt
                 .verbs
                 .open_xrcd(&DomainSpec::existing(path.clone()))
@@ -190,7 +191,7 @@ impl SimData {
                 return Err(verbs_err(e));
             }
         };
-        rt.xrcds.entry(path.clone()).or_insert((xrcd, 0)).1 += 1;
+        rt.xrcds.insert(path.clone(), xrcd);
         rt.srqs.insert(n.get(), (h, path));
         Ok(json!({ "srqn": n.get(), "max_wr": max_wr }))
     }
@@ -201,11 +202,8 @@ impl SimData {
         let (h, path) = rt.srqs.remove(&srqn).ok_or_else(|| not_yours(srqn))?;
         let _ = rt.verbs.destroy_srq(h);
         // its domain handle goes with the last SRQ made through it
-        if let Some((x, n)) = rt.xrcds.get_mut(&path) {
-            *n -= 1;
-            if *n == 0 {
-                let x = *x;
-                rt.xrcds.remove(&path);
+        if !rt.srqs.values().any(|(_, p)| *p == path) {
+            if let Some(x) = rt.xrcds.remove(&path) {
                 let _ = rt.verbs.close_xrcd(x);
             }
         }
