@@ -62,6 +62,10 @@ use ibcm_mad::{Gid, Lid, Qkey, Qpn, MAD_LEN};
 use tokio::io::unix::AsyncFd;
 use tracing::debug;
 
+mod port;
+
+pub use port::{IbPort, LinkLayer};
+
 use super::neigh::{roce_ip, Neighbours, Reach};
 use super::{now, sleep_until, sys};
 use super::{DatagramTransport, TransportStats};
@@ -249,6 +253,14 @@ pub enum UmadError {
         /// Whether /sys/module/ib_cm was seen.
         loaded: &'static str,
     },
+    /// A sysfs file of the port could not be read, or holds something else than it should.
+    #[error("{path}: {what}")]
+    Sysfs {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        what: String,
+    },
     /// Another ioctl failed.
     #[error("{what} on {path}: {source}")]
     Ioctl {
@@ -357,6 +369,39 @@ fn reactor_fd(file: File, path: &Path) -> Result<AsyncFd<File>, UmadError> {
     })
 }
 
+/// Opens `path` and registers the CM agent (class 0x07 version 2, method Send, on QP1).
+fn open_cm(path: &Path) -> Result<(AsyncFd<File>, u32), UmadError> {
+    let path = path.to_path_buf();
+    let file = open_device(&path)?;
+    let mut req = sys::UmadRegReq {
+        qpn: 1,
+        mgmt_class: 0x07,
+        mgmt_class_version: 2,
+        ..Default::default()
+    };
+    // Method Send (3).
+    req.method_mask[0] = 1 << 3;
+    let agent = match sys::umad_register(&file, &mut req) {
+        Ok(id) => id,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            let loaded = if Path::new("/sys/module/ib_cm").exists() {
+                " (/sys/module/ib_cm exists)"
+            } else {
+                ""
+            };
+            return Err(UmadError::CmClassTaken { path, loaded });
+        }
+        Err(source) => {
+            return Err(UmadError::Ioctl {
+                what: "IB_USER_MAD_REGISTER_AGENT",
+                path,
+                source,
+            })
+        }
+    };
+    Ok((reactor_fd(file, &path)?, agent))
+}
+
 impl UmadTransport {
     /// Opens `path` (e.g. `/dev/infiniband/umad0`) and registers the CM agent. `local_gid` is
     /// this port's GID at `gid_index` (on RoCE: the IPv4-mapped GID of the netdev's address;
@@ -365,40 +410,37 @@ impl UmadTransport {
     /// # Errors
     /// [`UmadError`]; [`UmadError::CmClassTaken`] when the kernel CM is loaded.
     pub fn open(path: impl AsRef<Path>, gid_index: u8, local_gid: Gid) -> Result<Self, UmadError> {
-        let path = path.as_ref().to_path_buf();
-        let file = open_device(&path)?;
-        let mut req = sys::UmadRegReq {
-            qpn: 1,
-            mgmt_class: 0x07,
-            mgmt_class_version: 2,
-            ..Default::default()
-        };
-        // Method Send (3).
-        req.method_mask[0] = 1 << 3;
-        let agent = match sys::umad_register(&file, &mut req) {
-            Ok(id) => id,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                let loaded = if Path::new("/sys/module/ib_cm").exists() {
-                    " (/sys/module/ib_cm exists)"
-                } else {
-                    ""
-                };
-                return Err(UmadError::CmClassTaken { path, loaded });
-            }
-            Err(source) => {
-                return Err(UmadError::Ioctl {
-                    what: "IB_USER_MAD_REGISTER_AGENT",
-                    path,
-                    source,
-                })
-            }
-        };
-        let fd = reactor_fd(file, &path)?;
+        let path = path.as_ref();
+        let (fd, agent) = open_cm(path)?;
         Ok(UmadTransport::with(
             fd,
             agent,
             gid_index,
-            local_gid,
+            PeerAddr::Ib(IbAddr::roce(local_gid)),
+            Neighbours::open(),
+        ))
+    }
+
+    /// Opens `path`, the umad device file of the native InfiniBand port `port`
+    /// ([`IbPort::of_umad`]), and registers the CM agent. Peers are LID-routed: a MAD goes
+    /// with a GRH only to an address that has a GID (a path that leaves the subnet), from
+    /// GID index 0.
+    ///
+    /// # Errors
+    /// [`UmadError`]; [`UmadError::CmClassTaken`] when the kernel CM is loaded.
+    pub fn open_ib(path: impl AsRef<Path>, port: &IbPort) -> Result<Self, UmadError> {
+        let path = path.as_ref();
+        let (fd, agent) = open_cm(path)?;
+        let local = IbAddr {
+            lid: port.lid,
+            gid: None,
+            ..IbAddr::roce(port.gid)
+        };
+        Ok(UmadTransport::with(
+            fd,
+            agent,
+            0,
+            PeerAddr::Ib(local),
             Neighbours::open(),
         ))
     }
@@ -408,14 +450,14 @@ impl UmadTransport {
         fd: AsyncFd<File>,
         agent: u32,
         gid_index: u8,
-        local_gid: Gid,
+        local: PeerAddr,
         neigh: Neighbours,
     ) -> Self {
         UmadTransport {
             fd,
             agent,
             gid_index,
-            local: PeerAddr::Ib(IbAddr::roce(local_gid)),
+            local,
             buf: Box::new([0; UMAD_HDR_LEN + MAD_LEN]),
             counts: UmadCounts::default(),
             neigh,
@@ -460,7 +502,8 @@ impl UmadTransport {
             source,
         })?;
         let fd = reactor_fd(file, &path)?;
-        let mut t = UmadTransport::with(fd, agent, 0, local_gid, Neighbours::open());
+        let local = PeerAddr::Ib(IbAddr::roce(local_gid));
+        let mut t = UmadTransport::with(fd, agent, 0, local, Neighbours::open());
         t.send_timeout_ms = timeout_ms;
         Ok(t)
     }
@@ -769,7 +812,13 @@ mod tests {
         let (dev, kernel) = std::os::unix::net::UnixDatagram::pair().unwrap();
         dev.set_nonblocking(true).unwrap();
         let file = File::from(std::os::fd::OwnedFd::from(dev));
-        let t = UmadTransport::with(sys::async_fd(file).unwrap(), 0, 0, Gid::ZERO, neigh);
+        let t = UmadTransport::with(
+            sys::async_fd(file).unwrap(),
+            0,
+            0,
+            PeerAddr::Ib(IbAddr::roce(Gid::ZERO)),
+            neigh,
+        );
         (t, kernel)
     }
 

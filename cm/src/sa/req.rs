@@ -3,8 +3,9 @@
 //! `struct sa_path_rec`.
 
 use ibcm_mad::sa::PathRecord;
-use ibcm_mad::{Lid, Mtu, PathInfo, TimeoutExp};
+use ibcm_mad::{Lid, Mtu, PathInfo, Qkey, Qpn, ServiceId, TimeoutExp};
 
+use crate::proto::{ConnectParams, IbAddr, PeerAddr};
 use crate::qp_attr::ack_timeout;
 
 /// The REQ path for `p`, sent by a port whose CA ACK delay is `ca_ack_delay` (IBTA
@@ -40,6 +41,50 @@ pub fn req_path(p: &PathRecord, ca_ack_delay: u8) -> PathInfo {
 /// `pri_path->mtu`).
 pub fn req_mtu(p: &PathRecord) -> Mtu {
     p.mtu
+}
+
+/// The peer CM's address for path `p`: QP1 at the path's DLID and SL, P_Key index
+/// `pkey_index` (of the path's P_Key in the local port's table), and the DGID (a GRH) only
+/// when the path leaves the subnet (HopLimit > 1), as the kernel's address vector from a
+/// path record (`ib_init_ah_attr_from_path` in `drivers/infiniband/core/sa_query.c`).
+pub fn cm_peer(p: &PathRecord, pkey_index: u16) -> IbAddr {
+    IbAddr {
+        lid: p.dlid,
+        gid: (p.hop_limit > 1).then_some(p.dgid),
+        qpn: Qpn::masked(1),
+        qkey: Qkey::GSI,
+        sl: p.sl.get(),
+        pkey_index,
+    }
+}
+
+/// A REQ over path `p` to `service_id` from QP `local_qpn`: the peer's CM at [`cm_peer`],
+/// the primary path as [`req_path`] builds it (with the port's CA ACK delay
+/// `ca_ack_delay`), the path's MTU ([`req_mtu`]), P_Key and packet life time (the REQ's
+/// timer is 2 × that plus the remote CM response timeout, as the kernel's `cm_send_req`
+/// sets it); the rest as [`ConnectParams::new`].
+///
+/// ```
+/// use ibcm::sa::connect_params;
+/// use ibcm_mad::sa::PathRecord;
+/// use ibcm_mad::{Lid, Qpn, ServiceId};
+/// let rec = PathRecord { slid: Lid(3), dlid: Lid(4), ..PathRecord::default() };
+/// let p = connect_params(&rec, 15, 0, ServiceId(0x1000), Qpn::masked(0x44));
+/// assert_eq!(p.primary_path.unwrap().remote_lid, Lid(4));
+/// ```
+pub fn connect_params(
+    p: &PathRecord,
+    ca_ack_delay: u8,
+    pkey_index: u16,
+    service_id: ServiceId,
+    local_qpn: Qpn,
+) -> ConnectParams {
+    let mut c = ConnectParams::new(PeerAddr::Ib(cm_peer(p, pkey_index)), service_id, local_qpn);
+    c.primary_path = Some(req_path(p, ca_ack_delay));
+    c.path_mtu = req_mtu(p);
+    c.pkey = p.pkey;
+    c.packet_life_time = TimeoutExp::masked(p.packet_life_time);
+    c
 }
 
 #[cfg(test)]
@@ -101,5 +146,19 @@ mod tests {
         assert_eq!(p.hop_limit, 64);
         // cm_ack_timeout(18, 18): 19 >= 18 and 18 >= 18, so 20
         assert_eq!(p.local_ack_timeout.get(), 20);
+    }
+
+    #[test]
+    fn the_peer_is_lid_routed_inside_the_subnet_only() {
+        let a = cm_peer(&rec(0), 3);
+        assert_eq!((a.lid, a.gid, a.sl, a.pkey_index), (Lid(4), None, 2, 3));
+        assert_eq!(a.qpn, Qpn::masked(1));
+        assert_eq!(cm_peer(&rec(2), 0).gid, Some(rec(2).dgid));
+        let c = connect_params(&rec(0), 15, 0, ServiceId(7), Qpn::masked(9));
+        assert_eq!(c.path_mtu, Mtu::Mtu2048);
+        assert_eq!(c.pkey, Pkey(0xffff));
+        assert_eq!(c.packet_life_time.get(), 18);
+        assert_eq!(c.primary_path, Some(req_path(&rec(0), 15)));
+        assert_eq!(c.peer, PeerAddr::Ib(cm_peer(&rec(0), 0)));
     }
 }

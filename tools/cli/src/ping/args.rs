@@ -4,6 +4,36 @@ use std::net::IpAddr;
 
 use clap::{Parser, ValueEnum};
 
+/// Where `--listen` listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListenAddr {
+    /// A local IP address.
+    Ip(IpAddr),
+    /// The InfiniBand port of `--umad`.
+    Ib,
+}
+
+impl ListenAddr {
+    /// The IP address, if it is one.
+    pub(crate) fn ip(self) -> Option<IpAddr> {
+        match self {
+            ListenAddr::Ip(ip) => Some(ip),
+            ListenAddr::Ib => None,
+        }
+    }
+}
+
+impl std::str::FromStr for ListenAddr {
+    type Err = std::net::AddrParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "ib" {
+            return Ok(ListenAddr::Ib);
+        }
+        s.parse().map(ListenAddr::Ip)
+    }
+}
+
 /// Marker an active cm-ping puts in the REQ private data to ask the passive side to disconnect.
 pub(crate) const DISCONNECT_MARKER: &[u8] = b"cm-ping:passive-disconnect";
 
@@ -22,11 +52,13 @@ pub(crate) enum Who {
     about = "Connect to / listen on an IB CM service"
 )]
 pub struct Args {
-    /// Listen on this local IP (UDP 4791) and accept connections.
-    #[arg(long, value_name = "ADDR", conflicts_with = "connect")]
-    pub(crate) listen: Option<IpAddr>,
-    /// Connect to ADDR (IP, or IP:PORT for an rdma_cm listener).
-    #[arg(long, value_name = "ADDR[:PORT]")]
+    /// Listen on this local IP (UDP 4791, or the RoCE port of --umad) and accept connections;
+    /// `ib`: on the InfiniBand port of --umad (LID-routed).
+    #[arg(long, value_name = "ADDR|ib", conflicts_with = "connect")]
+    pub(crate) listen: Option<ListenAddr>,
+    /// Connect to ADDR: IP, or IP:PORT for an rdma_cm listener; on the InfiniBand port of
+    /// --umad, `lid:N` or `gid:G` (the path from the SA).
+    #[arg(long, value_name = "ADDR[:PORT]|lid:N|gid:G")]
     pub(crate) connect: Option<String>,
     /// Local IP to bind when connecting (default: 127.0.0.1 for a loopback peer, else 0.0.0.0).
     #[arg(long)]
@@ -126,6 +158,10 @@ pub struct Args {
     /// print each peer teardown (`conn N closed by peer after MS ms: REASON`).
     #[arg(long, conflicts_with = "listen")]
     pub(crate) stay: bool,
+    /// Connect: print the endpoint's counters last, one JSON object (retransmissions, the
+    /// transport's counters, every drop by reason), as `--listen` does when it stops.
+    #[arg(long, conflicts_with_all = ["listen", "daemon"])]
+    pub(crate) stats: bool,
     /// Print only the summary line (and, with --listen, the "listening on" line that tells a
     /// script the listener is ready).
     #[arg(long, short)]

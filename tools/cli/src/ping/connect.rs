@@ -12,13 +12,16 @@ use anyhow::{Context, Result};
 use ibcm::proto::SidrReqParams;
 use ibcm::proto::{ConnectError, ConnectParams, ConnectionError, PeerAddr};
 use ibcm::rt::{Cm, CmError, Connection};
+use ibcm::sa::{cm_peer, req_mtu, req_path};
 use ibcm_mad::cma::{CmaHeader, PortSpace};
+use ibcm_mad::sa::PathRecord;
 use ibcm_mad::{Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp, U4};
 
 use super::args::{Args, Who, DISCONNECT_MARKER};
 use super::counts::Counts;
 use super::end::finish;
 use super::endpoint::bind;
+use super::ib::IbTarget;
 use super::out::{hex_trim, out};
 use crate::qpn::QpnAlloc;
 
@@ -33,7 +36,11 @@ fn parse_target(s: &str) -> Result<(IpAddr, Option<u16>)> {
 }
 
 pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
-    let (ip, port) = parse_target(target)?;
+    let ib = IbTarget::parse(target).transpose()?;
+    let (ip, port) = match ib {
+        Some(_) => (std::net::Ipv4Addr::UNSPECIFIED.into(), None),
+        None => parse_target(target)?,
+    };
     let local = match (args.bind, args.local_ip) {
         (Some(b), _) => b,
         (None, Some(l)) => l,
@@ -42,7 +49,13 @@ pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     };
     let args = Arc::new(args);
     let (cm, mk) = bind(&args, local).await?;
-    let peer = mk.peer(ip);
+    let (peer, path) = match ib {
+        Some(t) => {
+            let rec = super::ib::path_to(args.umad.as_deref(), t).await?;
+            (PeerAddr::Ib(cm_peer(&rec, 0)), Some(rec))
+        }
+        None => (mk.peer(ip), None),
+    };
     if args.sidr {
         return sidr(&cm, &args, peer, local, port).await;
     }
@@ -68,6 +81,7 @@ pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
                     local,
                     port,
                     qpn: shared_qpn,
+                    path,
                 };
                 held.extend(one_connection(&cm, &args, &counts, &qpns, at, i).await);
             }
@@ -117,6 +131,9 @@ pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     }
     super::datapath::report_timing();
     println!("{}", counts.line());
+    if args.stats {
+        println!("{}", cm.stats().await?.to_json());
+    }
     let ok = counts.established.load(Ordering::Relaxed) == args.count
         && counts.disconnect_timed_out.load(Ordering::Relaxed) == 0
         && super::data::data_ok(counts.established.load(Ordering::Relaxed));
@@ -135,6 +152,8 @@ struct Target {
     port: Option<u16>,
     /// The QPN every connection announces (`--same-qpn`), else a fresh one each.
     qpn: Option<Qpn>,
+    /// On InfiniBand: the path from the SA, for the REQ's primary path, MTU and P_Key.
+    path: Option<PathRecord>,
 }
 
 async fn one_connection(
@@ -150,6 +169,7 @@ async fn one_connection(
         local,
         port,
         qpn,
+        path,
     } = at;
     // A QPN of our own choosing may be replaced (`connect_fresh_qpn`), `--same-qpn`'s not.
     let fresh = qpn.is_none().then_some(qpns);
@@ -179,6 +199,19 @@ async fn one_connection(
     p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.max_cm_retries = U4::masked(args.retries);
     args.req.apply(&mut p, local);
+    if let Some(rec) = path {
+        let mut pp = req_path(&rec, super::ib::CA_ACK_DELAY);
+        // The REQ's timer: 2 × the path's packet life time + the remote response timeout.
+        p.packet_life_time = TimeoutExp::masked(rec.packet_life_time);
+        if let Some(n) = args.req.local_ack_timeout {
+            // The packet life time the passive side derives from it (N - 1), for both sides.
+            pp.local_ack_timeout = TimeoutExp::masked(n);
+            p.packet_life_time = TimeoutExp::masked(n.saturating_sub(1));
+        }
+        p.primary_path = Some(pp);
+        p.path_mtu = req_mtu(&rec);
+        p.pkey = rec.pkey;
+    }
     if args.verbs.verbs.is_some() {
         return super::datapath::connect(cm, args, counts, p, i).await;
     }

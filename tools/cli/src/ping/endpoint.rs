@@ -42,6 +42,15 @@ pub(crate) async fn bind(args: &Args, local: IpAddr) -> Result<(Cm, PeerAddrMake
     let mut cfg = cfg;
     super::stateless::configure(&args.stateless, &mut cfg);
     if let Some(dev) = &args.umad {
+        if let Some(port) = super::ib::port(dev)? {
+            let t = UmadTransport::open_ib(dev, &port)?;
+            let cfg = EndpointConfig {
+                local_gid: port.gid,
+                ..cfg
+            };
+            let (cm, _) = Cm::bind(t, cfg);
+            return Ok((cm, PeerAddrMaker::Umad));
+        }
         let ip = args
             .local_ip
             .ok_or_else(|| anyhow!("--umad needs --local-ip (the address of the RoCE netdev)"))?;

@@ -31,6 +31,7 @@ mod data;
 mod datapath;
 mod end;
 mod endpoint;
+mod ib;
 mod listen;
 mod node;
 mod out;
@@ -59,7 +60,17 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         args.daemon.is_some(),
     )?;
     datapath::init(&args)?;
-    if let Some(ip) = args.listen {
+    if let Some(l) = args.listen {
+        let ip = match l.ip() {
+            Some(ip) => ip,
+            None => {
+                let dev = args.umad.as_deref().unwrap_or_default();
+                if args.umad.is_none() || ib::port(dev)?.is_none() {
+                    bail!("--listen ib needs --umad DEV on an InfiniBand port");
+                }
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            }
+        };
         return listen::listen(args, ip).await;
     }
     let Some(target) = args.connect.clone() else {

@@ -66,7 +66,7 @@ pub(crate) fn init(args: &Args) -> Result<()> {
     }
     // The GID index names the source GID of every QP's address vector: it must be the GID of
     // the address the CM speaks from, or the peer answers a GID it never asked for.
-    if let Some(ip) = args.local_ip.or(args.listen) {
+    if let Some(ip) = args.local_ip.or(args.listen.and_then(|l| l.ip())) {
         let gid = dev.gid(port_num, args.gid_index)?;
         if gid != Gid::from_ip(ip).0 {
             bail!(
