@@ -1,8 +1,8 @@
 //! `ibcm`: an InfiniBand Communication Manager (IBTA CM, MAD class 0x07).
 //!
 //! * [`proto`]: the protocol as a deterministic sans-IO state machine.
-//! * [`qp_attr`]: QP attributes (INIT, RTR, RTS) from a connection's REQ and REP, as the
-//!   kernel's `ib_cm_init_qp_attr` computes them.
+//! * [`qp_attr`]: QP attributes (INIT, RTR, RTS) from a connection's REQ and REP, and those of
+//!   an alternate path a LAP loads, as the kernel's `ib_cm_init_qp_attr` computes them.
 //! * [`sa`]: a Subnet Administration client (PathRecords from the SM/SA of an InfiniBand
 //!   fabric), sans-IO like the endpoint.
 //! * [`App`]: an application run next to an endpoint, with its own timers, by the simulator

@@ -72,6 +72,11 @@
 //! | `timeout` (`TIMEOUT`) | RTS, RC, XRC INI and XRC TGT | path life time + 1, the life time being REQ's Local ACK Timeout − 1 (not below 0) | [`ack_timeout`]`(REP.target_ack_delay, life time)` | `cm_format_paths_from_req` + `cm_init_av_by_path`; `cm_rep_handler` |
 //! | `path_mig_state` (`PATH_MIG_STATE`) | RTS, with an alternate path | `REARM` | `REARM` | `cm_init_qp_rts_attr` |
 //!
+//! An alternate path loaded later, by a LAP/APR exchange on the established connection, is
+//! not in the REQ: [`alt_path_attr`] computes its attributes (the `ALT_PATH` modify of the QP
+//! in RTS, the kernel's `ib_cm_init_qp_attr` for RTS once a LAP was exchanged) from the LAP's
+//! path and which end of the exchange we are ([`LapRole`]).
+//!
 //! The negotiation of responder resources and initiator depth: each side's REQ/REP offer is
 //! the other side's limit. The passive side answers with what [`negotiate_accept`] computes
 //! (librdmacm's `rdma_accept` default: the REQ's offer capped by the device), and both sides
@@ -444,7 +449,9 @@ pub struct Connection<'a> {
     /// `None` = recover it from the REQ's Local ACK Timeout as the passive side does
     /// (timeout − 1), which is exact when the local CA ACK delay is not above it.
     pub packet_life_time: Option<u8>,
-    /// Active side: the same for the alternate path.
+    /// Active side: the same for the REQ's alternate path. [`alt_path_attr`] as the sender of
+    /// a LAP (either side): the packet life time of the path record the LAP's path was built
+    /// from (`None` = the path's Local ACK Timeout − 1).
     pub alt_packet_life_time: Option<u8>,
     /// Active side: the Retry Count asked for when the REQ does not carry it (the kernel
     /// leaves it 0 on the wire for an XRC INI but uses the caller's value at RTS).
@@ -529,13 +536,34 @@ impl<'a> Connection<'a> {
         }
     }
 
-    /// The address vector and ACK timeout of `path` (primary or alternate).
+    /// The address vector and ACK timeout of `path` (primary or alternate) of the REQ.
     fn av(&self, path: &PathInfo, port: &LocalPort, primary: bool) -> (AhAttr, u8) {
-        let (dgid, dlid, slid) = match self.side {
+        self.av_from(
+            path,
+            port,
+            primary,
+            self.side,
+            self.rep.target_ack_delay.get(),
+        )
+    }
+
+    /// The address vector and ACK timeout of `path`, written from the view of `view`
+    /// (`Active`: the path's local end is ours, as in the REQ we sent or the LAP we sent;
+    /// `Passive`: the peer's, as in one we received); `target_ack_delay` is the peer's CA ACK
+    /// delay for the `Active` view's timeout.
+    fn av_from(
+        &self,
+        path: &PathInfo,
+        port: &LocalPort,
+        primary: bool,
+        view: Side,
+        target_ack_delay: u8,
+    ) -> (AhAttr, u8) {
+        let (dgid, dlid, slid) = match view {
             Side::Passive => (path.local_gid, path.local_lid, path.remote_lid),
             Side::Active => (path.remote_gid, path.remote_lid, path.local_lid),
         };
-        let hop_limit = match (self.side, primary, self.received_hop_limit) {
+        let hop_limit = match (view, primary, self.received_hop_limit) {
             (Side::Passive, true, Some(h)) => h,
             _ => path.hop_limit,
         };
@@ -560,7 +588,7 @@ impl<'a> Connection<'a> {
         // life time); the passive side takes the life time as that minus one.
         let wire = path.local_ack_timeout.get();
         let from_wire = wire.saturating_sub(1);
-        let timeout = match self.side {
+        let timeout = match view {
             Side::Passive => from_wire + 1,
             Side::Active => {
                 let given = if primary {
@@ -568,7 +596,7 @@ impl<'a> Connection<'a> {
                 } else {
                     self.alt_packet_life_time
                 };
-                ack_timeout(self.rep.target_ack_delay.get(), given.unwrap_or(from_wire))
+                ack_timeout(target_ack_delay, given.unwrap_or(from_wire))
             }
         };
         (ah, timeout)
@@ -587,7 +615,7 @@ impl<'a> Connection<'a> {
     }
 }
 
-/// Why [`qp_attr`] cannot compute attributes.
+/// Why [`qp_attr`] (or [`alt_path_attr`]) cannot compute attributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum QpAttrError {
     /// The REQ asks for a transport the CM does not connect (RD, an unknown extended type).
@@ -596,6 +624,80 @@ pub enum QpAttrError {
     /// [`QpState::Reset`] is not a transition the CM computes.
     #[error("the CM computes attributes for INIT, RTR and RTS only")]
     UnsupportedState,
+    /// [`alt_path_attr`]: the path gives the QP no alternate path to load: the link layer is
+    /// Ethernet (the kernel's CM loads alternate paths on InfiniBand only and drops LAPs on
+    /// RoCE), or the path's destination LID is 0.
+    #[error("no alternate path to load: RoCE, or a path without a destination LID")]
+    NoAlternatePath,
+}
+
+/// Which end of a LAP/APR exchange this side is, for [`alt_path_attr`]. A LAP's path is
+/// written from its sender's view (its `local_*` fields are the sender's port), whichever side
+/// of the connection (active or passive) sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LapRole {
+    /// This side sent the LAP (`Connection::load_alt_path` in the async API, the kernel's
+    /// `ib_send_cm_lap`): the path is in its own view.
+    Sender,
+    /// This side received the LAP (`LapRequest` in the async API, the kernel's
+    /// `cm_lap_handler`): the path is in the peer's view.
+    Receiver,
+}
+
+/// The attributes and mask that load `path`, the alternate path a LAP/APR exchange agreed on,
+/// into our QP of `conn`, in RTS: the kernel's `ib_cm_init_qp_attr` for RTS once a LAP has been
+/// sent or received (`cm_init_qp_rts_attr`, LAP state not UNINIT). The mask is
+/// `ALT_PATH | PATH_MIG_STATE`, without `STATE`: an `ibv_modify_qp` of the QP in its current
+/// state (the kernel's callers pass the mask as it is); [`QpAttr::qp_state`] says
+/// [`QpState::Rts`] for those that want it. [`QpAttr::path_mig_state`] is
+/// [`MigState::Rearm`]: the hardware arms the path and, on a failure of the primary one,
+/// migrates to it (`IBV_EVENT_PATH_MIG`: then report it, `notify_path_migrated`).
+///
+/// The receiver of the LAP loads the path before it sends its APR "path loaded"; the sender
+/// once that APR has arrived.
+///
+/// | Field | [`LapRole::Sender`] | [`LapRole::Receiver`] | Kernel rule |
+/// |---|---|---|---|
+/// | `alt_ah_attr.dlid`, `grh.dgid` | path.remote_lid, path.remote_gid | path.local_lid, path.local_gid | `ib_send_cm_lap` (the path record) / `cm_format_path_from_lap` |
+/// | `alt_ah_attr.src_path_bits` | path.local_lid & (2^LMC − 1) | path.remote_lid & (2^LMC − 1) | `ib_init_ah_attr_from_path` |
+/// | `alt_ah_attr` GRH, SL, rate | as for the REQ's paths: a GRH iff the hop limit > 0 | the same | `ib_init_ah_attr_from_path` |
+/// | `alt_timeout` | [`ack_timeout`]`(peer's CA ACK delay, life time)`: the life time [`Connection::alt_packet_life_time`], else path.local_ack_timeout − 1; the peer's CA ACK delay REP.target_ack_delay on the active side, 0 on the passive side (which never receives one) | path.local_ack_timeout − 1 + 1 | `ib_send_cm_lap` (`cm_ack_timeout(target_ack_delay, …)`) / `cm_format_path_from_lap` + `cm_init_av_by_path` |
+/// | `alt_port_num`, `alt_pkey_index` | [`Connection::alt_port`], else [`Connection::port`] | the same | `cm_init_av_by_path` |
+///
+/// # Errors
+/// [`QpAttrError::UnsupportedTransport`] for an RD or unknown transport;
+/// [`QpAttrError::NoAlternatePath`] on Ethernet, or for a path whose destination LID (for this
+/// side) is 0.
+pub fn alt_path_attr(
+    conn: &Connection<'_>,
+    path: &PathInfo,
+    role: LapRole,
+) -> Result<(QpAttr, QpAttrMask), QpAttrError> {
+    conn.qp_type()
+        .ok_or(QpAttrError::UnsupportedTransport(conn.req.transport()))?;
+    if conn.link_layer != LinkLayer::InfiniBand {
+        return Err(QpAttrError::NoAlternatePath);
+    }
+    let port = conn.alt_port.unwrap_or(conn.port);
+    let (view, target_ack_delay) = match (role, conn.side) {
+        (LapRole::Receiver, _) => (Side::Passive, 0),
+        (LapRole::Sender, Side::Active) => (Side::Active, conn.rep.target_ack_delay.get()),
+        (LapRole::Sender, Side::Passive) => (Side::Active, 0),
+    };
+    let (ah, timeout) = conn.av_from(path, &port, false, view, target_ack_delay);
+    if ah.dlid.0 == 0 {
+        return Err(QpAttrError::NoAlternatePath);
+    }
+    let attr = QpAttr {
+        qp_state: QpState::Rts,
+        alt_ah_attr: ah,
+        alt_timeout: timeout,
+        alt_port_num: port.port_num,
+        alt_pkey_index: port.pkey_index,
+        path_mig_state: MigState::Rearm,
+        ..QpAttr::default()
+    };
+    Ok((attr, QpAttrMask::ALT_PATH | QpAttrMask::PATH_MIG_STATE))
 }
 
 /// The attributes and mask for moving our QP of `conn` to `state` (INIT, RTR or RTS): the

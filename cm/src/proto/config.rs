@@ -182,7 +182,10 @@ pub struct ConnectParams {
     pub private_data: Vec<u8>,
     /// Primary path; `None` derives a RoCE path from the endpoint's GID and the peer address.
     pub primary_path: Option<PathInfo>,
-    /// Alternate path.
+    /// Alternate path, sent in the REQ (`None`: none, an all-zero path on the wire). Written
+    /// like the primary path, from this side's view; both QPs load it at RTR
+    /// ([`qp_attr`](crate::qp_attr), native IB). One can also be loaded later, on the
+    /// established connection, with a LAP.
     pub alternate_path: Option<PathInfo>,
     /// P_Key.
     pub pkey: Pkey,

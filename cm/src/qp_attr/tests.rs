@@ -487,6 +487,145 @@ fn ib_alternate_path() {
     assert!(!attr(&conn, QpState::Rts).1.contains(M::PATH_MIG_STATE));
 }
 
+/// A LAP's alternate path from its sender's view: the sender's port is LID `slid`, the
+/// receiver's `dlid`; Local ACK Timeout 20 (packet life time 19).
+fn lap_path(slid: u16, dlid: u16) -> PathInfo {
+    PathInfo {
+        local_lid: Lid(slid),
+        remote_lid: Lid(dlid),
+        local_gid: Gid([
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, slid as u8,
+        ]),
+        remote_gid: Gid([
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, dlid as u8,
+        ]),
+        flow_label: FlowLabel::masked(0x54321),
+        packet_rate: Rate::from_raw(7),
+        traffic_class: 0x40,
+        hop_limit: 0,
+        sl: U4::masked(4),
+        subnet_local: true,
+        local_ack_timeout: TimeoutExp::masked(20),
+    }
+}
+
+#[test]
+fn lap_alternate_path_from_either_end() {
+    let (req, rep) = ib_req(false);
+    let alt_port = LocalPort {
+        port_num: 2,
+        pkey_index: 5,
+        sgid_index: 1,
+        lmc: 2,
+    };
+    // The active side sends the LAP (its alternate port LID 0x13, the peer's 0x25); then the
+    // passive side sends one (its port LID 0x26, the peer's 0x14). Each end loads the path
+    // towards the other; the sender's timeout is cm_ack_timeout(peer's ACK delay, 19): 20
+    // with the REP's 16 on the active side, 20 with 0 on the passive side (it has none); the
+    // receiver's 20 − 1 + 1.
+    for (path, sender, receiver) in [
+        (lap_path(0x13, 0x25), Side::Active, Side::Passive),
+        (lap_path(0x26, 0x14), Side::Passive, Side::Active),
+    ] {
+        for (side, role, dlid, slid) in [
+            (sender, LapRole::Sender, path.remote_lid, path.local_lid),
+            (receiver, LapRole::Receiver, path.local_lid, path.remote_lid),
+        ] {
+            let conn = Connection {
+                alt_port: Some(alt_port),
+                ..Connection::new(&req, &rep, side, LinkLayer::InfiniBand, PORT)
+            };
+            let (a, m) = alt_path_attr(&conn, &path, role).unwrap();
+            assert_eq!(m, M::ALT_PATH | M::PATH_MIG_STATE, "{side:?} {role:?}");
+            assert!(!m.contains(M::STATE), "a modify in RTS, as the kernel's");
+            assert_eq!(a.qp_state, QpState::Rts);
+            assert_eq!(a.path_mig_state, MigState::Rearm);
+            assert_eq!(a.alt_ah_attr.dlid, dlid, "{side:?} {role:?}");
+            assert_eq!(a.alt_ah_attr.src_path_bits, (slid.0 & 3) as u8);
+            assert_eq!(a.alt_ah_attr.grh, None, "hop limit 0: no GRH");
+            assert_eq!(a.alt_ah_attr.sl, 4);
+            assert_eq!(a.alt_ah_attr.static_rate, 7);
+            assert_eq!(a.alt_ah_attr.port_num, 2);
+            assert_eq!((a.alt_port_num, a.alt_pkey_index), (2, 5));
+            assert_eq!(a.alt_timeout, 20, "{side:?} {role:?}");
+            // Nothing of the primary path.
+            assert_eq!(a.ah_attr, AhAttr::default());
+            assert_eq!(a.timeout, 0);
+        }
+    }
+    // A GRH (hop limit > 0) goes to the other end's GID, from either view.
+    let mut path = lap_path(0x13, 0x25);
+    path.hop_limit = 2;
+    let conn = Connection::new(&req, &rep, Side::Active, LinkLayer::InfiniBand, PORT);
+    let grh = alt_path_attr(&conn, &path, LapRole::Sender)
+        .unwrap()
+        .0
+        .alt_ah_attr
+        .grh
+        .unwrap();
+    assert_eq!(grh.dgid, path.remote_gid);
+    assert_eq!((grh.hop_limit, grh.traffic_class), (2, 0x40));
+    assert_eq!(grh.flow_label, FlowLabel::masked(0x54321));
+    assert_eq!(
+        grh.sgid_index, 3,
+        "the primary port: no alternate port given"
+    );
+    let conn = Connection::new(&req, &rep, Side::Passive, LinkLayer::InfiniBand, PORT);
+    let (a, _) = alt_path_attr(&conn, &path, LapRole::Receiver).unwrap();
+    assert_eq!(a.alt_ah_attr.grh.unwrap().dgid, path.local_gid);
+    assert_eq!(a.alt_port_num, 1);
+    // The sender's path record's life time, when given, instead of the path's timeout − 1:
+    // cm_ack_timeout(16, 0) = 16.
+    let conn = Connection {
+        alt_packet_life_time: Some(0),
+        ..Connection::new(&req, &rep, Side::Active, LinkLayer::InfiniBand, PORT)
+    };
+    let (a, _) = alt_path_attr(&conn, &lap_path(0x13, 0x25), LapRole::Sender).unwrap();
+    assert_eq!(a.alt_timeout, 16);
+    // The passive side sends with no peer ACK delay: cm_ack_timeout(0, 0) = 2.
+    let conn = Connection {
+        alt_packet_life_time: Some(0),
+        ..Connection::new(&req, &rep, Side::Passive, LinkLayer::InfiniBand, PORT)
+    };
+    let (a, _) = alt_path_attr(&conn, &lap_path(0x26, 0x14), LapRole::Sender).unwrap();
+    assert_eq!(a.alt_timeout, 2);
+    // The receiver ignores it: the LAP's timeout is all it has.
+    let (a, _) = alt_path_attr(&conn, &lap_path(0x13, 0x25), LapRole::Receiver).unwrap();
+    assert_eq!(a.alt_timeout, 20);
+}
+
+#[test]
+fn lap_alternate_path_refused_without_one_to_load() {
+    let (mut req, rep) = ib_req(false);
+    let path = lap_path(0x13, 0x25);
+    // RoCE: the kernel loads no alternate path (and drops LAPs).
+    let conn = Connection::new(&req, &rep, Side::Active, LinkLayer::Ethernet, PORT);
+    assert_eq!(
+        alt_path_attr(&conn, &path, LapRole::Sender),
+        Err(QpAttrError::NoAlternatePath)
+    );
+    // No destination LID for this end.
+    let ib = Connection::new(&req, &rep, Side::Active, LinkLayer::InfiniBand, PORT);
+    let mut no_dlid = path;
+    no_dlid.remote_lid = Lid(0);
+    assert_eq!(
+        alt_path_attr(&ib, &no_dlid, LapRole::Sender),
+        Err(QpAttrError::NoAlternatePath)
+    );
+    assert!(alt_path_attr(&ib, &no_dlid, LapRole::Receiver).is_ok());
+    assert_eq!(
+        alt_path_attr(&ib, &PathInfo::default(), LapRole::Receiver),
+        Err(QpAttrError::NoAlternatePath)
+    );
+    // A transport without a connected QP.
+    req.transport_service_type = crate::mad::codes::TransportType::Rd;
+    let ib = Connection::new(&req, &rep, Side::Passive, LinkLayer::InfiniBand, PORT);
+    assert_eq!(
+        alt_path_attr(&ib, &path, LapRole::Receiver),
+        Err(QpAttrError::UnsupportedTransport(ReqTransport::Other))
+    );
+}
+
 #[test]
 fn ib_grh_when_hop_limit_above_zero() {
     let (mut req, rep) = ib_req(false);

@@ -4,13 +4,13 @@ use std::any::Any;
 use std::fmt;
 use std::time::Instant;
 
-use ibcm_mad::{RejReason, ServiceId, TimeoutExp};
+use ibcm_mad::{AprStatus, PathInfo, RejReason, ServiceId, TimeoutExp};
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::slot::SlotRef;
 use super::stats::CmStats;
-use super::types::{CmError, IncomingKind, SidrAnswer};
+use super::types::{AprAnswer, CmError, IncomingKind, LapArrived, LapPolicy, SidrAnswer};
 use crate::proto::{
     AcceptParams, CallError, ConnId, ConnectError, ConnectParams, Endpoint, ListenOptions,
     SidrRepParams, SidrReqParams, StaleConnection, StatelessAccept, StatelessInfo,
@@ -101,6 +101,49 @@ pub(crate) enum Command {
         id: ConnId,
         params: SidrRepParams,
         reply: Reply<Result<(), CallError>>,
+    },
+    /// [`Connection::load_alt_path`](super::Connection::load_alt_path): sends a LAP; the
+    /// driver keeps `reply` until the APR, the LAP's timeout or the connection's end.
+    LoadAltPath {
+        conn: ConnId,
+        path: PathInfo,
+        private_data: Vec<u8>,
+        reply: Reply<Result<AprAnswer, CmError>>,
+    },
+    /// [`Connection::next_lap`](super::Connection::next_lap): the LAP held for `conn`, or the
+    /// next one to arrive.
+    NextLap {
+        conn: ConnId,
+        reply: Reply<Result<LapArrived, CmError>>,
+    },
+    /// A `next_lap` dropped after the driver handed it a LAP and before it took it: the LAP is
+    /// held again.
+    LapRequeue {
+        conn: ConnId,
+        lap: LapArrived,
+    },
+    /// A [`LapRequest`](super::LapRequest) answered: the APR.
+    Apr {
+        conn: ConnId,
+        status: AprStatus,
+        additional_info: Vec<u8>,
+        private_data: Vec<u8>,
+        reply: Reply<Result<(), CallError>>,
+    },
+    /// A [`LapRequest`](super::LapRequest) dropped unanswered: the driver answers APR
+    /// "rejected" and logs that, rate-limited.
+    LapUnanswered {
+        conn: ConnId,
+    },
+    /// [`Connection::notify_path_migrated`](super::Connection::notify_path_migrated).
+    PathMigrated {
+        conn: ConnId,
+        reply: Reply<Result<(), CallError>>,
+    },
+    /// [`Cm::set_lap_policy`](super::Cm::set_lap_policy).
+    SetLapPolicy {
+        policy: LapPolicy,
+        reply: Reply<()>,
     },
     Stats {
         reply: Reply<CmStats>,

@@ -25,6 +25,7 @@ use crate::proto::{
 
 mod commands;
 mod events;
+mod lap;
 
 /// How long a stopping endpoint waits for the DREPs of the DREQs it sends
 /// ([`Cm::shutdown`](super::Cm::shutdown), or the last handle dropped).
@@ -57,6 +58,8 @@ pub(crate) struct Driver<T> {
     stateless: BTreeMap<ServiceId, StatelessTx>,
     next_listener: u64,
     sidr: BTreeMap<ConnId, Reply<Result<SidrAnswer, CmError>>>,
+    /// The LAP exchanges the handles take part in ([`lap::Laps`]).
+    laps: lap::Laps,
     app: Option<BoxApp>,
     /// Connections closed (for [`CmStats::closed`](super::CmStats::closed)).
     closed: u64,
@@ -134,6 +137,7 @@ impl<T: DatagramTransport> Driver<T> {
             stateless: BTreeMap::new(),
             next_listener: 1,
             sidr: BTreeMap::new(),
+            laps: lap::Laps::default(),
             app,
             closed: 0,
             log: LogLimit::default(),

@@ -187,6 +187,12 @@ impl Cm {
         Ok(rx)
     }
 
+    /// Whether the commands go to the node service ([`Cm::attach`]) rather than to a driver
+    /// of this process.
+    pub(super) fn attached(&self) -> bool {
+        self.shared.attached
+    }
+
     pub(super) fn slot(&self, id: ConnId) -> Option<SlotRef> {
         self.shared.registry.get(id)
     }

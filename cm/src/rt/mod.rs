@@ -9,6 +9,10 @@
 //! with `&mut Endpoint`, and its deadlines are folded into the one timer
 //! ([`crate::App`]: call order); [`Cm::with_app`] reaches it from async code.
 //!
+//! Path migration (LAP/APR): [`Connection::load_alt_path`] sends a LAP; the LAPs that arrive
+//! are answered "unsupported" by the driver unless [`Cm::set_lap_policy`] hands them to the
+//! application ([`LapPolicy`], [`Connection::next_lap`], [`LapRequest`]).
+//!
 //! Transports: [`MemNetwork`]/[`MemTransport`] (in-process), [`UdpTransport`] (RoCEv2 over a
 //! UDP socket) and [`UmadTransport`] (Linux `/dev/infiniband/umadN`).
 //!
@@ -23,6 +27,7 @@
 mod command;
 mod driver;
 mod handle;
+mod lap;
 mod neigh;
 pub mod node;
 mod pending;
@@ -51,10 +56,11 @@ async fn sleep_until(t: Option<std::time::Instant>) {
 
 pub use driver::SHUTDOWN_LINGER;
 pub use handle::{Cm, Connection, Incoming, Listener};
+pub use lap::LapRequest;
 pub use pending::PendingConnection;
 pub use stateless::Arrival;
 pub use stats::{CmStats, TransportStats};
 pub use transport::{DatagramTransport, MemNetwork, MemTransport};
-pub use types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
+pub use types::{AprAnswer, CmError, ConnStatus, IncomingKind, LapPolicy, SidrAnswer};
 pub use udp::{DataPacket, IcrcPolicy, UdpStats, UdpTransport};
 pub use umad::{UmadError, UmadHdr, UmadTransport};

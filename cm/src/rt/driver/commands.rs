@@ -1,6 +1,6 @@
 //! The driver's side of the [`Command`]s the handles send: [`Driver::on_command`] routes each
 //! to its concern — the listeners, the answers to incoming requests, a connection's own calls,
-//! the SIDR requests sent, the queries.
+//! the SIDR requests sent, the LAP exchanges (`lap.rs`), the queries.
 
 use std::time::Instant;
 
@@ -36,6 +36,13 @@ impl<T: DatagramTransport> Driver<T> {
             | Command::EndStale { .. }
             | Command::PendingDropped { .. } => self.on_conn_call(t, cmd),
             Command::Sidr { .. } | Command::SidrCancel { .. } => self.on_sidr(t, cmd),
+            Command::LoadAltPath { .. }
+            | Command::NextLap { .. }
+            | Command::LapRequeue { .. }
+            | Command::Apr { .. }
+            | Command::LapUnanswered { .. }
+            | Command::PathMigrated { .. }
+            | Command::SetLapPolicy { .. } => self.on_lap_command(t, cmd),
             Command::Stats { .. }
             | Command::RandomPsn { .. }
             | Command::Len { .. }

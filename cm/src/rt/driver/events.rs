@@ -1,6 +1,6 @@
 //! The driver's side of the endpoint's [`Event`]s: [`Driver::on_event`] gives each to the
 //! application first, then to its concern — a request for a listener, a connection's own news,
-//! the answer to a SIDR request this endpoint sent.
+//! its LAP exchanges (`lap.rs`), the answer to a SIDR request this endpoint sent.
 
 use ibcm_mad::RejReason;
 use tracing::{debug, debug_span};
@@ -31,8 +31,10 @@ impl<T: DatagramTransport> Driver<T> {
             | EventKind::RtuReceived { .. }
             | EventKind::Established
             | EventKind::Closed(_)
-            | EventKind::TimewaitExit { .. }
-            | EventKind::LapReceived { .. }) => self.on_conn_event(id, k),
+            | EventKind::TimewaitExit { .. }) => self.on_conn_event(id, k),
+            k @ (EventKind::LapReceived { .. }
+            | EventKind::AprReceived { .. }
+            | EventKind::LapTimedOut) => self.on_lap_event(id, k),
             k @ (EventKind::SidrReply { .. } | EventKind::SidrTimedOut) => {
                 self.on_sidr_answer(id, k)
             }
@@ -88,8 +90,8 @@ impl<T: DatagramTransport> Driver<T> {
         }
     }
 
-    /// A connection's own news, into its slot: the REP, the RTU's private data, its status;
-    /// a LAP is answered APR "unsupported".
+    /// A connection's own news, into its slot: the REP, the RTU's private data, its status
+    /// (and the end of its LAP exchange when it closes).
     fn on_conn_event(&mut self, id: ConnId, kind: EventKind) {
         match kind {
             EventKind::RepReceived(rep) => {
@@ -108,6 +110,7 @@ impl<T: DatagramTransport> Driver<T> {
                 if self.log.ok(now()) {
                     debug!(error = %e, "closed");
                 }
+                self.lap_closed(id, &e);
                 if self.ep.state(id).is_none() {
                     // Gone without TimeWait.
                     self.registry.close(id, |_| ConnStatus::Gone(e));
@@ -117,12 +120,6 @@ impl<T: DatagramTransport> Driver<T> {
             }
             EventKind::TimewaitExit { .. } => {
                 self.registry.close(id, ConnStatus::gone);
-            }
-            EventKind::LapReceived { .. } => {
-                // The async API does not load alternate paths (RoCE ignores LAP too).
-                let _ = self
-                    .ep
-                    .apr(now(), id, ibcm_mad::AprStatus::Unsupported, &[], &[]);
             }
             _ => {} // `on_event` routes none here
         }

@@ -630,6 +630,23 @@ impl Client {
             // The daemon ends its own earlier life's connections; a client has none. The
             // reply is dropped: the caller gets `CmError::DriverGone`.
             Command::EndStale { .. } | Command::Shutdown { .. } => Ok(()),
+            // Path migration is not served through the node service (the daemon answers every
+            // LAP "unsupported"): the handles refuse before they get here
+            // (`CmError::Refused`). Should one arrive anyway, it is refused the same way, or
+            // its reply dropped (`CmError::DriverGone`).
+            Command::LoadAltPath { reply, .. } => {
+                let _ = reply.send(Err(CmError::Refused(crate::rt::lap::NOT_SERVED.into())));
+                Ok(())
+            }
+            Command::NextLap { reply, .. } => {
+                let _ = reply.send(Err(CmError::Refused(crate::rt::lap::NOT_SERVED.into())));
+                Ok(())
+            }
+            Command::LapRequeue { .. }
+            | Command::Apr { .. }
+            | Command::LapUnanswered { .. }
+            | Command::PathMigrated { .. }
+            | Command::SetLapPolicy { .. } => Ok(()),
         }
     }
 
