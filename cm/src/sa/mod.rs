@@ -30,7 +30,7 @@ mod cache;
 mod req;
 
 pub use cache::{CacheKey, PathCache};
-pub use req::{cm_peer, connect_params, req_mtu, req_path};
+pub use req::{alternate_path, cm_peer, connect_params, req_mtu, req_path};
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};

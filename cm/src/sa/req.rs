@@ -43,6 +43,19 @@ pub fn req_mtu(p: &PathRecord) -> Mtu {
     p.mtu
 }
 
+/// The alternate path for `primary` among `candidates` (the records of a GetTable with
+/// NumbPath > 1 between the same ports): the first with another SLID and another DLID than
+/// `primary`. On a fabric whose SM gives the ports more than one LID (LMC > 0), the switches
+/// forward each DLID on a route of its own, and OpenSM's LMC-aware routing spreads a port's
+/// LIDs over different links where the fabric has them: such a path is the one Automatic Path
+/// Migration wants. `None` when every candidate shares a LID with `primary`.
+pub fn alternate_path(primary: &PathRecord, candidates: &[PathRecord]) -> Option<PathRecord> {
+    candidates
+        .iter()
+        .find(|c| c.slid != primary.slid && c.dlid != primary.dlid)
+        .copied()
+}
+
 /// The peer CM's address for path `p`: QP1 at the path's DLID and SL, P_Key index
 /// `pkey_index` (of the path's P_Key in the local port's table), and the DGID (a GRH) only
 /// when the path leaves the subnet (HopLimit > 1), as the kernel's address vector from a
@@ -160,5 +173,18 @@ mod tests {
         assert_eq!(c.packet_life_time.get(), 18);
         assert_eq!(c.primary_path, Some(req_path(&rec(0), 15)));
         assert_eq!(c.peer, PeerAddr::Ib(cm_peer(&rec(0), 0)));
+    }
+
+    #[test]
+    fn the_alternate_path_has_other_lids() {
+        let p = rec(0);
+        let lids = |s, d| PathRecord {
+            slid: Lid(s),
+            dlid: Lid(d),
+            ..rec(0)
+        };
+        let c = [lids(3, 4), lids(3, 5), lids(6, 4), lids(6, 5)];
+        assert_eq!(alternate_path(&p, &c), Some(lids(6, 5)));
+        assert_eq!(alternate_path(&p, &c[..3]), None);
     }
 }

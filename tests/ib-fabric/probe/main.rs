@@ -5,7 +5,7 @@
 //! ```text
 //! ib-fabric-probe info
 //! ib-fabric-probe path (--slid N --dlid N | --sgid GID [--dgid GID] [--pkey P] [--sl S])
-//!                      [--table] [--save FILE] [--timeout-ms T] [--retries R] [--sm-lid N]
+//!                      [--table] [--numb-path N] [--save FILE] [--timeout-ms T] [--retries R] [--sm-lid N]
 //! ib-fabric-probe repeat (query options as for path) [--count N]
 //! ib-fabric-probe cache --sgid GID --dgid GID [--pkey P] [--sl S]
 //! ib-fabric-probe bench --slid N --dlid N [--count N]
@@ -283,6 +283,9 @@ fn query_of(args: &Args) -> Result<PathQuery, String> {
         q.sl = Some(U4::masked(sl as u8));
     }
     q.table = args.flag("--table");
+    if let Some(n) = args.num("--numb-path")? {
+        q.numb_path = n as u8;
+    }
     Ok(q)
 }
 

@@ -158,6 +158,19 @@ pub struct Args {
     /// print each peer teardown (`conn N closed by peer after MS ms: REASON`).
     #[arg(long, conflicts_with = "listen")]
     pub(crate) stay: bool,
+    /// Connect to a gid: on InfiniBand: also ask the SA for an alternate path (another SLID and
+    /// DLID: a GetTable, NumbPath 4) and put it in the REQ.
+    #[arg(long, requires = "umad")]
+    pub(crate) alt_path: bool,
+    /// Connect with --alt-path: once established, act out Automatic Path Migration: report
+    /// the QP migrated to the alternate path, then propose the former primary path as the new
+    /// alternate (LAP), which must be loaded (APR status 0).
+    #[arg(long, requires = "alt_path")]
+    pub(crate) migrate: bool,
+    /// Listener: answer LAPs (load every alternate path proposed: APR status 0) rather than
+    /// leave them to the endpoint, which answers "unsupported".
+    #[arg(long, requires = "listen")]
+    pub(crate) accept_laps: bool,
     /// Connect: print the endpoint's counters last, one JSON object (retransmissions, the
     /// transport's counters, every drop by reason), as `--listen` does when it stops.
     #[arg(long, conflicts_with_all = ["listen", "daemon"])]

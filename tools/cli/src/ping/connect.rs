@@ -8,20 +8,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use ibcm::proto::SidrReqParams;
 use ibcm::proto::{ConnectError, ConnectParams, ConnectionError, PeerAddr};
 use ibcm::rt::{Cm, CmError, Connection};
 use ibcm::sa::{cm_peer, req_mtu, req_path};
 use ibcm_mad::cma::{CmaHeader, PortSpace};
-use ibcm_mad::sa::PathRecord;
 use ibcm_mad::{Qpn, RejReason, ServiceId, SidrStatus, TimeoutExp, U4};
 
 use super::args::{Args, Who, DISCONNECT_MARKER};
 use super::counts::Counts;
 use super::end::finish;
 use super::endpoint::bind;
-use super::ib::IbTarget;
+use super::ib::{IbTarget, Paths};
 use super::out::{hex_trim, out};
 use crate::qpn::QpnAlloc;
 
@@ -51,9 +50,10 @@ pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
     let (cm, mk) = bind(&args, local).await?;
     let (peer, path) = match ib {
         Some(t) => {
-            let rec = super::ib::path_to(args.umad.as_deref(), t).await?;
-            (PeerAddr::Ib(cm_peer(&rec, 0)), Some(rec))
+            let paths = super::ib::path_to(args.umad.as_deref(), t, args.alt_path).await?;
+            (PeerAddr::Ib(cm_peer(&paths.primary, 0)), Some(paths))
         }
+        None if args.alt_path => bail!("--alt-path needs a gid: target on an InfiniBand port"),
         None => (mk.peer(ip), None),
     };
     if args.sidr {
@@ -152,8 +152,9 @@ struct Target {
     port: Option<u16>,
     /// The QPN every connection announces (`--same-qpn`), else a fresh one each.
     qpn: Option<Qpn>,
-    /// On InfiniBand: the path from the SA, for the REQ's primary path, MTU and P_Key.
-    path: Option<PathRecord>,
+    /// On InfiniBand: the paths from the SA, for the REQ's primary (and alternate) path, MTU
+    /// and P_Key.
+    path: Option<Paths>,
 }
 
 async fn one_connection(
@@ -199,7 +200,8 @@ async fn one_connection(
     p.local_cm_response_timeout = TimeoutExp::masked(args.timeout_exp);
     p.max_cm_retries = U4::masked(args.retries);
     args.req.apply(&mut p, local);
-    if let Some(rec) = path {
+    if let Some(paths) = path {
+        let rec = paths.primary;
         let mut pp = req_path(&rec, super::ib::CA_ACK_DELAY);
         // The REQ's timer: 2 × the path's packet life time + the remote response timeout.
         p.packet_life_time = TimeoutExp::masked(rec.packet_life_time);
@@ -209,6 +211,9 @@ async fn one_connection(
             p.packet_life_time = TimeoutExp::masked(n.saturating_sub(1));
         }
         p.primary_path = Some(pp);
+        p.alternate_path = paths
+            .alternate
+            .map(|a| req_path(&a, super::ib::CA_ACK_DELAY));
         p.path_mtu = req_mtu(&rec);
         p.pkey = rec.pkey;
     }
@@ -241,6 +246,9 @@ async fn one_connection(
         }
     };
     counts.established.fetch_add(1, Ordering::Relaxed);
+    if path.is_some_and(|p| p.alternate.is_some()) {
+        counts.alt_paths.fetch_add(1, Ordering::Relaxed);
+    }
     // What the REP said: the peer's QPN (for XRC the TGT QPN from the EECN) and private data.
     let rep = conn.rep().map_or(String::new(), |r| {
         format!(
@@ -253,11 +261,41 @@ async fn one_connection(
         args,
         format_args!("established conn={} qpn={qpn}{rep}", conn.id()),
     );
+    if args.migrate {
+        if let Some(paths) = path {
+            migrate(args, counts, &conn, &paths, i).await;
+        }
+    }
     if args.hold || args.stay {
         return Some(conn);
     }
     finish(args, counts, conn).await;
     None
+}
+
+/// `--migrate`, the Automatic Path Migration sequence on an established connection whose REQ
+/// carried an alternate path: the QP has migrated to it (`IBV_EVENT_PATH_MIG`, reported with
+/// `notify_path_migrated`; there is no QP here), so the former primary path is proposed as
+/// the new alternate (LAP) and must be loaded (APR status 0). Counted in `laps`.
+async fn migrate(args: &Args, counts: &Counts, conn: &Connection, paths: &Paths, i: u64) {
+    if let Err(e) = conn.notify_path_migrated().await {
+        out(args, format_args!("connection {i}: path migrated: {e}"));
+        return;
+    }
+    let back = req_path(&paths.primary, super::ib::CA_ACK_DELAY);
+    match conn.load_alt_path(back, b"cm-ping:migrate").await {
+        Ok(apr) => {
+            counts.laps.fetch_add(1, Ordering::Relaxed);
+            out(
+                args,
+                format_args!(
+                    "connection {i}: alternate path lid {} -> {} loaded (APR {:?})",
+                    back.local_lid, back.remote_lid, apr.status
+                ),
+            );
+        }
+        Err(e) => out(args, format_args!("connection {i}: LAP: {e}")),
+    }
 }
 
 /// How many QPNs [`connect_fresh_qpn`] tries.

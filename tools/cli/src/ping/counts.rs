@@ -14,12 +14,27 @@ pub(crate) struct Counts {
     pub(crate) timed_out: AtomicU64,
     pub(crate) disconnected: AtomicU64,
     pub(crate) disconnect_timed_out: AtomicU64,
+    /// Connections whose REQ carried an alternate path (sent with `--alt-path`, or received).
+    pub(crate) alt_paths: AtomicU64,
+    /// LAPs whose APR said the path was loaded (sent with `--migrate`, or accepted with
+    /// `--accept-laps`).
+    pub(crate) laps: AtomicU64,
 }
 
 impl Counts {
     pub(crate) fn line(&self) -> String {
+        // Path migration's counts only when there was any (the line other tools read stays).
+        let (alt, laps) = (
+            self.alt_paths.load(Ordering::Relaxed),
+            self.laps.load(Ordering::Relaxed),
+        );
+        let apm = if alt + laps > 0 {
+            format!(", {alt} alternate paths, {laps} LAPs loaded")
+        } else {
+            String::new()
+        };
         format!(
-            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {} disconnect timed out{}",
+            "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {} disconnect timed out{apm}{}",
             self.established.load(Ordering::Relaxed),
             self.rejected.load(Ordering::Relaxed),
             self.timed_out.load(Ordering::Relaxed),

@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use ibcm::rt::sa::Sa;
 use ibcm::rt::umad::IbPort;
 use ibcm::rt::UmadTransport;
-use ibcm::sa::{PathQuery, SaClient, SaConfig};
+use ibcm::sa::{alternate_path, PathQuery, SaClient, SaConfig};
 use ibcm_mad::sa::PathRecord;
 use ibcm_mad::{Gid, Lid, U4};
 
@@ -57,26 +57,79 @@ pub(crate) fn port(dev: &str) -> Result<Option<IbPort>> {
     Ok(p.is_infiniband().then_some(p))
 }
 
+/// The paths a connection to `to` uses: the primary, and with `--alt-path` an alternate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Paths {
+    pub(crate) primary: PathRecord,
+    pub(crate) alternate: Option<PathRecord>,
+}
+
 /// The path to `to` from the InfiniBand port of `--umad` (`dev`), whose P_Key must be the
-/// port's P_Key 0 (the only one whose index this tool knows).
-pub(crate) async fn path_to(dev: Option<&str>, to: IbTarget) -> Result<PathRecord> {
+/// port's P_Key 0 (the only one whose index this tool knows). With `alt`, also an alternate
+/// path with other LIDs ([`ibcm::sa::alternate_path`]) among the paths a GetTable by GIDs
+/// (NumbPath 4) returns; `to` must then be a GID, and the SA must have one.
+pub(crate) async fn path_to(dev: Option<&str>, to: IbTarget, alt: bool) -> Result<Paths> {
     let dev = dev.ok_or_else(|| anyhow!("lid: and gid: targets need --umad DEV"))?;
     let port = port(dev)?
         .ok_or_else(|| anyhow!("{dev}: the port is RoCE; lid: and gid: need an InfiniBand port"))?;
-    let rec = resolve(dev, &port, to).await?;
-    if rec.pkey.0 & 0x7fff != port.pkey0.0 & 0x7fff {
-        bail!(
-            "path to {to:?}: P_Key {:#06x} is not the port's P_Key 0 ({:#06x})",
-            rec.pkey.0,
-            port.pkey0.0
-        );
+    let paths = if alt {
+        let IbTarget::Gid(dgid) = to else {
+            bail!("--alt-path needs a gid: target (the paths between the two ports)");
+        };
+        let q = PathQuery {
+            table: true,
+            numb_path: 4,
+            ..PathQuery::by_gids(port.gid, dgid, port.pkey0)
+        };
+        let recs = query(dev, &port, q).await?;
+        let primary = *recs
+            .first()
+            .ok_or_else(|| anyhow!("path to {to:?}: the SA returned no record"))?;
+        let alternate = alternate_path(&primary, &recs).ok_or_else(|| {
+            anyhow!(
+                "path to {to:?}: no alternate path among the SA's {} records (each shares a \
+                 LID with the primary: is the SM's LMC 0?)",
+                recs.len()
+            )
+        })?;
+        Paths {
+            primary,
+            alternate: Some(alternate),
+        }
+    } else {
+        Paths {
+            primary: resolve(dev, &port, to).await?,
+            alternate: None,
+        }
+    };
+    for rec in [Some(paths.primary), paths.alternate].into_iter().flatten() {
+        if rec.pkey.0 & 0x7fff != port.pkey0.0 & 0x7fff {
+            bail!(
+                "path to {to:?}: P_Key {:#06x} is not the port's P_Key 0 ({:#06x})",
+                rec.pkey.0,
+                port.pkey0.0
+            );
+        }
     }
-    Ok(rec)
+    Ok(paths)
 }
 
-/// The path from `port` to `to`: a PathRecord Get to the SA at the port's SM LID (by
-/// SLID/DLID, or by SGID/DGID in the port's default partition), 1 s per attempt, 3 retries.
+/// The path from `port` to `to`: a PathRecord Get to the SA (by SLID/DLID, or by SGID/DGID
+/// in the port's default partition).
 pub(crate) async fn resolve(dev: &str, port: &IbPort, to: IbTarget) -> Result<PathRecord> {
+    let q = match to {
+        IbTarget::Lid(l) => PathQuery::by_lids(port.lid, l),
+        IbTarget::Gid(g) => PathQuery::by_gids(port.gid, g, port.pkey0),
+    };
+    let recs = query(dev, port, q).await?;
+    recs.first()
+        .copied()
+        .ok_or_else(|| anyhow!("path to {to:?}: the SA returned no record"))
+}
+
+/// The records of query `q`, asked of the SA at the port's SM LID, 1 s per attempt, 3
+/// retries.
+async fn query(dev: &str, port: &IbPort, q: PathQuery) -> Result<Vec<PathRecord>> {
     if port.lid.0 == 0 || port.sm_lid.0 == 0 {
         bail!(
             "{dev}: the port has no LID ({}) or no SM ({}): is a subnet manager running?",
@@ -89,25 +142,19 @@ pub(crate) async fn resolve(dev: &str, port: &IbPort, to: IbTarget) -> Result<Pa
     let t = UmadTransport::open_sa(Path::new(dev), ms(cfg.timeout), port.gid)
         .with_context(|| format!("{dev}: opening the SA agent"))?;
     let sa = Sa::spawn(SaClient::new(cfg, std::process::id()), t);
-    let q = match to {
-        IbTarget::Lid(l) => PathQuery::by_lids(port.lid, l),
-        IbTarget::Gid(g) => PathQuery::by_gids(port.gid, g, port.pkey0),
-    };
-    let recs = match sa.path_records(q).await {
-        Ok(r) => r,
+    match sa.path_records(q).await {
+        Ok(r) => Ok(r),
         Err(e) => {
             let st = sa.stats().await.unwrap_or_default();
             bail!(
-                "path to {to:?}: {e} (PathRecord Gets sent {}, answered {}, stray answers {})",
+                "PathRecord query ({}): {e} (sent {}, answered {}, stray answers {})",
+                if q.table { "GetTable" } else { "Get" },
                 st.sent,
                 st.answered,
                 st.stray
             );
         }
-    };
-    recs.first()
-        .copied()
-        .ok_or_else(|| anyhow!("path to {to:?}: the SA returned no record"))
+    }
 }
 
 fn ms(d: Duration) -> u32 {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 use ibcm::proto::SidrRepParams;
 use ibcm::proto::{AcceptParams, ListenOptions};
-use ibcm::rt::{Arrival, Cm, IncomingKind};
+use ibcm::rt::{Arrival, Cm, IncomingKind, LapPolicy};
 use ibcm_mad::cma::PortSpace;
 use ibcm_mad::{Qkey, Qpn, RejReason, ReqTransport, ServiceId, SidrStatus, TimeoutExp};
 
@@ -31,6 +31,9 @@ pub(crate) async fn listen(args: Args, ip: IpAddr) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (cm, _) = bind(&args, ip).await?;
+    if args.accept_laps {
+        cm.set_lap_policy(LapPolicy::Application).await?;
+    }
     let sid = service_id(&args, 7471);
     let mut sids = vec![sid];
     // rdma_cm listeners take every port space of a port: TCP for RC, IB for XRC, and UDP for
@@ -163,6 +166,10 @@ async fn serve_one(
     };
     let id_hint = req.req.local_comm_id;
     let peer = req.peer;
+    let alt = req.req.alternate_path;
+    if alt.remote_lid.0 != 0 || alt.remote_gid != ibcm_mad::Gid::ZERO {
+        counts.alt_paths.fetch_add(1, Ordering::Relaxed);
+    }
     let xrc = req.transport() == ReqTransport::Xrc;
     let passive_disconnects = req.user_private_data().starts_with(DISCONNECT_MARKER);
     let cma = req.cma_header.map_or(String::new(), |h| {
@@ -240,6 +247,11 @@ async fn serve_one(
     }
     let why = if passive_disconnects {
         conn.disconnect(&[]).await
+    } else if args.accept_laps {
+        tokio::select! {
+            why = conn.closed() => why,
+            () = accept_laps(args, counts, &conn) => conn.closed().await,
+        }
     } else {
         conn.closed().await
     };
@@ -250,6 +262,29 @@ async fn serve_one(
         format_args!("disconnected conn={} ({why})", conn.id()),
     );
     Ok(())
+}
+
+/// `--accept-laps`: loads every alternate path the peer proposes on `conn` (APR status 0),
+/// until the connection ends.
+async fn accept_laps(args: &Args, counts: &Counts, conn: &ibcm::rt::Connection) {
+    while let Ok(lap) = conn.next_lap().await {
+        let p = *lap.path();
+        match lap.accept(&[]).await {
+            Ok(()) => {
+                counts.laps.fetch_add(1, Ordering::Relaxed);
+                out_limited(
+                    args,
+                    format_args!(
+                        "conn={}: alternate path lid {} -> {} loaded",
+                        conn.id(),
+                        p.remote_lid,
+                        p.local_lid
+                    ),
+                );
+            }
+            Err(e) => out_limited(args, format_args!("conn={}: APR: {e}", conn.id())),
+        }
+    }
 }
 
 /// A connection the endpoint made statelessly has arrived: counted and printed like an
