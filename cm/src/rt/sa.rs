@@ -7,19 +7,47 @@
 //! every [`Sa`] handle is dropped, or when the transport fails.
 //!
 //! On a Linux port the transport is [`UmadTransport::open_sa`]: an agent of class 0x03 that
-//! receives answers only.
+//! receives answers only; [`Sa::open`] opens it and can watch the port for an SM change.
+//!
+//! # An SM change
+//! The SA moves with the master SM, and the paths it gave may no longer hold when a new SM
+//! has swept the fabric (the kernel's `ib_sa` re-reads the SM's address on the port events
+//! `IB_EVENT_SM_CHANGE`, `LID_CHANGE`, `CLIENT_REREGISTER`, `PKEY_CHANGE` and
+//! `PORT_ACTIVE`). Port events come from a verbs device; the client has none, so [`Sa::open`]
+//! with a watch interval re-reads the port's sysfs attributes (SM LID and SL, the port's LID,
+//! LMC, P_Key 0) that often, and on a change calls [`SaClient::port_changed`]: the port's
+//! cached paths are forgotten and requests go to the new SM. An application that gets the
+//! port events from verbs says so with [`Sa::port_changed`] instead.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use ibcm::rt::sa::Sa;
+//! use ibcm::rt::umad::IbPort;
+//! use ibcm::sa::SaConfig;
+//! let dev = "/dev/infiniband/umad0";
+//! let port = IbPort::of_umad(dev)?;
+//! let sa = Sa::open(dev, &port, SaConfig::new(port.port, port.sm_lid), Some(Duration::from_secs(1)))?;
+//! let path = sa.resolve(port.gid, port.gid, port.pkey0, Default::default()).await?;
+//! # let _ = path; Ok(()) }
+//! ```
 //!
 //! [`UmadTransport::open_sa`]: super::UmadTransport::open_sa
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use ibcm_mad::sa::PathRecord;
 use ibcm_mad::{Gid, Pkey, Qpn, U4};
 use tokio::sync::{mpsc, oneshot};
 
+use super::umad::{IbPort, UmadError, UmadTransport};
 use super::{now, sleep_until, DatagramTransport};
 use crate::proto::{IbAddr, PeerAddr};
-use crate::sa::{PathQuery, QueryId, Resolve, SaClient, SaDest, SaError, SaEvent, SaStats};
+use crate::sa::{
+    PathQuery, QueryId, Resolve, SaClient, SaConfig, SaDest, SaError, SaEvent, SaStats,
+};
 
 /// A handle on an SA client task ([`Sa::spawn`]); clones share the task.
 #[derive(Debug, Clone)]
@@ -38,6 +66,33 @@ enum Cmd {
         reply: oneshot::Sender<Result<PathRecord, SaError>>,
     },
     Stats(oneshot::Sender<SaStats>),
+    PortChanged(SaDest),
+}
+
+/// The port a client watches ([`Sa::open`]): its umad device, how often its sysfs
+/// attributes are read, and what they were last time.
+#[derive(Debug)]
+struct Watch {
+    umad: PathBuf,
+    every: Duration,
+    last: IbPort,
+}
+
+impl Watch {
+    /// The port as sysfs says now, if that is another SM or other addresses than last time.
+    fn changed(&mut self) -> Option<&IbPort> {
+        let now = IbPort::of_umad(&self.umad).ok()?;
+        let same = (now.sm_lid, now.sm_sl, now.lid, now.lmc, now.pkey0)
+            == (
+                self.last.sm_lid,
+                self.last.sm_sl,
+                self.last.lid,
+                self.last.lmc,
+                self.last.pkey0,
+            );
+        self.last = now;
+        (!same).then_some(&self.last)
+    }
 }
 
 /// A call waiting for a query's result.
@@ -56,8 +111,47 @@ impl Sa {
     /// Spawns the task (on the current tokio runtime) over `client` and `transport`.
     pub fn spawn<T: DatagramTransport>(client: SaClient, transport: T) -> Self {
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(run(client, transport, rx));
+        tokio::spawn(run(client, transport, rx, None));
         Sa { tx }
+    }
+
+    /// Opens the SA agent on the InfiniBand port `port` of umad device `umad`
+    /// ([`UmadTransport::open_sa`], each attempt waiting `cfg.timeout`) and spawns the client
+    /// with `cfg`, its SA at the port's SM (`port.sm_lid`, `port.sm_sl`). With `watch`, the
+    /// port's sysfs attributes are read again that often, and a new SM (LID or SL), a new LID
+    /// or LMC or P_Key 0 of the port flushes the port's cached paths and retargets the client
+    /// ([`SaClient::port_changed`]; counted in [`SaStats::port_changes`]).
+    ///
+    /// # Errors
+    /// [`UmadError`] from opening the agent.
+    pub fn open(
+        umad: impl AsRef<Path>,
+        port: &IbPort,
+        mut cfg: SaConfig,
+        watch: Option<Duration>,
+    ) -> Result<Self, UmadError> {
+        let umad = umad.as_ref();
+        cfg.dest.lid = port.sm_lid;
+        cfg.dest.sl = U4::masked(port.sm_sl);
+        let timeout_ms = u32::try_from(cfg.timeout.as_millis()).unwrap_or(u32::MAX);
+        let t = UmadTransport::open_sa(umad, timeout_ms, port.gid)?;
+        let client = SaClient::new(cfg, std::process::id());
+        let watch = watch.map(|every| Watch {
+            umad: umad.to_path_buf(),
+            every,
+            last: port.clone(),
+        });
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(run(client, t, rx, watch));
+        Ok(Sa { tx })
+    }
+
+    /// Tells the client that the port's SM or addresses changed (from the verbs port events
+    /// `IBV_EVENT_SM_CHANGE`, `LID_CHANGE`, `CLIENT_REREGISTER`, `PKEY_CHANGE`,
+    /// `PORT_ACTIVE`): the port's cached paths are forgotten and requests go to `dest`
+    /// ([`SaClient::port_changed`]). Nothing happens once the task has ended.
+    pub async fn port_changed(&self, dest: SaDest) {
+        let _ = self.tx.send(Cmd::PortChanged(dest)).await;
     }
 
     /// Every PathRecord the query's answer holds (one for a Get).
@@ -121,8 +215,10 @@ async fn run<T: DatagramTransport>(
     mut client: SaClient,
     mut transport: T,
     mut rx: mpsc::Receiver<Cmd>,
+    mut watch: Option<Watch>,
 ) {
     let mut waiters: HashMap<QueryId, Vec<Waiter>> = HashMap::new();
+    let mut next_look = watch.as_ref().map(|w| now() + w.every);
     loop {
         while let Some(tx) = client.poll_transmit() {
             // A failed send is retried by the client's timer like a lost one.
@@ -165,6 +261,7 @@ async fn run<T: DatagramTransport>(
                 Some(Cmd::Stats(reply)) => {
                     let _ = reply.send(client.stats());
                 }
+                Some(Cmd::PortChanged(dest)) => client.port_changed(dest),
             },
             r = transport.recv() => match r {
                 Ok((_from, mad)) => {
@@ -175,6 +272,20 @@ async fn run<T: DatagramTransport>(
                 Err(_) => return,
             },
             () = sleep_until(deadline) => client.handle_timeout(now()),
+            () = sleep_until(next_look), if next_look.is_some() => {
+                if let Some(w) = watch.as_mut() {
+                    // A few small sysfs files, read in place.
+                    if let Some(p) = w.changed() {
+                        let dest = SaDest {
+                            lid: p.sm_lid,
+                            sl: U4::masked(p.sm_sl),
+                            ..client.config().dest
+                        };
+                        client.port_changed(dest);
+                    }
+                    next_look = Some(now() + w.every);
+                }
+            }
         }
     }
 }
@@ -288,5 +399,34 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e, SaError::Timeout { attempts: 4 });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_port_change_flushes_the_cache_and_retargets_the_client() {
+        let net = MemNetwork::new();
+        let mut cfg = SaConfig::new(1, Lid(1));
+        cfg.timeout = Duration::from_millis(100);
+        let old = cfg.dest;
+        let new = SaDest { lid: Lid(7), ..old };
+        let (old_seen, mut old_rx) = mpsc::unbounded_channel();
+        let (new_seen, mut new_rx) = mpsc::unbounded_channel();
+        tokio::spawn(fake_sa(net.transport(sa_addr(&old)), 0, old_seen));
+        tokio::spawn(fake_sa(net.transport(sa_addr(&new)), 0, new_seen));
+        let me = net.transport(PeerAddr::Ib(IbAddr {
+            lid: Lid(2),
+            ..IbAddr::roce(gid(2))
+        }));
+        let sa = Sa::spawn(SaClient::new(cfg, 7), me);
+        let sl = U4::masked(0);
+        let p = sa.resolve(gid(2), gid(6), Pkey(0xffff), sl).await.unwrap();
+        assert_eq!(sa.resolve(gid(2), gid(6), Pkey(0xffff), sl).await, Ok(p));
+        assert!(old_rx.try_recv().is_ok() && old_rx.try_recv().is_err());
+        // A new SM: the cached path is gone, and the Get goes to the SA at LID 7.
+        sa.port_changed(new).await;
+        assert_eq!(sa.resolve(gid(2), gid(6), Pkey(0xffff), sl).await, Ok(p));
+        assert!(old_rx.try_recv().is_err(), "nothing more to the old SA");
+        assert!(new_rx.try_recv().is_ok(), "the Get went to the new SA");
+        let st = sa.stats().await.unwrap();
+        assert_eq!((st.cache_hits, st.cache_misses, st.port_changes), (1, 2, 1));
     }
 }

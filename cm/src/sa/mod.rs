@@ -287,6 +287,8 @@ pub struct SaStats {
     pub cache_hits: u64,
     /// Cache misses of [`SaClient::resolve`].
     pub cache_misses: u64,
+    /// SM changes and port events that flushed the cache ([`SaClient::port_changed`]).
+    pub port_changes: u64,
 }
 
 /// The reassembly state of an RMPP answer.
@@ -358,6 +360,17 @@ impl SaClient {
     /// Where the SA is now (after an SM change, the caller says so with [`Self::set_dest`]).
     pub fn set_dest(&mut self, dest: SaDest) {
         self.cfg.dest = dest;
+    }
+
+    /// The port's SM or addresses changed (a new master SM, the SM's client reregistration, a
+    /// LID, P_Key or port-state change: the events on which the kernel's `ib_sa` updates its
+    /// SM address and `ibacm` drops its cached paths): forgets every cached path of this
+    /// client's port and sends every request from now on, the retransmissions of queries in
+    /// flight included, to `dest`. Counted in [`SaStats::port_changes`].
+    pub fn port_changed(&mut self, dest: SaDest) {
+        self.cache.clear_port(self.cfg.port);
+        self.cfg.dest = dest;
+        self.stats.port_changes += 1;
     }
 
     /// The counters.

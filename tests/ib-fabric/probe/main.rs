@@ -22,7 +22,8 @@
 //! came from the cache. `bench` times a raw PathRecord Get round trip on umad
 //! against the client's `resolve` on a cache miss and on a hit. `cm-listen` and `cm-connect`
 //! run ibcm's CM endpoint LID-routed on the simulated port (module `cm`); `cm-async-*` the
-//! same through the tokio driver and the async API (module `cm_async`).
+//! same through the tokio driver and the async API (module `cm_async`); `sm-watch` the
+//! library's SA client with a port watch across an SM restart (module `sm`).
 //!
 //! The device is opened through libc's `open` (module `sys`); the umad header is the
 //! 56-byte layout (umad2sim accepts `IB_USER_MAD_ENABLE_PKEY` but keeps that layout, and a
@@ -30,6 +31,7 @@
 
 mod cm;
 mod cm_async;
+mod sm;
 mod sys;
 
 use std::net::Ipv6Addr;
@@ -368,6 +370,10 @@ fn bench(args: &Args, port: &Port, dev: &mut Dev) -> Result<(), String> {
 fn run() -> Result<bool, String> {
     let args = Args(std::env::args().skip(1).collect());
     let cmd = args.0.first().cloned().unwrap_or_default();
+    if cmd == "sm-watch" {
+        // Its own SA agent (the library's): umad2sim has one agent per class per process.
+        return sm::watch(&args);
+    }
     let mut dev = Dev::open()?;
     let port = port_info()?;
     match cmd.as_str() {
@@ -472,7 +478,8 @@ fn run() -> Result<bool, String> {
         "cm-async-connect" => cm_async::connect(&args, &port, dev),
         _ => Err(
             "usage: ib-fabric-probe info | path ... | repeat ... | cache ... | bench ... \
-                  | cm-listen ... | cm-connect ... | cm-async-listen ... | cm-async-connect ..."
+                  | cm-listen ... | cm-connect ... | cm-async-listen ... | cm-async-connect ... \
+                  | sm-watch ..."
                 .into(),
         ),
     }
