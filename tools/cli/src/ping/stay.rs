@@ -6,7 +6,8 @@
 //! `target gone (creator exited)`); a connection that ends otherwise (the node service lost,
 //! say) prints `conn <n> ended here after <ms> ms: <why>` and is not counted as closed by the
 //! peer. On a signal the rest are disconnected. The last line is
-//! `cm-ping: N established, R rejected, T timed out, D disconnected, P closed by peer`.
+//! `cm-ping: N established, R rejected, T timed out, D disconnected, P closed by peer`, and
+//! `, X disconnect timed out` after it when X DREQs were never answered.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -51,8 +52,13 @@ pub(crate) fn peer_reason(why: &ConnectionError) -> String {
 
 /// The summary line of `--stay`.
 pub(crate) fn line(counts: &Counts, by_peer: u64) -> String {
+    // DREQs never answered (the peer unreachable): only when there were any.
+    let unanswered = match counts.disconnect_timed_out.load(Ordering::Relaxed) {
+        0 => String::new(),
+        n => format!(", {n} disconnect timed out"),
+    };
     format!(
-        "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {by_peer} closed by peer",
+        "cm-ping: {} established, {} rejected, {} timed out, {} disconnected, {by_peer} closed by peer{unanswered}",
         counts.established.load(Ordering::Relaxed),
         counts.rejected.load(Ordering::Relaxed),
         counts.timed_out.load(Ordering::Relaxed),
