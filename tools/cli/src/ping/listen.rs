@@ -248,10 +248,7 @@ async fn serve_one(
     let why = if passive_disconnects {
         conn.disconnect(&[]).await
     } else if args.accept_laps {
-        tokio::select! {
-            why = conn.closed() => why,
-            () = accept_laps(args, counts, &conn) => conn.closed().await,
-        }
+        serve_laps(args, counts, &conn).await
     } else {
         conn.closed().await
     };
@@ -264,10 +261,23 @@ async fn serve_one(
     Ok(())
 }
 
-/// `--accept-laps`: loads every alternate path the peer proposes on `conn` (APR status 0),
-/// until the connection ends.
-async fn accept_laps(args: &Args, counts: &Counts, conn: &ibcm::rt::Connection) {
-    while let Ok(lap) = conn.next_lap().await {
+/// `--accept-laps`: loads every alternate path the peer proposes on `conn` (APR status 0)
+/// until the connection ends; returns why it ended. A LAP taken is answered and counted to
+/// the end even when the connection ends meanwhile (`next_lap` is cancel-safe; the answer,
+/// in a branch's body, is not raced).
+async fn serve_laps(
+    args: &Args,
+    counts: &Counts,
+    conn: &ibcm::rt::Connection,
+) -> ibcm::proto::ConnectionError {
+    loop {
+        let lap = tokio::select! {
+            why = conn.closed() => return why,
+            lap = conn.next_lap() => lap,
+        };
+        let Ok(lap) = lap else {
+            return conn.closed().await;
+        };
         let p = *lap.path();
         match lap.accept(&[]).await {
             Ok(()) => {
