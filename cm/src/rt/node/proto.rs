@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub use super::errors::{WireCallError, WireConnError, WireConnectError, WireStatus};
+pub use super::paths::{WirePathError, WirePathTarget};
 pub use super::fields::{
     MAX_DOMAIN_NAME, MAX_KEEPER_REQUEST, MAX_POLICY_NAME, MAX_SIDR_ADDITIONAL_INFO, MAX_SRQNS,
     MAX_TRANSPORTS,
@@ -34,6 +35,11 @@ pub const MAX_FRAME: usize = 64 * 1024;
 /// before hello is refused, and the ops of the stateless mode, the XRC orphans and the keeper
 /// were added. A client of version 1 could not decode all of that, so it is refused at its
 /// hello instead of failing later.
+///
+/// Added within version 2, so that either side may be older: optional fields, left out when
+/// empty (a decoder that predates one ignores it), and ops that a daemon advertises in its
+/// [`WireResult::Hello`] answer and a client sends only to a daemon that did
+/// ([`Op::ResolvePath`], advertised by `paths`).
 pub const VERSION: u32 = 2;
 
 /// A request of a client, with the number its answer ([`DaemonMsg::Reply`]) carries.
@@ -207,6 +213,14 @@ pub enum Op {
     },
     /// `Cm::stats`: the daemon endpoint's counters (node-wide).
     Stats,
+    /// `Cm::resolve_path`: the path from the daemon's InfiniBand port to `target`, asked of
+    /// its SA; the reply ([`WireResult::Path`], [`WireResult::PathError`]) comes when the
+    /// SA's answer does, after the replies of requests sent meanwhile. Sent only to a daemon
+    /// whose hello answer said `paths`.
+    ResolvePath {
+        /// `lid:N` or `gid:G`.
+        target: WirePathTarget,
+    },
 }
 
 /// What the daemon sends: replies, and events about the client's own objects.
@@ -282,7 +296,7 @@ pub enum DaemonMsg {
     },
 }
 
-fn is_false(b: &bool) -> bool {
+pub(super) fn is_false(b: &bool) -> bool {
     !*b
 }
 
@@ -298,6 +312,11 @@ pub enum WireResult {
         /// its peers are of that address family.
         #[serde(default)]
         addr: Option<std::net::IpAddr>,
+        /// The daemon answers [`Op::ResolvePath`] (whether or not it is on an InfiniBand
+        /// port: on another, the answer says so). Left out when false; absent from an older
+        /// daemon's answer.
+        #[serde(default, skip_serializing_if = "is_false")]
+        paths: bool,
     },
     /// A new connection (connect).
     Conn {
@@ -331,6 +350,13 @@ pub enum WireResult {
         /// The reply.
         reply: serde_json::Value,
     },
+    /// [`Op::ResolvePath`]: the PathRecord (its 64 bytes, as the SA sent it).
+    Path {
+        /// `PathRecord::to_bytes`.
+        record: Vec<u8>,
+    },
+    /// [`Op::ResolvePath`]: no path, and why.
+    PathError(WirePathError),
     /// [`Op::XrcOrphans`].
     XrcQps {
         /// The QPs.
@@ -449,6 +475,61 @@ mod tests {
         assert!(matches!(r, Err(FrameError::Malformed(_))));
     }
 
+    /// A path query and its answers as frames: round trips, and the JSON the docs show.
+    #[tokio::test]
+    async fn path_queries_round_trip() {
+        let op = ClientMsg {
+            seq: 9,
+            op: Op::ResolvePath {
+                target: WirePathTarget::Lid(4),
+            },
+        };
+        assert_eq!(
+            serde_json::to_string(&op).unwrap(),
+            r#"{"seq":9,"op":{"op":"resolve-path","target":{"lid":4}}}"#
+        );
+        let f = encode_frame(&op).unwrap();
+        let back: ClientMsg = read_frame(&mut &f[..]).await.unwrap();
+        assert!(matches!(
+            back.op,
+            Op::ResolvePath {
+                target: WirePathTarget::Lid(4)
+            }
+        ));
+        let rec = ibcm_mad::sa::PathRecord {
+            slid: ibcm_mad::Lid(2),
+            dlid: ibcm_mad::Lid(4),
+            ..Default::default()
+        };
+        let reply = DaemonMsg::Reply {
+            seq: 9,
+            result: WireResult::Path {
+                record: rec.to_bytes().to_vec(),
+            },
+        };
+        let f = encode_frame(&reply).unwrap();
+        let back: DaemonMsg = read_frame(&mut &f[..]).await.unwrap();
+        let DaemonMsg::Reply {
+            result: WireResult::Path { record },
+            ..
+        } = back
+        else {
+            panic!("{back:?}");
+        };
+        assert_eq!(ibcm_mad::sa::PathRecord::parse(&record).unwrap(), rec);
+        let e = WireResult::PathError(WirePathError::SaTimeout { attempts: 4 });
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"r":"path-error","kind":"sa-timeout","attempts":4}"#
+        );
+        // A target the frame cannot hold is malformed, not a panic.
+        let junk = br#"{"seq":1,"op":{"op":"resolve-path","target":{"lid":70000}}}"#;
+        let mut f = (junk.len() as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(junk);
+        let r = read_frame::<ClientMsg, _>(&mut &f[..]).await;
+        assert!(matches!(r, Err(FrameError::Malformed(_))));
+    }
+
     /// The fields added within version 2 are optional both ways: left out when empty or
     /// false, and messages without them (as before) decode.
     #[test]
@@ -465,9 +546,14 @@ mod tests {
         let op: Op = serde_json::from_str(r#"{"op":"hello","version":2}"#).unwrap();
         assert!(matches!(op, Op::Hello { addr: false, .. }));
         let r: WireResult = serde_json::from_str(r#"{"r":"hello","addr":"fd00::1"}"#).unwrap();
-        assert!(matches!(r, WireResult::Hello { addr: Some(a) } if a.is_ipv6()));
+        assert!(matches!(r, WireResult::Hello { addr: Some(a), paths: false } if a.is_ipv6()));
         let r: WireResult = serde_json::from_str(r#"{"r":"hello"}"#).unwrap();
-        assert!(matches!(r, WireResult::Hello { addr: None }));
+        assert!(matches!(r, WireResult::Hello { addr: None, .. }));
+        let h = |paths| serde_json::to_string(&WireResult::Hello { addr: None, paths }).unwrap();
+        assert_eq!(h(false), r#"{"r":"hello","addr":null}"#);
+        assert_eq!(h(true), r#"{"r":"hello","addr":null,"paths":true}"#);
+        let r: WireResult = serde_json::from_str(&h(true)).unwrap();
+        assert!(matches!(r, WireResult::Hello { paths: true, .. }));
 
         let est = |pd: Vec<u8>| DaemonMsg::Status {
             conn: 3,
