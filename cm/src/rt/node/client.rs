@@ -303,14 +303,14 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
     // socket closed, the refusal is read all the same.
     let sent = write_frame(&mut wr, &hello).await;
     // A daemon that predates the `hello` answer says `ok`, without its address; one that
-    // predates path queries does not say `paths`.
+    // predates path queries does not say `paths` (how many it serves at once).
     let (daemon_addr, paths) = match read_frame::<DaemonMsg, _>(&mut rd).await {
         Ok(DaemonMsg::Reply {
             result: WireResult::Ok,
             ..
         }) => {
             sent?;
-            (None, false)
+            (None, 0)
         }
         Ok(DaemonMsg::Reply {
             result: WireResult::Hello { addr, paths },
@@ -330,10 +330,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
     let (tx, rx) = mpsc::unbounded_channel();
     let registry = Registry::default();
     let (node_tx, node_rx) = mpsc::unbounded_channel();
-    let node_paths = super::paths::NodePaths {
-        tx: node_tx.clone(),
-        served: paths,
-    };
+    let node_paths = super::paths::NodePaths::new(node_tx.clone(), paths);
     let cm = Cm::from_channel(tx, registry.clone(), node_paths);
     let (ev_tx, ev_rx) = mpsc::unbounded_channel();
     let (kev_tx, kev_rx) = mpsc::unbounded_channel();

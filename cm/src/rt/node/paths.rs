@@ -6,7 +6,8 @@
 //! [`ServerConfig::max_path_queries_per_user`] per user.
 //!
 //! Within protocol version 2: a daemon that serves them says so in its `hello` answer
-//! ([`WireResult::Hello::paths`]); a client does not send one to a daemon that did not.
+//! ([`WireResult::Hello::paths`]: how many of a session at once); a client does not send one
+//! to a daemon that did not, and keeps its own below that many in flight (its callers wait).
 
 use std::net::Ipv6Addr;
 use std::sync::Arc;
@@ -160,28 +161,43 @@ impl WirePathError {
 }
 
 /// The attached [`Cm`](crate::rt::Cm)'s way to the daemon's path queries: the node
-/// operations' channel of its client task, and whether the daemon serves them (its hello).
+/// operations' channel of its client task, and as many permits as the daemon serves queries
+/// of a session at once (its hello's `paths`; `None`: it serves none), so that the handle's
+/// callers wait for a place rather than meet the daemon's quota.
 #[derive(Debug, Clone)]
 pub(crate) struct NodePaths {
-    pub(super) tx: mpsc::UnboundedSender<(Op, oneshot::Sender<WireResult>)>,
-    pub(super) served: bool,
+    tx: mpsc::UnboundedSender<(Op, oneshot::Sender<WireResult>)>,
+    permits: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl NodePaths {
-    /// Paths of a daemon that does not serve them (tests of other calls).
-    #[cfg(test)]
-    pub(crate) fn not_served() -> Self {
+    /// Over the node operations' channel `tx`, for a daemon that serves `served` path
+    /// queries of a session at once (0: none).
+    pub(super) fn new(
+        tx: mpsc::UnboundedSender<(Op, oneshot::Sender<WireResult>)>,
+        served: u32,
+    ) -> Self {
+        let n = usize::try_from(served)
+            .unwrap_or(usize::MAX)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
         NodePaths {
-            tx: mpsc::unbounded_channel().0,
-            served: false,
+            tx,
+            permits: (n > 0).then(|| Arc::new(tokio::sync::Semaphore::new(n))),
         }
     }
 
-    /// [`Op::ResolvePath`].
+    /// Paths of a daemon that does not serve them (tests of other calls).
+    #[cfg(test)]
+    pub(crate) fn not_served() -> Self {
+        NodePaths::new(mpsc::unbounded_channel().0, 0)
+    }
+
+    /// [`Op::ResolvePath`], once this handle has fewer than the daemon's limit in flight.
     pub(crate) async fn resolve(&self, to: PathTarget) -> Result<PathRecord, CmError> {
-        if !self.served {
+        let Some(permits) = &self.permits else {
             return Err(PathError::NotServed.into());
-        }
+        };
+        let _permit = permits.acquire().await.map_err(|_| CmError::DriverGone)?;
         let (tx, rx) = oneshot::channel();
         let op = Op::ResolvePath {
             target: WirePathTarget::from_target(to),
@@ -359,7 +375,9 @@ mod daemon_tests {
     use ibcm_mad::{Guid, Lid, Qkey, Qpn, ServiceId};
 
     use super::super::hooks::{EventSink, HookFuture, NodeHooks, SessionInfo, XrcListenReq};
+    use super::super::proto::WireResult;
     use super::super::{NodeServer, ServerConfig};
+    use super::{WirePathError, WirePathTarget};
     use crate::proto::{AcceptParams, EndpointConfig, IbAddr, ListenOptions, PeerAddr};
     use crate::rt::sa::test_sa::{self, FakeSa};
     use crate::rt::sa::{test_port, PathError, PathResolver};
@@ -553,8 +571,63 @@ mod daemon_tests {
         );
     }
 
+    /// A raw session on `sock`: hello said, the daemon's `paths` returned.
+    async fn raw(
+        sock: &std::path::Path,
+    ) -> (
+        tokio::net::unix::OwnedReadHalf,
+        tokio::net::unix::OwnedWriteHalf,
+        u32,
+    ) {
+        use super::super::proto::{
+            encode_frame, read_frame, write_frame, ClientMsg, DaemonMsg, Op, WireResult, VERSION,
+        };
+        let s = tokio::net::UnixStream::connect(sock).await.unwrap();
+        let (mut rd, mut wr) = s.into_split();
+        let hello = ClientMsg {
+            seq: 0,
+            op: Op::Hello {
+                version: VERSION,
+                addr: true,
+            },
+        };
+        write_frame(&mut wr, &encode_frame(&hello).unwrap())
+            .await
+            .unwrap();
+        let m: DaemonMsg = read_frame(&mut rd).await.unwrap();
+        let DaemonMsg::Reply {
+            result: WireResult::Hello { paths, .. },
+            ..
+        } = m
+        else {
+            panic!("{m:?}");
+        };
+        (rd, wr, paths)
+    }
+
+    /// Sends `resolve-path` for `lid` as `seq`.
+    async fn ask(wr: &mut tokio::net::unix::OwnedWriteHalf, seq: u64, lid: u16) {
+        use super::super::proto::{encode_frame, write_frame, ClientMsg, Op};
+        let m = ClientMsg {
+            seq,
+            op: Op::ResolvePath {
+                target: WirePathTarget::Lid(lid),
+            },
+        };
+        write_frame(wr, &encode_frame(&m).unwrap()).await.unwrap();
+    }
+
+    /// The next reply: its `seq` and result.
+    async fn answer(rd: &mut tokio::net::unix::OwnedReadHalf) -> (u64, WireResult) {
+        use super::super::proto::{read_frame, DaemonMsg};
+        match read_frame::<DaemonMsg, _>(rd).await.unwrap() {
+            DaemonMsg::Reply { seq, result } => (seq, result),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// At most `max_path_queries` in flight per session and `max_path_queries_per_user` per
-    /// user; a slot is given back with its answer.
+    /// user, whatever a client sends; a place is given back with its answer.
     #[tokio::test]
     async fn path_queries_in_flight_are_bounded() {
         let dir = Scratch::new("quota");
@@ -569,36 +642,106 @@ mod daemon_tests {
             ..ServerConfig::default()
         };
         let sock = daemon(&dir, "a", &net, Some(silent), cfg);
-        let (a, _ta) = Cm::attach(&sock).await.unwrap();
-        let (b, _tb) = Cm::attach(&sock).await.unwrap();
-        let q = |cm: &Cm, lid| {
+        let timed_out = |r: &WireResult| {
+            matches!(
+                r,
+                WireResult::PathError(WirePathError::SaTimeout { attempts: 4 })
+            )
+        };
+        let refused = |r: &WireResult, what: &str| {
+            matches!(r, WireResult::Refused { why } if why == what)
+        };
+        let (mut ra, mut wa, paths) = raw(&sock).await;
+        assert_eq!(paths, 2, "the hello says how many");
+        // a: 2 in flight; its third is refused at once, before their answers.
+        for (seq, lid) in [(1, 5), (2, 6), (3, 7)] {
+            ask(&mut wa, seq, lid).await;
+        }
+        let (seq, r) = answer(&mut ra).await;
+        assert_eq!(seq, 3);
+        assert!(refused(&r, "quota: 2 path queries in flight"), "{r:?}");
+        for _ in 0..2 {
+            let (seq, r) = answer(&mut ra).await;
+            assert!((1..=2).contains(&seq) && timed_out(&r), "{seq} {r:?}");
+        }
+        // Given back. a 2 and b 1 in flight; b's second is over the user's 3.
+        let (mut rb, mut wb, _) = raw(&sock).await;
+        ask(&mut wa, 4, 5).await;
+        ask(&mut wa, 5, 6).await;
+        // Its refused third says that a's two are in flight (a session's requests are
+        // served in order).
+        ask(&mut wa, 6, 7).await;
+        let (seq, r) = answer(&mut ra).await;
+        assert!(seq == 6 && refused(&r, "quota: 2 path queries in flight"), "{r:?}");
+        ask(&mut wb, 1, 7).await;
+        ask(&mut wb, 2, 8).await;
+        let (seq, r) = answer(&mut rb).await;
+        let uid = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self").unwrap().uid()
+        };
+        let want = format!("quota: 3 path queries in flight of uid {uid}");
+        assert_eq!(seq, 2);
+        assert!(refused(&r, &want), "{r:?}");
+        let (seq, r) = answer(&mut rb).await;
+        assert!(seq == 1 && timed_out(&r), "{r:?}");
+        for _ in 0..2 {
+            assert!(timed_out(&answer(&mut ra).await.1));
+        }
+        // A session that ends with queries in flight: they count against its user until
+        // they end, then are given back.
+        ask(&mut wa, 7, 5).await;
+        ask(&mut wa, 8, 6).await;
+        ask(&mut wa, 9, 7).await;
+        let (seq, r) = answer(&mut ra).await;
+        assert!(seq == 9 && refused(&r, "quota: 2 path queries in flight"), "{r:?}");
+        drop((ra, wa));
+        ask(&mut wb, 3, 5).await;
+        ask(&mut wb, 4, 6).await;
+        let (seq, r) = answer(&mut rb).await;
+        assert!(seq == 4 && refused(&r, &want), "{r:?}");
+        assert!(timed_out(&answer(&mut rb).await.1));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ask(&mut wb, 5, 5).await;
+        ask(&mut wb, 6, 6).await;
+        for _ in 0..2 {
+            assert!(timed_out(&answer(&mut rb).await.1));
+        }
+    }
+
+    /// An attached handle keeps its queries below the daemon's limit: its callers wait for a
+    /// place instead of meeting the quota.
+    #[tokio::test]
+    async fn an_attached_handle_waits_for_a_place() {
+        let dir = Scratch::new("queue");
+        let net = MemNetwork::new();
+        let silent = FakeSa {
+            drop: usize::MAX,
+            ..FakeSa::default()
+        };
+        let cfg = ServerConfig {
+            max_path_queries: 2,
+            ..ServerConfig::default()
+        };
+        let sock = daemon(&dir, "a", &net, Some(silent), cfg);
+        let (cm, _t) = Cm::attach(&sock).await.unwrap();
+        let q = |lid| {
             let cm = cm.clone();
             async move { cm.resolve_path(PathTarget::Lid(Lid(lid))).await }
         };
-        let timed_out = |r: &Result<_, CmError>| {
-            matches!(
-                r,
-                Err(CmError::Path(PathError::Sa(SaError::Timeout { .. })))
-            )
-        };
-        let refused = |r: &Result<_, CmError>, what: &str| {
-            matches!(r, Err(CmError::Refused(why)) if why == what)
-        };
-        // a: 2 in flight, the third refused at once (the session's quota).
-        let (r1, r2, r3) = tokio::join!(q(&a, 5), q(&a, 6), q(&a, 7));
-        assert!(timed_out(&r1) && timed_out(&r2), "{r1:?} {r2:?}");
-        assert!(refused(&r3, "quota: 2 path queries in flight"), "{r3:?}");
-        // Given back: a and b, 2 + 1 in flight; b's second is over the user's 3.
-        let (r1, r2, r3, r4) = tokio::join!(q(&a, 5), q(&a, 6), q(&b, 7), q(&b, 8));
-        assert!(timed_out(&r1) && timed_out(&r2) && timed_out(&r3));
-        let uid = std::fs::metadata("/proc/self").map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.uid()
-        });
-        let want = format!("quota: 3 path queries in flight of uid {}", uid.unwrap());
-        assert!(refused(&r4, &want), "{r4:?}");
-        // All given back.
-        assert!(timed_out(&q(&b, 9).await));
+        let t0 = std::time::Instant::now();
+        let (r1, r2, r3) = tokio::join!(q(5), q(6), q(7));
+        for r in [r1, r2, r3] {
+            assert!(
+                matches!(
+                    r,
+                    Err(CmError::Path(PathError::Sa(SaError::Timeout { attempts: 4 })))
+                ),
+                "{r:?}"
+            );
+        }
+        // Two rounds of 4 × 100 ms: the third waited for the first two.
+        assert!(t0.elapsed() >= Duration::from_millis(800), "{:?}", t0.elapsed());
     }
 
     /// A daemon that predates path queries (its hello answer is a bare `ok`): the client does

@@ -39,7 +39,7 @@ pub const MAX_FRAME: usize = 64 * 1024;
 /// Added within version 2, so that either side may be older: optional fields, left out when
 /// empty (a decoder that predates one ignores it), and ops that a daemon advertises in its
 /// [`WireResult::Hello`] answer and a client sends only to a daemon that did
-/// ([`Op::ResolvePath`], advertised by `paths`).
+/// ([`Op::ResolvePath`], advertised by `paths`: how many a session may have in flight).
 pub const VERSION: u32 = 2;
 
 /// A request of a client, with the number its answer ([`DaemonMsg::Reply`]) carries.
@@ -300,6 +300,10 @@ pub(super) fn is_false(b: &bool) -> bool {
     !*b
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// The answer to a [`ClientMsg`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "r", rename_all = "kebab-case")]
@@ -313,10 +317,11 @@ pub enum WireResult {
         #[serde(default)]
         addr: Option<std::net::IpAddr>,
         /// The daemon answers [`Op::ResolvePath`] (whether or not it is on an InfiniBand
-        /// port: on another, the answer says so). Left out when false; absent from an older
-        /// daemon's answer.
-        #[serde(default, skip_serializing_if = "is_false")]
-        paths: bool,
+        /// port: on another, the answer says so), at most this many of a session in flight
+        /// (`ServerConfig::max_path_queries`; a client keeps its own below it). Left out
+        /// when 0, and absent from an older daemon's answer: not served.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        paths: u32,
     },
     /// A new connection (connect).
     Conn {
@@ -546,14 +551,14 @@ mod tests {
         let op: Op = serde_json::from_str(r#"{"op":"hello","version":2}"#).unwrap();
         assert!(matches!(op, Op::Hello { addr: false, .. }));
         let r: WireResult = serde_json::from_str(r#"{"r":"hello","addr":"fd00::1"}"#).unwrap();
-        assert!(matches!(r, WireResult::Hello { addr: Some(a), paths: false } if a.is_ipv6()));
+        assert!(matches!(r, WireResult::Hello { addr: Some(a), paths: 0 } if a.is_ipv6()));
         let r: WireResult = serde_json::from_str(r#"{"r":"hello"}"#).unwrap();
         assert!(matches!(r, WireResult::Hello { addr: None, .. }));
         let h = |paths| serde_json::to_string(&WireResult::Hello { addr: None, paths }).unwrap();
-        assert_eq!(h(false), r#"{"r":"hello","addr":null}"#);
-        assert_eq!(h(true), r#"{"r":"hello","addr":null,"paths":true}"#);
-        let r: WireResult = serde_json::from_str(&h(true)).unwrap();
-        assert!(matches!(r, WireResult::Hello { paths: true, .. }));
+        assert_eq!(h(0), r#"{"r":"hello","addr":null}"#);
+        assert_eq!(h(64), r#"{"r":"hello","addr":null,"paths":64}"#);
+        let r: WireResult = serde_json::from_str(&h(64)).unwrap();
+        assert!(matches!(r, WireResult::Hello { paths: 64, .. }));
 
         let est = |pd: Vec<u8>| DaemonMsg::Status {
             conn: 3,

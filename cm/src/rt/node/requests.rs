@@ -53,7 +53,7 @@ impl NodeServer {
                 if addr {
                     WireResult::Hello {
                         addr: self.cfg.addr,
-                        paths: true,
+                        paths: u32::try_from(self.cfg.max_path_queries).unwrap_or(u32::MAX),
                     }
                 } else {
                     WireResult::Ok
