@@ -11,7 +11,9 @@ use ibcm::proto::{
 use ibcm::qp_attr::{AhAttr, LinkLayer, LocalPort, QpAttr, QpAttrMask, QpType};
 use ibcm::sa::{cm_peer, req_mtu, req_path, PathTarget};
 use ibcm_mad::sa::PathRecord;
-use ibcm_mad::{Gid, Lid, Mtu, Psn, Qkey, Qpn, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U3};
+use ibcm_mad::{
+    Gid, Lid, Mtu, Psn, Qkey, Qpn, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U3,
+};
 
 use crate::error::{Error, Result};
 use crate::ffi::types::ibcm_status::*;
@@ -352,7 +354,9 @@ pub(crate) fn sidr_params(
     if PathTarget::is_written_as_one(peer) {
         return Err(Error::new(
             IBCM_EUNSUPPORTED,
-            format!("peer {peer:?}: ibcm_sidr_query takes IP peers (lid: and gid: are ibcm_connect's)"),
+            format!(
+                "peer {peer:?}: ibcm_sidr_query takes IP peers (lid: and gid: are ibcm_connect's)"
+            ),
         ));
     }
     let mut s = SidrReqParams::new(peer_addr(peer)?, ServiceId(p.service_id));
@@ -555,7 +559,11 @@ mod tests {
         assert_eq!(c.path, Some(PathTarget::Lid(Lid(5))));
         assert!(c.manual);
         assert_eq!(
-            (c.params.service_id, c.params.transport, c.params.private_data.as_slice()),
+            (
+                c.params.service_id,
+                c.params.transport,
+                c.params.private_data.as_slice()
+            ),
             (ServiceId(0x77), ReqTransport::Xrc, &b"pd"[..])
         );
         // rdma_cm listeners are named by IP and port; SIDR by IP.
@@ -586,20 +594,31 @@ mod tests {
         p.qp_num = 0x11;
         p.service_id = 0x77;
         p.path_mtu = 5;
-        let mut c = connect_params(&p, "lid:5", Vec::new(), None).unwrap().params;
+        let mut c = connect_params(&p, "lid:5", Vec::new(), None)
+            .unwrap()
+            .params;
         apply_path(&mut c, &rec);
-        let want = ibcm::sa::connect_params(&rec, CA_ACK_DELAY, 0, ServiceId(0x77), Qpn::masked(0x11));
+        let want =
+            ibcm::sa::connect_params(&rec, CA_ACK_DELAY, 0, ServiceId(0x77), Qpn::masked(0x11));
         assert_eq!(c.peer, want.peer);
         assert_eq!(c.primary_path, want.primary_path);
-        assert_eq!((c.pkey, c.packet_life_time), (want.pkey, want.packet_life_time));
+        assert_eq!(
+            (c.pkey, c.packet_life_time),
+            (want.pkey, want.packet_life_time)
+        );
         assert_eq!(c.path_mtu, Mtu::Mtu2048, "the path's, below the asked 4096");
         // The application's smaller MTU stays.
         p.path_mtu = 3;
-        let mut c = connect_params(&p, "lid:5", Vec::new(), None).unwrap().params;
+        let mut c = connect_params(&p, "lid:5", Vec::new(), None)
+            .unwrap()
+            .params;
         apply_path(&mut c, &rec);
         assert_eq!(c.path_mtu, Mtu::Mtu1024);
         // The other fields keep their meaning.
-        assert_eq!((c.retry_count, c.connect_timeout), (want.retry_count, want.connect_timeout));
+        assert_eq!(
+            (c.retry_count, c.connect_timeout),
+            (want.retry_count, want.connect_timeout)
+        );
     }
 
     #[test]
@@ -610,8 +629,14 @@ mod tests {
             ..IbAddr::roce(Gid::ZERO)
         });
         assert_eq!(peer_string(&lid), "lid:5");
-        assert_eq!(peer(&peer_string(&lid)), Ok(Peer::Ib(PathTarget::Lid(Lid(5)))));
-        let g = Gid("fe80::2:c903:0:3".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        assert_eq!(
+            peer(&peer_string(&lid)),
+            Ok(Peer::Ib(PathTarget::Lid(Lid(5))))
+        );
+        let g = Gid("fe80::2:c903:0:3"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets());
         let grh = PeerAddr::Ib(IbAddr {
             lid: Lid(5),
             gid: Some(g),
@@ -629,7 +654,9 @@ mod tests {
     fn defaults_are_ibcms() {
         let mut p = conn_param_default();
         p.qp_num = 0x11;
-        let Connect { params: c, manual, .. } = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
+        let Connect {
+            params: c, manual, ..
+        } = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
         assert!(!manual);
         let d = ConnectParams::new(c.peer, ServiceId(0), Qpn::masked(0x11));
         assert_eq!(
@@ -683,7 +710,9 @@ mod tests {
         p.transport = 2;
         p.flags = IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_SHARED_QPN | IBCM_CONNECT_PSN;
         p.starting_psn = 0x123;
-        let Connect { params: c, manual, .. } = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
+        let Connect {
+            params: c, manual, ..
+        } = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
         assert!(manual && c.allow_shared_qpn);
         assert_eq!(
             (c.transport, c.starting_psn),
@@ -719,7 +748,8 @@ mod tests {
         p.flags = IBCM_CONNECT_RDMA_CM;
         let ip: IpAddr = "10.0.0.2".parse().unwrap();
         let local = Some(ip);
-        let Connect { params: c, .. } = connect_params(&p, "10.0.0.1:7174", b"hi".to_vec(), local).unwrap();
+        let Connect { params: c, .. } =
+            connect_params(&p, "10.0.0.1:7174", b"hi".to_vec(), local).unwrap();
         assert_eq!(c.service_id, ServiceId(0x0106_1c06));
         assert_eq!(
             c.peer,
@@ -732,7 +762,8 @@ mod tests {
         assert_eq!(c.private_data, b"hi");
         // XRC: the IB port space.
         p.transport = 2;
-        let Connect { params: c, .. } = connect_params(&p, "10.0.0.1:7174", Vec::new(), local).unwrap();
+        let Connect { params: c, .. } =
+            connect_params(&p, "10.0.0.1:7174", Vec::new(), local).unwrap();
         assert_eq!(c.service_id, ServiceId(0x013f_1c06));
         p.transport = 0;
         let code = |p: &ibcm_conn_param, peer: &str, pd: usize, local| {

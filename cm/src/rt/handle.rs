@@ -10,8 +10,8 @@ use tracing::warn;
 
 use super::command::{AppCall, Command};
 use super::driver::{BoxApp, Driver, SHUTDOWN_LINGER};
-use super::slot::{Registry, SlotRef};
 use super::sa::{PathError, PathResolver};
+use super::slot::{Registry, SlotRef};
 use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
 use super::DatagramTransport;

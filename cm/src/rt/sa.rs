@@ -237,11 +237,23 @@ pub(crate) mod test_sa {
                 l => l,
             };
             let rec = PathRecord {
-                sgid: if tmpl.sgid == Gid::ZERO { gid(2) } else { tmpl.sgid },
-                dgid: if tmpl.dgid == Gid::ZERO { gid(dlid) } else { tmpl.dgid },
+                sgid: if tmpl.sgid == Gid::ZERO {
+                    gid(2)
+                } else {
+                    tmpl.sgid
+                },
+                dgid: if tmpl.dgid == Gid::ZERO {
+                    gid(dlid)
+                } else {
+                    tmpl.dgid
+                },
                 slid: Lid(2),
                 dlid: Lid(dlid),
-                pkey: f.pkey.unwrap_or(if tmpl.pkey.0 == 0 { Pkey(0xffff) } else { tmpl.pkey }),
+                pkey: f.pkey.unwrap_or(if tmpl.pkey.0 == 0 {
+                    Pkey(0xffff)
+                } else {
+                    tmpl.pkey
+                }),
                 sl: tmpl.sl,
                 reversible: true,
                 packet_life_time: 18,

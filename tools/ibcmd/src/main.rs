@@ -823,7 +823,10 @@ mod tests {
             "{d}"
         );
         let e = err(Mode::of(Some(ip), dev, None, ib));
-        assert!(e.contains("is an InfiniBand port") && e.contains("leave --addr out"), "{e}");
+        assert!(
+            e.contains("is an InfiniBand port") && e.contains("leave --addr out"),
+            "{e}"
+        );
         let e = err(Mode::of(None, dev, Some(1), ib));
         assert!(e.contains("--gid-index is for RoCE"), "{e}");
 
@@ -835,7 +838,10 @@ mod tests {
             Ok(Mode::Roce { gid_index: 3, .. })
         ));
         let e = err(Mode::of(None, dev, None, roce));
-        assert!(e.contains("is a RoCE port") && e.contains("--addr must be"), "{e}");
+        assert!(
+            e.contains("is a RoCE port") && e.contains("--addr must be"),
+            "{e}"
+        );
         let e = err(Mode::of(None, dev, None, |_| bail!("no such device")));
         assert!(e.contains("no such device"), "{e}");
     }

@@ -20,8 +20,8 @@ use ibcm_mad::sa::{PathRecord, SaMad};
 use ibcm_mad::{Gid, Guid, Lid, Method, Pkey, Qkey, Qpn, ServiceId, Tid};
 
 use super::api::*;
-use super::ctx::ibcm_ctx;
 use super::conn::*;
+use super::ctx::ibcm_ctx;
 use super::status;
 use super::types::ibcm_event_type::*;
 use super::types::ibcm_status::{self, *};
@@ -212,7 +212,10 @@ fn connects_by_lid_and_gid_and_says_why_not() {
         let h = connect(client, peer, 0x100 + i as u32);
         let (t, sh, _, from, _) = next(server);
         assert_eq!(t, IBCM_EVENT_CONNECT_REQUEST, "{peer}");
-        assert_eq!(from, "lid:2", "the passive side names the client's port as connect takes it");
+        assert_eq!(
+            from, "lid:2",
+            "the passive side names the client's port as connect takes it"
+        );
         let mut ap = crate::params::accept_param_default();
         ap.qp_num = 0x200 + i as u32;
         // SAFETY: (test) a live context and a local.
@@ -237,7 +240,8 @@ fn connects_by_lid_and_gid_and_says_why_not() {
         let (t, ..) = next(server);
         assert_eq!(t, IBCM_EVENT_ESTABLISHED);
         // SAFETY: (test) a live context.
-        assert_eq!(st(unsafe { ibcm_disconnect(client, h, null(), 0) }), IBCM_OK);
+        let r = unsafe { ibcm_disconnect(client, h, null(), 0) };
+        assert_eq!(st(r), IBCM_OK);
         assert_eq!(next(client).0, IBCM_EVENT_DISCONNECTED);
         assert_eq!(next(server).0, IBCM_EVENT_DISCONNECTED);
     }
@@ -246,18 +250,26 @@ fn connects_by_lid_and_gid_and_says_why_not() {
     let (t, ch, status, _, reason) = next(client);
     assert_eq!((t, ch, status), (IBCM_EVENT_CONNECT_ERROR, h, IBCM_ENOPATH));
     assert!(
-        reason.starts_with("path to lid:512: no path: PathRecord query to the SA: SA status NoRecords"),
+        reason.starts_with(
+            "path to lid:512: no path: PathRecord query to the SA: SA status NoRecords"
+        ),
         "{reason}"
     );
     // A daemon without an SA (not on an InfiniBand port).
     let h = connect(server, "lid:2", 0x120);
     let (t, ch, status, _, reason) = next(server);
-    assert_eq!((t, ch, status), (IBCM_EVENT_CONNECT_ERROR, h, IBCM_EUNSUPPORTED));
+    assert_eq!(
+        (t, ch, status),
+        (IBCM_EVENT_CONNECT_ERROR, h, IBCM_EUNSUPPORTED)
+    );
     assert!(reason.contains("not on an InfiniBand port"), "{reason}");
     // An IP peer through a daemon on an InfiniBand port: refused by the daemon.
     let h = connect(client, "10.0.0.9", 0x130);
     let (t, ch, status, _, reason) = next(client);
-    assert_eq!((t, ch, status), (IBCM_EVENT_CONNECT_ERROR, h, IBCM_EREFUSED));
+    assert_eq!(
+        (t, ch, status),
+        (IBCM_EVENT_CONNECT_ERROR, h, IBCM_EREFUSED)
+    );
     assert!(reason.contains("lid:N, gid:G"), "{reason}");
     // Malformed targets are refused at once.
     let bad = CString::new("lid:0").unwrap();

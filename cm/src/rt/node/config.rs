@@ -124,19 +124,16 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// A peer a client named, as this server's transport addresses it ([`Self::roce_umad`]),
     /// or why it cannot be reached ([`Self::infiniband`]).
-    pub(super) fn peer(
-        &self,
-        p: crate::proto::PeerAddr,
-    ) -> Result<crate::proto::PeerAddr, String> {
+    pub(super) fn peer(&self, p: crate::proto::PeerAddr) -> Result<crate::proto::PeerAddr, String> {
         use crate::proto::{IbAddr, PeerAddr};
         match p {
             PeerAddr::Udp(sa) if self.infiniband => Err(format!(
                 "peer {sa}: this node service runs on an InfiniBand port, where peers are \
                  named by LID or GID (lid:N, gid:G), not by IP"
             )),
-            PeerAddr::Udp(sa) if self.roce_umad => Ok(PeerAddr::Ib(IbAddr::roce(
-                ibcm_mad::Gid::from_ip(sa.ip()),
-            ))),
+            PeerAddr::Udp(sa) if self.roce_umad => {
+                Ok(PeerAddr::Ib(IbAddr::roce(ibcm_mad::Gid::from_ip(sa.ip()))))
+            }
             p => Ok(p),
         }
     }
@@ -197,7 +194,10 @@ mod peer_tests {
         };
         let udp = PeerAddr::Udp("10.77.0.1:4791".parse().unwrap());
         let why = cfg.peer(udp).unwrap_err();
-        assert!(why.contains("lid:N, gid:G") && why.contains("10.77.0.1"), "{why}");
+        assert!(
+            why.contains("lid:N, gid:G") && why.contains("10.77.0.1"),
+            "{why}"
+        );
         let lid = PeerAddr::Ib(IbAddr {
             lid: ibcm_mad::Lid(4),
             gid: None,

@@ -412,10 +412,8 @@ mod daemon_tests {
 
     impl Scratch {
         fn new(name: &str) -> Self {
-            let d = std::env::temp_dir().join(format!(
-                "ibcm-node-paths-{}-{name}",
-                std::process::id()
-            ));
+            let d =
+                std::env::temp_dir().join(format!("ibcm-node-paths-{}-{name}", std::process::id()));
             let _ = std::fs::remove_dir_all(&d);
             std::fs::create_dir_all(&d).unwrap();
             Scratch(d)
@@ -477,7 +475,10 @@ mod daemon_tests {
         );
         let (cm, _task) = Cm::attach(&sock).await.unwrap();
         let rec = cm.resolve_path(PathTarget::Lid(Lid(5))).await.unwrap();
-        assert_eq!((rec.slid, rec.dlid, rec.packet_life_time), (Lid(2), Lid(5), 18));
+        assert_eq!(
+            (rec.slid, rec.dlid, rec.packet_life_time),
+            (Lid(2), Lid(5), 18)
+        );
         let rec = cm
             .resolve_path(PathTarget::Gid(test_sa::gid(7)))
             .await
@@ -648,9 +649,8 @@ mod daemon_tests {
                 WireResult::PathError(WirePathError::SaTimeout { attempts: 4 })
             )
         };
-        let refused = |r: &WireResult, what: &str| {
-            matches!(r, WireResult::Refused { why } if why == what)
-        };
+        let refused =
+            |r: &WireResult, what: &str| matches!(r, WireResult::Refused { why } if why == what);
         let (mut ra, mut wa, paths) = raw(&sock).await;
         assert_eq!(paths, 2, "the hello says how many");
         // a: 2 in flight; its third is refused at once, before their answers.
@@ -672,7 +672,10 @@ mod daemon_tests {
         // served in order).
         ask(&mut wa, 6, 7).await;
         let (seq, r) = answer(&mut ra).await;
-        assert!(seq == 6 && refused(&r, "quota: 2 path queries in flight"), "{r:?}");
+        assert!(
+            seq == 6 && refused(&r, "quota: 2 path queries in flight"),
+            "{r:?}"
+        );
         ask(&mut wb, 1, 7).await;
         ask(&mut wb, 2, 8).await;
         let (seq, r) = answer(&mut rb).await;
@@ -694,7 +697,10 @@ mod daemon_tests {
         ask(&mut wa, 8, 6).await;
         ask(&mut wa, 9, 7).await;
         let (seq, r) = answer(&mut ra).await;
-        assert!(seq == 9 && refused(&r, "quota: 2 path queries in flight"), "{r:?}");
+        assert!(
+            seq == 9 && refused(&r, "quota: 2 path queries in flight"),
+            "{r:?}"
+        );
         drop((ra, wa));
         ask(&mut wb, 3, 5).await;
         ask(&mut wb, 4, 6).await;
@@ -729,19 +735,25 @@ mod daemon_tests {
             let cm = cm.clone();
             async move { cm.resolve_path(PathTarget::Lid(Lid(lid))).await }
         };
-        let t0 = std::time::Instant::now();
+        let t0 = tokio::time::Instant::now();
         let (r1, r2, r3) = tokio::join!(q(5), q(6), q(7));
         for r in [r1, r2, r3] {
             assert!(
                 matches!(
                     r,
-                    Err(CmError::Path(PathError::Sa(SaError::Timeout { attempts: 4 })))
+                    Err(CmError::Path(PathError::Sa(SaError::Timeout {
+                        attempts: 4
+                    })))
                 ),
                 "{r:?}"
             );
         }
         // Two rounds of 4 × 100 ms: the third waited for the first two.
-        assert!(t0.elapsed() >= Duration::from_millis(800), "{:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() >= Duration::from_millis(800),
+            "{:?}",
+            t0.elapsed()
+        );
     }
 
     /// A daemon that predates path queries (its hello answer is a bare `ok`): the client does
@@ -773,10 +785,7 @@ mod daemon_tests {
             ops
         });
         let (cm, task) = Cm::attach(&sock).await.unwrap();
-        let e = cm
-            .resolve_path(PathTarget::Lid(Lid(5)))
-            .await
-            .unwrap_err();
+        let e = cm.resolve_path(PathTarget::Lid(Lid(5))).await.unwrap_err();
         assert!(matches!(e, CmError::Path(PathError::NotServed)), "{e:?}");
         drop(cm);
         let _ = task.await;

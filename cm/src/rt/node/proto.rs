@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub use super::errors::{WireCallError, WireConnError, WireConnectError, WireStatus};
-pub use super::paths::{WirePathError, WirePathTarget};
 pub use super::fields::{
     MAX_DOMAIN_NAME, MAX_KEEPER_REQUEST, MAX_POLICY_NAME, MAX_SIDR_ADDITIONAL_INFO, MAX_SRQNS,
     MAX_TRANSPORTS,
 };
+pub use super::paths::{WirePathError, WirePathTarget};
 pub use super::sidr::{
     WireSidrIn, WireSidrRep, WireSidrReq, WireStats, SIDR_BUDGET_ADDRESSES, SIDR_BUDGET_ALLOWANCE,
     SIDR_BUDGET_PER_REQUEST, SIDR_MAX_RETRIES, SIDR_TIMEOUT_MAX_MS, SIDR_TIMEOUT_MIN_MS,

@@ -187,7 +187,13 @@ mod tests {
         let r = resolver(FakeSa::default(), test_port(2));
         let e = r.resolve(PathTarget::Lid(Lid(0x200))).await.unwrap_err();
         assert!(
-            matches!(e, PathError::Sa(SaError::Status { sa: SaStatus::NoRecords, .. })),
+            matches!(
+                e,
+                PathError::Sa(SaError::Status {
+                    sa: SaStatus::NoRecords,
+                    ..
+                })
+            ),
             "{e:?}"
         );
         assert!(e.to_string().contains("NoRecords"), "{e}");
