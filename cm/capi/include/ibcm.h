@@ -4,7 +4,9 @@
  * A process attaches to the node's `ibcmd` with ibcm_open() and gets an event channel shaped
  * like librdmacm's: a pollable fd (ibcm_get_fd), ibcm_get_event / ibcm_wait_event and
  * ibcm_ack_event, and calls to listen, connect, accept, reject, establish and disconnect
- * (by service ID, or by IP and port to and from rdma_cm), a context pointer per connection,
+ * (by service ID, or by IP and port to and from rdma_cm; peers by IP, or through an ibcmd
+ * on a native InfiniBand port by "lid:N" / "gid:G", the path from the SA), a context
+ * pointer per connection,
  * the QP attributes of each transition (ibcm_init_qp_attr), SIDR both ways, the node
  * endpoint's counters, the XRC target services the daemon hosts (ibcm_xrc_listen), XRC
  * domains and TGT QPs by name and number (ibcm_xrcd_open, ibcm_xrc_tgt_*), and with the
@@ -292,6 +294,12 @@ enum ibcm_status {
      * A bug in libibcm (a Rust panic was caught at the boundary).
      */
     IBCM_EINTERNAL = -14,
+    /**
+     * No path to a `lid:N` / `gid:G` peer: the SA has none (or answered an error), did not
+     * answer, the daemon's port has no SM yet, or the path is not in the port's P_Key 0
+     * (the `CONNECT_ERROR` event's `reason` says which).
+     */
+    IBCM_ENOPATH = -15,
 };
 
 /**
@@ -493,7 +501,9 @@ struct ibcm_event {
      */
     enum ibcm_xrc_report xrc_report;
     /**
-     * The peer's CM address ("IP:PORT"), or "" when unknown. NUL-terminated.
+     * The peer's CM address: "IP:PORT"; on a native InfiniBand port "lid:N" (a LID-routed
+     * REQ: what ibcm_connect takes back) or "gid:G" (one with a GRH); "" when unknown.
+     * NUL-terminated.
      */
     const char *peer;
     /**
@@ -563,7 +573,14 @@ struct ibcm_counter {
  */
 struct ibcm_conn_param {
     /**
-     * The peer's CM: its IP address ("10.0.0.2": UDP port 4791, RoCEv2) or "IP:PORT".
+     * The peer's CM: its IP address ("10.0.0.2": UDP port 4791, RoCEv2) or "IP:PORT"; or,
+     * through an `ibcmd` on a native InfiniBand port, "lid:N" (decimal or 0x hex, a unicast
+     * LID) or "gid:G" (IPv6 notation): the daemon asks its SA for the path (a PathRecord
+     * Get; before the REQ, so ibcm_connect does not wait for it) and the REQ gets the
+     * path's primary path, P_Key, packet life time and MTU (`path_mtu` at most), the peer's
+     * CM at the path's DLID. A path that cannot be had ends the handle with
+     * `CONNECT_ERROR` (status `IBCM_ENOPATH`, or `IBCM_EUNSUPPORTED` through a daemon that
+     * is not on an InfiniBand port).
      */
     const char *peer;
     /**
@@ -617,7 +634,8 @@ struct ibcm_conn_param {
      */
     uint8_t rnr_retry_count;
     /**
-     * Path MTU as `enum ibv_mtu` (1 = 256 … 5 = 4096; default 3 = 1024).
+     * Path MTU as `enum ibv_mtu` (1 = 256 … 5 = 4096; default 3 = 1024). With a "lid:" or
+     * "gid:" peer the REQ's is the smaller of this and the path's.
      */
     uint8_t path_mtu;
     /**
@@ -854,7 +872,8 @@ struct ibcm_qp_attr {
  */
 struct ibcm_sidr_param {
     /**
-     * The peer's CM: its IP address (UDP port 4791) or "IP:PORT".
+     * The peer's CM: its IP address (UDP port 4791) or "IP:PORT" ("lid:" and "gid:" peers
+     * are ibcm_connect's only: `IBCM_EUNSUPPORTED`).
      */
     const char *peer;
     /**
@@ -1137,12 +1156,15 @@ int ibcm_accept_param_init(struct ibcm_ctx *ctx, struct ibcm_accept_param *param
  * `*conn` at once. Then: `IBCM_EVENT_ESTABLISHED`, or with `IBCM_CONNECT_MANUAL_RTU`
  * `IBCM_EVENT_CONNECT_RESPONSE` first; or a final event (`REJECTED`, `UNREACHABLE`,
  * `CONNECT_ERROR`). For XRC (`IBCM_TRANSPORT_XRC`), `qp_num` is the INI QP and the REP
- * names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value, a
- * peer that is no unicast host: unspecified, broadcast, multicast; a peer of the other
- * address family than the daemon's CM address, such as IPv6 through an IPv4 daemon),
- * `IBCM_ETOOLONG`,
- * `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use,
- * …) come as `CONNECT_ERROR`.
+ * names the TGT QP (`remote_qpn`). A "lid:N" / "gid:G" peer's path is asked of the daemon
+ * first (it does not block here): without one the handle ends with `CONNECT_ERROR`, status
+ * `IBCM_ENOPATH` (the SA's error, no answer, no SM, a path outside the daemon port's P_Key 0)
+ * or `IBCM_EUNSUPPORTED` (a daemon not on an InfiniBand port). Errors here: `IBCM_EINVAL`
+ * (NULL, bad address or value, a peer that is no unicast host: unspecified, broadcast,
+ * multicast, LID 0 or ≥ 0xC000, a zero or multicast GID; a peer of the other address family
+ * than the daemon's CM address, such as IPv6 through an IPv4 daemon), `IBCM_ETOOLONG`,
+ * `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use, an
+ * IP peer through a daemon on an InfiniBand port, …) come as `CONNECT_ERROR`.
  *
  * # Safety
  * `ctx` is NULL or a live context; `param` is NULL or readable, with its `peer` and
@@ -1248,7 +1270,8 @@ int ibcm_sidr_param_init(struct ibcm_sidr_param *param);
  * `*handle` at once. Its one event follows: `IBCM_EVENT_SIDR_REPLY` (`sidr_status`,
  * `remote_qpn`, `qkey`, `private_data`) or `IBCM_EVENT_UNREACHABLE` (no answer after every
  * retry), or `CONNECT_ERROR` (cancelled with ibcm_disconnect, refused by the daemon).
- * Errors here: `IBCM_EINVAL` (NULL, a bad address, `timeout_ms` 0), `IBCM_ETOOLONG`,
+ * Errors here: `IBCM_EINVAL` (NULL, a bad address, `timeout_ms` 0), `IBCM_EUNSUPPORTED` (a
+ * "lid:" or "gid:" peer: SIDR takes IP peers), `IBCM_ETOOLONG`,
  * `IBCM_EGONE`.
  *
  * # Safety

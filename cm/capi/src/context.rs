@@ -316,17 +316,20 @@ impl Context {
         self.node.daemon_addr()
     }
 
-    /// Starts a connection whose handle gets `context`; its events follow.
-    pub(crate) fn connect(
-        &self,
-        params: ConnectParams,
-        manual: bool,
-        context: usize,
-    ) -> Result<u64> {
+    /// Starts a connection whose handle gets `context`; its events follow. A "lid:" or
+    /// "gid:" peer's path is asked of the daemon first, on the library's thread: one that
+    /// cannot be had ends the handle with `CONNECT_ERROR`.
+    pub(crate) fn connect(&self, c: params::Connect, context: usize) -> Result<u64> {
         self.live()?;
+        let params::Connect {
+            mut params,
+            manual,
+            path,
+        } = c;
         // The daemon's CM reaches peers of its own address family only: another would
         // never answer (an IPv6 peer through an IPv4 daemon timed out silently).
-        if let (Some(daemon), Some(peer)) = (self.node.daemon_addr(), params.peer.ip()) {
+        if let (Some(daemon), Some(peer), None) = (self.node.daemon_addr(), params.peer.ip(), path)
+        {
             if daemon.is_ipv4() != peer.is_ipv4() {
                 let family = |ip: std::net::IpAddr| if ip.is_ipv4() { "IPv4" } else { "IPv6" };
                 return Err(Error::new(
@@ -340,9 +343,19 @@ impl Context {
                 ));
             }
         }
-        let active = Active::of(&params);
         let (cm, s) = (self.cm.clone(), self.shared.clone());
         self.start(context, move |h, mut cancelled| async move {
+            if let Some(to) = path {
+                let rec = tokio::select! {
+                    r = cm.resolve_path(to) => r,
+                    Ok(()) = &mut cancelled => return s.cancelled(h),
+                };
+                match rec {
+                    Ok(rec) => params::apply_path(&mut params, &rec),
+                    Err(e) => return s.path_failed(h, to, e),
+                }
+            }
+            let active = Active::of(&params);
             let r = tokio::select! {
                 r = cm.connect_manual(params) => Some(r),
                 Ok(()) = &mut cancelled => None,

@@ -2,6 +2,7 @@
 
 use ibcm::proto::{CallError, ConnectError};
 use ibcm::rt::node::NodeError;
+use ibcm::rt::sa::PathError;
 use ibcm::rt::CmError;
 
 use crate::ffi::types::ibcm_status::{self, *};
@@ -25,7 +26,7 @@ impl Error {
 pub(crate) type Result<T> = std::result::Result<T, Error>;
 
 /// Every code, in declaration order (for `ibcm_strerror` tests and docs).
-pub(crate) const ALL: [ibcm_status; 15] = [
+pub(crate) const ALL: [ibcm_status; 16] = [
     IBCM_OK,
     IBCM_EAGAIN,
     IBCM_EINVAL,
@@ -41,6 +42,7 @@ pub(crate) const ALL: [ibcm_status; 15] = [
     IBCM_EUNSUPPORTED,
     IBCM_EIO,
     IBCM_EINTERNAL,
+    IBCM_ENOPATH,
 ];
 
 /// The text of a code, NUL-terminated for C.
@@ -61,6 +63,7 @@ pub(crate) const fn text(code: ibcm_status) -> &'static str {
         IBCM_EUNSUPPORTED => "not supported (by the node service or its device)\0",
         IBCM_EIO => "operating system error\0",
         IBCM_EINTERNAL => "internal error in libibcm\0",
+        IBCM_ENOPATH => "no path to the peer\0",
     }
 }
 
@@ -105,6 +108,13 @@ impl From<CmError> for Error {
                 Error::new(IBCM_EREFUSED, e.to_string())
             }
             CmError::SidrTimedOut | CmError::NoApp => Error::new(IBCM_EUNSUPPORTED, e.to_string()),
+            CmError::Path(p) => {
+                let code = match p {
+                    PathError::NoSa | PathError::NotServed => IBCM_EUNSUPPORTED,
+                    _ => IBCM_ENOPATH,
+                };
+                Error::new(code, format!("no path: {p}"))
+            }
             other => Error::new(IBCM_EINTERNAL, other.to_string()),
         }
     }
@@ -135,7 +145,7 @@ mod tests {
             assert_eq!(status_of(c as i32), Some(c));
         }
         assert_eq!(status_of(1), None);
-        assert_eq!(status_of(-15), None);
+        assert_eq!(status_of(-16), None);
     }
 
     #[test]
@@ -153,5 +163,25 @@ mod tests {
         assert_eq!(e.code, IBCM_ENOENT);
         let e: Error = NodeError::Refused("quota".into()).into();
         assert_eq!((e.code, e.msg.as_str()), (IBCM_EREFUSED, "quota"));
+        let e: Error = CmError::Path(PathError::NoSa).into();
+        assert_eq!(e.code, IBCM_EUNSUPPORTED);
+        assert!(e.msg.contains("not on an InfiniBand port"), "{}", e.msg);
+        let e: Error = CmError::Path(PathError::NotServed).into();
+        assert_eq!(e.code, IBCM_EUNSUPPORTED);
+        let timeout = ibcm::sa::SaError::Timeout { attempts: 4 };
+        let e: Error = CmError::Path(PathError::Sa(timeout)).into();
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (
+                IBCM_ENOPATH,
+                "no path: PathRecord query to the SA: no answer from the SA after 4 attempts"
+            )
+        );
+        let e: Error = CmError::Path(PathError::PkeyMismatch {
+            pkey: 0x8001,
+            pkey0: 0xffff,
+        })
+        .into();
+        assert_eq!(e.code, IBCM_ENOPATH);
     }
 }

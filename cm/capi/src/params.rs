@@ -5,10 +5,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use ibcm::proto::{
-    AcceptParams, ConnectParams, SidrRepParams, SidrReqParams, DEFAULT_CONNECT_TIMEOUT,
+    AcceptParams, ConnectParams, IbAddr, PeerAddr, SidrRepParams, SidrReqParams,
+    DEFAULT_CONNECT_TIMEOUT,
 };
 use ibcm::qp_attr::{AhAttr, LinkLayer, LocalPort, QpAttr, QpAttrMask, QpType};
-use ibcm_mad::{Mtu, Psn, Qkey, Qpn, ReqTransport, ServiceId, SidrStatus, U3};
+use ibcm::sa::{cm_peer, req_mtu, req_path, PathTarget};
+use ibcm_mad::sa::PathRecord;
+use ibcm_mad::{
+    Gid, Lid, Mtu, Psn, Qkey, Qpn, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U3,
+};
 
 use crate::error::{Error, Result};
 use crate::ffi::types::ibcm_status::*;
@@ -119,6 +124,75 @@ pub(crate) fn peer_addr(s: &str) -> Result<SocketAddr> {
     Ok(sa)
 }
 
+/// The CA ACK delay the REQ's Local ACK Timeout is computed with on a path from the SA
+/// (IBTA `CA_ACK_DELAY`, the device's `ack_delay`; libibcm opens no device: 15, cm-ping's
+/// value, rxe's and a common HCA's).
+pub(crate) const CA_ACK_DELAY: u8 = 15;
+
+/// Where a connect goes: the peer's CM by IP, or a port on an InfiniBand fabric whose path
+/// the node service resolves first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Peer {
+    /// "IP" or "IP:PORT" ([`peer_addr`]).
+    Ip(SocketAddr),
+    /// "lid:N" or "gid:G".
+    Ib(PathTarget),
+}
+
+/// The peer of `ibcm_conn_param`: "lid:N", "gid:G" ([`PathTarget`]), or an IP peer
+/// ([`peer_addr`]).
+pub(crate) fn peer(s: &str) -> Result<Peer> {
+    if PathTarget::is_written_as_one(s) {
+        return s
+            .parse::<PathTarget>()
+            .map(Peer::Ib)
+            .map_err(|e| invalid(format!("peer {e}")));
+    }
+    peer_addr(s).map(Peer::Ip)
+}
+
+/// A connect's parameters: the REQ's ([`ConnectParams`]; for a [`Peer::Ib`] its peer and
+/// path fields are set by [`apply_path`] once the path is known), whether the RTU waits for
+/// ibcm_establish, and the target whose path is needed first.
+#[derive(Debug, Clone)]
+pub(crate) struct Connect {
+    pub(crate) params: ConnectParams,
+    pub(crate) manual: bool,
+    pub(crate) path: Option<PathTarget>,
+}
+
+/// The REQ's fields from the path `rec` to a "lid:" / "gid:" peer, as
+/// `ibcm::sa::connect_params` sets them: the peer's CM at [`cm_peer`] (P_Key index 0: the
+/// daemon checked the path is in its port's P_Key 0), the primary path ([`req_path`] with
+/// [`CA_ACK_DELAY`]), the path's P_Key and packet life time, and its MTU ([`req_mtu`]),
+/// lowered to what the application asked for (`path_mtu`) if that is smaller.
+pub(crate) fn apply_path(c: &mut ConnectParams, rec: &PathRecord) {
+    c.peer = PeerAddr::Ib(cm_peer(rec, 0));
+    c.primary_path = Some(req_path(rec, CA_ACK_DELAY));
+    c.pkey = rec.pkey;
+    c.packet_life_time = TimeoutExp::masked(rec.packet_life_time);
+    let path = req_mtu(rec);
+    if !path.is_known() || path.raw() < c.path_mtu.raw() {
+        c.path_mtu = path;
+    }
+}
+
+/// The peer string of an event: "IP:PORT"; a LID-routed InfiniBand peer as "lid:N" and one
+/// with a GRH as "gid:G" (what ibcm_connect takes); a RoCE peer through umad by its IP.
+pub(crate) fn peer_string(p: &PeerAddr) -> String {
+    match p {
+        PeerAddr::Udp(sa) => sa.to_string(),
+        PeerAddr::Ib(IbAddr { lid, gid, .. }) if *lid != Lid::PERMISSIVE => match gid {
+            Some(g) => format!("gid:{}", std::net::Ipv6Addr::from(g.0)),
+            None => format!("lid:{}", lid.0),
+        },
+        PeerAddr::Ib(IbAddr { gid: Some(g), .. }) => {
+            SocketAddr::new(Gid::to_ip(*g), ibcm_mad::frame::ROCEV2_UDP_PORT).to_string()
+        }
+        PeerAddr::Ib(_) => String::new(),
+    }
+}
+
 fn qpn(n: u32, what: &str) -> Result<Qpn> {
     Qpn::new(n)
         .filter(|q| q.get() != 0)
@@ -143,20 +217,21 @@ fn too_long(what: &str, len: usize, max: u32) -> Result<()> {
     Ok(())
 }
 
-/// The connect parameters, and whether the RTU waits for ibcm_establish. `local`: the node
-/// service's CM address, the source of an rdma_cm CMA header (`IBCM_CONNECT_RDMA_CM`).
+/// The connect parameters ([`Connect`]). `local`: the node service's CM address, the source
+/// of an rdma_cm CMA header (`IBCM_CONNECT_RDMA_CM`).
 pub(crate) fn connect_params(
     p: &ibcm_conn_param,
     peer: &str,
     private_data: Vec<u8>,
     local: Option<IpAddr>,
-) -> Result<(ConnectParams, bool)> {
+) -> Result<Connect> {
     let known =
         IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_PSN | IBCM_CONNECT_SHARED_QPN | IBCM_CONNECT_RDMA_CM;
     if p.flags & !known != 0 {
         return Err(invalid(format!("unknown flags {:#x}", p.flags & !known)));
     }
     let local_qpn = qpn(p.qp_num, "qp_num")?;
+    let mut path = None;
     let mut c = if p.flags & IBCM_CONNECT_RDMA_CM != 0 {
         too_long(
             "REQ private data (after rdma_cm's CMA header)",
@@ -170,7 +245,23 @@ pub(crate) fn connect_params(
             private_data.len(),
             IBCM_REQ_PRIVATE_DATA_MAX,
         )?;
-        ConnectParams::new(peer_addr(peer)?, ServiceId(p.service_id), local_qpn)
+        let to = match self::peer(peer)? {
+            Peer::Ip(sa) => PeerAddr::Udp(sa),
+            Peer::Ib(t) => {
+                path = Some(t);
+                // Until the path is known (apply_path): the target's LID, or none.
+                let lid = match t {
+                    PathTarget::Lid(l) => l,
+                    PathTarget::Gid(_) => Lid::PERMISSIVE,
+                };
+                PeerAddr::Ib(IbAddr {
+                    lid,
+                    gid: None,
+                    ..IbAddr::roce(Gid::ZERO)
+                })
+            }
+        };
+        ConnectParams::new(to, ServiceId(p.service_id), local_qpn)
     };
     c = match p.transport {
         0 => c,
@@ -196,7 +287,11 @@ pub(crate) fn connect_params(
         _ => return Err(invalid(format!("path_mtu {} (1..5)", p.path_mtu))),
     };
     c.srq = p.srq != 0;
-    Ok((c, p.flags & IBCM_CONNECT_MANUAL_RTU != 0))
+    Ok(Connect {
+        params: c,
+        manual: p.flags & IBCM_CONNECT_MANUAL_RTU != 0,
+        path,
+    })
 }
 
 /// `IBCM_CONNECT_RDMA_CM`: the REQ to the rdma_cm listener at `peer` ("IP:PORT", the port
@@ -211,6 +306,12 @@ fn rdma_cm_params(
         return Err(invalid(format!(
             "service_id {:#x} with IBCM_CONNECT_RDMA_CM: the service ID is the port's, leave it 0",
             p.service_id
+        )));
+    }
+    if PathTarget::is_written_as_one(peer) {
+        return Err(invalid(format!(
+            "peer {peer:?}: IBCM_CONNECT_RDMA_CM needs the rdma_cm listener's \"IP:PORT\" \
+             (lid: and gid: peers are ibcm's own service IDs)"
         )));
     }
     let dst: SocketAddr = peer.parse().map_err(|_| {
@@ -248,6 +349,14 @@ pub(crate) fn sidr_params(
     if p.timeout_ms == 0 {
         return Err(invalid(
             "timeout_ms 0: a SIDR_REQ needs time for its answer",
+        ));
+    }
+    if PathTarget::is_written_as_one(peer) {
+        return Err(Error::new(
+            IBCM_EUNSUPPORTED,
+            format!(
+                "peer {peer:?}: ibcm_sidr_query takes IP peers (lid: and gid: are ibcm_connect's)"
+            ),
         ));
     }
     let mut s = SidrReqParams::new(peer_addr(peer)?, ServiceId(p.service_id));
@@ -412,10 +521,142 @@ mod tests {
     }
 
     #[test]
+    fn peers_by_lid_and_gid() {
+        assert_eq!(peer("lid:4"), Ok(Peer::Ib(PathTarget::Lid(Lid(4)))));
+        assert_eq!(peer("lid:0x1F"), Ok(Peer::Ib(PathTarget::Lid(Lid(0x1f)))));
+        let g = peer("gid:fe80::2:c903:0:3").unwrap();
+        assert!(matches!(g, Peer::Ib(PathTarget::Gid(_))), "{g:?}");
+        assert_eq!(
+            peer("10.0.0.2"),
+            Ok(Peer::Ip("10.0.0.2:4791".parse().unwrap()))
+        );
+        for bad in [
+            "lid:0",
+            "lid:0xc000",
+            "lid:49152",
+            "lid:65535",
+            "lid:",
+            "lid:-3",
+            "lid:+3",
+            "lid:4:4791",
+            "gid:",
+            "gid:::",
+            "gid:ff02::1",
+            "gid:10.0.0.1",
+            "gid:[fe80::1]:4791",
+            "LID:4",
+        ] {
+            let e = peer(bad).unwrap_err();
+            assert_eq!(e.code, IBCM_EINVAL, "{bad}");
+            assert!(e.msg.contains(&format!("{bad:?}")), "{bad}: {}", e.msg);
+        }
+        let mut p = conn_param_default();
+        p.qp_num = 0x11;
+        p.service_id = 0x77;
+        p.transport = 2;
+        p.flags = IBCM_CONNECT_MANUAL_RTU;
+        let c = connect_params(&p, "lid:5", b"pd".to_vec(), None).unwrap();
+        assert_eq!(c.path, Some(PathTarget::Lid(Lid(5))));
+        assert!(c.manual);
+        assert_eq!(
+            (
+                c.params.service_id,
+                c.params.transport,
+                c.params.private_data.as_slice()
+            ),
+            (ServiceId(0x77), ReqTransport::Xrc, &b"pd"[..])
+        );
+        // rdma_cm listeners are named by IP and port; SIDR by IP.
+        p.flags = IBCM_CONNECT_RDMA_CM;
+        p.service_id = 0;
+        let e = connect_params(&p, "lid:5", Vec::new(), None).unwrap_err();
+        assert_eq!(e.code, IBCM_EINVAL);
+        assert!(e.msg.contains("IP:PORT"), "{}", e.msg);
+        let sp = sidr_param_default();
+        let e = sidr_params(&sp, "lid:5", Vec::new()).unwrap_err();
+        assert_eq!(e.code, IBCM_EUNSUPPORTED);
+    }
+
+    #[test]
+    fn a_path_gives_the_reqs_fields() {
+        use ibcm_mad::sa::PathRecord;
+        use ibcm_mad::{Pkey, U4};
+        let rec = PathRecord {
+            slid: Lid(2),
+            dlid: Lid(5),
+            sl: U4::masked(3),
+            pkey: Pkey(0xffff),
+            mtu: Mtu::Mtu2048,
+            packet_life_time: 18,
+            ..PathRecord::default()
+        };
+        let mut p = conn_param_default();
+        p.qp_num = 0x11;
+        p.service_id = 0x77;
+        p.path_mtu = 5;
+        let mut c = connect_params(&p, "lid:5", Vec::new(), None)
+            .unwrap()
+            .params;
+        apply_path(&mut c, &rec);
+        let want =
+            ibcm::sa::connect_params(&rec, CA_ACK_DELAY, 0, ServiceId(0x77), Qpn::masked(0x11));
+        assert_eq!(c.peer, want.peer);
+        assert_eq!(c.primary_path, want.primary_path);
+        assert_eq!(
+            (c.pkey, c.packet_life_time),
+            (want.pkey, want.packet_life_time)
+        );
+        assert_eq!(c.path_mtu, Mtu::Mtu2048, "the path's, below the asked 4096");
+        // The application's smaller MTU stays.
+        p.path_mtu = 3;
+        let mut c = connect_params(&p, "lid:5", Vec::new(), None)
+            .unwrap()
+            .params;
+        apply_path(&mut c, &rec);
+        assert_eq!(c.path_mtu, Mtu::Mtu1024);
+        // The other fields keep their meaning.
+        assert_eq!(
+            (c.retry_count, c.connect_timeout),
+            (want.retry_count, want.connect_timeout)
+        );
+    }
+
+    #[test]
+    fn event_peers_are_what_connect_takes() {
+        let lid = PeerAddr::Ib(IbAddr {
+            lid: Lid(5),
+            gid: None,
+            ..IbAddr::roce(Gid::ZERO)
+        });
+        assert_eq!(peer_string(&lid), "lid:5");
+        assert_eq!(
+            peer(&peer_string(&lid)),
+            Ok(Peer::Ib(PathTarget::Lid(Lid(5))))
+        );
+        let g = Gid("fe80::2:c903:0:3"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets());
+        let grh = PeerAddr::Ib(IbAddr {
+            lid: Lid(5),
+            gid: Some(g),
+            ..IbAddr::roce(Gid::ZERO)
+        });
+        assert_eq!(peer_string(&grh), "gid:fe80::2:c903:0:3");
+        assert_eq!(peer(&peer_string(&grh)), Ok(Peer::Ib(PathTarget::Gid(g))));
+        let roce = PeerAddr::Ib(IbAddr::roce(Gid::from_ip("10.0.0.2".parse().unwrap())));
+        assert_eq!(peer_string(&roce), "10.0.0.2:4791");
+        let udp = PeerAddr::Udp("10.0.0.3:4791".parse().unwrap());
+        assert_eq!(peer_string(&udp), "10.0.0.3:4791");
+    }
+
+    #[test]
     fn defaults_are_ibcms() {
         let mut p = conn_param_default();
         p.qp_num = 0x11;
-        let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
+        let Connect {
+            params: c, manual, ..
+        } = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
         assert!(!manual);
         let d = ConnectParams::new(c.peer, ServiceId(0), Qpn::masked(0x11));
         assert_eq!(
@@ -469,7 +710,9 @@ mod tests {
         p.transport = 2;
         p.flags = IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_SHARED_QPN | IBCM_CONNECT_PSN;
         p.starting_psn = 0x123;
-        let (c, manual) = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
+        let Connect {
+            params: c, manual, ..
+        } = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap();
         assert!(manual && c.allow_shared_qpn);
         assert_eq!(
             (c.transport, c.starting_psn),
@@ -505,7 +748,8 @@ mod tests {
         p.flags = IBCM_CONNECT_RDMA_CM;
         let ip: IpAddr = "10.0.0.2".parse().unwrap();
         let local = Some(ip);
-        let (c, _) = connect_params(&p, "10.0.0.1:7174", b"hi".to_vec(), local).unwrap();
+        let Connect { params: c, .. } =
+            connect_params(&p, "10.0.0.1:7174", b"hi".to_vec(), local).unwrap();
         assert_eq!(c.service_id, ServiceId(0x0106_1c06));
         assert_eq!(
             c.peer,
@@ -518,7 +762,8 @@ mod tests {
         assert_eq!(c.private_data, b"hi");
         // XRC: the IB port space.
         p.transport = 2;
-        let (c, _) = connect_params(&p, "10.0.0.1:7174", Vec::new(), local).unwrap();
+        let Connect { params: c, .. } =
+            connect_params(&p, "10.0.0.1:7174", Vec::new(), local).unwrap();
         assert_eq!(c.service_id, ServiceId(0x013f_1c06));
         p.transport = 0;
         let code = |p: &ibcm_conn_param, peer: &str, pd: usize, local| {

@@ -10,6 +10,7 @@ use tracing::warn;
 
 use super::command::{AppCall, Command};
 use super::driver::{BoxApp, Driver, SHUTDOWN_LINGER};
+use super::sa::{PathError, PathResolver};
 use super::slot::{Registry, SlotRef};
 use super::stats::CmStats;
 use super::types::{CmError, ConnStatus, IncomingKind, SidrAnswer};
@@ -19,6 +20,8 @@ use crate::proto::{
     AcceptParams, ConnId, ConnectParams, ConnectionError, Endpoint, EndpointConfig, ListenOptions,
     PeerAddr, ReqInfo, SidrRepParams, SidrReqParams, StatelessInfo,
 };
+use crate::sa::PathTarget;
+use ibcm_mad::sa::PathRecord;
 
 /// A cloneable handle to a CM endpoint running in a tokio task.
 ///
@@ -70,6 +73,10 @@ struct Shared {
     /// Whether the commands go to the node service's client task ([`Cm::attach`]) rather
     /// than to a driver of this process.
     attached: bool,
+    /// In-process: the SA client [`Cm::resolve_path`] asks ([`Cm::set_path_resolver`]).
+    paths: std::sync::OnceLock<PathResolver>,
+    /// Attached: the node service, which [`Cm::resolve_path`] asks.
+    node_paths: Option<super::node::NodePaths>,
 }
 
 impl Cm {
@@ -114,6 +121,8 @@ impl Cm {
                     tx,
                     registry,
                     attached: false,
+                    paths: std::sync::OnceLock::new(),
+                    node_paths: None,
                 }),
             },
             task,
@@ -121,14 +130,58 @@ impl Cm {
     }
 
     /// A handle whose commands go to `tx` and whose slots are in `registry` (the node
-    /// service's client task, [`Cm::attach`], serves them instead of a driver).
-    pub(super) fn from_channel(tx: mpsc::UnboundedSender<Command>, registry: Registry) -> Cm {
+    /// service's client task, [`Cm::attach`], serves them instead of a driver), and whose
+    /// paths the node service resolves.
+    pub(super) fn from_channel(
+        tx: mpsc::UnboundedSender<Command>,
+        registry: Registry,
+        paths: super::node::NodePaths,
+    ) -> Cm {
         Cm {
             shared: Arc::new(Shared {
                 tx,
                 registry,
                 attached: true,
+                paths: std::sync::OnceLock::new(),
+                node_paths: Some(paths),
             }),
+        }
+    }
+
+    /// Gives this in-process endpoint an SA client, for [`Cm::resolve_path`] (an endpoint on
+    /// an InfiniBand port: [`PathResolver::open`] on its umad device). Every clone of this
+    /// handle shares it.
+    ///
+    /// # Errors
+    /// `r` back when the endpoint has one already, or is attached to the node service
+    /// ([`Cm::attach`]: the daemon resolves the paths).
+    pub fn set_path_resolver(&self, r: PathResolver) -> Result<(), PathResolver> {
+        if self.shared.attached {
+            return Err(r);
+        }
+        self.shared.paths.set(r)
+    }
+
+    /// The path to `to` (`lid:N` or `gid:G`, [`PathTarget`]) from the endpoint's InfiniBand
+    /// port: a PathRecord Get to the SA by SLID/DLID, or by SGID/DGID in the port's P_Key 0.
+    /// In-process, the endpoint's [`PathResolver`] asks ([`Cm::set_path_resolver`]);
+    /// attached ([`Cm::attach`]), the daemon asks its own (`ibcmd --umad DEV` on an
+    /// InfiniBand port). The record gives the REQ's fields:
+    /// [`connect_params`](crate::sa::connect_params)`(&rec, ca_ack_delay, 0, service_id,
+    /// qpn)` (the P_Key index is 0: the path is in the port's P_Key 0).
+    ///
+    /// # Errors
+    /// [`CmError::Path`]: no SA ([`PathError::NoSa`]: RoCE, UDP, or no resolver given), an
+    /// older daemon ([`PathError::NotServed`]), no SM, the SA's error, a path in another
+    /// partition; [`CmError::Refused`]: the daemon's quota of path queries in flight;
+    /// [`CmError::DriverGone`]: the node service connection is gone.
+    pub async fn resolve_path(&self, to: PathTarget) -> Result<PathRecord, CmError> {
+        if let Some(n) = &self.shared.node_paths {
+            return n.resolve(to).await;
+        }
+        match self.shared.paths.get() {
+            Some(r) => Ok(r.resolve(to).await?),
+            None => Err(PathError::NoSa.into()),
         }
     }
 

@@ -339,7 +339,11 @@ mod tests {
     #[tokio::test]
     async fn through_the_node_service_path_migration_is_refused() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let cm = Cm::from_channel(tx, Registry::default());
+        let cm = Cm::from_channel(
+            tx,
+            Registry::default(),
+            crate::rt::node::NodePaths::not_served(),
+        );
         let conn = Connection {
             cm: cm.clone(),
             slot: Slot::new(ibcm_mad::CommId(7)),

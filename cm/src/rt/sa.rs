@@ -49,6 +49,12 @@ use crate::sa::{
     PathQuery, QueryId, Resolve, SaClient, SaConfig, SaDest, SaError, SaEvent, SaStats,
 };
 
+mod paths;
+
+#[cfg(test)]
+pub(crate) use paths::test_port;
+pub use paths::{PathError, PathResolver};
+
 /// A handle on an SA client task ([`Sa::spawn`]); clones share the task.
 #[derive(Debug, Clone)]
 pub struct Sa {
@@ -290,68 +296,129 @@ async fn run<T: DatagramTransport>(
     }
 }
 
+/// A fake SA for tests: answers PathRecord queries over a [`MemNetwork`](crate::rt::MemNetwork).
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_sa {
     use std::time::Duration;
 
-    use ibcm_mad::sa::{method, SaMad};
-    use ibcm_mad::{Lid, Method, Tid};
+    use ibcm_mad::sa::{PathRecord, SaMad};
+    use ibcm_mad::{Gid, Lid, Method, Pkey, Tid};
+    use tokio::sync::mpsc;
 
-    use super::*;
-    use crate::rt::MemNetwork;
-    use crate::sa::SaConfig;
+    use super::{sa_addr, Sa};
+    use crate::proto::{IbAddr, PeerAddr};
+    use crate::rt::{DatagramTransport, MemNetwork, MemTransport};
+    use crate::sa::{SaClient, SaConfig};
 
-    fn gid(n: u8) -> Gid {
+    /// fe80::`n`.
+    pub(crate) fn gid(n: u16) -> Gid {
         let mut g = [0u8; 16];
         g[0] = 0xfe;
         g[1] = 0x80;
-        g[15] = n;
+        g[14..].copy_from_slice(&n.to_be_bytes());
         Gid(g)
     }
 
-    /// A fake SA at LID 1: answers every PathRecord Get with the path its template asks for,
-    /// after dropping the first `drop` requests; counts requests.
-    async fn fake_sa(mut t: crate::rt::MemTransport, drop: usize, seen: mpsc::UnboundedSender<()>) {
+    /// How the fake SA answers.
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct FakeSa {
+        /// Requests dropped before the first answered (`usize::MAX`: never answers).
+        pub(crate) drop: usize,
+        /// Answer OK with no record.
+        pub(crate) empty: bool,
+        /// The P_Key of every path (default: the template's, or 0xFFFF).
+        pub(crate) pkey: Option<Pkey>,
+    }
+
+    /// The fake SA at LID 1: answers a PathRecord query from the local port at LID 2 with the
+    /// path its template asks for (SLID 2; DLID the template's, or the DGID's last two
+    /// bytes), ERR_NO_RECORDS for a DLID of 0x100 and above; counts requests on `seen`.
+    pub(crate) async fn serve(mut t: MemTransport, f: FakeSa, seen: mpsc::UnboundedSender<()>) {
         let mut n = 0;
         while let Ok((from, mad)) = t.recv().await {
             let _ = seen.send(());
             n += 1;
-            if n <= drop {
+            if n <= f.drop {
                 continue;
             }
             let Ok(q) = SaMad::parse(&mad) else { continue };
             let tmpl = PathRecord::parse(&q.data).unwrap_or_default();
+            let dlid = match tmpl.dlid.0 {
+                0 => u16::from_be_bytes([tmpl.dgid.0[14], tmpl.dgid.0[15]]),
+                l => l,
+            };
             let rec = PathRecord {
-                sgid: tmpl.sgid,
-                dgid: tmpl.dgid,
+                sgid: if tmpl.sgid == Gid::ZERO {
+                    gid(2)
+                } else {
+                    tmpl.sgid
+                },
+                dgid: if tmpl.dgid == Gid::ZERO {
+                    gid(dlid)
+                } else {
+                    tmpl.dgid
+                },
                 slid: Lid(2),
-                dlid: Lid(u16::from(tmpl.dgid.0[15])),
-                pkey: tmpl.pkey,
+                dlid: Lid(dlid),
+                pkey: f.pkey.unwrap_or(if tmpl.pkey.0 == 0 {
+                    Pkey(0xffff)
+                } else {
+                    tmpl.pkey
+                }),
                 sl: tmpl.sl,
                 reversible: true,
+                packet_life_time: 18,
                 ..PathRecord::default()
             };
             let mut a = q.clone();
             a.header.method = Method::from_raw(q.header.method.raw() | 0x80);
             a.header.tid = Tid(q.header.tid.0 | 0x0001_0000_0000_0000);
             a.data = [0; 200];
-            a.data[..64].copy_from_slice(&rec.to_bytes());
+            if dlid >= 0x100 {
+                a.header.status = 0x0300;
+            } else if !f.empty {
+                a.data[..64].copy_from_slice(&rec.to_bytes());
+            }
             let _ = t.send(from, &a.to_bytes()).await;
         }
     }
 
-    fn setup(drop: usize) -> (Sa, mpsc::UnboundedReceiver<()>) {
+    /// An [`Sa`] task of the port at LID 2 on a network of its own, with `f` at LID 1 (each
+    /// attempt waits `timeout`, 3 retries); the receiver counts the SA's requests.
+    pub(crate) fn spawn(f: FakeSa, timeout: Duration) -> (Sa, mpsc::UnboundedReceiver<()>) {
         let net = MemNetwork::new();
         let mut cfg = SaConfig::new(1, Lid(1));
-        cfg.timeout = Duration::from_millis(100);
+        cfg.timeout = timeout;
         let sa_t = net.transport(sa_addr(&cfg.dest));
         let me = net.transport(PeerAddr::Ib(IbAddr {
             lid: Lid(2),
             ..IbAddr::roce(gid(2))
         }));
         let (seen_tx, seen) = mpsc::unbounded_channel();
-        tokio::spawn(fake_sa(sa_t, drop, seen_tx));
+        tokio::spawn(serve(sa_t, f, seen_tx));
         (Sa::spawn(SaClient::new(cfg, 7), me), seen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ibcm_mad::sa::method;
+    use ibcm_mad::{Lid, Tid};
+
+    use super::*;
+
+    fn gid(n: u8) -> Gid {
+        test_sa::gid(u16::from(n))
+    }
+
+    fn setup(drop: usize) -> (Sa, mpsc::UnboundedReceiver<()>) {
+        let f = test_sa::FakeSa {
+            drop,
+            ..test_sa::FakeSa::default()
+        };
+        test_sa::spawn(f, Duration::from_millis(100))
     }
 
     #[tokio::test(start_paused = true)]

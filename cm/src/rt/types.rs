@@ -133,6 +133,10 @@ pub enum CmError {
     /// LAP itself, so none would ever come. Set [`LapPolicy::Application`] first.
     #[error("LAPs are answered by the driver (LapPolicy::Unsupported): set LapPolicy::Application to receive them")]
     LapsNotDelegated,
+    /// [`Cm::resolve_path`](super::Cm::resolve_path): no path to the target (no SA, no SM,
+    /// the SA's error, a path in another partition).
+    #[error("no path: {0}")]
+    Path(#[from] super::sa::PathError),
 }
 
 /// An incoming connection or SIDR request on a [`Listener`](super::Listener).

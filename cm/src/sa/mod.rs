@@ -28,9 +28,11 @@
 
 mod cache;
 mod req;
+mod target;
 
 pub use cache::{CacheKey, PathCache};
 pub use req::{alternate_path, cm_peer, connect_params, req_mtu, req_path};
+pub use target::{PathTarget, PathTargetError};
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -1,17 +1,21 @@
 //! `ibcmd`: the node's CM service. One per node: it owns the node's CM MAD channel (RoCEv2
-//! over UDP on `--addr`:4791, or Linux umad), runs the ibcm endpoint, hosts XRC TGT QPs with
-//! their ownership policies, and serves the node's processes on a Unix socket
-//! (`ibcm::rt::Cm::attach`). See `docs/ibcmd.md`.
+//! over UDP on `--addr`:4791, or Linux umad: a RoCE port with `--addr`, or a native
+//! InfiniBand port, LID-routed, with an SA client for the clients' path queries), runs the
+//! ibcm endpoint, hosts XRC TGT QPs with their ownership policies, and serves the node's
+//! processes on a Unix socket (`ibcm::rt::Cm::attach`). See `docs/ibcmd.md`.
 //!
 //! ```text
-//! ibcmd --addr IP --socket PATH [--backend sim|verbs] [--mode 660] [--group NAME|GID]
-//!       [--state DIR] [--umad DEV --gid-index N] [--max-conns-per-client N]
+//! ibcmd --addr IP --socket PATH [--umad DEV [--gid-index N]]   (UDP; umad on a RoCE port)
+//! ibcmd --umad DEV --socket PATH                               (umad on an InfiniBand port)
+//!       [--backend sim|verbs] [--mode 660] [--group NAME|GID]
+//!       [--state DIR] [--max-conns-per-client N]
 //!       [--max-conns-per-user N] [--max-clients-per-user N] [--max-tgt-qps-per-user N]
 //!       [--max-tgt-qps-non-root N] [--listen-backlog N]
 //!       [--max-queue-bytes-per-client N] [--max-queue-bytes-per-user N]
 //!       [--hello-timeout-ms N] [--reserved-fds N] [--reserve RANGE=UID]…
 //!       [--max-half-open N] [--max-half-open-per-peer N] [--max-half-open-per-service N]
 //!       [--max-half-open-secs N] [--max-established N] [--max-established-per-peer N]
+//!       [--max-path-queries-per-client N] [--max-path-queries-per-user N]
 //! ibcmd leaks --socket PATH [--json]               (orphaned and leaked TGT QPs)
 //! ibcmd reclaim --socket PATH [--qpn N]            (destroy orphans: this user's; root: any)
 //! ibcmd xrc --socket PATH [--hold]                 (a session: keeper requests, XRC services)
@@ -35,6 +39,8 @@ use ibcm::rt::node::{
     Journal, JournalEntry, JournalTx, NodeServer, Reservation, ServerConfig, StateDir,
     DEFAULT_STATE_DIR,
 };
+use ibcm::rt::sa::PathResolver;
+use ibcm::rt::umad::IbPort;
 use ibcm::rt::{Cm, UdpTransport, UmadTransport};
 use ibcm_mad::xrc::{GoneCause, RejectKind, TargetGone};
 use ibcm_mad::{CommId, Gid, Guid, Qpn};
@@ -67,9 +73,11 @@ enum Backend {
     after_help = "`ibcmd leaks --socket PATH` lists the daemon's orphaned and leaked TGT QPs; `ibcmd reclaim --socket PATH [--qpn N]` destroys orphans.\n`ibcmd keeper serve|status|leaks|hold|request ...` runs the xrcd-keeper commands."
 )]
 struct Args {
-    /// Local IP: the CM listens on UDP IP:4791 (RoCEv2), or with --umad the RoCE netdev's IP.
+    /// Local IP: the CM listens on UDP IP:4791 (RoCEv2), or with --umad on a RoCE port the
+    /// RoCE netdev's IP. Not with --umad on an InfiniBand port (the CM is reached by LID;
+    /// clients name peers lid:N or gid:G).
     #[arg(long)]
-    addr: IpAddr,
+    addr: Option<IpAddr>,
     /// The Unix socket clients attach to.
     #[arg(long)]
     socket: PathBuf,
@@ -86,12 +94,19 @@ struct Args {
     /// refused if another user owns it or others may write to it.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_STATE_DIR)]
     state: PathBuf,
-    /// Use Linux umad on this device instead of UDP.
+    /// Use Linux umad on this device instead of UDP: its port's link layer (sysfs) says
+    /// RoCE (then --addr) or InfiniBand (LID-routed, path queries answered from the SA).
     #[arg(long, value_name = "DEV")]
     umad: Option<String>,
-    /// umad: local GID index of the RoCEv2 GID of --addr.
-    #[arg(long, default_value_t = 1)]
-    gid_index: u8,
+    /// umad on a RoCE port: local GID index of the RoCEv2 GID of --addr (default 1).
+    #[arg(long)]
+    gid_index: Option<u8>,
+    /// Path queries (lid:N, gid:G) one client (session) may have in flight.
+    #[arg(long, default_value_t = ServerConfig::default().max_path_queries)]
+    max_path_queries_per_client: usize,
+    /// Path queries one Unix user's clients may have in flight together.
+    #[arg(long, default_value_t = ServerConfig::default().max_path_queries_per_user)]
+    max_path_queries_per_user: usize,
     /// Connections one client (session) may hold.
     #[arg(long, default_value_t = ServerConfig::default().max_connections)]
     max_conns_per_client: usize,
@@ -341,6 +356,120 @@ fn clear_socket_path(path: &Path) -> Result<()> {
     }
 }
 
+/// Where the CM's MADs go, from `--addr`, `--umad` and `--gid-index`.
+#[derive(Debug)]
+enum Mode {
+    /// RoCEv2 over UDP on `addr`:4791.
+    Udp(IpAddr),
+    /// umad on a RoCE port: the netdev's `addr`, its GID at `gid_index`.
+    Roce {
+        dev: String,
+        addr: IpAddr,
+        gid_index: u8,
+    },
+    /// umad on a native InfiniBand port: LID-routed, GID 0, the SA for paths.
+    Ib { dev: String, port: IbPort },
+}
+
+/// The default `--gid-index` on a RoCE port (GID 1: the RoCEv2 GID of the netdev's first
+/// IPv4 address on most drivers).
+const DEFAULT_GID_INDEX: u8 = 1;
+
+impl Mode {
+    /// The mode of these options; `port_of` reads a umad device's port (sysfs).
+    fn of(
+        addr: Option<IpAddr>,
+        umad: Option<&str>,
+        gid_index: Option<u8>,
+        port_of: impl FnOnce(&str) -> Result<IbPort>,
+    ) -> Result<Mode> {
+        let Some(dev) = umad else {
+            if gid_index.is_some() {
+                bail!("--gid-index is for --umad on a RoCE port");
+            }
+            let addr = addr.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--addr IP is needed: the CM listens on UDP IP:4791 (or give --umad DEV)"
+                )
+            })?;
+            return Ok(Mode::Udp(addr));
+        };
+        let port = port_of(dev)?;
+        if port.is_infiniband() {
+            if let Some(a) = addr {
+                bail!(
+                    "--addr {a}: {dev} is an InfiniBand port ({} port {}), where the CM is \
+                     reached by LID: leave --addr out (clients name peers lid:N or gid:G)",
+                    port.device,
+                    port.port
+                );
+            }
+            if gid_index.is_some() {
+                bail!(
+                    "--gid-index: {dev} is an InfiniBand port ({} port {}): the CM uses its \
+                     GID 0; --gid-index is for RoCE",
+                    port.device,
+                    port.port
+                );
+            }
+            return Ok(Mode::Ib {
+                dev: dev.to_owned(),
+                port,
+            });
+        }
+        let addr = addr.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{dev} is a RoCE port ({} port {}): --addr must be the RoCE netdev's IP address",
+                port.device,
+                port.port
+            )
+        })?;
+        Ok(Mode::Roce {
+            dev: dev.to_owned(),
+            addr,
+            gid_index: gid_index.unwrap_or(DEFAULT_GID_INDEX),
+        })
+    }
+
+    /// The local GID of the endpoint.
+    fn local_gid(&self) -> Gid {
+        match self {
+            Mode::Udp(a) | Mode::Roce { addr: a, .. } => Gid::from_ip(*a),
+            Mode::Ib { port, .. } => port.gid,
+        }
+    }
+
+    /// The IP address told to clients at hello (none on InfiniBand).
+    fn addr(&self) -> Option<IpAddr> {
+        match self {
+            Mode::Udp(a) | Mode::Roce { addr: a, .. } => Some(*a),
+            Mode::Ib { .. } => None,
+        }
+    }
+
+    /// One phrase for the log: the mode and where its peers are.
+    fn describe(&self) -> String {
+        match self {
+            Mode::Udp(a) => format!("RoCEv2 over UDP on {}", SocketAddr::new(*a, 4791)),
+            Mode::Roce {
+                dev,
+                addr,
+                gid_index,
+            } => format!("RoCE through umad {dev} (GID index {gid_index}, {addr}): peers by IP"),
+            Mode::Ib { dev, port } => format!(
+                "InfiniBand through umad {dev} ({} port {}, LID {}, SM LID {}, GID {}, P_Key 0 \
+                 {:#06x}): peers by lid:N or gid:G, paths from the SA",
+                port.device,
+                port.port,
+                port.lid.0,
+                port.sm_lid.0,
+                std::net::Ipv6Addr::from(port.gid.0),
+                port.pkey0.0
+            ),
+        }
+    }
+}
+
 /// The CM's MAD channel.
 enum Transport {
     Udp(UdpTransport),
@@ -465,17 +594,38 @@ async fn run(args: Args) -> Result<()> {
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     clear_socket_path(&args.socket)?;
     let (verbs, spare, kernel) = backend(args.backend)?;
-    let transport =
-        match &args.umad {
-            Some(dev) => Transport::Umad(UmadTransport::open(
-                dev,
-                args.gid_index,
-                Gid::from_ip(args.addr),
-            )?),
-            None => Transport::Udp(UdpTransport::bind(args.addr).await.with_context(|| {
-                format!("cannot bind UDP {}", SocketAddr::new(args.addr, 4791))
-            })?),
-        };
+    let mode = Mode::of(args.addr, args.umad.as_deref(), args.gid_index, |dev| {
+        IbPort::of_umad(dev).with_context(|| format!("{dev}: cannot read its port from sysfs"))
+    })?;
+    let transport = match &mode {
+        Mode::Udp(addr) => Transport::Udp(
+            UdpTransport::bind(*addr)
+                .await
+                .with_context(|| format!("cannot bind UDP {}", SocketAddr::new(*addr, 4791)))?,
+        ),
+        Mode::Roce {
+            dev,
+            addr,
+            gid_index,
+        } => Transport::Umad(
+            UmadTransport::open(dev, *gid_index, Gid::from_ip(*addr))
+                .with_context(|| format!("{dev}: cannot open the CM agent"))?,
+        ),
+        Mode::Ib { dev, port } => {
+            if port.lid.0 == 0 || port.sm_lid.0 == 0 {
+                warn!(
+                    lid = port.lid.0,
+                    sm_lid = port.sm_lid.0,
+                    "the port has no LID or no SM yet: path queries will fail until ibcmd is \
+                     restarted after the subnet manager has configured it"
+                );
+            }
+            Transport::Umad(
+                UmadTransport::open_ib(dev, port)
+                    .with_context(|| format!("{dev}: cannot open the CM agent"))?,
+            )
+        }
+    };
     // The sim backend's data path: XRC SENDs on UDP 4791 reach the model's TGT QPs.
     let (transport, data_rx) = match (transport, &kernel) {
         (Transport::Udp(t), Some(_)) => {
@@ -497,7 +647,7 @@ async fn run(args: Args) -> Result<()> {
     }
     let cfg = args.admission.apply(EndpointConfig {
         local_ca_guid: Guid(0x0002_c903_00d0_0000 | u64::from(std::process::id())),
-        local_gid: Gid::from_ip(args.addr),
+        local_gid: mode.local_gid(),
         ..EndpointConfig::default()
     });
     let target = XrcTarget::new(
@@ -508,6 +658,14 @@ async fn run(args: Args) -> Result<()> {
         Transport::Udp(t) => XrcServer::bind(t, cfg, target),
         Transport::Umad(t) => XrcServer::bind(t, cfg, target),
     };
+    // On InfiniBand the clients' path queries are asked of the port's SA.
+    if let Mode::Ib { dev, port } = &mode {
+        let paths = PathResolver::open(dev, port)
+            .with_context(|| format!("{dev}: cannot open the SA agent"))?;
+        if server.cm().set_path_resolver(paths).is_err() {
+            bail!("the endpoint has a path resolver already");
+        }
+    }
     end_stale(server.cm(), replay.entries, &journal).await;
     let keeper = NodeKeeper::new(
         std::process::id(),
@@ -546,8 +704,11 @@ async fn run(args: Args) -> Result<()> {
             reserved_fds: args.reserved_fds,
             listen_backlog: args.listen_backlog,
             reserved: args.reserve.clone(),
-            addr: Some(args.addr),
-            roce_umad: args.umad.is_some(),
+            addr: mode.addr(),
+            max_path_queries: args.max_path_queries_per_client,
+            max_path_queries_per_user: args.max_path_queries_per_user,
+            infiniband: matches!(mode, Mode::Ib { .. }),
+            roce_umad: matches!(mode, Mode::Roce { .. }),
             ..ServerConfig::default()
         },
         Some(journal),
@@ -565,7 +726,7 @@ async fn run(args: Args) -> Result<()> {
     info!(
         socket = %args.socket.display(),
         mode = format!("{:o}", args.mode),
-        addr = %args.addr,
+        cm = %mode.describe(),
         "ibcmd serving"
     );
     let serve = tokio::spawn(node.clone().serve(listener));
@@ -620,6 +781,69 @@ mod tests {
         assert_eq!(group_id("4242").unwrap(), 4242);
         assert_eq!(group_id("root").unwrap(), 0);
         assert!(group_id("no-such-group-here").is_err());
+    }
+
+    fn port(link: ibcm::rt::umad::LinkLayer) -> IbPort {
+        IbPort {
+            device: "mlx5_0".into(),
+            port: 1,
+            link_layer: link,
+            lid: ibcm_mad::Lid(4),
+            lmc: 0,
+            sm_lid: ibcm_mad::Lid(1),
+            sm_sl: 0,
+            gid: Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 2, 0xc9, 3, 0, 0, 0, 4]),
+            pkey0: ibcm_mad::Pkey(0xffff),
+        }
+    }
+
+    /// `--addr`, `--umad` and `--gid-index` as each port needs them, and what is wrong said.
+    #[test]
+    fn the_mode_follows_the_port() {
+        use ibcm::rt::umad::LinkLayer::{Ethernet, InfiniBand};
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        let dev = Some("/dev/infiniband/umad0");
+        let ib = |_: &str| Ok(port(InfiniBand));
+        let roce = |_: &str| Ok(port(Ethernet));
+        let err = |r: Result<Mode>| r.unwrap_err().to_string();
+
+        assert!(matches!(Mode::of(Some(ip), None, None, ib), Ok(Mode::Udp(a)) if a == ip));
+        assert!(err(Mode::of(None, None, None, ib)).contains("--addr IP is needed"));
+        assert!(err(Mode::of(Some(ip), None, Some(1), ib)).contains("--gid-index is for"));
+
+        let m = Mode::of(None, dev, None, ib).unwrap();
+        assert!(matches!(&m, Mode::Ib { port, .. } if port.lid.0 == 4));
+        assert_eq!(m.local_gid(), port(InfiniBand).gid);
+        assert_eq!(m.addr(), None);
+        let d = m.describe();
+        assert!(
+            d.starts_with("InfiniBand through umad /dev/infiniband/umad0 (mlx5_0 port 1, LID 4")
+                && d.contains("GID fe80::2:c903:0:4")
+                && d.contains("lid:N or gid:G"),
+            "{d}"
+        );
+        let e = err(Mode::of(Some(ip), dev, None, ib));
+        assert!(
+            e.contains("is an InfiniBand port") && e.contains("leave --addr out"),
+            "{e}"
+        );
+        let e = err(Mode::of(None, dev, Some(1), ib));
+        assert!(e.contains("--gid-index is for RoCE"), "{e}");
+
+        let m = Mode::of(Some(ip), dev, None, roce).unwrap();
+        assert!(matches!(m, Mode::Roce { gid_index: 1, .. }));
+        assert_eq!(m.local_gid(), Gid::from_ip(ip));
+        assert!(matches!(
+            Mode::of(Some(ip), dev, Some(3), roce),
+            Ok(Mode::Roce { gid_index: 3, .. })
+        ));
+        let e = err(Mode::of(None, dev, None, roce));
+        assert!(
+            e.contains("is a RoCE port") && e.contains("--addr must be"),
+            "{e}"
+        );
+        let e = err(Mode::of(None, dev, None, |_| bail!("no such device")));
+        assert!(e.contains("no such device"), "{e}");
     }
 
     #[test]

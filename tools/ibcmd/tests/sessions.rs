@@ -574,9 +574,13 @@ async fn hello_tells_the_daemons_address_when_asked() {
     s.write_all(&hello(true)).await.unwrap();
     match read_frame::<DaemonMsg, _>(&mut s).await.unwrap() {
         DaemonMsg::Reply {
-            result: WireResult::Hello { addr },
+            result: WireResult::Hello { addr, paths },
             ..
-        } => assert_eq!(addr, Some("127.0.0.79".parse().unwrap())),
+        } => {
+            assert_eq!(addr, Some("127.0.0.79".parse().unwrap()));
+            // This daemon answers path queries (its UDP port's answer says "no SA").
+            assert_eq!(paths, 64);
+        }
         other => panic!("{other:?}"),
     }
     // A hello without the field (as before it existed) is answered `ok`.

@@ -139,7 +139,7 @@ impl Shared {
                 ev.transport = transport_code(req.transport());
                 ev.remote_qpn = req.remote_qpn().get();
                 ev.remote_psn = req.remote_starting_psn().get();
-                ev.peer = req.peer.to_string();
+                ev.peer = crate::params::peer_string(&req.peer);
                 ev.private_data = req.user_private_data().to_vec();
                 if let Some(cma) = &req.cma_header {
                     ev.rdma_cm = Some(rdma_cm_addrs(cma, req.service_id()));
@@ -153,7 +153,7 @@ impl Shared {
             IncomingKind::Sidr(s) => {
                 let mut ev = Event::new(IBCM_EVENT_SIDR_REQUEST, h);
                 ev.service_id = s.service_id.0;
-                ev.peer = s.peer.to_string();
+                ev.peer = crate::params::peer_string(&s.peer);
                 let cma = s
                     .service_id
                     .rdma_cm_port()
@@ -228,6 +228,24 @@ impl Shared {
     }
 
     /// The end of an `ibcm_connect`'s wait for the REP (`None`: cancelled).
+    /// A connect cancelled by ibcm_disconnect before its REP: its final event.
+    pub(super) fn cancelled(&self, h: u64) {
+        let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+        ev.status = IBCM_ECLOSED;
+        ev.reason = "cancelled by ibcm_disconnect".into();
+        self.finish(h, ev);
+    }
+
+    /// A connect to `to` whose path could not be had (no REQ was sent): its final event,
+    /// `CONNECT_ERROR` with the error's code (`IBCM_ENOPATH`, `IBCM_EUNSUPPORTED`, …).
+    pub(super) fn path_failed(&self, h: u64, to: ibcm::sa::PathTarget, e: CmError) {
+        let e = Error::from(e);
+        let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
+        ev.status = e.code;
+        ev.reason = format!("path to {to}: {}", e.msg);
+        self.finish(h, ev);
+    }
+
     pub(super) async fn connected(
         self: Arc<Self>,
         h: u64,
@@ -235,12 +253,7 @@ impl Shared {
         manual: bool,
         active: Active,
     ) {
-        let cancelled = |s: &Self| {
-            let mut ev = Event::new(IBCM_EVENT_CONNECT_ERROR, h);
-            ev.status = IBCM_ECLOSED;
-            ev.reason = "cancelled by ibcm_disconnect".into();
-            s.finish(h, ev);
-        };
+        let cancelled = |s: &Self| s.cancelled(h);
         let p = match r {
             None => return cancelled(&self),
             Some(Err(CmError::Connection(why))) => {

@@ -63,12 +63,15 @@ pub unsafe extern "C" fn ibcm_accept_param_init(
 /// `*conn` at once. Then: `IBCM_EVENT_ESTABLISHED`, or with `IBCM_CONNECT_MANUAL_RTU`
 /// `IBCM_EVENT_CONNECT_RESPONSE` first; or a final event (`REJECTED`, `UNREACHABLE`,
 /// `CONNECT_ERROR`). For XRC (`IBCM_TRANSPORT_XRC`), `qp_num` is the INI QP and the REP
-/// names the TGT QP (`remote_qpn`). Errors here: `IBCM_EINVAL` (NULL, bad address or value, a
-/// peer that is no unicast host: unspecified, broadcast, multicast; a peer of the other
-/// address family than the daemon's CM address, such as IPv6 through an IPv4 daemon),
-/// `IBCM_ETOOLONG`,
-/// `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use,
-/// …) come as `CONNECT_ERROR`.
+/// names the TGT QP (`remote_qpn`). A "lid:N" / "gid:G" peer's path is asked of the daemon
+/// first (it does not block here): without one the handle ends with `CONNECT_ERROR`, status
+/// `IBCM_ENOPATH` (the SA's error, no answer, no SM, a path outside the daemon port's P_Key 0)
+/// or `IBCM_EUNSUPPORTED` (a daemon not on an InfiniBand port). Errors here: `IBCM_EINVAL`
+/// (NULL, bad address or value, a peer that is no unicast host: unspecified, broadcast,
+/// multicast, LID 0 or ≥ 0xC000, a zero or multicast GID; a peer of the other address family
+/// than the daemon's CM address, such as IPv6 through an IPv4 daemon), `IBCM_ETOOLONG`,
+/// `IBCM_EGONE` (the node service connection is gone); the daemon's refusals (QPN in use, an
+/// IP peer through a daemon on an InfiniBand port, …) come as `CONNECT_ERROR`.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context; `param` is NULL or readable, with its `peer` and
@@ -91,9 +94,9 @@ pub unsafe extern "C" fn ibcm_connect(
         let peer = unsafe { string(p.peer, "param->peer") }?;
         // SAFETY: as above.
         let pd = unsafe { bytes(p.private_data, p.private_data_len, "param->private_data") }?;
-        let (cp, manual) = params::connect_params(p, &peer, pd, c.daemon_ip())?;
+        let cp = params::connect_params(p, &peer, pd, c.daemon_ip())?;
         // An address the application gave: only handed back in events.
-        let h = c.connect(cp, manual, p.context as usize)?;
+        let h = c.connect(cp, p.context as usize)?;
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { put(conn, h, "conn") }
     })
@@ -281,7 +284,8 @@ pub unsafe extern "C" fn ibcm_sidr_param_init(param: *mut ibcm_sidr_param) -> c_
 /// `*handle` at once. Its one event follows: `IBCM_EVENT_SIDR_REPLY` (`sidr_status`,
 /// `remote_qpn`, `qkey`, `private_data`) or `IBCM_EVENT_UNREACHABLE` (no answer after every
 /// retry), or `CONNECT_ERROR` (cancelled with ibcm_disconnect, refused by the daemon).
-/// Errors here: `IBCM_EINVAL` (NULL, a bad address, `timeout_ms` 0), `IBCM_ETOOLONG`,
+/// Errors here: `IBCM_EINVAL` (NULL, a bad address, `timeout_ms` 0), `IBCM_EUNSUPPORTED` (a
+/// "lid:" or "gid:" peer: SIDR takes IP peers), `IBCM_ETOOLONG`,
 /// `IBCM_EGONE`.
 ///
 /// # Safety

@@ -158,3 +158,5 @@ pub(crate) fn status(c: c_int) -> Option<types::ibcm_status> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ib;

@@ -47,6 +47,10 @@ pub enum ibcm_status {
     IBCM_EIO = -13,
     /// A bug in libibcm (a Rust panic was caught at the boundary).
     IBCM_EINTERNAL = -14,
+    /// No path to a `lid:N` / `gid:G` peer: the SA has none (or answered an error), did not
+    /// answer, the daemon's port has no SM yet, or the path is not in the port's P_Key 0
+    /// (the `CONNECT_ERROR` event's `reason` says which).
+    IBCM_ENOPATH = -15,
 }
 
 /// What an event reports (`struct ibcm_event.event`).
@@ -245,7 +249,14 @@ pub const IBCM_XRCD_NAME_MAX: u32 = 255;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ibcm_conn_param {
-    /// The peer's CM: its IP address ("10.0.0.2": UDP port 4791, RoCEv2) or "IP:PORT".
+    /// The peer's CM: its IP address ("10.0.0.2": UDP port 4791, RoCEv2) or "IP:PORT"; or,
+    /// through an `ibcmd` on a native InfiniBand port, "lid:N" (decimal or 0x hex, a unicast
+    /// LID) or "gid:G" (IPv6 notation): the daemon asks its SA for the path (a PathRecord
+    /// Get; before the REQ, so ibcm_connect does not wait for it) and the REQ gets the
+    /// path's primary path, P_Key, packet life time and MTU (`path_mtu` at most), the peer's
+    /// CM at the path's DLID. A path that cannot be had ends the handle with
+    /// `CONNECT_ERROR` (status `IBCM_ENOPATH`, or `IBCM_EUNSUPPORTED` through a daemon that
+    /// is not on an InfiniBand port).
     pub peer: *const c_char,
     /// The service ID to connect to.
     pub service_id: u64,
@@ -273,7 +284,8 @@ pub struct ibcm_conn_param {
     pub retry_count: u8,
     /// RNR retry count, 0..7, 7 = infinite (default 7).
     pub rnr_retry_count: u8,
-    /// Path MTU as `enum ibv_mtu` (1 = 256 … 5 = 4096; default 3 = 1024).
+    /// Path MTU as `enum ibv_mtu` (1 = 256 … 5 = 4096; default 3 = 1024). With a "lid:" or
+    /// "gid:" peer the REQ's is the smaller of this and the path's.
     pub path_mtu: u8,
     /// Non-zero: the local QP uses an SRQ (default 0).
     pub srq: u8,
@@ -442,7 +454,9 @@ pub struct ibcm_event {
     pub target_gone: u8,
     /// XRC_REPORT: which kind.
     pub xrc_report: ibcm_xrc_report,
-    /// The peer's CM address ("IP:PORT"), or "" when unknown. NUL-terminated.
+    /// The peer's CM address: "IP:PORT"; on a native InfiniBand port "lid:N" (a LID-routed
+    /// REQ: what ibcm_connect takes back) or "gid:G" (one with a GRH); "" when unknown.
+    /// NUL-terminated.
     pub peer: *const c_char,
     /// Why, in words: the final event's cause, the XRC report line; "" otherwise.
     /// NUL-terminated.
@@ -478,7 +492,8 @@ pub struct ibcm_event {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ibcm_sidr_param {
-    /// The peer's CM: its IP address (UDP port 4791) or "IP:PORT".
+    /// The peer's CM: its IP address (UDP port 4791) or "IP:PORT" ("lid:" and "gid:" peers
+    /// are ibcm_connect's only: `IBCM_EUNSUPPORTED`).
     pub peer: *const c_char,
     /// The service ID to resolve.
     pub service_id: u64,

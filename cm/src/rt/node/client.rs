@@ -254,7 +254,9 @@ impl Cm {
     ///
     /// [`Cm::sidr`] is sent by the daemon's endpoint, a SIDR_REQ for one of this client's
     /// services reaches its [`Listener`](crate::rt::Listener), and [`Cm::stats`] gives the
-    /// daemon endpoint's counters (node-wide). Not served through a daemon:
+    /// daemon endpoint's counters (node-wide), [`Cm::resolve_path`] is asked of the
+    /// daemon's SA client (`ibcmd --umad DEV` on an InfiniBand port). Not served through a
+    /// daemon:
     /// [`Cm::with_app`] (the app runs in the daemon) fails with
     /// [`CmError::Refused`]. [`Cm::connection_count`]
     /// counts this client's connections.
@@ -300,21 +302,22 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
     // A daemon that refuses this client at once says why and closes: the hello may find the
     // socket closed, the refusal is read all the same.
     let sent = write_frame(&mut wr, &hello).await;
-    // A daemon that predates the `hello` answer says `ok`, without its address.
-    let daemon_addr = match read_frame::<DaemonMsg, _>(&mut rd).await {
+    // A daemon that predates the `hello` answer says `ok`, without its address; one that
+    // predates path queries does not say `paths` (how many it serves at once).
+    let (daemon_addr, paths) = match read_frame::<DaemonMsg, _>(&mut rd).await {
         Ok(DaemonMsg::Reply {
             result: WireResult::Ok,
             ..
         }) => {
             sent?;
-            None
+            (None, 0)
         }
         Ok(DaemonMsg::Reply {
-            result: WireResult::Hello { addr },
+            result: WireResult::Hello { addr, paths },
             ..
         }) => {
             sent?;
-            addr
+            (addr, paths)
         }
         Ok(other) => {
             return Err(io::Error::new(
@@ -326,8 +329,9 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let registry = Registry::default();
-    let cm = Cm::from_channel(tx, registry.clone());
     let (node_tx, node_rx) = mpsc::unbounded_channel();
+    let node_paths = super::paths::NodePaths::new(node_tx.clone(), paths);
+    let cm = Cm::from_channel(tx, registry.clone(), node_paths);
     let (ev_tx, ev_rx) = mpsc::unbounded_channel();
     let (kev_tx, kev_rx) = mpsc::unbounded_channel();
     // Reading frames is not cancel-safe: one task reads, the client task selects on it.

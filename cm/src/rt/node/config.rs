@@ -100,6 +100,19 @@ pub struct ServerConfig {
     /// their hello so that they refuse a peer of the other address family at once; `None`
     /// (the default): not told.
     pub addr: Option<std::net::IpAddr>,
+    /// Path queries ([`Op::ResolvePath`](super::proto::Op::ResolvePath)) a session may have
+    /// in flight at once (more are refused, "quota: N path queries in flight"). Default 64.
+    pub max_path_queries: usize,
+    /// Path queries one Unix user's sessions may have in flight together (as above, "… of
+    /// uid U"). Default 256: a quarter of the SA client's 1,024 queries at once, so that one
+    /// user cannot take them all.
+    pub max_path_queries_per_user: usize,
+    /// The CM runs on a native InfiniBand port (`ibcmd --umad DEV` whose port's link layer is
+    /// InfiniBand): peers are addressed by LID (or GID), so a peer a client names by IP (a
+    /// [`Udp`](crate::proto::PeerAddr::Udp) address) is refused, for connects and SIDR
+    /// requests ("name peers lid:N or gid:G"). `false` (the default): peers are used as
+    /// given (or as [`Self::roce_umad`] says).
+    pub infiniband: bool,
     /// The CM runs on RoCE through umad (`ibcmd --umad`): a peer a client names by IP
     /// (a [`Udp`](crate::proto::PeerAddr::Udp) address, what libibcm sends) is turned into
     /// the RoCE address that transport sends to ([`IbAddr::roce`](crate::proto::IbAddr::roce)
@@ -109,14 +122,19 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// A peer a client named, as this server's transport addresses it ([`Self::roce_umad`]).
-    pub(super) fn peer(&self, p: crate::proto::PeerAddr) -> crate::proto::PeerAddr {
+    /// A peer a client named, as this server's transport addresses it ([`Self::roce_umad`]),
+    /// or why it cannot be reached ([`Self::infiniband`]).
+    pub(super) fn peer(&self, p: crate::proto::PeerAddr) -> Result<crate::proto::PeerAddr, String> {
         use crate::proto::{IbAddr, PeerAddr};
         match p {
+            PeerAddr::Udp(sa) if self.infiniband => Err(format!(
+                "peer {sa}: this node service runs on an InfiniBand port, where peers are \
+                 named by LID or GID (lid:N, gid:G), not by IP"
+            )),
             PeerAddr::Udp(sa) if self.roce_umad => {
-                PeerAddr::Ib(IbAddr::roce(ibcm_mad::Gid::from_ip(sa.ip())))
+                Ok(PeerAddr::Ib(IbAddr::roce(ibcm_mad::Gid::from_ip(sa.ip()))))
             }
-            p => p,
+            p => Ok(p),
         }
     }
 }
@@ -140,6 +158,9 @@ impl Default for ServerConfig {
             listen_backlog: 1024,
             shutdown_grace: std::time::Duration::from_secs(2),
             addr: None,
+            max_path_queries: 64,
+            max_path_queries_per_user: 256,
+            infiniband: false,
             roce_umad: false,
         }
     }
@@ -155,13 +176,33 @@ mod peer_tests {
         let ip: std::net::IpAddr = "10.77.0.1".parse().unwrap();
         let udp = PeerAddr::Udp(std::net::SocketAddr::new(ip, 4791));
         let plain = ServerConfig::default();
-        assert_eq!(plain.peer(udp), udp);
+        assert_eq!(plain.peer(udp), Ok(udp));
         let roce = ServerConfig {
             roce_umad: true,
             ..ServerConfig::default()
         };
         let ib = PeerAddr::Ib(IbAddr::roce(ibcm_mad::Gid::from_ip(ip)));
-        assert_eq!(roce.peer(udp), ib);
-        assert_eq!(roce.peer(ib), ib, "an IB address is kept");
+        assert_eq!(roce.peer(udp), Ok(ib));
+        assert_eq!(roce.peer(ib), Ok(ib), "an IB address is kept");
+    }
+
+    #[test]
+    fn an_infiniband_server_refuses_ip_peers() {
+        let cfg = ServerConfig {
+            infiniband: true,
+            ..ServerConfig::default()
+        };
+        let udp = PeerAddr::Udp("10.77.0.1:4791".parse().unwrap());
+        let why = cfg.peer(udp).unwrap_err();
+        assert!(
+            why.contains("lid:N, gid:G") && why.contains("10.77.0.1"),
+            "{why}"
+        );
+        let lid = PeerAddr::Ib(IbAddr {
+            lid: ibcm_mad::Lid(4),
+            gid: None,
+            ..IbAddr::roce(ibcm_mad::Gid::ZERO)
+        });
+        assert_eq!(cfg.peer(lid), Ok(lid));
     }
 }

@@ -117,7 +117,8 @@ pub(super) fn check(op: &Op) -> Result<(), String> {
         | Op::XrcDestroy
         | Op::XrcOrphans
         | Op::XrcReclaim { .. }
-        | Op::Stats => Ok(()),
+        | Op::Stats
+        | Op::ResolvePath { .. } => Ok(()),
         Op::Keeper { req } => at_most(
             "the keeper request",
             req.to_string().len(),

@@ -12,6 +12,7 @@
 //!   session's requests; `config`: [`ServerConfig`], its limits and options; `hooks`:
 //!   [`NodeHooks`], what the embedder (`ibcmd`) adds around the CM;
 //! * `sidr`: SIDR both ways and the counters through the service;
+//! * `paths`: path queries (`lid:N`, `gid:G`) answered from the daemon's SA client;
 //! * `journal`: [`StateDir`] and [`Journal`], the daemon's private state directory and its
 //!   file of live connections for a restart.
 //!
@@ -23,6 +24,7 @@ mod errors;
 mod fields;
 mod hooks;
 pub mod journal;
+mod paths;
 pub mod proto;
 mod requests;
 mod server;
@@ -33,4 +35,5 @@ pub use client::{attach, Attached, Node, NodeError};
 pub use config::{Reservation, ServerConfig};
 pub use hooks::{EventSink, HookFuture, NodeHooks, SessionInfo, XrcListenReq};
 pub use journal::{Journal, JournalEntry, JournalTx, Replay, StateDir, DEFAULT_STATE_DIR};
+pub(crate) use paths::NodePaths;
 pub use server::NodeServer;

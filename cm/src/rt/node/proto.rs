@@ -17,6 +17,7 @@ pub use super::fields::{
     MAX_DOMAIN_NAME, MAX_KEEPER_REQUEST, MAX_POLICY_NAME, MAX_SIDR_ADDITIONAL_INFO, MAX_SRQNS,
     MAX_TRANSPORTS,
 };
+pub use super::paths::{WirePathError, WirePathTarget};
 pub use super::sidr::{
     WireSidrIn, WireSidrRep, WireSidrReq, WireStats, SIDR_BUDGET_ADDRESSES, SIDR_BUDGET_ALLOWANCE,
     SIDR_BUDGET_PER_REQUEST, SIDR_MAX_RETRIES, SIDR_TIMEOUT_MAX_MS, SIDR_TIMEOUT_MIN_MS,
@@ -34,6 +35,11 @@ pub const MAX_FRAME: usize = 64 * 1024;
 /// before hello is refused, and the ops of the stateless mode, the XRC orphans and the keeper
 /// were added. A client of version 1 could not decode all of that, so it is refused at its
 /// hello instead of failing later.
+///
+/// Added within version 2, so that either side may be older: optional fields, left out when
+/// empty (a decoder that predates one ignores it), and ops that a daemon advertises in its
+/// [`WireResult::Hello`] answer and a client sends only to a daemon that did
+/// ([`Op::ResolvePath`], advertised by `paths`: how many a session may have in flight).
 pub const VERSION: u32 = 2;
 
 /// A request of a client, with the number its answer ([`DaemonMsg::Reply`]) carries.
@@ -207,6 +213,14 @@ pub enum Op {
     },
     /// `Cm::stats`: the daemon endpoint's counters (node-wide).
     Stats,
+    /// `Cm::resolve_path`: the path from the daemon's InfiniBand port to `target`, asked of
+    /// its SA; the reply ([`WireResult::Path`], [`WireResult::PathError`]) comes when the
+    /// SA's answer does, after the replies of requests sent meanwhile. Sent only to a daemon
+    /// whose hello answer said `paths`.
+    ResolvePath {
+        /// `lid:N` or `gid:G`.
+        target: WirePathTarget,
+    },
 }
 
 /// What the daemon sends: replies, and events about the client's own objects.
@@ -282,8 +296,12 @@ pub enum DaemonMsg {
     },
 }
 
-fn is_false(b: &bool) -> bool {
+pub(super) fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The answer to a [`ClientMsg`].
@@ -298,6 +316,12 @@ pub enum WireResult {
         /// its peers are of that address family.
         #[serde(default)]
         addr: Option<std::net::IpAddr>,
+        /// The daemon answers [`Op::ResolvePath`] (whether or not it is on an InfiniBand
+        /// port: on another, the answer says so), at most this many of a session in flight
+        /// (`ServerConfig::max_path_queries`; a client keeps its own below it). Left out
+        /// when 0, and absent from an older daemon's answer: not served.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        paths: u32,
     },
     /// A new connection (connect).
     Conn {
@@ -331,6 +355,13 @@ pub enum WireResult {
         /// The reply.
         reply: serde_json::Value,
     },
+    /// [`Op::ResolvePath`]: the PathRecord (its 64 bytes, as the SA sent it).
+    Path {
+        /// `PathRecord::to_bytes`.
+        record: Vec<u8>,
+    },
+    /// [`Op::ResolvePath`]: no path, and why.
+    PathError(WirePathError),
     /// [`Op::XrcOrphans`].
     XrcQps {
         /// The QPs.
@@ -449,6 +480,61 @@ mod tests {
         assert!(matches!(r, Err(FrameError::Malformed(_))));
     }
 
+    /// A path query and its answers as frames: round trips, and the JSON the docs show.
+    #[tokio::test]
+    async fn path_queries_round_trip() {
+        let op = ClientMsg {
+            seq: 9,
+            op: Op::ResolvePath {
+                target: WirePathTarget::Lid(4),
+            },
+        };
+        assert_eq!(
+            serde_json::to_string(&op).unwrap(),
+            r#"{"seq":9,"op":{"op":"resolve-path","target":{"lid":4}}}"#
+        );
+        let f = encode_frame(&op).unwrap();
+        let back: ClientMsg = read_frame(&mut &f[..]).await.unwrap();
+        assert!(matches!(
+            back.op,
+            Op::ResolvePath {
+                target: WirePathTarget::Lid(4)
+            }
+        ));
+        let rec = ibcm_mad::sa::PathRecord {
+            slid: ibcm_mad::Lid(2),
+            dlid: ibcm_mad::Lid(4),
+            ..Default::default()
+        };
+        let reply = DaemonMsg::Reply {
+            seq: 9,
+            result: WireResult::Path {
+                record: rec.to_bytes().to_vec(),
+            },
+        };
+        let f = encode_frame(&reply).unwrap();
+        let back: DaemonMsg = read_frame(&mut &f[..]).await.unwrap();
+        let DaemonMsg::Reply {
+            result: WireResult::Path { record },
+            ..
+        } = back
+        else {
+            panic!("{back:?}");
+        };
+        assert_eq!(ibcm_mad::sa::PathRecord::parse(&record).unwrap(), rec);
+        let e = WireResult::PathError(WirePathError::SaTimeout { attempts: 4 });
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"r":"path-error","kind":"sa-timeout","attempts":4}"#
+        );
+        // A target the frame cannot hold is malformed, not a panic.
+        let junk = br#"{"seq":1,"op":{"op":"resolve-path","target":{"lid":70000}}}"#;
+        let mut f = (junk.len() as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(junk);
+        let r = read_frame::<ClientMsg, _>(&mut &f[..]).await;
+        assert!(matches!(r, Err(FrameError::Malformed(_))));
+    }
+
     /// The fields added within version 2 are optional both ways: left out when empty or
     /// false, and messages without them (as before) decode.
     #[test]
@@ -465,9 +551,14 @@ mod tests {
         let op: Op = serde_json::from_str(r#"{"op":"hello","version":2}"#).unwrap();
         assert!(matches!(op, Op::Hello { addr: false, .. }));
         let r: WireResult = serde_json::from_str(r#"{"r":"hello","addr":"fd00::1"}"#).unwrap();
-        assert!(matches!(r, WireResult::Hello { addr: Some(a) } if a.is_ipv6()));
+        assert!(matches!(r, WireResult::Hello { addr: Some(a), paths: 0 } if a.is_ipv6()));
         let r: WireResult = serde_json::from_str(r#"{"r":"hello"}"#).unwrap();
-        assert!(matches!(r, WireResult::Hello { addr: None }));
+        assert!(matches!(r, WireResult::Hello { addr: None, .. }));
+        let h = |paths| serde_json::to_string(&WireResult::Hello { addr: None, paths }).unwrap();
+        assert_eq!(h(0), r#"{"r":"hello","addr":null}"#);
+        assert_eq!(h(64), r#"{"r":"hello","addr":null,"paths":64}"#);
+        let r: WireResult = serde_json::from_str(&h(64)).unwrap();
+        assert!(matches!(r, WireResult::Hello { paths: 64, .. }));
 
         let est = |pd: Vec<u8>| DaemonMsg::Status {
             conn: 3,

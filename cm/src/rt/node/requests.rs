@@ -53,6 +53,7 @@ impl NodeServer {
                 if addr {
                     WireResult::Hello {
                         addr: self.cfg.addr,
+                        paths: u32::try_from(self.cfg.max_path_queries).unwrap_or(u32::MAX),
                     }
                 } else {
                     WireResult::Ok
@@ -234,6 +235,10 @@ impl NodeServer {
             }
             Op::SidrReply { conn, rep } => self.sidr_reply(s, conn, &rep).await,
             Op::Stats => self.stats().await,
+            Op::ResolvePath { target } => {
+                self.resolve_path(s, seq, target);
+                return;
+            }
             Op::XrcListen {
                 service_id,
                 policy,
@@ -292,7 +297,10 @@ impl NodeServer {
             Ok(p) => p,
             Err(why) => return (WireResult::Refused { why }, None),
         };
-        params.peer = self.cfg.peer(params.peer);
+        params.peer = match self.cfg.peer(params.peer) {
+            Ok(p) => p,
+            Err(why) => return (WireResult::Refused { why }, None),
+        };
         let peer = params.peer;
         match self
             .cm

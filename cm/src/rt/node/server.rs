@@ -209,6 +209,8 @@ pub(super) struct SessionState {
     /// Per listener (service ID): its REQs delivered and not yet answered
     /// ([`ServerConfig::listen_backlog`]).
     pub(super) backlog: BTreeMap<u64, usize>,
+    /// Path queries in flight ([`ServerConfig::max_path_queries`]).
+    pub(super) path_queries: usize,
     pub(super) closed: bool,
 }
 
@@ -279,6 +281,8 @@ pub struct NodeServer {
     journal: Option<JournalTx>,
     /// REQs rejected because their listener's backlog was full.
     pub(super) backlog_rejects: AtomicU64,
+    /// Path queries in flight by user ([`ServerConfig::max_path_queries_per_user`]).
+    pub(super) path_queries: Mutex<HashMap<u32, usize>>,
 }
 
 impl std::fmt::Debug for NodeServer {
@@ -315,6 +319,7 @@ impl NodeServer {
             next_session: AtomicU64::new(1),
             journal,
             backlog_rejects: AtomicU64::new(0),
+            path_queries: Mutex::new(HashMap::new()),
         })
     }
 

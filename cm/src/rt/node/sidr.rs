@@ -395,7 +395,10 @@ impl NodeServer {
     pub(super) async fn sidr(self: &Arc<Self>, s: &Arc<Session>, seq: u64, req: WireSidrReq) {
         // Its fields were checked against their maxima with every request's (`fields::check`).
         let mut params = req.to_clamped_params();
-        params.peer = self.cfg.peer(params.peer);
+        params.peer = match self.cfg.peer(params.peer) {
+            Ok(p) => p,
+            Err(why) => return Self::reply(s, seq, WireResult::Refused { why }),
+        };
         let dest = Dest::of(&params.peer);
         let cost = 1 + u64::from(params.max_retries);
         {
