@@ -470,15 +470,20 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_port_change_flushes_the_cache_and_retargets_the_client() {
-        let net = MemNetwork::new();
+        let net = crate::rt::MemNetwork::new();
         let mut cfg = SaConfig::new(1, Lid(1));
         cfg.timeout = Duration::from_millis(100);
         let old = cfg.dest;
         let new = SaDest { lid: Lid(7), ..old };
         let (old_seen, mut old_rx) = mpsc::unbounded_channel();
         let (new_seen, mut new_rx) = mpsc::unbounded_channel();
-        tokio::spawn(fake_sa(net.transport(sa_addr(&old)), 0, old_seen));
-        tokio::spawn(fake_sa(net.transport(sa_addr(&new)), 0, new_seen));
+        let f = test_sa::FakeSa::default();
+        tokio::spawn(test_sa::serve(
+            net.transport(sa_addr(&old)),
+            f.clone(),
+            old_seen,
+        ));
+        tokio::spawn(test_sa::serve(net.transport(sa_addr(&new)), f, new_seen));
         let me = net.transport(PeerAddr::Ib(IbAddr {
             lid: Lid(2),
             ..IbAddr::roce(gid(2))

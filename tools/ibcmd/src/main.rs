@@ -616,8 +616,8 @@ async fn run(args: Args) -> Result<()> {
                 warn!(
                     lid = port.lid.0,
                     sm_lid = port.sm_lid.0,
-                    "the port has no LID or no SM yet: path queries will fail until ibcmd is \
-                     restarted after the subnet manager has configured it"
+                    "the port has no LID or no SM yet: path queries will fail until the subnet \
+                     manager has configured it"
                 );
             }
             Transport::Umad(

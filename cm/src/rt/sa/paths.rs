@@ -3,15 +3,15 @@
 //! [`Cm::resolve_path`](crate::rt::Cm::resolve_path) uses in-process, and what the node
 //! service's daemon answers its clients' path queries with.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ibcm_mad::sa::PathRecord;
-use ibcm_mad::{Pkey, U4};
+use ibcm_mad::Pkey;
 
 use super::Sa;
 use crate::rt::umad::IbPort;
-use crate::rt::{UmadError, UmadTransport};
-use crate::sa::{PathTarget, SaClient, SaConfig, SaError};
+use crate::rt::UmadError;
+use crate::sa::{PathTarget, SaConfig, SaError};
 
 /// Why no path came back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +59,9 @@ pub enum PathError {
     },
 }
 
+/// How often [`PathResolver::open`]'s SA task reads the port for an SM change.
+pub(crate) const PORT_WATCH: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Asks the SA of the local InfiniBand port for the path to a [`PathTarget`]: one PathRecord
 /// Get per call (by SLID/DLID, or by SGID/DGID in the port's P_Key 0), no cache; the path
 /// must be in the port's P_Key 0 (the CM sends with P_Key index 0,
@@ -67,29 +70,39 @@ pub enum PathError {
 pub struct PathResolver {
     sa: Sa,
     port: IbPort,
+    /// The umad device of [`PathResolver::open`]: each query reads the port again from it.
+    dev: Option<PathBuf>,
 }
 
 impl PathResolver {
     /// Over an [`Sa`] task that reaches `port`'s SM (its LID and SL in the task's
     /// [`SaConfig`]).
     pub fn new(sa: Sa, port: IbPort) -> Self {
-        PathResolver { sa, port }
+        PathResolver {
+            sa,
+            port,
+            dev: None,
+        }
     }
 
-    /// Opens the SA agent on the umad device `dev` ([`UmadTransport::open_sa`]) of `port`
-    /// (as [`IbPort::of_umad`] read it) and spawns its [`Sa`] task on the current tokio
-    /// runtime: the SM's LID and SL from the port, 1 s per attempt and 3 retries
-    /// ([`SaConfig::new`]).
+    /// Opens the SA agent on the umad device `dev` of `port` (as [`IbPort::of_umad`] read
+    /// it) and spawns its [`Sa`] task on the current tokio runtime ([`Sa::open`]: the SM's LID
+    /// and SL from the port, 1 s per attempt and 3 retries, [`SaConfig::new`]), watching the
+    /// port every second: after an SM change the queries go to the new SM. Each
+    /// [`resolve`](Self::resolve) reads the port from sysfs again, so a port the SM had not
+    /// configured yet when this was opened is served once it has been, and a new LID is used.
     ///
     /// # Errors
     /// The device cannot be opened or the agent registered.
     pub fn open(dev: impl AsRef<Path>, port: &IbPort) -> Result<Self, UmadError> {
-        let mut cfg = SaConfig::new(port.port, port.sm_lid);
-        cfg.dest.sl = U4::masked(port.sm_sl);
-        let timeout_ms = u32::try_from(cfg.timeout.as_millis()).unwrap_or(u32::MAX);
-        let t = UmadTransport::open_sa(dev, timeout_ms, port.gid)?;
-        let sa = Sa::spawn(SaClient::new(cfg, std::process::id()), t);
-        Ok(PathResolver::new(sa, port.clone()))
+        let dev = dev.as_ref();
+        let cfg = SaConfig::new(port.port, port.sm_lid);
+        let sa = Sa::open(dev, port, cfg, Some(PORT_WATCH))?;
+        Ok(PathResolver {
+            sa,
+            port: port.clone(),
+            dev: Some(dev.to_path_buf()),
+        })
     }
 
     /// The local port the paths start at.
@@ -104,7 +117,9 @@ impl PathResolver {
     /// [`NoSm`](PathError::NoSm), the SA's [`Sa`](PathError::Sa) error,
     /// [`NoRecord`](PathError::NoRecord), [`PkeyMismatch`](PathError::PkeyMismatch).
     pub async fn resolve(&self, to: PathTarget) -> Result<PathRecord, PathError> {
-        let p = &self.port;
+        // The port as it is now (a few small sysfs reads), else as it was read at the start.
+        let now = self.dev.as_ref().and_then(|d| IbPort::of_umad(d).ok());
+        let p = now.as_ref().unwrap_or(&self.port);
         if !p.is_infiniband() {
             return Err(PathError::NoSa);
         }

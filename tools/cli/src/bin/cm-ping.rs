@@ -11,10 +11,14 @@
 //!         [--stay] [--local-timeout-exp N] [--local-ack-timeout N] [--same-qpn (test only)]
 //! cm-ping --daemon PATH …   (any of the above through the node's CM service, `ibcmd`;
 //!         a listener takes --xrc --policy explicit|domain|process|shared)
+//! cm-ping --umad DEV --listen ib [--accept-laps]                 (native InfiniBand port)
+//! cm-ping --umad DEV --connect lid:N|gid:G [--alt-path [--migrate]] [--stats] …
 //! ```
 //!
 //! Transport: RoCEv2 over UDP on port 4791 of the bound IP (default), or Linux umad with
-//! `--umad /dev/infiniband/umadN --gid-index I --local-ip IP`. Connecting to `IP:PORT` uses the
+//! `--umad /dev/infiniband/umadN --gid-index I --local-ip IP` on a RoCE port, or `--umad
+//! /dev/infiniband/umadN` alone on a native InfiniBand port (peers by LID or GID, the path
+//! from the SA, MADs LID-routed; docs/sa.md §4.1). Connecting to `IP:PORT` uses the
 //! rdma_cm conventions (service ID `0x0106 << 16 | PORT`, CMA IP header in the private data),
 //! so a Linux `rping -s`/`ucmatose` listener answers; `--service-id` gives a raw IB service ID.
 //!
