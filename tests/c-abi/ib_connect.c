@@ -21,6 +21,7 @@
 #include "example.h"
 
 #include <inttypes.h>
+#include <time.h>
 
 int main(int argc, char **argv)
 {
@@ -47,6 +48,8 @@ int main(int argc, char **argv)
     struct ibcm_ctx *ctx;
     check(ibcm_open(argv[1], &ctx), "ibcm_open");
     long established = 0, disconnected = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (long i = 0; i < count; i++) {
         struct ibcm_conn_param p;
         uint64_t h;
@@ -105,7 +108,12 @@ int main(int argc, char **argv)
             check(ibcm_ack_event(ctx, ev), "ibcm_ack_event");
         }
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     check(ibcm_close(ctx), "ibcm_close");
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("ib_connect: %ld connections in %.3f s (%.0f conn/s: each connect, established "
+           "and disconnected before the next)\n",
+           count, secs, secs > 0 ? (double)count / secs : 0.0);
     printf("ib_connect: %ld established, %ld disconnected\n", established, disconnected);
     return established == count && disconnected == count ? 0 : 1;
 }

@@ -4,6 +4,8 @@
 //! service's daemon answers its clients' path queries with.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use ibcm_mad::sa::PathRecord;
 use ibcm_mad::Pkey;
@@ -70,8 +72,9 @@ pub(crate) const PORT_WATCH: std::time::Duration = std::time::Duration::from_sec
 pub struct PathResolver {
     sa: Sa,
     port: IbPort,
-    /// The umad device of [`PathResolver::open`]: each query reads the port again from it.
-    dev: Option<PathBuf>,
+    /// The umad device of [`PathResolver::open`], and the port as last read from it (at most
+    /// once per [`PORT_WATCH`] for a query).
+    dev: Option<(PathBuf, Arc<Mutex<(Instant, IbPort)>>)>,
 }
 
 impl PathResolver {
@@ -88,9 +91,10 @@ impl PathResolver {
     /// Opens the SA agent on the umad device `dev` of `port` (as [`IbPort::of_umad`] read
     /// it) and spawns its [`Sa`] task on the current tokio runtime ([`Sa::open`]: the SM's LID
     /// and SL from the port, 1 s per attempt and 3 retries, [`SaConfig::new`]), watching the
-    /// port every second: after an SM change the queries go to the new SM. Each
-    /// [`resolve`](Self::resolve) reads the port from sysfs again, so a port the SM had not
-    /// configured yet when this was opened is served once it has been, and a new LID is used.
+    /// port every second: after an SM change the queries go to the new SM. A
+    /// [`resolve`](Self::resolve) reads the port from sysfs again when the last reading is a
+    /// second old (or had no LID or SM), so a port the SM had not configured yet when this
+    /// was opened is served once it has been, and a new LID is used.
     ///
     /// # Errors
     /// The device cannot be opened or the agent registered.
@@ -101,8 +105,27 @@ impl PathResolver {
         Ok(PathResolver {
             sa,
             port: port.clone(),
-            dev: Some(dev.to_path_buf()),
+            dev: Some((
+                dev.to_path_buf(),
+                Arc::new(Mutex::new((Instant::now(), port.clone()))),
+            )),
         })
+    }
+
+    /// The port as sysfs gives it, read again when the last reading is older than
+    /// [`PORT_WATCH`] or had no LID or SM; `None` without a device.
+    fn current_port(&self) -> Option<IbPort> {
+        let (dev, last) = self.dev.as_ref()?;
+        let mut g = last.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, port) = &mut *g;
+        let stale = at.elapsed() >= PORT_WATCH || port.lid.0 == 0 || port.sm_lid.0 == 0;
+        if stale {
+            if let Ok(p) = IbPort::of_umad(dev) {
+                *port = p;
+            }
+            *at = Instant::now();
+        }
+        Some(port.clone())
     }
 
     /// The local port the paths start at.
@@ -118,7 +141,7 @@ impl PathResolver {
     /// [`NoRecord`](PathError::NoRecord), [`PkeyMismatch`](PathError::PkeyMismatch).
     pub async fn resolve(&self, to: PathTarget) -> Result<PathRecord, PathError> {
         // The port as it is now (a few small sysfs reads), else as it was read at the start.
-        let now = self.dev.as_ref().and_then(|d| IbPort::of_umad(d).ok());
+        let now = self.current_port();
         let p = now.as_ref().unwrap_or(&self.port);
         if !p.is_infiniband() {
             return Err(PathError::NoSa);
