@@ -42,7 +42,12 @@ for f in sorted(os.listdir(mads)):
 caps = []
 for dirpath, _, files in os.walk(os.path.join(fx, "captures")):
     caps += [os.path.join(dirpath, f) for f in files if f.endswith((".pcap", ".pcapng"))]
+# trace_views: the whole run; the captures with SA MADs and a few small CM ones.
+TRACE_VIEWS = ("sa_pathrecord_ib.pcap", "ib_linktype247_from_erf.pcap", "ib_cm_lid_only.pcap",
+               "rej8_no_listener.pcap", "mra_slow_accept.pcap", "cm_eth.pcap")
 for c in sorted(caps):
+    if os.path.basename(c) in TRACE_VIEWS:
+        put("trace_views", open(c, "rb").read())
     if os.path.getsize(c) < 20000:
         put("capture_read", open(c, "rb").read())
     seen = 0

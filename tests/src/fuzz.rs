@@ -80,16 +80,71 @@ pub fn capture_read(data: &[u8]) {
     }
 }
 
+/// `trace_views`: arbitrary bytes as a capture file, through cm-trace's whole run (tracking,
+/// the SA PathRecord pairing and association with the REQs, every view: text, `-V`, JSON,
+/// ladder, ladder JSON, stats, stats JSON; and the ladder with `--problems`). The input goes
+/// through a temporary file (the run reads files); the JSON views must write JSON lines.
+pub fn trace_views(data: &[u8]) {
+    use ibcm_trace::{run, Filter, Options, View};
+    let path = std::env::temp_dir().join(format!(
+        "ibcm-fuzz-trace-views-{}-{:?}.pcap",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    let file = path.to_string_lossy().into_owned();
+    let views = [
+        View::Text,
+        View::Verbose,
+        View::Json,
+        View::Ladder,
+        View::LadderJson,
+        View::Stats,
+        View::StatsJson,
+    ];
+    for (i, view) in views.into_iter().chain([View::Ladder]).enumerate() {
+        let opts = Options {
+            view,
+            // One thread for `--json` (as for a pipe): nothing waits on a helper.
+            live: true,
+            filter: Filter {
+                problems: i == views.len(),
+                ..Filter::default()
+            },
+            ..Options::default()
+        };
+        let mut out = Vec::new();
+        let _ = run(
+            &opts,
+            std::slice::from_ref(&file),
+            &mut out,
+            &mut std::io::sink(),
+        );
+        if matches!(view, View::Json | View::LadderJson | View::StatsJson) {
+            for l in String::from_utf8_lossy(&out).lines() {
+                assert!(
+                    serde_json::from_str::<serde_json::Value>(l).is_ok(),
+                    "not JSON: {l}"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
 /// A fuzz target body.
 pub type Target = fn(&[u8]);
 
 /// All targets by name.
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("cm_endpoint", cm_endpoint),
     ("mad_parse", mad_parse),
     ("mad_roundtrip", mad_roundtrip),
     ("frame_decode", frame_decode),
     ("capture_read", capture_read),
+    ("trace_views", trace_views),
 ];
 
 /// `cm_endpoint`: two CM endpoints driven by a script read from the input: API calls

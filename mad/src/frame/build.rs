@@ -1,15 +1,17 @@
 //! RoCEv2 emitters: a UD datagram (BTH + DETH + payload + pad + ICRC) as a UDP payload, as an
-//! IP packet, or as a whole Ethernet frame (docs/framing.md §1.1, §2).
+//! IP packet, or as a whole Ethernet frame (docs/framing.md §1.1, §2); and the native
+//! InfiniBand UD packet (LRH, optional GRH, BTH, DETH, payload, ICRC, VCRC) of an IB capture.
 
 use core::net::IpAddr;
 
 use super::decode::IpRepr;
 use super::wire::{fill, set_bytes};
 use super::{
-    bth, deth, eth, icrc, ipv4, ipv6, udp, xrceth, BthRepr, DethRepr, EtherType, EthernetRepr,
-    FrameError, Ipv4Repr, Ipv6Repr, Opcode, UdpRepr, XrcethRepr, ROCEV2_UDP_PORT,
+    bth, deth, eth, grh, icrc, ipv4, ipv6, lrh, udp, vcrc, xrceth, BthRepr, DethRepr, Encap,
+    EtherType, EthernetRepr, FrameError, GrhRepr, Ipv4Repr, Ipv6Repr, Lnh, LrhRepr, Opcode,
+    UdpRepr, XrcethRepr, ROCEV2_UDP_PORT,
 };
-use crate::types::{FlowLabel, Pkey, Psn, Qpn, U2, U4};
+use crate::types::{FlowLabel, Lid, Pkey, Psn, Qpn, U2, U4};
 use crate::xrc::SrqNum;
 
 /// Headers of a RoCEv2 UD SEND Only datagram.
@@ -369,5 +371,227 @@ impl RoceV2XrcSendRepr {
             payload,
             out,
         )
+    }
+}
+
+/// Headers of a native InfiniBand UD SEND Only packet as a link-layer capture holds it
+/// (`LINKTYPE_INFINIBAND`, 247): LRH, an optional GRH, BTH, DETH, the payload, pad, ICRC and
+/// VCRC.
+///
+/// The emitter fills in everything derived from the payload and the headers present: the LRH
+/// LNH (2 without a GRH, 3 with one) and PktLen, the GRH PayLen and NxtHdr (0x1B), the BTH
+/// PadCnt (and zeroed pad bytes), the ICRC (little-endian, over the masked LRH/GRH as
+/// [`icrc::compute`] does) and the VCRC (little-endian, over LRH through ICRC). The caller
+/// chooses the VL, SL, LIDs, GIDs, P_Key, PSN, destination QP, source QP and Q_Key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IbUdRepr {
+    /// LRH (LNH and PktLen are overwritten).
+    pub lrh: LrhRepr,
+    /// GRH, for a packet that leaves the subnet or carries GIDs (PayLen and NxtHdr are
+    /// overwritten).
+    pub grh: Option<GrhRepr>,
+    /// BTH; the opcode must be UD SEND Only (0x64); PadCnt is overwritten.
+    pub bth: BthRepr,
+    /// DETH.
+    pub deth: DethRepr,
+}
+
+impl IbUdRepr {
+    /// Headers for a GSI (QP1) MAD from LID `slid` to LID `dlid` inside the subnet: VL 0,
+    /// SL 0, no GRH; BTH as [`RoceV2UdRepr::gsi`] sets it (P_Key 0xFFFF, destination QP 1);
+    /// DETH Q_Key 0x8001_0000, source QP 1. Adjust fields afterwards as needed.
+    pub fn gsi(slid: Lid, dlid: Lid, psn: Psn) -> Self {
+        IbUdRepr {
+            lrh: LrhRepr {
+                vl: U4::masked(0),
+                lver: U4::masked(0),
+                sl: U4::masked(0),
+                lnh: Lnh::IbaLocal,
+                dlid,
+                pkt_len: 0,
+                slid,
+            },
+            grh: None,
+            bth: BthRepr {
+                opcode: Opcode::UD_SEND_ONLY,
+                solicited: false,
+                mig_req: false,
+                pad_count: U2::masked(0),
+                tver: U4::masked(0),
+                pkey: Pkey::DEFAULT,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::masked(1),
+                ack_req: false,
+                psn,
+            },
+            deth: DethRepr::GSI,
+        }
+    }
+
+    /// Bytes from the start of the LRH through the ICRC (what PktLen counts, in words).
+    pub const fn icrc_end(&self, payload_len: usize) -> usize {
+        lrh::HEADER_LEN
+            + if self.grh.is_some() {
+                grh::HEADER_LEN
+            } else {
+                0
+            }
+            + TRANSPORT_HEADERS
+            + payload_len
+            + pad_len(payload_len)
+            + icrc::ICRC_LEN
+    }
+
+    /// Length of the packet as captured: LRH through VCRC.
+    pub const fn packet_len(&self, payload_len: usize) -> usize {
+        self.icrc_end(payload_len) + vcrc::VCRC_LEN
+    }
+
+    /// Emits the packet (LRH through VCRC) into `out`. Returns the number of bytes written
+    /// ([`Self::packet_len`]).
+    ///
+    /// # Errors
+    /// [`FrameError::BufferTooSmall`]; [`FrameError::FieldOutOfRange`] for an opcode other
+    /// than 0x64 or a payload too long for the LRH's 11-bit PktLen.
+    pub fn emit(&self, payload: &[u8], out: &mut [u8]) -> Result<usize, FrameError> {
+        if self.bth.opcode != Opcode::UD_SEND_ONLY {
+            return Err(FrameError::FieldOutOfRange {
+                layer: "BTH",
+                field: "opcode",
+                value: u64::from(self.bth.opcode.0),
+            });
+        }
+        let end = self.icrc_end(payload.len());
+        let words = u16::try_from(end / 4)
+            .ok()
+            .filter(|w| *w <= lrh::field::PKT_LEN_MASK)
+            .ok_or(FrameError::FieldOutOfRange {
+                layer: "LRH",
+                field: "PktLen",
+                value: u64::try_from(end / 4).unwrap_or(u64::MAX),
+            })?;
+        let n = end + vcrc::VCRC_LEN;
+        let have = out.len();
+        let out = out.get_mut(..n).ok_or(FrameError::BufferTooSmall {
+            layer: "IB UD packet",
+            need: n,
+            have,
+        })?;
+        let lrh = LrhRepr {
+            lnh: if self.grh.is_some() {
+                Lnh::IbaGlobal
+            } else {
+                Lnh::IbaLocal
+            },
+            pkt_len: words,
+            ..self.lrh
+        };
+        lrh.emit(&mut lrh::Packet::new_unchecked(&mut *out));
+        let mut at = lrh::HEADER_LEN;
+        if let Some(g) = &self.grh {
+            let g = GrhRepr {
+                payload_len: u16::try_from(end - at - grh::HEADER_LEN).unwrap_or(u16::MAX),
+                next_header: grh::NEXT_HEADER_IBA,
+                ..*g
+            };
+            if let Some(rest) = out.get_mut(at..) {
+                g.emit(&mut grh::Packet::new_unchecked(rest));
+            }
+            at += grh::HEADER_LEN;
+        }
+        let pad = pad_len(payload.len());
+        let bth = BthRepr {
+            pad_count: U2::masked(u8::try_from(pad).unwrap_or(0)),
+            ..self.bth
+        };
+        if let Some(rest) = out.get_mut(at..) {
+            bth.emit(&mut bth::Packet::new_unchecked(rest));
+        }
+        at += bth::HEADER_LEN;
+        if let Some(rest) = out.get_mut(at..) {
+            self.deth.emit(&mut deth::Packet::new_unchecked(rest));
+        }
+        at += deth::HEADER_LEN;
+        set_bytes(out, at, payload);
+        at += payload.len();
+        fill(out, at..at + pad, 0);
+        let encap = if self.grh.is_some() {
+            Encap::IbGlobal
+        } else {
+            Encap::IbLocal
+        };
+        icrc::fill(encap, out.get_mut(..end).unwrap_or(&mut []))?;
+        let v = vcrc::compute(out.get(..end).unwrap_or(&[]));
+        set_bytes(out, end, &v.to_le_bytes());
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{decode, Lnh};
+    use crate::types::Gid;
+
+    #[test]
+    fn native_ib_ud_packets_decode_with_good_crcs() {
+        let mad: Vec<u8> = (0..=255u8).collect();
+        for global in [false, true] {
+            let mut r = IbUdRepr::gsi(Lid(3), Lid(1), Psn::masked(0x12345));
+            r.lrh.sl = U4::masked(5);
+            if global {
+                r.grh = Some(GrhRepr {
+                    traffic_class: 0x20,
+                    flow_label: FlowLabel::masked(0xabcde),
+                    payload_len: 0,
+                    next_header: 0,
+                    hop_limit: 3,
+                    sgid: Gid([1; 16]),
+                    dgid: Gid([2; 16]),
+                });
+            }
+            let mut buf = vec![0xa5u8; r.packet_len(mad.len()) + 7];
+            let n = r.emit(&mad, &mut buf).unwrap();
+            assert_eq!(n, r.packet_len(mad.len()));
+            assert_eq!(n, 8 + if global { 40 } else { 0 } + 20 + 256 + 4 + 2);
+            let p = decode(247, &buf[..n]).unwrap().into_ib().unwrap();
+            assert!(p.icrc.is_ok() && p.vcrc.is_ok(), "global {global}");
+            let lrh = p.lrh.unwrap();
+            assert_eq!((lrh.slid, lrh.dlid, lrh.sl.get()), (Lid(3), Lid(1), 5));
+            let want = if global {
+                Lnh::IbaGlobal
+            } else {
+                Lnh::IbaLocal
+            };
+            assert_eq!(lrh.lnh, want);
+            assert_eq!(p.grh.is_some(), global);
+            assert_eq!((p.bth.dest_qp.get(), p.bth.psn.get()), (1, 0x12345));
+            assert_eq!(p.deth, Some(DethRepr::GSI));
+            assert_eq!(p.mad().unwrap().unwrap(), &mad[..]);
+        }
+    }
+
+    #[test]
+    fn native_ib_emit_refuses_what_it_cannot_write() {
+        let r = IbUdRepr::gsi(Lid(3), Lid(1), Psn::masked(0));
+        let mut small = [0u8; 40];
+        assert!(matches!(
+            r.emit(&[0; 256], &mut small),
+            Err(FrameError::BufferTooSmall { .. })
+        ));
+        let mut big = vec![0u8; 9000];
+        assert!(matches!(
+            r.emit(&[0; 8192], &mut big),
+            Err(FrameError::FieldOutOfRange { layer: "LRH", .. })
+        ));
+        let rc = IbUdRepr {
+            bth: BthRepr {
+                opcode: Opcode(0x04),
+                ..r.bth
+            },
+            ..r
+        };
+        assert!(rc.emit(&[0; 256], &mut big).is_err());
     }
 }

@@ -107,7 +107,7 @@ mod decode;
 mod wire;
 
 pub use bth::{BthRepr, Opcode};
-pub use build::{RoceV2UdRepr, RoceV2XrcSendRepr};
+pub use build::{IbUdRepr, RoceV2UdRepr, RoceV2XrcSendRepr};
 pub use decode::{
     decode, decode_with, DecodeConfig, Decoded, IbPacket, IpRepr, LinkInfo, L2, MAD_LEN,
 };

@@ -20,9 +20,12 @@ use ibcm_mad::{AttrId, CmMessage, CommId, ServiceId};
 
 use std::time::Duration;
 
-use crate::conn::{Conn, Note};
+use ibcm_mad::sa::PathRecord;
+
+use crate::conn::{Conn, Exchange, Note};
 use crate::expr::FilterExpr;
 use crate::operand::{parse_u64, AddrMatch};
+use crate::sa::SaEvent;
 use crate::trace::{CmEvent, Icrc};
 
 /// Parses a message name (`REQ`, `rep`, `SIDR_REQ`, `CPI`, …) or a `0x` attribute ID.
@@ -255,6 +258,75 @@ impl Filter {
         }
         true
     }
+}
+
+impl Filter {
+    /// Whether a filter other than the address and the time window is set: SA MADs and
+    /// PathRecord exchanges have no message type, Service ID, comm ID, XRC or `-Y` field of
+    /// the CM, so such a filter hides them (`--problems` keeps the failed ones).
+    fn hides_sa(&self) -> bool {
+        !self.msgs.is_empty()
+            || !self.service_ids.is_empty()
+            || !self.comm_ids.is_empty()
+            || self.xrc
+            || !self.ports.is_empty()
+            || self.expr.is_some()
+    }
+
+    /// Whether the per-MAD views show this SA MAD (all but the time window): no criterion
+    /// but `--addr` (its packet's addresses, or a GID or LID of its PathRecords or query
+    /// template) and `--problems` (an answer with a non-zero status).
+    pub(crate) fn matches_sa(&self, ev: &SaEvent) -> bool {
+        if self.hides_sa() {
+            return false;
+        }
+        if self.problems && !(ev.is_response() && ev.mad.header.status != 0) {
+            return false;
+        }
+        if self.addrs.is_empty() {
+            return true;
+        }
+        let mut recs = ev.records();
+        if ev.is_query() && ev.is_path() {
+            recs.push(ev.template());
+        }
+        self.addrs.iter().any(|a| {
+            a.matches(&ev.src) || a.matches(&ev.dst) || recs.iter().any(|r| addr_in_record(*a, r))
+        })
+    }
+
+    /// Whether the connection views list this PathRecord exchange (one that served no
+    /// connection): as [`Filter::matches_sa`], `--problems` keeping the unanswered and
+    /// failed ones, and the time window over its query and answer.
+    pub(crate) fn shows_exchange(&self, x: &Exchange, t0: Duration) -> bool {
+        if self.hides_sa() {
+            return false;
+        }
+        if self.problems && x.answer.is_some_and(|a| a.status == 0) {
+            return false;
+        }
+        let first = x.first_time();
+        let last = x.answer.map_or(first, |a| a.time.max(first));
+        if !self.in_window(first, last, t0) {
+            return false;
+        }
+        if self.addrs.is_empty() {
+            return true;
+        }
+        self.addrs.iter().any(|a| {
+            x.query.is_some_and(|q| {
+                a.matches(&q.src) || a.matches(&q.dst) || addr_in_record(*a, &q.template)
+            }) || x.records.iter().any(|r| addr_in_record(*a, r))
+        })
+    }
+}
+
+/// An address matches a PathRecord when it is one of its GIDs or LIDs.
+fn addr_in_record(a: AddrMatch, r: &PathRecord) -> bool {
+    a.gid().is_some_and(|g| g == r.sgid || g == r.dgid)
+        || [r.slid, r.dlid]
+            .iter()
+            .any(|l| a.matches(&crate::trace::WireAddr::Lid(*l)))
 }
 
 /// An address matches a MAD when it is the packet's source or destination, one of a REQ's

@@ -11,6 +11,11 @@
 //!   result: closed by the active side (DREQ → DREP 8.1 ms); REQ → RTU 105.2 ms
 //! ```
 //!
+//! On native InfiniBand, the SA PathRecord query and answer the REQ followed head the ladder
+//! (rows `SA …` with negative times), and the REQ row says where the REQ disagrees with the
+//! record (`crate::sa::view`); the exchanges that served no connection follow the
+//! connections, each with a ladder of its own.
+//!
 //! # JSON object (schema version [`crate::render::JSON_SCHEMA_VERSION`])
 //! `v`, `file` (several inputs), `conn`, `kind` (`RC UC XRC other unknown SIDR`),
 //! `service_id`, `port_space`, `port`, `request_id` (SIDR), `active` and `passive` (objects
@@ -31,6 +36,20 @@
 //! with `t` in seconds since the connection's first message, plus `rej_reason` / `mraed` /
 //! `service_timeout` / `sidr_status` where they apply; `events_dropped` counts entries beyond
 //! the per-connection limit.
+//!
+//! `sa` (later in schema 3, only for a connection whose REQ follows an SA PathRecord answer
+//! in the capture): `primary` and / or `alternate`, each `{exchange, tid, tid_match` (`full`,
+//! or `low32`: paired by TID bits 31–0)`, query` (when in the capture: `frame`, `t`,
+//! `method`, `comp_mask`, `components`, `template`, `sends`, `src`, `dst`)`, answer`
+//! (`frame`, `t`, `method`, `status`, `status_name`, `records`, `segments`, `partial`)`,
+//! record_index, record` (the PathRecord, keys as the per-MAD SA lines have them)`,
+//! differs}`: `t` is relative to the connection's first message (negative before it), and
+//! `differs` lists `{field, req, record}` for each field in which the REQ disagrees with the
+//! record (`local_ack_timeout`: `{field, req, record_packet_life_time, min}`). A PathRecord
+//! exchange that served no connection is an object of its own after the connections, without
+//! `conn`: `{v, file?, sa_exchange, tid, tid_match, first, query?, answer?, records, served,
+//! repeats, outcome}` (`outcome`: `served_none`, `unanswered`, `failed`; capture times in
+//! seconds since the epoch).
 //!
 //! `data` (added in schema 3): the RC traffic on the connection's QPNs, both directions
 //! (`crate::conn` `data` module): `packets`, `bytes` (wire length),
@@ -112,10 +131,15 @@ fn arrow(out: &mut Vec<u8>, pal: &Palette, name: &str, role: Role, from: Side) {
 /// Digits of the whole seconds of the connection's last relative time (the `+time` column's
 /// width, so that the columns stay aligned past 10 s).
 fn secs_digits(c: &Conn) -> usize {
+    // SA rows before the first message count by their distance to it.
+    let sa = crate::sa::view::conn_times(c)
+        .into_iter()
+        .map(|t| t.abs_diff(c.first).as_secs());
     let max = c
         .events
         .iter()
         .map(|e| e.time.checked_sub(c.first).unwrap_or_default().as_secs())
+        .chain(sa)
         .max()
         .unwrap_or(0);
     max.checked_ilog10().map_or(1, |d| d as usize + 1)
@@ -126,7 +150,7 @@ fn entry(
     pal: &Palette,
     c: &Conn,
     e: &LadderEntry,
-    nth_retrans: u32,
+    (nth_retrans, first_req): (u32, bool),
     digits: usize,
 ) {
     let rel = e.time.checked_sub(c.first).unwrap_or_default();
@@ -165,6 +189,9 @@ fn entry(
             let _ = write!(out, "  status {} ({})", s.raw(), s.name());
         }
         Detail::None => {}
+    }
+    if first_req {
+        crate::sa::view::req_row_note(out, pal, c);
     }
     if e.retrans {
         out.extend_from_slice(b"  ");
@@ -240,6 +267,9 @@ pub(crate) fn outcome_text(c: &Conn) -> String {
     if c.bad_icrc > 0 {
         parts.push(format!("{} bad ICRC", c.bad_icrc));
     }
+    if let Some(p) = crate::sa::view::result_part(c) {
+        parts.push(p);
+    }
     if c.evicted {
         parts.push("tracking stopped early: connection table full".to_string());
     }
@@ -289,12 +319,15 @@ pub(crate) fn ladder(out: &mut Vec<u8>, c: &Conn, pal: &Palette) {
         width = ARROW - 7
     );
     pal.end(out, Role::Dim);
+    crate::sa::view::ladder_rows(out, pal, c, digits);
     let mut nth = 0;
+    let mut req_seen = false;
     for e in &c.events {
         if e.retrans {
             nth += 1;
         }
-        entry(out, pal, c, e, nth, digits);
+        let first_req = e.attr == AttrId::Req && !e.dup && !std::mem::replace(&mut req_seen, true);
+        entry(out, pal, c, e, (nth, first_req), digits);
     }
     if c.events_dropped > 0 {
         let _ = writeln!(
@@ -583,6 +616,7 @@ pub(crate) fn conn_json(out: &mut Vec<u8>, c: &Conn, file: Option<&str>) {
     o.u64("mras", u64::from(c.mras));
     o.u64("bad_icrc", u64::from(c.bad_icrc));
     o.bool("evicted", c.evicted);
+    crate::sa::view::conn_json(&mut o, c);
     data_obj(&mut o, c);
     if !c.events.is_empty() {
         let out = o.key("events");

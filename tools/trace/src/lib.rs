@@ -10,8 +10,8 @@
 //! * Capture reading: [`CaptureReader`] (pcap / pcapng, streaming, constant memory) with its
 //!   [`Record`], [`CaptureFormat`], [`TsResolution`], [`CaptureError`], [`MAX_RECORD_LEN`],
 //!   and the [`PcapFileWriter`] for tests and generated captures.
-//! * Decoding: [`classify`] turns one capture record into an [`Item`] (a [`CmEvent`], a
-//!   [`NonCm`] record, with an [`RcPacket`] for RC / XRC traffic, or a malformed frame), with
+//! * Decoding: [`classify`] turns one capture record into an [`Item`] (a [`CmEvent`], an
+//!   [`SaEvent`] (a Subnet Administration MAD), a [`NonCm`] record, with an [`RcPacket`] for RC / XRC traffic, or a malformed frame), with
 //!   the packet's [`WireAddr`]s, [`Wire`] details and [`Icrc`] verdict; frames cut by the
 //!   snaplen are decoded as far as captured ([`MIN_CUT_MAD`]).
 //! * The run loop: [`run`] with its [`Options`] ([`View`], [`Filter`] with [`AddrMatch`],
@@ -20,7 +20,8 @@
 //! * Generated captures: [`generate`] from [`Template`]s ([`load_template`],
 //!   [`default_template_paths`]) with a [`GenConfig`], giving a [`GenSummary`];
 //!   [`data_scenario`] ([`DATA_SCENARIO`]): XRC traffic by SRQ number and UD traffic on a
-//!   SIDR-resolved QP.
+//!   SIDR-resolved QP; [`sa_scenario`] ([`SA_SCENARIO`]): SA PathRecord exchanges (OpenSM's
+//!   real answer) next to the native-IB CM exchanges they served.
 //!
 //! # Inside
 //! * `capture`: pcap / pcapng / raw ERF reading and the pcap writer.
@@ -28,7 +29,9 @@
 //!   `-i IFACE` through libpcap; `interrupt`: Ctrl-C ends a live capture or pipe read with
 //!   the final summary (a pipe is read on a thread of its own).
 //! * `trace`: capture record → CM event; `conn`: connection tracking (REQ … DREP by CA GUID
-//!   and comm IDs) in bounded memory, over the `hash` table.
+//!   and comm IDs) in bounded memory, over the `hash` table; `sa`: Subnet Administration
+//!   MADs, the PathRecord exchanges the tracker pairs by TID and gives to the REQs they
+//!   served, and the check of a REQ path against its record.
 //! * Views: `render` (one line per MAD, JSON lines), `verbose` (`-V`), `ladder` (`--ladder`),
 //!   `report` and `stats` (`--stats`), `timeline` (`--timeline`), `style` (colours).
 //! * `filter`: message type, Service ID, comm ID, address, XRC and problem filters.
@@ -66,6 +69,7 @@ mod operand;
 mod put;
 mod render;
 mod report;
+mod sa;
 mod stats;
 mod style;
 #[allow(unsafe_code)]
@@ -85,12 +89,13 @@ pub use conn::TrackerConfig;
 pub use expr::{field_table, ExprError, FilterExpr};
 pub use filter::{parse_msg, Filter, TimeBound};
 pub use gen::{
-    data_scenario, default_template_paths, generate, load_template, GenConfig, GenSummary,
-    Template, DATA_SCENARIO,
+    data_scenario, default_template_paths, generate, load_template, sa_scenario, GenConfig,
+    GenSummary, Template, DATA_SCENARIO, SA_SCENARIO,
 };
 #[cfg(feature = "live")]
 pub use live::FILTER as LIVE_FILTER;
 pub use operand::{parse_u64, AddrMatch};
+pub use sa::SaEvent;
 pub use style::ColorChoice;
 pub use timefmt::TimeFormat;
 pub use trace::{classify, CmEvent, Icrc, Item, NonCm, RcPacket, Wire, WireAddr, MIN_CUT_MAD};

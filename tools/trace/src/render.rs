@@ -60,6 +60,25 @@
 //! | `captured` | int | MADs cut by the snaplen | MAD bytes captured (32..255); the keys of fields that end after them are left out (the text view shows them as `name=?`) |
 //! | `src`, `dst` | string | always | sender and receiver: IP address (RoCEv2), GID (RoCEv1, IB with GRH) or `LID n` |
 //! | `encap` | string | always | `RoCEv2/IPv4`, `RoCEv2/IPv6`, `RoCEv1`, `IB LNH=2`, `IB LNH=3` |
+//! | `sa_path`, `sa_alternate_path` | object | a REQ whose primary / alternate path follows an SA PathRecord answer in the capture | `frame` (the answer's), `differs` (the fields in which the REQ disagrees with the record: `sl`, `mtu`, `pkey`, `local_ack_timeout`, `packet_rate`, `flow_label`, `traffic_class`, `hop_limit`; `[]` when none) |
+//!
+//! # SA MADs (`"msg":"SA"`)
+//! A Subnet Administration MAD (class 0x03, captured whole) is a line of its own (`src/sa/`),
+//! in frame order with the CM lines: `v`, `file`, `frame`, `time` (and the `-t` key) as
+//! above; `msg` `"SA"`; `method` (`Get`, `GetResp`, `GetTable`, `GetTableResp`, …) and
+//! `method_id`; `attr` (`PathRecord`, `MCMemberRecord`, …) and `attr_id`; `tid` (`"0x…"`);
+//! `status` and `status_name` (`success`, `ERR_NO_RECORDS`, …); `sm_key`, `attr_offset`,
+//! `comp_mask` (`"0x…"`); `rmpp` (`{version, type, type_id, resp_time, flags, status, data1,
+//! data2}`, when the MAD uses RMPP); for a PathRecord query `components` (the names of the
+//! ComponentMask bits) and `template` (those fields of the query's record); for a PathRecord
+//! answer `records` (every field of each record: `service_id`, `dgid`, `sgid`, `dlid`,
+//! `slid`, `raw_traffic`, `flow_label`, `hop_limit`, `traffic_class`, `reversible`,
+//! `numb_path`, `pkey`, `qos_class`, `sl`, `mtu_selector`, `mtu` (bytes; `mtu_code` for a
+//! reserved code), `rate_selector`, `rate`, `rate_name`, `packet_life_time_selector`,
+//! `packet_life_time`, `preference`; empty for a failed answer or a segment of a longer RMPP
+//! transfer); then `icrc`, `src`, `dst`, `encap`. `-Y` expressions select CM MADs only; the
+//! other filters hide SA lines but for `--addr` (their addresses, GIDs and LIDs) and
+//! `--problems` (answers with a non-zero status).
 //!
 //! Version history: 1 = the first cm-trace (`xrc` only on XRC REQs). 2 adds `port_space`,
 //! `port`, `ca_guid`, `psn`, `transport`, `msg_rejected`, `mraed`, `service_timeout`,
@@ -71,7 +90,8 @@
 //! `failed` (was `resolved`). Later in version 3: `captured` and the `icrc` value
 //! `not-captured` for MADs cut by the snaplen; the `-t` keys `time_rel`, `time_utc`,
 //! `time_delta`, `time_delta_displayed`; every remaining CM field (the connection parameters,
-//! paths, ARI / additional information, `private_data`, `xrc_block`: `src/json_full.rs`).
+//! paths, ARI / additional information, `private_data`, `xrc_block`: `src/json_full.rs`); the
+//! SA MAD lines (`"msg":"SA"`) and a REQ's `sa_path` / `sa_alternate_path`.
 //! Keys are only ever added within a version.
 
 use std::io::Write;
@@ -192,6 +212,13 @@ impl<'a> Obj<'a> {
         out.push(b'"');
         put_wire_addr(out, e);
         out.push(b'"');
+    }
+
+    /// The buffer, for members written whole by the caller, each with its leading comma
+    /// (never the object's first member).
+    pub(crate) fn raw_members(&mut self) -> &mut Vec<u8> {
+        self.first = false;
+        self.out
     }
 
     /// Ends the object.
@@ -468,6 +495,9 @@ pub(crate) fn json_line(
         out.extend_from_slice(key!("upper"));
         u.json(out);
     }
+    if matches!(msg, CmMessage::Req(_)) && !note.sa.is_empty() {
+        crate::sa::view::req_json(out, &note.sa);
+    }
     if let Some(c) = note.conn {
         num(out, key!("conn"), c);
     }
@@ -695,6 +725,9 @@ pub(crate) fn text_line(
         out.extend_from_slice(b" [");
         out.extend_from_slice(u.text().as_bytes());
         out.push(b']');
+    }
+    if matches!(ev.mad.msg, CmMessage::Req(_)) && !note.sa.is_empty() {
+        crate::sa::view::req_tag(out, &note.sa, pal);
     }
     // A REQ's summary already names its transport (`XRC`).
     if (ev.mad.msg.is_xrc() || note.xrc) && !matches!(ev.mad.msg, CmMessage::Req(_)) {

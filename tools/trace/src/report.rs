@@ -17,7 +17,14 @@
 //! (`requests`, `resolved`, `failed`, `unanswered`); `data` (the RC traffic on the
 //! connections' QPNs: `capture_has_rc`, `connections` with data, `packets`, `bytes`, `naks`,
 //! `rnr_naks`, `retransmissions`, `psn_gaps`, `cnps`, `ecn_ce`, and established connections
-//! by verdict `ok`, `broken`, `no_data`); `non_cm_kinds` (kind → count);
+//! by verdict `ok`, `broken`, `no_data`); `sa` (only for captures with SA MADs: `mads`,
+//! PathRecord `exchanges`, `queries` (with their query in the capture), `query_resends`,
+//! `unanswered`, `failed` (non-zero status), `records`, `tid_low32` (answers paired by TID bits
+//! 31–0 only), `repeats`, `rmpp_control` (RMPP ACK/STOP/ABORT MADs), `served` (exchanges that
+//! served a connection), `served_none`, `reqs_following` (connections whose REQ follows a
+//! record), `reqs_differing` (those whose REQ disagrees with it), `served_no_connection` (at
+//! most 32 exchange objects as `--ladder --json` writes them, `crate::sa::view`) and
+//! `not_listed`); `non_cm_kinds` (kind → count);
 //! `evicted` and `peak_live_connections` (the tracker's memory bound at work).
 
 use std::io::Write;
@@ -174,6 +181,40 @@ pub(crate) fn stats_json(out: &mut Vec<u8>, s: &TraceStats) {
         dobj.u64("ud_bytes", d.ud_bytes);
         dobj.u64("qkey_mismatches", d.qkey_mismatches);
         dobj.close();
+    }
+    if s.sa.mads > 0 {
+        let sa = &s.sa;
+        let out = o.key("sa");
+        let mut so = Obj::new(out);
+        for (k, v) in [
+            ("mads", sa.mads),
+            ("exchanges", sa.exchanges),
+            ("queries", sa.queries),
+            ("query_resends", sa.query_resends),
+            ("unanswered", sa.unanswered),
+            ("failed", sa.failed),
+            ("records", sa.records),
+            ("tid_low32", sa.tid_low32),
+            ("repeats", sa.repeats),
+            ("rmpp_control", sa.rmpp_control),
+            ("served", sa.served),
+            ("served_none", sa.served_none),
+            ("reqs_following", sa.reqs_following),
+            ("reqs_differing", sa.reqs_differing),
+        ] {
+            so.u64(k, v);
+        }
+        let out = so.key("served_no_connection");
+        out.push(b'[');
+        for (i, (_, json)) in sa.listed.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(json.as_bytes());
+        }
+        out.push(b']');
+        so.u64("not_listed", sa.not_listed);
+        so.close();
     }
     {
         let out = o.key("non_cm_kinds");
@@ -371,6 +412,7 @@ pub(crate) fn stats_text(out: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
         }
         out.push(b'\n');
     }
+    sa_block(out, s, pal);
     if !s.by_service.is_empty() {
         out.push(b'\n');
         pal.paint(out, Role::Head, "Per Service ID");
@@ -418,6 +460,69 @@ pub(crate) fn stats_text(out: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
         }
         if s.other_services.attempted + s.other_services.partial > 0 {
             row(out, "other".to_string(), String::new(), &s.other_services);
+        }
+    }
+}
+
+/// The "Subnet Administration" section of `--stats` (for captures with SA MADs).
+fn sa_block(out: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
+    let sa = &s.sa;
+    if sa.mads == 0 {
+        return;
+    }
+    out.push(b'\n');
+    pal.paint(out, Role::Head, "Subnet Administration (PathRecords)");
+    out.push(b'\n');
+    let mut rows = vec![
+        ("SA MADs", sa.mads.to_string(), Role::Head),
+        (
+            "PathRecord exchanges",
+            format!(
+                "{:>8}  ({} with their query, {} sent again)",
+                sa.exchanges, sa.queries, sa.query_resends
+            ),
+            Role::Head,
+        ),
+        ("served a connection", sa.served.to_string(), Role::Head),
+        ("served none", sa.served_none.to_string(), Role::Head),
+        ("unanswered", sa.unanswered.to_string(), Role::Warn),
+        ("failed", sa.failed.to_string(), Role::Bad),
+        ("records", sa.records.to_string(), Role::Head),
+        (
+            "REQs following one",
+            sa.reqs_following.to_string(),
+            Role::Head,
+        ),
+        ("REQs disagreeing", sa.reqs_differing.to_string(), Role::Bad),
+    ];
+    if sa.tid_low32 > 0 {
+        rows.push(("paired by TID 31-0", sa.tid_low32.to_string(), Role::Head));
+    }
+    if sa.repeats > 0 {
+        rows.push(("repeated answers", sa.repeats.to_string(), Role::Head));
+    }
+    for (label, v, role) in rows {
+        let _ = write!(out, "  {label:<22}");
+        let v = if v.starts_with(' ') {
+            v
+        } else {
+            format!("{v:>8}")
+        };
+        let flagged = role != Role::Head && !v.trim_start().starts_with('0');
+        if flagged {
+            pal.paint(out, role, &v);
+        } else {
+            out.extend_from_slice(v.as_bytes());
+        }
+        out.push(b'\n');
+    }
+    if !sa.listed.is_empty() {
+        out.extend_from_slice(b"  served no connection:\n");
+        for (line, _) in &sa.listed {
+            let _ = writeln!(out, "    {line}");
+        }
+        if sa.not_listed > 0 {
+            let _ = writeln!(out, "    … {} more", sa.not_listed);
         }
     }
 }

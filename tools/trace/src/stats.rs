@@ -290,6 +290,123 @@ pub struct SidrStats {
     pub unanswered: u64,
 }
 
+/// Most PathRecord exchanges that served no connection listed by `--stats` (the others are
+/// counted).
+pub(crate) const MAX_SA_LISTED: usize = 32;
+
+/// Subnet Administration traffic: SA MADs, PathRecord exchanges and the REQs they served.
+#[derive(Debug, Clone, Default)]
+pub struct SaStats {
+    /// SA MADs (any attribute).
+    pub mads: u64,
+    /// PathRecord exchanges (a query, its answer, or both).
+    pub exchanges: u64,
+    /// Exchanges whose query is in the capture.
+    pub queries: u64,
+    /// Queries sent again with the same TID before their answer.
+    pub query_resends: u64,
+    /// Exchanges without an answer.
+    pub unanswered: u64,
+    /// Answers with a non-zero status.
+    pub failed: u64,
+    /// PathRecords in the answers.
+    pub records: u64,
+    /// Answers paired with their query by TID bits 31–0 only.
+    pub tid_low32: u64,
+    /// Answers seen again (same TID).
+    pub repeats: u64,
+    /// RMPP ACK / STOP / ABORT MADs.
+    pub rmpp_control: u64,
+    /// Answered exchanges that served at least one connection.
+    pub served: u64,
+    /// Answered exchanges (status 0) that served none.
+    pub served_none: u64,
+    /// Connections whose REQ follows an SA PathRecord (primary or alternate path).
+    pub reqs_following: u64,
+    /// Among them, those whose REQ disagrees with the record.
+    pub reqs_differing: u64,
+    /// The exchanges that served no connection (unanswered, failed, or answered and unused),
+    /// at most [`MAX_SA_LISTED`]: a one-line description and the JSON object of each.
+    pub(crate) listed: Vec<(String, String)>,
+    /// Such exchanges beyond [`MAX_SA_LISTED`].
+    pub not_listed: u64,
+}
+
+impl SaStats {
+    /// Counts one finished exchange.
+    pub(crate) fn add_exchange(&mut self, x: &crate::conn::Exchange) {
+        self.exchanges += 1;
+        self.queries += u64::from(x.query.is_some());
+        self.tid_low32 += u64::from(x.tid_low);
+        match x.answer {
+            None => self.unanswered += 1,
+            Some(a) if a.status != 0 => self.failed += 1,
+            Some(a) => {
+                self.records += u64::from(a.records);
+                if x.served > 0 {
+                    self.served += 1;
+                } else {
+                    self.served_none += 1;
+                }
+            }
+        }
+        if x.served == 0 {
+            if self.listed.len() < MAX_SA_LISTED {
+                let mut json = Vec::new();
+                let mut o = crate::render::Obj::new(&mut json);
+                crate::sa::view::exchange_members(&mut o, x);
+                o.close();
+                self.listed.push((
+                    crate::sa::view::exchange_brief(x),
+                    String::from_utf8_lossy(&json).into_owned(),
+                ));
+            } else {
+                self.not_listed += 1;
+            }
+        }
+    }
+
+    /// Counts the tracker's MAD counters of one file.
+    pub(crate) fn add_counts(&mut self, c: &crate::conn::SaCounts) {
+        self.mads += c.mads;
+        self.query_resends += c.query_resends;
+        self.repeats += c.repeats;
+        self.rmpp_control += c.rmpp_control;
+    }
+
+    fn add_conn(&mut self, c: &Conn) {
+        if c.sa.is_some() {
+            self.reqs_following += 1;
+            self.reqs_differing += u64::from(c.sa_differs());
+        }
+    }
+
+    fn merge(&mut self, o: &SaStats) {
+        self.mads += o.mads;
+        self.exchanges += o.exchanges;
+        self.queries += o.queries;
+        self.query_resends += o.query_resends;
+        self.unanswered += o.unanswered;
+        self.failed += o.failed;
+        self.records += o.records;
+        self.tid_low32 += o.tid_low32;
+        self.repeats += o.repeats;
+        self.rmpp_control += o.rmpp_control;
+        self.served += o.served;
+        self.served_none += o.served_none;
+        self.reqs_following += o.reqs_following;
+        self.reqs_differing += o.reqs_differing;
+        for l in &o.listed {
+            if self.listed.len() < MAX_SA_LISTED {
+                self.listed.push(l.clone());
+            } else {
+                self.not_listed += 1;
+            }
+        }
+        self.not_listed += o.not_listed;
+    }
+}
+
 /// The data path over all connections (RC traffic on their QPNs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DataTotals {
@@ -419,6 +536,8 @@ pub struct TraceStats {
     pub sidr: SidrStats,
     /// The connections' data path.
     pub data: DataTotals,
+    /// Subnet Administration (PathRecord) traffic.
+    pub sa: SaStats,
     /// Connections evicted because the table was full.
     pub evicted: u64,
     /// Largest number of connections tracked at once (over all files).
@@ -440,6 +559,7 @@ impl TraceStats {
 
     /// Adds a finished connection.
     pub fn add_conn(&mut self, c: &Conn) {
+        self.sa.add_conn(c);
         if c.kind == ConnKind::Sidr {
             self.sidr.requests += u64::from(c.req.is_some());
             match c.outcome {
@@ -500,6 +620,7 @@ impl TraceStats {
         self.sidr.failed += o.sidr.failed;
         self.sidr.unanswered += o.sidr.unanswered;
         self.data.merge(&o.data);
+        self.sa.merge(&o.sa);
         self.evicted += o.evicted;
         self.peak_live = self.peak_live.max(o.peak_live);
         self.span += o.span;

@@ -1,8 +1,9 @@
 //! From capture records to CM events.
 //!
 //! [`classify`] decodes one record (link layer → IB transport → MAD → CM message) and says
-//! what it was: a CM MAD ([`Item::Cm`]), something else ([`Item::NonCm`], counted), or a
-//! malformed frame ([`Item::Malformed`], reported with its reason). It never fails and never
+//! what it was: a CM MAD ([`Item::Cm`]), a Subnet Administration MAD ([`Item::Sa`]),
+//! something else ([`Item::NonCm`], counted), or a malformed frame ([`Item::Malformed`],
+//! reported with its reason). It never fails and never
 //! panics: every problem becomes an item.
 
 use std::fmt;
@@ -10,8 +11,10 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::capture::Record;
+use crate::sa::SaEvent;
 use ibcm_mad::frame::bth::Transport;
 use ibcm_mad::frame::{self, Encap, IbPacket, IcrcStatus, Opcode, MAD_LEN};
+use ibcm_mad::sa::SaMad;
 use ibcm_mad::FrameError;
 use ibcm_mad::{Gid, Lid, Mad, MgmtClass, Pkey, Psn, Qkey, Qpn};
 
@@ -213,6 +216,10 @@ pub struct RcPacket {
 pub enum Item {
     /// A CM MAD.
     Cm(CmEvent),
+    /// A Subnet Administration MAD (class 0x03, captured whole): counted as non-CM, shown by
+    /// the per-MAD views, and paired with the connections it served (boxed: SA MADs are
+    /// rare, and an item stays the size of a CM one).
+    Sa(Box<SaEvent>),
     /// Not CM: another protocol, IB data traffic, or a MAD of another class.
     NonCm {
         /// What it was.
@@ -435,8 +442,30 @@ fn classify_decoded(rec: &Record<'_>, decoded: &frame::Decoded<'_>, cut: Option<
             rc: None,
         };
     }
-    // Non-CM MADs are named by their class.
+    // Non-CM MADs are named by their class; whole SA MADs are decoded.
     let class = MgmtClass::from_raw(mad[1]);
+    if class == MgmtClass::SubnAdm && captured.is_none() {
+        if let Ok(m) = SaMad::parse(mad) {
+            let (src, dst) = wire_addrs(p);
+            let mut w = wire(p);
+            let icrc = if cut.is_some() {
+                w.icrc_value = None;
+                Icrc::NotCaptured
+            } else {
+                p.icrc.into()
+            };
+            return Item::Sa(Box::new(SaEvent {
+                frame: rec.number,
+                time: rec.timestamp,
+                encap: p.encap,
+                src,
+                dst,
+                mad: m,
+                icrc,
+                wire: w,
+            }));
+        }
+    }
     if class != MgmtClass::Cm {
         return Item::NonCm {
             what: NonCm::Mad(class),

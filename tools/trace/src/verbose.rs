@@ -12,12 +12,13 @@ use crate::conn::Note;
 use crate::render::{event_sid, human, put_wire_addr, summary};
 use crate::style::{Palette, Role};
 use crate::timefmt::{put_time, TimeFormat, TimeRef};
-use crate::trace::{CmEvent, Icrc};
+use crate::trace::{CmEvent, Icrc, Wire};
 use crate::upper::{self, Ulp};
 
 const NAME_WIDTH: usize = 34;
 
-fn field(out: &mut Vec<u8>, name: &str, value: std::fmt::Arguments<'_>) {
+/// One `    Name   value` line.
+pub(crate) fn field(out: &mut Vec<u8>, name: &str, value: std::fmt::Arguments<'_>) {
     let _ = writeln!(out, "    {name:<NAME_WIDTH$} {value}");
 }
 
@@ -46,7 +47,7 @@ fn yes(b: bool) -> &'static str {
 }
 
 /// Hex dump of private data: trailing zeros dropped, printable text shown.
-fn private(out: &mut Vec<u8>, name: &str, data: &[u8]) {
+pub(crate) fn private(out: &mut Vec<u8>, name: &str, data: &[u8]) {
     let end = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
     let used = data.get(..end).unwrap_or(&[]);
     if used.is_empty() {
@@ -612,6 +613,39 @@ fn message(out: &mut Vec<u8>, msg: &CmMessage) {
     }
 }
 
+/// The `  Transport: …` line of `-V` (LIDs, UDP port, traffic class and hop limit, P_Key,
+/// PSN, QPs, Q_Key, ICRC).
+pub(crate) fn transport_line(out: &mut Vec<u8>, w: &Wire, icrc: Icrc, pal: &Palette) {
+    out.extend_from_slice(b"  Transport:");
+    if let Some((s, d)) = w.lids {
+        let _ = write!(out, " SLID {} DLID {}", s.0, d.0);
+    }
+    if let Some(p) = w.udp_src_port {
+        let _ = write!(out, " UDP {p} → 4791");
+    }
+    if let (Some(tc), Some(hl)) = (w.traffic_class, w.hop_limit) {
+        let _ = write!(out, " TClass {tc:#04x} HopLimit {hl}");
+    }
+    let _ = write!(out, " P_Key {} PSN {} DestQP {}", w.pkey, w.psn, w.dest_qp);
+    if let (Some(sq), Some(qk)) = (w.src_qp, w.qkey) {
+        let _ = write!(out, " SrcQP {sq} Q_Key {qk}");
+    }
+    out.extend_from_slice(b" ICRC ");
+    // Shown as its four bytes in wire order (as Wireshark shows it), not as the CRC value
+    // (which the wire carries little-endian).
+    match (w.icrc_value.map(u32::swap_bytes), icrc) {
+        (Some(v), Icrc::Bad) => {
+            let _ = write!(out, "{v:#010x} ");
+            pal.paint(out, Role::Bad, "bad");
+        }
+        (Some(v), i) => {
+            let _ = write!(out, "{v:#010x} {}", i.as_str());
+        }
+        (None, i) => out.extend_from_slice(i.as_str().as_bytes()),
+    }
+    out.push(b'\n');
+}
+
 /// Appends the `-V` view of one CM MAD.
 pub(crate) fn verbose(
     out: &mut Vec<u8>,
@@ -648,36 +682,7 @@ pub(crate) fn verbose(
         );
         out.push(b'\n');
     }
-    // Transport.
-    let w = &ev.wire;
-    out.extend_from_slice(b"  Transport:");
-    if let Some((s, d)) = w.lids {
-        let _ = write!(out, " SLID {} DLID {}", s.0, d.0);
-    }
-    if let Some(p) = w.udp_src_port {
-        let _ = write!(out, " UDP {p} → 4791");
-    }
-    if let (Some(tc), Some(hl)) = (w.traffic_class, w.hop_limit) {
-        let _ = write!(out, " TClass {tc:#04x} HopLimit {hl}");
-    }
-    let _ = write!(out, " P_Key {} PSN {} DestQP {}", w.pkey, w.psn, w.dest_qp);
-    if let (Some(sq), Some(qk)) = (w.src_qp, w.qkey) {
-        let _ = write!(out, " SrcQP {sq} Q_Key {qk}");
-    }
-    out.extend_from_slice(b" ICRC ");
-    // Shown as its four bytes in wire order (as Wireshark shows it), not as the CRC value
-    // (which the wire carries little-endian).
-    match (w.icrc_value.map(u32::swap_bytes), ev.icrc) {
-        (Some(v), Icrc::Bad) => {
-            let _ = write!(out, "{v:#010x} ");
-            pal.paint(out, Role::Bad, "bad");
-        }
-        (Some(v), i) => {
-            let _ = write!(out, "{v:#010x} {}", i.as_str());
-        }
-        (None, i) => out.extend_from_slice(i.as_str().as_bytes()),
-    }
-    out.push(b'\n');
+    transport_line(out, &ev.wire, ev.icrc, pal);
     let h = &ev.mad.header;
     let _ = writeln!(
         out,
@@ -714,6 +719,9 @@ pub(crate) fn verbose(
             out.extend_from_slice(b", duplicate capture (the same packet, same PSN, seen twice)");
         }
         out.push(b'\n');
+    }
+    if matches!(ev.mad.msg, CmMessage::Req(_)) && !note.sa.is_empty() {
+        crate::sa::view::req_verbose(out, &note.sa, pal);
     }
     message(out, &ev.mad.msg);
     xrc_block(out, &ev.mad.msg);

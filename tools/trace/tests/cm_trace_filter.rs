@@ -56,7 +56,11 @@ fn all_captures() -> Vec<String> {
 fn expressions_select_what_the_predicate_selects() {
     let files = all_captures();
     let files: Vec<&str> = files.iter().map(String::as_str).collect();
-    let all = json(&files);
+    // `-Y` fields are CM fields: the SA MADs (`"msg":"SA"`) are never selected.
+    let all: Vec<Value> = json(&files)
+        .into_iter()
+        .filter(|v| v["msg"] != "SA")
+        .collect();
     assert!(all.len() > 250, "{}", all.len());
     type Pred = fn(&Value) -> bool;
     let cases: &[(&str, Pred)] = &[

@@ -120,6 +120,8 @@ const EXPECTED: &[(&str, u64, u64, u64, u64, u64)] = &[
     ("derived/gen/gen_200_cm_packets.pcap", 201, 201, 201, 0, 0),
     ("derived/synth_req_flowlabel.pcap", 1, 1, 1, 0, 0),
     ("derived/synth_req_ipv6.pcap", 1, 1, 1, 0, 0),
+    // Generated: native IB, ICRC and VCRC computed (fixtures/MANIFEST.md).
+    ("derived/sa_pathrecord_ib.pcap", 22, 22, 22, 0, 22),
 ];
 
 #[test]

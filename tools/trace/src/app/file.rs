@@ -59,6 +59,7 @@ fn summary_lines(buf: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
         }
         buf.push(b'\n');
     }
+    sa_summary(buf, s, pal);
     let a = &s.all;
     if a.attempted + a.partial + s.sidr.requests > 0 {
         let _ = write!(
@@ -82,6 +83,38 @@ fn summary_lines(buf: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
         }
         buf.push(b'\n');
     }
+}
+
+/// `-- SA: …` after the non-CM line, for a file with SA MADs.
+fn sa_summary(buf: &mut Vec<u8>, s: &TraceStats, pal: &Palette) {
+    let sa = &s.sa;
+    if sa.mads == 0 {
+        return;
+    }
+    let _ = write!(
+        buf,
+        "-- SA: {} MAD(s), {} PathRecord exchange(s): {} served a connection, {} served none",
+        sa.mads, sa.exchanges, sa.served, sa.served_none
+    );
+    if sa.unanswered > 0 {
+        let _ = write!(buf, ", {} unanswered", sa.unanswered);
+    }
+    if sa.failed > 0 {
+        buf.extend_from_slice(b", ");
+        pal.paint(buf, Role::Bad, &format!("{} failed", sa.failed));
+    }
+    if sa.reqs_differing > 0 {
+        buf.extend_from_slice(b", ");
+        pal.paint(
+            buf,
+            Role::Bad,
+            &format!(
+                "{} REQ(s) disagree with their PathRecord",
+                sa.reqs_differing
+            ),
+        );
+    }
+    buf.push(b'\n');
 }
 
 fn open_progress(opts: &Options, size: Option<u64>) -> Option<indicatif::ProgressBar> {
@@ -143,6 +176,15 @@ fn inline_loop<W: Write>(
                     View::Json => json_line(&mut ctx.buf, ev, &note, file, when),
                     View::Verbose => verbose(&mut ctx.buf, ev, &note, shown, &ctx.pal),
                     _ => text_line(&mut ctx.buf, ev, &note, shown, &ctx.pal),
+                }
+            }
+            (Item::Sa(ev), Some(_)) => {
+                let when = (opts.time, st.when);
+                let shown = (opts.time.unwrap_or_default(), st.when);
+                match opts.view {
+                    View::Json => crate::sa::view::json_line(&mut ctx.buf, ev, file, when),
+                    View::Verbose => crate::sa::view::verbose(&mut ctx.buf, ev, shown, &ctx.pal),
+                    _ => crate::sa::view::text_line(&mut ctx.buf, ev, shown, &ctx.pal),
                 }
             }
             (Item::Malformed { frame, reason }, _) => {
@@ -231,6 +273,9 @@ pub(super) fn run_file<W: Write + Send>(
     }
     tracker.finish_all();
     tracker.drain_finished(|c| ctx.finished(c))?;
+    // The PathRecord exchanges after the connections they served.
+    tracker.drain_sa(|x| ctx.sa_finished(x))?;
+    ctx.stats.sa.add_counts(&tracker.sa_counts());
     ctx.stats.evicted = tracker.stats.evicted;
     ctx.stats.peak_live = tracker.stats.peak_live;
     ctx.stats.span = t0.map_or(Duration::ZERO, |t| last.saturating_sub(t));

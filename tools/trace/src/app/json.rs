@@ -24,7 +24,7 @@ pub(super) const BATCH: usize = 256;
 const KEYS_AHEAD: usize = 8;
 const CONN_AHEAD: usize = 2;
 
-/// A classified record in a batch; `note` is set for the CM MADs to print.
+/// A classified record in a batch; `note` is set for the CM (and SA) MADs to print.
 struct Slot {
     ts: Duration,
     item: Item,
@@ -146,11 +146,17 @@ impl<'s> Helper<'s> {
                     }
                     Job::Format(mut b) => {
                         for s in &b {
-                            if let (Item::Cm(ev), Some(note)) = (&s.item, &s.note) {
-                                json_line(&mut buf, ev, note, file, (time, s.when));
-                                if buf.len() >= WRITE_CHUNK {
-                                    ship(&mut buf)?;
+                            match (&s.item, &s.note) {
+                                (Item::Cm(ev), Some(note)) => {
+                                    json_line(&mut buf, ev, note, file, (time, s.when));
                                 }
+                                (Item::Sa(ev), Some(_)) => {
+                                    crate::sa::view::json_line(&mut buf, ev, file, (time, s.when));
+                                }
+                                _ => {}
+                            }
+                            if buf.len() >= WRITE_CHUNK {
+                                ship(&mut buf)?;
                             }
                         }
                         b.clear();

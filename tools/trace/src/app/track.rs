@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use crate::capture::RecordError;
-use crate::conn::{Conn, Note, Outcome, Tracker};
+use crate::conn::{Conn, Exchange, Note, Outcome, Tracker};
 use crate::ladder::{conn_json, has_msg, ladder, outcome_text};
 use crate::stats::TraceStats;
 use crate::style::{Palette, Role};
@@ -108,6 +108,29 @@ impl FileCtx<'_> {
     }
 }
 
+impl FileCtx<'_> {
+    /// A PathRecord exchange is finished: counted, and in the ladder views listed when it
+    /// served no connection.
+    pub(super) fn sa_finished(&mut self, x: &Exchange) -> io::Result<()> {
+        let f = &self.opts.filter;
+        if !(f.is_empty() || f.shows_exchange(x, self.t0)) {
+            return Ok(());
+        }
+        self.stats.sa.add_exchange(x);
+        if x.served > 0 {
+            return Ok(());
+        }
+        match self.opts.view {
+            View::Ladder => crate::sa::view::exchange_ladder(&mut self.buf, &self.pal, x),
+            View::LadderJson => {
+                crate::sa::view::exchange_json(&mut self.buf, x, self.multi.then_some(self.file));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
 /// What `run_file`'s loops keep between records.
 pub(super) struct LoopState {
     pub(super) tracker: Tracker,
@@ -133,8 +156,9 @@ impl LoopState {
     }
 }
 
-/// Counts a record and tracks its CM MAD; returns the MAD's note when the per-MAD view shows
-/// it. Reporting a malformed record is left to the caller.
+/// Counts a record and tracks its CM MAD (or SA MAD); returns the MAD's note when the per-MAD
+/// view shows it (an empty note for an SA MAD). Reporting a malformed record is left to the
+/// caller.
 #[inline]
 pub(super) fn track(
     ctx: &mut FileCtx<'_>,
@@ -184,6 +208,28 @@ pub(super) fn track(
                 };
             }
             Ok(shown.then_some(note))
+        }
+        Item::Sa(ev) => {
+            st.tracker.observe_sa(ev);
+            // Counted as the non-CM MAD it is.
+            ctx.stats.non_cm += 1;
+            ctx.stats
+                .count_non_cm(crate::trace::NonCm::Mad(ev.mad.header.mgmt_class));
+            if st.tracker.has_sa_done() {
+                st.tracker.drain_sa(|x| ctx.sa_finished(x))?;
+            }
+            let shown = opts.view.per_mad()
+                && (st.filter_empty
+                    || (opts.filter.matches_sa(ev) && opts.filter.in_window(ev.time, ev.time, t0)));
+            if shown {
+                st.when = TimeRef {
+                    t0,
+                    prev,
+                    prev_shown: st.prev_shown.replace(ts).unwrap_or(ts),
+                };
+            }
+            // A note (empty) says the per-MAD view shows it.
+            Ok(shown.then(Note::default))
         }
         Item::NonCm { what, cut, rc } => {
             if let (Some(p), true) = (rc, st.data) {

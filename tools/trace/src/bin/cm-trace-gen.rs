@@ -5,6 +5,7 @@
 //! cm-trace-gen --packets 1000000 -o /tmp/cm-1m.pcap          # default template mix
 //! cm-trace-gen --packets 50000 -o out.pcap a.pcap b.pcap      # own templates
 //! cm-trace-gen --scenario xrc-srq-sidr-ud -o data.pcap         # XRC SRQs, SIDR + UD data
+//! cm-trace-gen --scenario sa-pathrecord -o sa.pcap             # SA PathRecords + CM, native IB
 //! ```
 
 use std::io::BufWriter;
@@ -28,10 +29,16 @@ struct Args {
     /// Output pcap.
     #[arg(short = 'o', long)]
     output: PathBuf,
-    /// Instead of the template mix, write a small scenario with data traffic:
-    /// `xrc-srq-sidr-ud` (two XRC connections on one TGT QP told apart by the SRQ numbers
-    /// their REPs announced, a SIDR exchange and UD SENDs on the QP it resolved).
-    #[arg(long, value_name = "NAME", value_parser = [ibcm_trace::DATA_SCENARIO])]
+    /// Instead of the template mix, write a small scenario: `xrc-srq-sidr-ud` (two XRC
+    /// connections on one TGT QP told apart by the SRQ numbers their REPs announced, a SIDR
+    /// exchange and UD SENDs on the QP it resolved), or `sa-pathrecord` (native IB: SA
+    /// PathRecord queries, OpenSM's real answer, and the CM exchanges that follow it, one
+    /// REQ disagreeing with its record).
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_parser = [ibcm_trace::DATA_SCENARIO, ibcm_trace::SA_SCENARIO]
+    )]
     scenario: Option<String>,
     /// Template captures (Ethernet, one connection each); default: the fixture mix.
     templates: Vec<PathBuf>,
@@ -40,7 +47,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/captures");
-    if args.scenario.is_some() {
+    if let Some(name) = &args.scenario {
         let out = match std::fs::File::create(&args.output) {
             Ok(f) => f,
             Err(e) => {
@@ -48,12 +55,16 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        return match ibcm_trace::data_scenario(&fixtures, &GenConfig::default(), out) {
+        let made = if name == ibcm_trace::SA_SCENARIO {
+            ibcm_trace::sa_scenario(&fixtures, &GenConfig::default(), out)
+        } else {
+            ibcm_trace::data_scenario(&fixtures, &GenConfig::default(), out)
+        };
+        return match made {
             Ok(s) => {
                 eprintln!(
-                    "cm-trace-gen: {}: scenario {}: {} packets, {} bytes of frames",
+                    "cm-trace-gen: {}: scenario {name}: {} packets, {} bytes of frames",
                     args.output.display(),
-                    ibcm_trace::DATA_SCENARIO,
                     s.packets,
                     s.bytes
                 );

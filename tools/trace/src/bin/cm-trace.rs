@@ -16,6 +16,10 @@
 //! status is non-zero only when an input cannot be read at all, or has a damaged record header
 //! before its end: the message gives the record number, its byte offset and the bytes skipped
 //! to the next plausible record header, from which the file is read on.
+//!
+//! On native InfiniBand the Subnet Administration MADs (class 0x03) are decoded too: every
+//! view shows them, and a PathRecord answer is shown at the head of the ladder of the
+//! connection whose REQ followed it (flagged when the REQ disagrees with the record).
 
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
@@ -37,6 +41,11 @@ enum Color {
 }
 
 /// Decode InfiniBand CM (MAD class 0x07) messages from capture files and show connections.
+///
+/// Subnet Administration MADs (class 0x03) are decoded as well: SA PathRecord queries and
+/// answers are paired by TID and shown next to the connection whose REQ followed the record
+/// (in the ladder, as SA rows before its REQ; a REQ that disagrees with its record in SL, MTU,
+/// P_Key, rate, flow label, traffic class, hop limit or ACK timeout is flagged as a problem).
 #[derive(Debug, Parser)]
 #[command(
     name = "cm-trace",
@@ -48,13 +57,13 @@ struct Args {
     /// Print the version.
     #[arg(long, action = clap::ArgAction::Version)]
     version: Option<bool>,
-    /// JSON: one object per CM MAD; with --stats one object; with --ladder one per connection (schema v3: TID, Service ID and CA GUID as "0x…" hex strings).
+    /// JSON: one object per CM (or SA) MAD; with --stats one object; with --ladder one per connection, and one per SA PathRecord exchange that served none (schema v3: TID, Service ID and CA GUID as "0x…" hex strings).
     #[arg(long)]
     json: bool,
-    /// Every field of every CM message.
+    /// Every field of every CM message (and SA MAD: headers, PathRecords).
     #[arg(short = 'V', long, conflicts_with_all = ["json", "ladder", "stats"])]
     verbose: bool,
-    /// One ladder diagram per connection (REQ … DREP), with its end state.
+    /// One ladder diagram per connection (REQ … DREP), with its end state; the SA PathRecord exchange its REQ followed at its head.
     #[arg(long, conflicts_with = "stats")]
     ladder: bool,
     /// Connection statistics: attempted / established / rejected / timed out, latencies.
@@ -96,7 +105,7 @@ struct Args {
     /// Only XRC connections.
     #[arg(long)]
     xrc: bool,
-    /// Only problems: rejects, timeouts, retransmissions, bad ICRCs.
+    /// Only problems: rejects, timeouts, retransmissions, bad ICRCs, REQs that disagree with their SA PathRecord (and failed or unanswered SA queries).
     #[arg(short = 'p', long)]
     problems: bool,
     /// Colour: auto (a terminal without NO_COLOR), always, never.

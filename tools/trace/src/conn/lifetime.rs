@@ -177,8 +177,9 @@ impl Tracker {
         }
     }
 
-    /// Finishes every connection (end of file), in order of first appearance; then
-    /// [`Tracker::drain_finished`] hands them over.
+    /// Finishes every connection (end of file), in order of first appearance, and every
+    /// PathRecord exchange; then [`Tracker::drain_finished`] and [`Tracker::drain_sa`] hand
+    /// them over.
     pub(crate) fn finish_all(&mut self) {
         let mut slots: Vec<(u64, usize)> = self
             .slots
@@ -192,5 +193,6 @@ impl Tracker {
             self.finish(slot);
         }
         self.ended.clear();
+        self.sa.finish_all();
     }
 }

@@ -45,6 +45,7 @@ mod lifetime;
 mod matching;
 mod outcome;
 mod record;
+mod sa;
 
 use std::time::Duration;
 
@@ -67,6 +68,7 @@ use crate::trace::{CmEvent, Icrc, RcPacket, WireAddr};
 pub(crate) use data::{DataStats, Verdict, FAMILIES, NAK_CODES};
 use matching::{Repeat, Sig};
 pub(crate) use record::{Conn, ConnKind, Detail, End, LadderEntry, Outcome, Phase, Side};
+pub(crate) use sa::{Exchange, SaAnswer, SaCounts, SaLink, SaLinks, SaNote, SaQuery};
 
 impl Conn {
     /// Whether the connection's data-path keys can be made (both ends' addresses and its
@@ -114,6 +116,9 @@ pub struct Note {
     pub comm_ids: (Option<CommId>, Option<CommId>),
     /// The connection's REQ primary path GIDs (local, remote), for filtering by address.
     pub path_gids: Option<(Gid, Gid)>,
+    /// For the messages of a connection whose REQ's paths follow PathRecords the capture
+    /// shows the SA answering: which answers, and where the REQ disagrees with them.
+    pub(crate) sa: SaNote,
 }
 
 /// Tracker settings.
@@ -189,6 +194,8 @@ pub(crate) struct Tracker {
     /// (SIDR responder's address, the QPN its SIDR_REP announced) → (slot, generation): the
     /// UD SENDs from that QP.
     ud_src_index: FastMap<(WireAddr, u32), (usize, u32)>,
+    /// The PathRecord exchanges of the file (SA queries and answers).
+    sa: sa::SaTable,
     /// An RC / XRC packet or CNP was seen in this file.
     rc_seen: bool,
     /// A UD SEND (not to QP0/QP1) was seen in this file.
@@ -231,6 +238,7 @@ impl Tracker {
             data_index: FastMap::default(),
             srq_index: FastMap::default(),
             ud_src_index: FastMap::default(),
+            sa: sa::SaTable::default(),
             rc_seen: false,
             ud_seen: false,
             next_sweep: Duration::ZERO,
@@ -255,6 +263,21 @@ impl Tracker {
                 ..Note::default()
             };
         };
+        // The first REQ of a connection: the PathRecord answers it follows, if the capture
+        // has any.
+        let sa_links = match &ev.mad.msg {
+            CmMessage::Req(r)
+                if self.sa.has_answers()
+                    && ev.captured.is_none()
+                    && self
+                        .slots
+                        .get(slot)
+                        .is_some_and(|c| c.req.is_none() && c.sa.is_none()) =>
+            {
+                self.sa.serve(r, ev.time)
+            }
+            _ => None,
+        };
         let record = self.cfg.record_events;
         let max_events = self.cfg.max_events;
         // Data-path keys only once the file has shown RC or UD traffic: a CM-only capture
@@ -276,6 +299,9 @@ impl Tracker {
             },
             remote: msg.remote_comm_id().map_or(0, |c| c.0),
         };
+        if sa_links.is_some() {
+            c.sa = sa_links;
+        }
         let repeat = c.repeat(sig, ev.wire.psn.get());
         c.last = c.last.max(ev.time);
         if repeat == Repeat::Duplicate {
@@ -304,9 +330,10 @@ impl Tracker {
                 dup: true,
                 xrc: c.kind == ConnKind::Xrc,
                 service_id: c.service_id,
-                problem: c.rej.is_some() || c.retransmissions > 0 || c.bad_icrc > 0,
+                problem: c.has_message_problem(),
                 comm_ids: (c.active.comm_id, c.passive.comm_id),
                 path_gids: c.path_gids,
+                sa: c.sa.as_deref().map(SaLinks::note).unwrap_or_default(),
             };
         }
         let retrans = repeat == Repeat::Retrans;
@@ -460,9 +487,10 @@ impl Tracker {
             dup: false,
             xrc: c.kind == ConnKind::Xrc,
             service_id: c.service_id,
-            problem: c.rej.is_some() || c.retransmissions > 0 || c.bad_icrc > 0,
+            problem: c.has_message_problem(),
             comm_ids: (c.active.comm_id, c.passive.comm_id),
             path_gids: c.path_gids,
+            sa: c.sa.as_deref().map(SaLinks::note).unwrap_or_default(),
         };
         let id = c.id;
         let newly_ended = ended && c.ended.is_none();

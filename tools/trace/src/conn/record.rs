@@ -8,6 +8,7 @@ use ibcm_mad::{
 };
 
 use super::data::{DataStats, Verdict};
+use super::sa::SaLinks;
 use crate::trace::{CmEvent, Icrc, WireAddr};
 
 /// Which end of a connection sent a message (the workspace's one `Side`, from the codec).
@@ -274,6 +275,9 @@ pub struct Conn {
     pub data: Option<Box<DataStats>>,
     /// Its QPN keys are in the tracker's data index.
     pub(super) data_keyed: bool,
+    /// The SA PathRecord exchanges its REQ's paths follow (boxed: most connections have
+    /// none).
+    pub(crate) sa: Option<Box<SaLinks>>,
 }
 
 impl Conn {
@@ -320,6 +324,7 @@ impl Conn {
             outcome: Outcome::Partial,
             data: None,
             data_keyed: false,
+            sa: None,
         }
     }
 
@@ -366,12 +371,21 @@ impl Conn {
         self.kind == ConnKind::Xrc
     }
 
-    /// Whether something went wrong: rejected, timed out, retransmissions or a bad ICRC.
+    /// Whether something went wrong: rejected, timed out, retransmissions, a bad ICRC, or a
+    /// REQ path that disagrees with the SA PathRecord it follows.
     pub fn has_problem(&self) -> bool {
-        self.rej.is_some()
-            || self.retransmissions > 0
-            || self.bad_icrc > 0
-            || matches!(self.outcome, Outcome::TimedOut { .. })
+        self.has_message_problem() || matches!(self.outcome, Outcome::TimedOut { .. })
+    }
+
+    /// Whether a message so far showed a problem (what the per-MAD views mark): a REJ,
+    /// retransmissions, a bad ICRC, or a REQ path that disagrees with its SA PathRecord.
+    pub(crate) fn has_message_problem(&self) -> bool {
+        self.rej.is_some() || self.retransmissions > 0 || self.bad_icrc > 0 || self.sa_differs()
+    }
+
+    /// Whether its REQ disagrees with an SA PathRecord it follows.
+    pub(crate) fn sa_differs(&self) -> bool {
+        self.sa.as_deref().is_some_and(SaLinks::differs)
     }
 
     /// The end of `side`.

@@ -15,8 +15,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod sa_scenario;
 mod scenario;
 
+pub use sa_scenario::{sa_scenario, NAME as SA_SCENARIO};
 pub use scenario::{data_scenario, NAME as DATA_SCENARIO};
 
 use crate::capture::{CaptureReader, PcapFileWriter, TsResolution};
