@@ -63,6 +63,9 @@ pub struct Node {
     keeper_events: Arc<Mutex<mpsc::UnboundedReceiver<serde_json::Value>>>,
     /// The daemon's CM address, as its hello reply gave it.
     daemon_addr: Option<std::net::IpAddr>,
+    /// The LAP exchanges of a session the daemon serves at once (its hello's `apm`; 0: it
+    /// does not serve path migration).
+    apm: u32,
 }
 
 impl Node {
@@ -72,6 +75,15 @@ impl Node {
     /// predates the `hello` answer, or a server not told its address).
     pub fn daemon_addr(&self) -> Option<std::net::IpAddr> {
         self.daemon_addr
+    }
+
+    /// Whether the daemon serves path migration to this client (its hello said so): LAPs
+    /// sent and answered through it ([`Connection::load_alt_path`](crate::rt::Connection::load_alt_path),
+    /// [`Cm::set_lap_policy`], [`Connection::notify_path_migrated`](crate::rt::Connection::notify_path_migrated))
+    /// and alternate paths ([`Cm::resolve_path_with_alternate`]). `false` for an `ibcmd`
+    /// that predates it (those calls fail at once, nothing is sent).
+    pub fn serves_path_migration(&self) -> bool {
+        self.apm > 0
     }
 
     /// Sends `op`; its answer, `pick`ed (`None`: an answer of another kind). A refusal is
@@ -255,8 +267,11 @@ impl Cm {
     /// [`Cm::sidr`] is sent by the daemon's endpoint, a SIDR_REQ for one of this client's
     /// services reaches its [`Listener`](crate::rt::Listener), and [`Cm::stats`] gives the
     /// daemon endpoint's counters (node-wide), [`Cm::resolve_path`] is asked of the
-    /// daemon's SA client (`ibcmd --umad DEV` on an InfiniBand port). Not served through a
-    /// daemon:
+    /// daemon's SA client (`ibcmd --umad DEV` on an InfiniBand port). Path migration is
+    /// served by an `ibcmd` that says so ([`Node::serves_path_migration`]): this client's
+    /// LAPs go out through the daemon's endpoint, and with [`Cm::set_lap_policy`] the LAPs
+    /// of its connections come to it (the other clients' policies are their own). Not
+    /// served through a daemon:
     /// [`Cm::with_app`] (the app runs in the daemon) fails with
     /// [`CmError::Refused`]. [`Cm::connection_count`]
     /// counts this client's connections.
@@ -373,6 +388,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
             events: Arc::new(Mutex::new(ev_rx)),
             keeper_events: Arc::new(Mutex::new(kev_rx)),
             daemon_addr,
+            apm,
         },
         task,
         socket_fd,
