@@ -177,18 +177,22 @@ impl NodeServer {
             .fold(0, usize::saturating_add)
     }
 
-    /// Why `s` may not start or hold another LAP exchange, if it may not (its session's
-    /// quota, then its user's).
-    fn lap_quota(&self, s: &Session) -> Option<String> {
-        if s.lock().laps() >= self.cfg.max_laps {
-            return Some(format!("quota: {} LAP exchanges", self.cfg.max_laps));
-        }
+    /// Why `s`'s user may not start or hold another LAP exchange, if it may not (counted
+    /// over its sessions before the one of `s` is taken: the session's own quota is checked
+    /// under its lock, [`Self::session_lap_quota`]).
+    fn user_lap_quota(&self, s: &Session) -> Option<String> {
         (self.laps_of_user(s.info.uid) >= self.cfg.max_laps_per_user).then(|| {
             format!(
                 "quota: {} LAP exchanges of uid {}",
                 self.cfg.max_laps_per_user, s.info.uid
             )
         })
+    }
+
+    /// Why a session with these LAP exchanges may not have another, if it may not.
+    fn session_lap_quota(&self, st: &super::server::SessionState) -> Option<String> {
+        (st.laps() >= self.cfg.max_laps)
+            .then(|| format!("quota: {} LAP exchanges", self.cfg.max_laps))
     }
 
     /// Delegates the LAPs of `conn` to the session whose sink `sink` is, if it answers its
@@ -267,14 +271,15 @@ impl NodeServer {
     fn lap_arrived(&self, s: &Arc<Session>, id: ConnId, lap: LapArrived) {
         let conn = id.0;
         // Counted before the session's lock is taken (it counts every session of the user).
-        let quota = self.lap_quota(s);
-        let (answer, deliver) = {
+        let user_quota = self.user_lap_quota(s);
+        let (answer, deliver, quota) = {
             let mut st = s.lock();
+            let quota = user_quota.or_else(|| self.session_lap_quota(&st));
             let over = quota.is_some();
             let answering = st.lap_sink.is_some();
             let closed = st.closed;
             match st.conns.get_mut(&conn) {
-                _ if closed => (Some(AprStatus::Rejected), None),
+                _ if closed => (Some(AprStatus::Rejected), None, quota),
                 Some(c) if answering && !over && !c.lap.is_held() => {
                     let deliver = if c.established {
                         c.lap = HeldLap::Delivered;
@@ -284,10 +289,10 @@ impl NodeServer {
                         None
                     };
                     st.laps_held += 1;
-                    (None, deliver)
+                    (None, deliver, quota)
                 }
-                Some(_) if answering => (Some(AprStatus::Rejected), None),
-                _ => (Some(AprStatus::Unsupported), None),
+                Some(_) if answering => (Some(AprStatus::Rejected), None, quota),
+                _ => (Some(AprStatus::Unsupported), None, quota),
             }
         };
         if let (Some(why), Some(AprStatus::Rejected)) = (&quota, answer) {
@@ -330,10 +335,15 @@ impl NodeServer {
             Ok(l) => l,
             Err(why) => return Self::reply(s, seq, WireResult::Refused { why }),
         };
-        if let Some(why) = self.lap_quota(s) {
-            return Self::reply(s, seq, WireResult::Refused { why });
+        let user_quota = self.user_lap_quota(s);
+        {
+            let mut st = s.lock();
+            if let Some(why) = user_quota.or_else(|| self.session_lap_quota(&st)) {
+                drop(st);
+                return Self::reply(s, seq, WireResult::Refused { why });
+            }
+            st.laps_sent += 1;
         }
-        s.lock().laps_sent += 1;
         let sent = SentLap { session: s.clone() };
         let rx = self.cm.queue(|reply| Command::LoadAltPath {
             conn: ibcm_mad::CommId(conn),
