@@ -12,6 +12,7 @@ fn main() {
         "src/ffi/ctx.rs",
         "src/ffi/api.rs",
         "src/ffi/conn.rs",
+        "src/ffi/apm.rs",
         "src/ffi/xrc.rs",
         "src/ffi/data.rs",
     ];

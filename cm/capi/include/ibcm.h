@@ -7,7 +7,9 @@
  * (by service ID, or by IP and port to and from rdma_cm; peers by IP, or through an ibcmd
  * on a native InfiniBand port by "lid:N" / "gid:G", the path from the SA), a context
  * pointer per connection,
- * the QP attributes of each transition (ibcm_init_qp_attr), SIDR both ways, the node
+ * the QP attributes of each transition (ibcm_init_qp_attr), path migration (an alternate
+ * path in the REQ, LAPs sent and answered: ibcm_load_alt_path, ibcm_lap_policy,
+ * ibcm_lap_accept, ibcm_path_migrated, ibcm_init_alt_path_attr), SIDR both ways, the node
  * endpoint's counters, the XRC target services the daemon hosts (ibcm_xrc_listen), XRC
  * domains and TGT QPs by name and number (ibcm_xrcd_open, ibcm_xrc_tgt_*), and with the
  * daemon's software model (`--backend sim`) a runtime's own XRC SRQs and the SENDs that
@@ -20,10 +22,12 @@
  * other call on it may run or follow). Each event is returned to exactly one caller. The
  * library runs one thread of its own per context (a tokio runtime) that talks to ibcmd;
  * calls that need the daemon's answer (ibcm_open, ibcm_listen, ibcm_unlisten, ibcm_reject,
- * ibcm_mra, ibcm_establish, ibcm_sidr_reply, ibcm_query_counters, the XRC calls) block the
- * calling thread until it arrives; ibcm_connect, ibcm_accept, ibcm_accept_param_init,
- * ibcm_disconnect, ibcm_sidr_query, ibcm_get_event, ibcm_init_qp_attr return without waiting
- * for the daemon (what the daemon refuses later comes as an event). No callback ever runs
+ * ibcm_mra, ibcm_establish, ibcm_sidr_reply, ibcm_query_counters, ibcm_lap_policy,
+ * ibcm_lap_accept, ibcm_lap_reject, ibcm_path_migrated, the XRC calls) block the calling
+ * thread until it arrives; ibcm_connect, ibcm_accept, ibcm_accept_param_init,
+ * ibcm_disconnect, ibcm_sidr_query, ibcm_load_alt_path, ibcm_get_event, ibcm_init_qp_attr,
+ * ibcm_init_alt_path_attr, ibcm_query_path return without waiting for the daemon (what the
+ * daemon refuses or answers later comes as an event). No callback ever runs
  * on the caller's threads.
  *
  * Docs: docs/capi.md. Build: pkg-config --cflags --libs ibcm.
@@ -65,6 +69,17 @@
  * service's address and a port of this library's choosing.
  */
 #define IBCM_CONNECT_RDMA_CM 8
+
+/**
+ * ibcm_conn_param.flags: with a "lid:N" / "gid:G" peer, also ask the daemon for an
+ * alternate path (another SLID and DLID between the same ports, for Automatic Path
+ * Migration: a fabric whose SM gives ports more than one LID, LMC > 0) and send it in the
+ * REQ; ibcm_init_qp_attr's RTR attributes then load it (`IBV_QP_ALT_PATH`). When the SA has
+ * none, the REQ goes without (ibcm_query_path `IBCM_PATH_ALTERNATE` says `IBCM_ESTATE`). An
+ * IP peer, or with `IBCM_CONNECT_RDMA_CM`: `IBCM_EINVAL`; a daemon that does not serve
+ * path migration: `IBCM_EUNSUPPORTED`.
+ */
+#define IBCM_CONNECT_ALT_PATH 16
 
 /**
  * rdma_cm's TCP port space (`RDMA_PS_TCP`, RC), for ibcm_rdma_cm_service_id.
@@ -121,6 +136,21 @@
  * The largest private data of a DREQ (ibcm_disconnect).
  */
 #define IBCM_DREQ_PRIVATE_DATA_MAX 220
+
+/**
+ * The largest private data of a LAP (ibcm_load_alt_path).
+ */
+#define IBCM_LAP_PRIVATE_DATA_MAX 168
+
+/**
+ * The largest private data of an APR (ibcm_lap_accept, ibcm_lap_reject).
+ */
+#define IBCM_APR_PRIVATE_DATA_MAX 148
+
+/**
+ * The largest additional information of an APR (ibcm_lap_reject).
+ */
+#define IBCM_APR_INFO_MAX 72
 
 /**
  * The most SRQ numbers an XRC REP announces (ibcm_xrc_listen's `n_srqns`).
@@ -220,6 +250,28 @@ enum ibcm_event_type {
      * retry is `IBCM_EVENT_UNREACHABLE`.
      */
     IBCM_EVENT_SIDR_REPLY = 11,
+    /**
+     * A LAP arrived on an established connection (this context answers its LAPs:
+     * ibcm_lap_policy `IBCM_LAP_APPLICATION`): the peer proposes `path` (from this side's
+     * view) as the connection's alternate path, with `private_data`. Load it into the QP
+     * (ibcm_init_alt_path_attr, then `ibv_modify_qp`) and ibcm_lap_accept, or ibcm_lap_reject
+     * (ibcm_mra first for more time), before acknowledging the event: acknowledged
+     * unanswered, the LAP is rejected (APR status 3). One at a time per connection.
+     */
+    IBCM_EVENT_LAP = 12,
+    /**
+     * ibcm_load_alt_path: the peer's APR arrived (`apr_status`: 0 "path loaded", then load
+     * the path into the QP with ibcm_init_alt_path_attr; any other, the path is not loaded;
+     * `additional_info`, `private_data`). `status` is `IBCM_OK` whatever `apr_status`.
+     */
+    IBCM_EVENT_APR = 13,
+    /**
+     * ibcm_load_alt_path: the LAP exchange ended without an APR (`status`:
+     * `IBCM_ETIMEDOUT` when the peer never answered, `IBCM_ESTATE` when the connection
+     * could not take a LAP, `IBCM_ECLOSED`, `IBCM_EREFUSED` the daemon's quota; `reason`).
+     * The connection stays on the paths it had.
+     */
+    IBCM_EVENT_LAP_ERROR = 14,
 };
 
 /**
@@ -300,6 +352,10 @@ enum ibcm_status {
      * (the `CONNECT_ERROR` event's `reason` says which).
      */
     IBCM_ENOPATH = -15,
+    /**
+     * No answer in time: a LAP the peer never answered (`IBCM_EVENT_LAP_ERROR`).
+     */
+    IBCM_ETIMEDOUT = -16,
 };
 
 /**
@@ -438,9 +494,91 @@ enum ibcm_qp_type {
 };
 
 /**
+ * Who answers the LAPs that arrive on this context's connections (ibcm_lap_policy).
+ */
+enum ibcm_lap_policy {
+    /**
+     * The daemon answers each at once with APR status 2, "unsupported" (the default).
+     */
+    IBCM_LAP_UNSUPPORTED = 0,
+    /**
+     * Each comes as an `IBCM_EVENT_LAP`, for this context to answer.
+     */
+    IBCM_LAP_APPLICATION = 1,
+};
+
+/**
+ * Which path of a connection ibcm_query_path gives.
+ */
+enum ibcm_path_kind {
+    /**
+     * The primary path: the REQ's, or after ibcm_path_migrated the alternate it migrated to.
+     */
+    IBCM_PATH_PRIMARY = 0,
+    /**
+     * The alternate path: the REQ's, or the last one a LAP exchange loaded (APR status 0).
+     */
+    IBCM_PATH_ALTERNATE = 1,
+};
+
+/**
  * Opaque: one attachment to a node's `ibcmd` (ibcm_open … ibcm_close).
  */
 struct ibcm_ctx;
+
+/**
+ * A path of a connection as the CM messages carry it (a REQ's primary or alternate path, a
+ * LAP's), written from this side's view: `local_*` is this side's port, `remote_*` the
+ * peer's (a LAP and a passive side's REQ carry it the other way round: the library turns
+ * them). The fields of the IBTA path record the CM uses.
+ */
+struct ibcm_path {
+    /**
+     * This side's port GID.
+     */
+    uint8_t local_gid[16];
+    /**
+     * The peer's port GID.
+     */
+    uint8_t remote_gid[16];
+    /**
+     * Flow label (20 bits).
+     */
+    uint32_t flow_label;
+    /**
+     * This side's port LID (0xFFFF, permissive, for a path that leaves the subnet).
+     */
+    uint16_t local_lid;
+    /**
+     * The peer's port LID.
+     */
+    uint16_t remote_lid;
+    /**
+     * Packet rate (IBTA rate code, the values of `enum ibv_rate`; 6 bits).
+     */
+    uint8_t rate;
+    /**
+     * Traffic class.
+     */
+    uint8_t traffic_class;
+    /**
+     * Hop limit.
+     */
+    uint8_t hop_limit;
+    /**
+     * Service level (4 bits).
+     */
+    uint8_t sl;
+    /**
+     * 1 when the path does not leave the subnet, else 0.
+     */
+    uint8_t subnet_local;
+    /**
+     * Local ACK timeout exponent (5 bits): 4.096 µs × 2^N, what the receiving QP's
+     * `timeout` is derived from.
+     */
+    uint8_t local_ack_timeout;
+};
 
 /**
  * An event. Owned by the library from ibcm_get_event until ibcm_ack_event; its pointers
@@ -550,6 +688,26 @@ struct ibcm_event {
      * SIDR_REPLY: the Q_Key of the UD QP that serves the service (`remote_qpn`).
      */
     uint32_t qkey;
+    /**
+     * LAP: the proposed alternate path, from this side's view; NULL in other events.
+     */
+    const struct ibcm_path *path;
+    /**
+     * APR: the APR's status (IBTA table 121: 0 path loaded, 1 invalid comm ID, 2
+     * unsupported, 3 rejected, 4 redirect, 5 is current path, 6 invalid QPN, 7 invalid LID,
+     * 8 invalid GID, 9 invalid flow label, 10 invalid traffic class, 11 invalid hop limit,
+     * 12 invalid packet rate, 13 invalid SL).
+     */
+    uint32_t apr_status;
+    /**
+     * APR: the APR's additional information (`additional_info_len` bytes); may be NULL when
+     * the length is 0.
+     */
+    const uint8_t *additional_info;
+    /**
+     * Length of `additional_info`.
+     */
+    uint32_t additional_info_len;
 };
 
 /**
@@ -1187,10 +1345,12 @@ int ibcm_connect(struct ibcm_ctx *ctx, const struct ibcm_conn_param *param, uint
 int ibcm_accept(struct ibcm_ctx *ctx, uint64_t conn, const struct ibcm_accept_param *param);
 
 /**
- * Sends an MRA for the REQ of a `CONNECT_REQUEST` handle, or for the REP of a
- * `CONNECT_RESPONSE` one (`IBCM_CONNECT_MANUAL_RTU`): the answer (accept or reject; the
- * RTU or a reject) will take up to 4.096 µs × 2^`service_timeout` (0..31), so the peer
- * waits that long instead of retransmitting. The REQ or REP stays to be answered.
+ * Sends an MRA for the REQ of a `CONNECT_REQUEST` handle, for the REP of a
+ * `CONNECT_RESPONSE` one (`IBCM_CONNECT_MANUAL_RTU`), or for the LAP of an established
+ * connection whose `IBCM_EVENT_LAP` waits for an answer: the answer (accept or reject; the
+ * RTU or a reject; ibcm_lap_accept or ibcm_lap_reject) will take up to 4.096 µs ×
+ * 2^`service_timeout` (0..31), so the peer waits that long instead of retransmitting. The
+ * REQ, REP or LAP stays to be answered.
  *
  * # Safety
  * `ctx` is NULL or a live context.
@@ -1291,6 +1451,128 @@ int ibcm_sidr_query(struct ibcm_ctx *ctx, const struct ibcm_sidr_param *param, u
  * field docs say.
  */
 int ibcm_sidr_reply(struct ibcm_ctx *ctx, uint64_t conn, const struct ibcm_sidr_rep_param *param);
+
+/**
+ * Sets who answers the LAPs that arrive on this context's connections (`ibcm_lap_policy`):
+ * `IBCM_LAP_UNSUPPORTED` (the default: the daemon answers each at once with APR status 2
+ * "unsupported") or `IBCM_LAP_APPLICATION` (each comes as an `IBCM_EVENT_LAP` of its
+ * connection, for ibcm_lap_accept or ibcm_lap_reject). It applies to this context's
+ * connections only, those it has and those it will have; set it before they are
+ * established. Back to `IBCM_LAP_UNSUPPORTED`, the LAPs not answered yet are answered
+ * "unsupported" by the daemon (answering one then fails with `IBCM_ESTATE`). Waits for the
+ * daemon. Errors: `IBCM_EINVAL` (another value), `IBCM_EUNSUPPORTED` (`IBCM_LAP_APPLICATION`
+ * through a daemon that does not serve path migration), `IBCM_EGONE`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context.
+ */
+int ibcm_lap_policy(struct ibcm_ctx *ctx, int policy);
+
+/**
+ * Proposes `*path` (written from this side's view: `local_*` is this side's port) as the
+ * established connection's alternate path: sends a LAP with up to
+ * `IBCM_LAP_PRIVATE_DATA_MAX` (168) bytes of private data, returning without waiting. Then
+ * `IBCM_EVENT_APR` (the peer's answer: `apr_status` 0 when it loaded the path, then load it
+ * into this side's QP with ibcm_init_alt_path_attr) or `IBCM_EVENT_LAP_ERROR` (no answer:
+ * `IBCM_ETIMEDOUT`; the connection could not take a LAP: `IBCM_ESTATE`), unless the
+ * connection's final event comes first. The path's `local_ack_timeout` is what the peer's
+ * QP gets. Errors here: `IBCM_EINVAL` (NULL, a field over its width), `IBCM_ETOOLONG`,
+ * `IBCM_ENOENT`, `IBCM_ECLOSED`, `IBCM_ESTATE` (not accepted or established),
+ * `IBCM_EBUSY` (this side's previous LAP on it has no answer yet), `IBCM_EUNSUPPORTED` (a
+ * daemon that does not serve path migration), `IBCM_EGONE`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `path` is NULL or readable; `private_data` is NULL or
+ * readable for `len` bytes.
+ */
+int ibcm_load_alt_path(struct ibcm_ctx *ctx,
+                       uint64_t conn,
+                       const struct ibcm_path *path,
+                       const uint8_t *private_data,
+                       uint32_t len);
+
+/**
+ * Accepts the LAP of `conn` (its `IBCM_EVENT_LAP`): sends the APR with status 0, "path
+ * loaded", and up to `IBCM_APR_PRIVATE_DATA_MAX` (148) bytes of private data. Load the path
+ * into the QP first (ibcm_init_alt_path_attr): the peer loads it into its own when this APR
+ * arrives. The path is then the connection's alternate one. Waits for the daemon. Errors:
+ * `IBCM_ESTATE` (no LAP waits for an answer), `IBCM_EBUSY` (another answer or MRA for it is
+ * under way), `IBCM_ETOOLONG` (the LAP stays to be answered), `IBCM_ENOENT`,
+ * `IBCM_ECLOSED`, `IBCM_EGONE`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `private_data` is NULL or readable for `len` bytes.
+ */
+int ibcm_lap_accept(struct ibcm_ctx *ctx, uint64_t conn, const uint8_t *private_data, uint32_t len);
+
+/**
+ * Rejects the LAP of `conn` (its `IBCM_EVENT_LAP`): sends the APR with `status` (1..13,
+ * IBTA table 121: 3 "rejected", 7 "invalid LID", …; 0 is ibcm_lap_accept's), up to
+ * `IBCM_APR_INFO_MAX` (72) bytes of additional information and up to
+ * `IBCM_APR_PRIVATE_DATA_MAX` (148) of private data. The connection keeps the paths it had.
+ * Waits for the daemon. Errors as ibcm_lap_accept's, and `IBCM_EINVAL` for status 0 or
+ * above 255.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `info` is NULL or readable for `info_len` bytes,
+ * `private_data` for `len` bytes.
+ */
+int ibcm_lap_reject(struct ibcm_ctx *ctx,
+                    uint64_t conn,
+                    uint32_t status,
+                    const uint8_t *info,
+                    uint32_t info_len,
+                    const uint8_t *private_data,
+                    uint32_t len);
+
+/**
+ * Reports that the QP of `conn` has migrated to its alternate path (the verbs'
+ * `IBV_EVENT_PATH_MIG`): the alternate path is the primary one now (ibcm_query_path), and
+ * a new LAP (either way) may load the next alternate. Waits for the daemon. Errors:
+ * `IBCM_ESTATE` (not established, or a LAP exchange is under way on it), `IBCM_ENOENT`,
+ * `IBCM_ECLOSED`, `IBCM_EUNSUPPORTED` (a daemon that does not serve path migration),
+ * `IBCM_EGONE`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context.
+ */
+int ibcm_path_migrated(struct ibcm_ctx *ctx, uint64_t conn);
+
+/**
+ * The primary (`IBCM_PATH_PRIMARY`) or alternate (`IBCM_PATH_ALTERNATE`) path of `conn`,
+ * from this side's view (`local_*` is this side's port), into `*path`: the REQ's (from
+ * `CONNECT_REQUEST` on the passive side, `CONNECT_RESPONSE` or `ESTABLISHED` on the
+ * active side), then as LAP exchanges load alternate paths (APR status 0, either way) and
+ * ibcm_path_migrated makes the alternate the primary. Until the final event is
+ * acknowledged. Errors: `IBCM_ESTATE` (no alternate path; before the REP), `IBCM_EINVAL`
+ * (NULL, another `which`), `IBCM_ENOENT`, `IBCM_EBUSY`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `path` is NULL or writable.
+ */
+int ibcm_query_path(struct ibcm_ctx *ctx, uint64_t conn, int which, struct ibcm_path *path);
+
+/**
+ * The attributes and `ibv_modify_qp` mask that load the alternate path into this side's QP
+ * of `conn` (in RTS): `IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE` (no `IBV_QP_STATE`), the
+ * `alt_*` fields and `path_mig_state` `IBV_MIG_REARM`, as `ibcm::qp_attr::alt_path_attr`
+ * (the kernel's `ib_cm_init_qp_attr` once a LAP was exchanged) computes them. The path is
+ * the LAP's while one waits for this side's answer (`IBCM_EVENT_LAP`: load it, then
+ * ibcm_lap_accept), else the connection's alternate path (after `IBCM_EVENT_APR` with
+ * status 0, the one this side proposed; or the REQ's). `port`: the local port (NULL: port
+ * 1 on RoCE, where there is no alternate path to load: `IBCM_EINVAL`). Errors:
+ * `IBCM_ESTATE` (no alternate path; not accepted or established), `IBCM_EINVAL` (NULL, a
+ * path without a destination LID, RoCE), `IBCM_ENOENT`, `IBCM_EBUSY`.
+ *
+ * # Safety
+ * `ctx` is NULL or a live context; `port` NULL or readable; `attr` and `mask` NULL or
+ * writable.
+ */
+int ibcm_init_alt_path_attr(struct ibcm_ctx *ctx,
+                            uint64_t conn,
+                            const struct ibcm_port *port,
+                            struct ibcm_qp_attr *attr,
+                            int *mask);
 
 /**
  * Has the daemon answer the XRC REQs for `service_id` as an XRC target owned by this

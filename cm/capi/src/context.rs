@@ -37,11 +37,13 @@ use crate::ffi::types::ibcm_status::*;
 use crate::ffi::types::{ibcm_port, ibcm_qp_attr};
 use crate::params;
 
+mod apm;
 mod data;
 mod events;
 mod sidr;
 mod xrc;
 
+pub(crate) use apm::Answer;
 use events::{pump, rejected_locally};
 use sidr::sidr_rejected;
 
@@ -87,6 +89,30 @@ struct Open {
     /// XRC SENDs sent on it (`ibcm_xrc_send`, the `sim` backend): the next one's PSN is the
     /// INI QP's `sq_psn` plus this.
     sent: u32,
+    /// Its primary and alternate paths (`apm`).
+    paths: apm::Paths,
+    /// A LAP of the peer waiting for this side's answer (`IBCM_EVENT_LAP`).
+    lap: apm::LapSlot,
+    /// A LAP of this side waiting for its APR (`ibcm_load_alt_path`).
+    lap_sent: bool,
+}
+
+impl Open {
+    /// An accepted (passive) or established (active) connection with its REQ and REP.
+    fn new(conn: Connection, req: Req, rep: Rep, side: Side, active: Option<Active>) -> Self {
+        let paths = apm::Paths::of(&req, side, active.and_then(|a| a.alt_packet_life_time));
+        Open {
+            conn,
+            req,
+            rep,
+            side,
+            active,
+            sent: 0,
+            paths,
+            lap: apm::LapSlot::None,
+            lap_sent: false,
+        }
+    }
 }
 
 /// What the active side's QP attributes need beyond the REQ: the retry count asked for (an
@@ -96,6 +122,8 @@ struct Open {
 struct Active {
     retry_count: u8,
     packet_life_time: u8,
+    /// The packet life time of the alternate path's record (`IBCM_CONNECT_ALT_PATH`).
+    alt_packet_life_time: Option<u8>,
     peer: ibcm::proto::PeerAddr,
 }
 
@@ -104,6 +132,7 @@ impl Active {
         Active {
             retry_count: p.retry_count.get(),
             packet_life_time: p.packet_life_time.get(),
+            alt_packet_life_time: None,
             peer: p.peer,
         }
     }
@@ -126,6 +155,11 @@ pub(crate) struct Shared {
     /// `context`, the listener's, `ibcm_set_context`), copied into each of its events.
     /// Locked after `conns` when both are.
     user: Mutex<HashMap<u64, usize>>,
+    /// Whether this context answers its LAPs (ibcm_lap_policy): the connections' tasks take
+    /// their LAPs while it is `true`.
+    lap_policy: tokio::sync::watch::Sender<bool>,
+    /// The LAPs delivered so far (each LAP event's number).
+    laps: AtomicU64,
 }
 
 struct ListenerTask {
@@ -185,6 +219,8 @@ impl Context {
             events,
             conns: Mutex::new(HashMap::new()),
             user: Mutex::new(HashMap::new()),
+            lap_policy: tokio::sync::watch::Sender::new(false),
+            laps: AtomicU64::new(0),
         });
         let s = shared.clone();
         let task = a.task;
@@ -325,7 +361,15 @@ impl Context {
             mut params,
             manual,
             path,
+            alternate,
         } = c;
+        if alternate && !self.node.serves_path_migration() {
+            return Err(Error::new(
+                IBCM_EUNSUPPORTED,
+                "IBCM_CONNECT_ALT_PATH: the node service does not resolve alternate paths \
+                 (an ibcmd that predates path migration)",
+            ));
+        }
         // The daemon's CM reaches peers of its own address family only: another would
         // never answer (an IPv6 peer through an IPv4 daemon timed out silently).
         if let (Some(daemon), Some(peer), None) = (self.node.daemon_addr(), params.peer.ip(), path)
@@ -345,17 +389,34 @@ impl Context {
         }
         let (cm, s) = (self.cm.clone(), self.shared.clone());
         self.start(context, move |h, mut cancelled| async move {
+            let mut alt_life = None;
             if let Some(to) = path {
+                let resolve = async {
+                    if alternate {
+                        cm.resolve_path_with_alternate(to).await
+                    } else {
+                        cm.resolve_path(to).await.map(|rec| (rec, None))
+                    }
+                };
                 let rec = tokio::select! {
-                    r = cm.resolve_path(to) => r,
+                    r = resolve => r,
                     Ok(()) = &mut cancelled => return s.cancelled(h),
                 };
                 match rec {
-                    Ok(rec) => params::apply_path(&mut params, &rec),
+                    Ok((rec, alt)) => {
+                        params::apply_path(&mut params, &rec);
+                        if let Some(alt) = alt {
+                            params::apply_alternate(&mut params, &alt);
+                            alt_life = Some(alt.packet_life_time);
+                        }
+                    }
                     Err(e) => return s.path_failed(h, to, e),
                 }
             }
-            let active = Active::of(&params);
+            let active = Active {
+                alt_packet_life_time: alt_life,
+                ..Active::of(&params)
+            };
             let r = tokio::select! {
                 r = cm.connect_manual(params) => Some(r),
                 Ok(()) = &mut cancelled => None,
@@ -506,14 +567,7 @@ impl Context {
         self.spawn(async move {
             match inc.accept(params).await {
                 Ok(conn) => {
-                    let open = Open {
-                        conn,
-                        req: req.req,
-                        rep,
-                        side: Side::Passive,
-                        active: None,
-                        sent: 0,
-                    };
+                    let open = Open::new(conn, req.req, rep, Side::Passive, None);
                     s.opened(h, open, false);
                 }
                 Err(e) => {
@@ -545,9 +599,9 @@ impl Context {
         r.map_err(Error::from)
     }
 
-    /// Sends an MRA for the REQ of `h` (passive side) or its REP (active side, manual
-    /// RTU): the answer (accept or reject; the RTU or a reject) will take up to 4.096 µs ×
-    /// 2^`timeout`. The REQ or REP stays to be answered.
+    /// Sends an MRA for the REQ of `h` (passive side), its REP (active side, manual RTU) or
+    /// the LAP waiting for this side's answer: the answer will take up to 4.096 µs ×
+    /// 2^`timeout`. The REQ, REP or LAP stays to be answered.
     pub(crate) fn mra(&self, h: u64, timeout: u8) -> Result<()> {
         let t = ibcm_mad::TimeoutExp::new(timeout).ok_or_else(|| {
             Error::new(
@@ -555,6 +609,9 @@ impl Context {
                 format!("service timeout {timeout} is above 31"),
             )
         })?;
+        if let Some(r) = self.lap_mra(h, t) {
+            return r;
+        }
         let taken = self.take(h, "ibcm_mra")?;
         let r = match &taken {
             Taken::Incoming(inc, _) => self.block_on(inc.mra(t)),
@@ -669,6 +726,7 @@ impl Context {
         if let Some(a) = active {
             c.retry_count = Some(a.retry_count);
             c.packet_life_time = Some(a.packet_life_time);
+            c.alt_packet_life_time = a.alt_packet_life_time;
         }
         let (a, m) = qp_attr(&c, state).map_err(|e| Error::new(IBCM_EINVAL, e.to_string()))?;
         let t = c

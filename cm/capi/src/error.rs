@@ -26,7 +26,7 @@ impl Error {
 pub(crate) type Result<T> = std::result::Result<T, Error>;
 
 /// Every code, in declaration order (for `ibcm_strerror` tests and docs).
-pub(crate) const ALL: [ibcm_status; 16] = [
+pub(crate) const ALL: [ibcm_status; 17] = [
     IBCM_OK,
     IBCM_EAGAIN,
     IBCM_EINVAL,
@@ -43,6 +43,7 @@ pub(crate) const ALL: [ibcm_status; 16] = [
     IBCM_EIO,
     IBCM_EINTERNAL,
     IBCM_ENOPATH,
+    IBCM_ETIMEDOUT,
 ];
 
 /// The text of a code, NUL-terminated for C.
@@ -64,6 +65,7 @@ pub(crate) const fn text(code: ibcm_status) -> &'static str {
         IBCM_EIO => "operating system error\0",
         IBCM_EINTERNAL => "internal error in libibcm\0",
         IBCM_ENOPATH => "no path to the peer\0",
+        IBCM_ETIMEDOUT => "no answer in time\0",
     }
 }
 
@@ -108,9 +110,13 @@ impl From<CmError> for Error {
                 Error::new(IBCM_EREFUSED, e.to_string())
             }
             CmError::SidrTimedOut | CmError::NoApp => Error::new(IBCM_EUNSUPPORTED, e.to_string()),
+            CmError::LapTimedOut => Error::new(IBCM_ETIMEDOUT, e.to_string()),
+            CmError::LapsNotDelegated => Error::new(IBCM_ESTATE, e.to_string()),
             CmError::Path(p) => {
                 let code = match p {
-                    PathError::NoSa | PathError::NotServed => IBCM_EUNSUPPORTED,
+                    PathError::NoSa | PathError::NotServed | PathError::AlternateNotServed => {
+                        IBCM_EUNSUPPORTED
+                    }
                     _ => IBCM_ENOPATH,
                 };
                 Error::new(code, format!("no path: {p}"))
@@ -145,7 +151,7 @@ mod tests {
             assert_eq!(status_of(c as i32), Some(c));
         }
         assert_eq!(status_of(1), None);
-        assert_eq!(status_of(-16), None);
+        assert_eq!(status_of(-17), None);
     }
 
     #[test]

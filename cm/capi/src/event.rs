@@ -44,6 +44,15 @@ pub(crate) struct Event {
     pub(crate) sidr_status: u32,
     /// SIDR_REPLY: the Q_Key.
     pub(crate) qkey: u32,
+    /// LAP: the proposed path (this side's view).
+    pub(crate) path: Option<crate::ffi::types::ibcm_path>,
+    /// APR: the status.
+    pub(crate) apr_status: u32,
+    /// APR: the additional information.
+    pub(crate) additional_info: Vec<u8>,
+    /// LAP: which LAP of the connection this event is (its acknowledgement rejects that one
+    /// only, if still unanswered).
+    pub(crate) lap_serial: u64,
 }
 
 /// Whether an event of `kind` is a connection's last (after it is acknowledged, the handle
@@ -81,6 +90,10 @@ impl Event {
             rdma_cm: None,
             sidr_status: 0,
             qkey: 0,
+            path: None,
+            apr_status: 0,
+            additional_info: Vec::new(),
+            lap_serial: 0,
         }
     }
 

@@ -5,13 +5,16 @@
 //! progress loop the way librdmacm's event channel is driven: a pollable fd, events taken
 //! with `ibcm_get_event` and given back with `ibcm_ack_event`, and calls to listen, connect,
 //! accept, reject, establish and disconnect, plus the QP attributes of each transition
-//! (`ibcm::qp_attr`) and the XRC target services the daemon hosts. Under it is the Rust
-//! client, `ibcm::rt::node::attach`, on a tokio runtime of the library's own.
+//! (`ibcm::qp_attr`), path migration (LAPs sent and answered, the alternate path's QP
+//! attributes) and the XRC target services the daemon hosts. Under it is the Rust client,
+//! `ibcm::rt::node::attach`, on a tokio runtime of the library's own.
 //!
 //! * `ffi`: the C ABI (every `unsafe` and `extern "C"` of the crate); `ffi::types`, with the
-//!   opaque `ffi::ctx` and the functions of `ffi::api` and `ffi::conn`, is what cbindgen turns
-//!   into `ibcm.h` (build.rs; the committed copy is `include/ibcm.h`);
-//! * `context`: one attachment, its connection handles and the tasks that make events;
+//!   opaque `ffi::ctx` and the functions of `ffi::api`, `ffi::conn`, `ffi::apm`, `ffi::xrc`
+//!   and `ffi::data`, is what cbindgen turns into `ibcm.h` (build.rs; the committed copy is
+//!   `include/ibcm.h`);
+//! * `context`: one attachment, its connection handles and the tasks that make events
+//!   (`context::apm`: a connection's paths and LAPs);
 //! * `event`: the event queue and its fd;
 //! * `params`: the C parameter structs as ibcm's, ibcm's QP attributes as the C struct;
 //! * `error`: the status codes.

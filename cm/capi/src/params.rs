@@ -12,7 +12,8 @@ use ibcm::qp_attr::{AhAttr, LinkLayer, LocalPort, QpAttr, QpAttrMask, QpType};
 use ibcm::sa::{cm_peer, req_mtu, req_path, PathTarget};
 use ibcm_mad::sa::PathRecord;
 use ibcm_mad::{
-    Gid, Lid, Mtu, Psn, Qkey, Qpn, ReqTransport, ServiceId, SidrStatus, TimeoutExp, U3,
+    FlowLabel, Gid, Lid, Mtu, PathInfo, Psn, Qkey, Qpn, Rate, ReqTransport, ServiceId, SidrStatus,
+    TimeoutExp, U3, U4,
 };
 
 use crate::error::{Error, Result};
@@ -159,6 +160,8 @@ pub(crate) struct Connect {
     pub(crate) params: ConnectParams,
     pub(crate) manual: bool,
     pub(crate) path: Option<PathTarget>,
+    /// `IBCM_CONNECT_ALT_PATH`: an alternate path too (with `path`).
+    pub(crate) alternate: bool,
 }
 
 /// The REQ's fields from the path `rec` to a "lid:" / "gid:" peer, as
@@ -175,6 +178,76 @@ pub(crate) fn apply_path(c: &mut ConnectParams, rec: &PathRecord) {
     if !path.is_known() || path.raw() < c.path_mtu.raw() {
         c.path_mtu = path;
     }
+}
+
+/// The REQ's alternate path from the record `rec` of the alternate path the daemon found
+/// (`IBCM_CONNECT_ALT_PATH`), as its primary path is built ([`req_path`] with
+/// [`CA_ACK_DELAY`]).
+pub(crate) fn apply_alternate(c: &mut ConnectParams, rec: &PathRecord) {
+    c.alternate_path = Some(req_path(rec, CA_ACK_DELAY));
+}
+
+/// `p` as the C struct; `turn`: written from the peer's view (a received REQ's or LAP's),
+/// so its local and remote ends are swapped to give this side's view.
+pub(crate) fn path_c(p: &PathInfo, turn: bool) -> ibcm_path {
+    let (local_lid, remote_lid, local_gid, remote_gid) = if turn {
+        (p.remote_lid, p.local_lid, p.remote_gid, p.local_gid)
+    } else {
+        (p.local_lid, p.remote_lid, p.local_gid, p.remote_gid)
+    };
+    ibcm_path {
+        local_gid: local_gid.0,
+        remote_gid: remote_gid.0,
+        flow_label: p.flow_label.get(),
+        local_lid: local_lid.0,
+        remote_lid: remote_lid.0,
+        rate: p.packet_rate.raw(),
+        traffic_class: p.traffic_class,
+        hop_limit: p.hop_limit,
+        sl: p.sl.get(),
+        subnet_local: u8::from(p.subnet_local),
+        local_ack_timeout: p.local_ack_timeout.get(),
+    }
+}
+
+/// The C struct (this side's view) as the path a LAP of this side carries; every field
+/// checked against its width.
+pub(crate) fn path_of(p: &ibcm_path) -> Result<PathInfo> {
+    let flow_label = FlowLabel::new(p.flow_label).ok_or_else(|| {
+        invalid(format!(
+            "path flow_label {:#x} is not 20 bits",
+            p.flow_label
+        ))
+    })?;
+    if p.rate > 63 {
+        return Err(invalid(format!("path rate {} is not 6 bits", p.rate)));
+    }
+    let sl = U4::new(p.sl).ok_or_else(|| invalid(format!("path sl {} is above 15", p.sl)))?;
+    if p.subnet_local > 1 {
+        return Err(invalid(format!(
+            "path subnet_local {} (0 or 1)",
+            p.subnet_local
+        )));
+    }
+    let local_ack_timeout = TimeoutExp::new(p.local_ack_timeout).ok_or_else(|| {
+        invalid(format!(
+            "path local_ack_timeout {} is above 31",
+            p.local_ack_timeout
+        ))
+    })?;
+    Ok(PathInfo {
+        local_lid: Lid(p.local_lid),
+        remote_lid: Lid(p.remote_lid),
+        local_gid: Gid(p.local_gid),
+        remote_gid: Gid(p.remote_gid),
+        flow_label,
+        packet_rate: Rate::from_raw(p.rate),
+        traffic_class: p.traffic_class,
+        hop_limit: p.hop_limit,
+        sl,
+        subnet_local: p.subnet_local == 1,
+        local_ack_timeout,
+    })
 }
 
 /// The peer string of an event: "IP:PORT"; a LID-routed InfiniBand peer as "lid:N" and one
@@ -225,10 +298,20 @@ pub(crate) fn connect_params(
     private_data: Vec<u8>,
     local: Option<IpAddr>,
 ) -> Result<Connect> {
-    let known =
-        IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_PSN | IBCM_CONNECT_SHARED_QPN | IBCM_CONNECT_RDMA_CM;
+    let known = IBCM_CONNECT_MANUAL_RTU
+        | IBCM_CONNECT_PSN
+        | IBCM_CONNECT_SHARED_QPN
+        | IBCM_CONNECT_RDMA_CM
+        | IBCM_CONNECT_ALT_PATH;
     if p.flags & !known != 0 {
         return Err(invalid(format!("unknown flags {:#x}", p.flags & !known)));
+    }
+    let alternate = p.flags & IBCM_CONNECT_ALT_PATH != 0;
+    if alternate && (p.flags & IBCM_CONNECT_RDMA_CM != 0 || !PathTarget::is_written_as_one(peer)) {
+        return Err(invalid(format!(
+            "peer {peer:?}: IBCM_CONNECT_ALT_PATH needs a \"lid:N\" or \"gid:G\" peer (the \
+             daemon's SA gives the alternate path), without IBCM_CONNECT_RDMA_CM"
+        )));
     }
     let local_qpn = qpn(p.qp_num, "qp_num")?;
     let mut path = None;
@@ -291,6 +374,7 @@ pub(crate) fn connect_params(
         params: c,
         manual: p.flags & IBCM_CONNECT_MANUAL_RTU != 0,
         path,
+        alternate,
     })
 }
 
@@ -619,6 +703,107 @@ mod tests {
             (c.retry_count, c.connect_timeout),
             (want.retry_count, want.connect_timeout)
         );
+    }
+
+    #[test]
+    fn alternate_paths_need_a_fabric_peer() {
+        let mut p = conn_param_default();
+        p.qp_num = 0x11;
+        p.flags = IBCM_CONNECT_ALT_PATH;
+        let c = connect_params(&p, "gid:fe80::5", Vec::new(), None).unwrap();
+        assert!(c.alternate && c.path.is_some());
+        assert!(
+            connect_params(&p, "lid:5", Vec::new(), None)
+                .unwrap()
+                .alternate
+        );
+        let e = connect_params(&p, "10.0.0.2", Vec::new(), None).unwrap_err();
+        assert_eq!(e.code, IBCM_EINVAL);
+        assert!(e.msg.contains("IBCM_CONNECT_ALT_PATH"), "{}", e.msg);
+        p.flags = IBCM_CONNECT_ALT_PATH | IBCM_CONNECT_RDMA_CM;
+        let e = connect_params(
+            &p,
+            "10.0.0.2:7174",
+            Vec::new(),
+            Some("10.0.0.1".parse().unwrap()),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, IBCM_EINVAL);
+        p.flags = 0;
+        assert!(
+            !connect_params(&p, "lid:5", Vec::new(), None)
+                .unwrap()
+                .alternate
+        );
+        // The REQ's alternate path is built as its primary path.
+        let rec = PathRecord {
+            slid: Lid(3),
+            dlid: Lid(6),
+            packet_life_time: 18,
+            ..PathRecord::default()
+        };
+        let mut c = connect_params(&p, "lid:5", Vec::new(), None)
+            .unwrap()
+            .params;
+        apply_alternate(&mut c, &rec);
+        assert_eq!(c.alternate_path, Some(req_path(&rec, CA_ACK_DELAY)));
+    }
+
+    #[test]
+    fn paths_cross_the_boundary_field_for_field() {
+        let p = PathInfo {
+            local_lid: Lid(3),
+            remote_lid: Lid(7),
+            local_gid: Gid([1; 16]),
+            remote_gid: Gid([2; 16]),
+            flow_label: FlowLabel::masked(0xabcde),
+            packet_rate: Rate::G10,
+            traffic_class: 0x20,
+            hop_limit: 1,
+            sl: U4::masked(5),
+            subnet_local: true,
+            local_ack_timeout: TimeoutExp::masked(19),
+        };
+        let c = path_c(&p, false);
+        assert_eq!((c.local_lid, c.remote_lid, c.sl, c.rate), (3, 7, 5, 3));
+        assert_eq!(
+            (c.flow_label, c.local_ack_timeout, c.subnet_local),
+            (0xabcde, 19, 1)
+        );
+        assert_eq!(path_of(&c), Ok(p));
+        // From the peer's view: the ends are swapped, the rest kept.
+        let t = path_c(&p, true);
+        assert_eq!((t.local_lid, t.remote_lid), (7, 3));
+        assert_eq!((t.local_gid, t.remote_gid), ([2; 16], [1; 16]));
+        assert_eq!((t.flow_label, t.sl), (c.flow_label, c.sl));
+        // Every field that does not fit is refused, naming it.
+        let bad = [
+            ibcm_path {
+                flow_label: 1 << 20,
+                ..c
+            },
+            ibcm_path { rate: 64, ..c },
+            ibcm_path { sl: 16, ..c },
+            ibcm_path {
+                subnet_local: 2,
+                ..c
+            },
+            ibcm_path {
+                local_ack_timeout: 32,
+                ..c
+            },
+        ];
+        for (b, what) in bad.iter().zip([
+            "flow_label",
+            "rate",
+            "sl",
+            "subnet_local",
+            "local_ack_timeout",
+        ]) {
+            let e = path_of(b).unwrap_err();
+            assert_eq!(e.code, IBCM_EINVAL, "{what}");
+            assert!(e.msg.contains(what), "{what}: {}", e.msg);
+        }
     }
 
     #[test]

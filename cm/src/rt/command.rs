@@ -24,6 +24,9 @@ pub(crate) type Reply<T> = oneshot::Sender<T>;
 /// A SIDR_REQ sent: its ID, and where its answer comes.
 pub(crate) type SidrPending = (ConnId, oneshot::Receiver<Result<SidrAnswer, CmError>>);
 
+/// Where the LAPs of a delegated connection go ([`Command::DelegateLaps`]).
+pub(crate) type LapSink = mpsc::UnboundedSender<(ConnId, LapArrived)>;
+
 /// Commands from the handles.
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -144,6 +147,14 @@ pub(crate) enum Command {
     SetLapPolicy {
         policy: LapPolicy,
         reply: Reply<()>,
+    },
+    /// The node service's daemon: the LAPs that arrive on `conn` go to `sink`, whatever the
+    /// endpoint's [`LapPolicy`], each to be answered with [`Command::Apr`]; `None` gives the
+    /// connection back to the policy. A LAP the sink does not take (its receiver is gone) is
+    /// answered "unsupported".
+    DelegateLaps {
+        conn: ConnId,
+        sink: Option<LapSink>,
     },
     Stats {
         reply: Reply<CmStats>,

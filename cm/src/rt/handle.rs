@@ -177,10 +177,33 @@ impl Cm {
     /// [`CmError::DriverGone`]: the node service connection is gone.
     pub async fn resolve_path(&self, to: PathTarget) -> Result<PathRecord, CmError> {
         if let Some(n) = &self.shared.node_paths {
-            return n.resolve(to).await;
+            return n.resolve(to, false).await.map(|(rec, _)| rec);
         }
         match self.shared.paths.get() {
             Some(r) => Ok(r.resolve(to).await?),
+            None => Err(PathError::NoSa.into()),
+        }
+    }
+
+    /// [`Cm::resolve_path`], and an alternate path for Automatic Path Migration when the SA
+    /// has one: another SLID and DLID between the same two ports (a fabric whose SM gives
+    /// ports more than one LID, LMC > 0), asked with a GetTable by SGID/DGID
+    /// ([`PathResolver::resolve_with_alternate`]; the daemon's, attached). The alternate
+    /// record gives the REQ's `alternate_path` as the primary one gives its primary path:
+    /// [`req_path`](crate::sa::req_path)`(&alt, ca_ack_delay)`.
+    ///
+    /// # Errors
+    /// As [`Cm::resolve_path`]; attached to a daemon that predates path migration,
+    /// [`PathError::AlternateNotServed`].
+    pub async fn resolve_path_with_alternate(
+        &self,
+        to: PathTarget,
+    ) -> Result<(PathRecord, Option<PathRecord>), CmError> {
+        if let Some(n) = &self.shared.node_paths {
+            return n.resolve(to, true).await;
+        }
+        match self.shared.paths.get() {
+            Some(r) => Ok(r.resolve_with_alternate(to).await?),
             None => Err(PathError::NoSa.into()),
         }
     }
@@ -240,10 +263,10 @@ impl Cm {
         Ok(rx)
     }
 
-    /// Whether the commands go to the node service ([`Cm::attach`]) rather than to a driver
-    /// of this process.
-    pub(super) fn attached(&self) -> bool {
-        self.shared.attached
+    /// Whether this handle is attached to a node service that does not serve path migration
+    /// (an `ibcmd` that predates it, or one told to serve no LAP exchange).
+    pub(super) fn laps_not_served(&self) -> bool {
+        self.shared.node_paths.as_ref().is_some_and(|n| !n.apm())
     }
 
     pub(super) fn slot(&self, id: ConnId) -> Option<SlotRef> {

@@ -54,9 +54,10 @@ use super::handle::{Cm, Connection};
 use super::types::{AprAnswer, CmError, LapArrived, LapPolicy};
 use crate::proto::ConnId;
 
-/// Why the LAP calls fail through the node service ([`Cm::attach`]).
+/// Why the LAP calls fail through a node service ([`Cm::attach`]) that does not serve path
+/// migration.
 pub(crate) const NOT_SERVED: &str =
-    "path migration (LAP/APR) is not served through the node service: its endpoint answers every LAP \"unsupported\"";
+    "path migration (LAP/APR) is not served by this node service (an ibcmd that predates it, or one serving no LAP exchange): its endpoint answers every LAP \"unsupported\"";
 
 impl Cm {
     /// Sets who answers the LAPs that arrive on this endpoint's connections: the driver, with
@@ -67,12 +68,19 @@ impl Cm {
     /// `next_lap` calls fail with [`CmError::LapsNotDelegated`]; the [`LapRequest`]s handed
     /// out already remain the application's to answer.
     ///
+    /// Through the node service ([`Cm::attach`]) the policy is this client's own: its
+    /// connections' LAPs come to it, the other clients' are not affected. There, going back
+    /// to `Unsupported` has the daemon answer "unsupported" every LAP delivered and not
+    /// answered yet, the [`LapRequest`]s handed out included (their answers then fail with
+    /// [`CmError::Call`]).
+    ///
     /// # Errors
-    /// [`CmError::Refused`] for [`LapPolicy::Application`] through the node service
-    /// ([`Cm::attach`]: the daemon's endpoint answers every LAP "unsupported", which
-    /// `Unsupported` asks for, so that is `Ok`); [`CmError::DriverGone`].
+    /// [`CmError::Refused`] for [`LapPolicy::Application`] through a node service that does
+    /// not serve path migration (an older `ibcmd`, whose endpoint answers every LAP
+    /// "unsupported", which `Unsupported` asks for, so that is `Ok`);
+    /// [`CmError::DriverGone`].
     pub async fn set_lap_policy(&self, policy: LapPolicy) -> Result<(), CmError> {
-        if self.attached() {
+        if self.laps_not_served() {
             return match policy {
                 LapPolicy::Unsupported => Ok(()),
                 LapPolicy::Application => Err(CmError::Refused(NOT_SERVED.into())),
@@ -106,7 +114,8 @@ impl Connection {
     ///   `WrongState` then names state ESTABLISHED), `TooLong` for the private data,
     ///   `UnknownConnection` once it has left the table.
     /// * [`CmError::Connection`]: the connection ended before the APR.
-    /// * [`CmError::Refused`] through the node service ([`Cm::attach`]), [`CmError::DriverGone`].
+    /// * [`CmError::Refused`] through a node service ([`Cm::attach`]) that does not serve
+    ///   path migration, or over its quota of LAP exchanges; [`CmError::DriverGone`].
     ///
     /// With an [`App`](crate::App) ([`Cm::bind_with_app`]) that consumes the APR event, this
     /// call waits until the connection ends.
@@ -115,7 +124,7 @@ impl Connection {
         path: PathInfo,
         private_data: &[u8],
     ) -> Result<AprAnswer, CmError> {
-        if self.cm.attached() {
+        if self.cm.laps_not_served() {
             return Err(CmError::Refused(NOT_SERVED.into()));
         }
         let conn = self.id();
@@ -142,10 +151,10 @@ impl Connection {
     /// [`CmError::LapsNotDelegated`] under [`LapPolicy::Unsupported`] (also when the policy
     /// changes back while this waits); [`CmError::Connection`] when the connection has ended
     /// (or ends while this waits); [`CmError::Call`] (`UnknownConnection`) for a connection
-    /// that has left the table; [`CmError::Refused`] through the node service
-    /// ([`Cm::attach`]); [`CmError::DriverGone`].
+    /// that has left the table; [`CmError::Refused`] through a node service ([`Cm::attach`])
+    /// that does not serve path migration; [`CmError::DriverGone`].
     pub async fn next_lap(&self) -> Result<LapRequest, CmError> {
-        if self.cm.attached() {
+        if self.cm.laps_not_served() {
             return Err(CmError::Refused(NOT_SERVED.into()));
         }
         let conn = self.id();
@@ -175,9 +184,10 @@ impl Connection {
     /// # Errors
     /// [`CmError::Call`] (`WrongState`) when the connection is not established or a LAP
     /// exchange is under way on it; `UnknownConnection` once it has left the table;
-    /// [`CmError::Refused`] through the node service ([`Cm::attach`]); [`CmError::DriverGone`].
+    /// [`CmError::Refused`] through a node service ([`Cm::attach`]) that does not serve path
+    /// migration; [`CmError::DriverGone`].
     pub async fn notify_path_migrated(&self) -> Result<(), CmError> {
-        if self.cm.attached() {
+        if self.cm.laps_not_served() {
             return Err(CmError::Refused(NOT_SERVED.into()));
         }
         let conn = self.id();
@@ -334,10 +344,11 @@ mod tests {
     use super::*;
     use crate::rt::slot::{Registry, Slot};
 
-    /// Through the node service ([`Cm::attach`]) the LAP calls are refused at once, with why,
-    /// and nothing goes to the daemon; asking for its own behaviour ("unsupported") is fine.
+    /// Through a node service ([`Cm::attach`]) that does not serve path migration the LAP
+    /// calls are refused at once, with why, and nothing goes to the daemon; asking for its
+    /// own behaviour ("unsupported") is fine.
     #[tokio::test]
-    async fn through_the_node_service_path_migration_is_refused() {
+    async fn through_an_older_node_service_path_migration_is_refused() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let cm = Cm::from_channel(
             tx,
@@ -356,7 +367,7 @@ mod tests {
         ];
         for r in refusals {
             assert!(
-                matches!(&r, Err(CmError::Refused(why)) if why.contains("node service")),
+                matches!(&r, Err(CmError::Refused(why)) if why.contains("predates")),
                 "{r:?}"
             );
         }

@@ -53,7 +53,7 @@ mod paths;
 
 #[cfg(test)]
 pub(crate) use paths::test_port;
-pub use paths::{PathError, PathResolver};
+pub use paths::{PathError, PathResolver, ALTERNATE_CANDIDATES};
 
 /// A handle on an SA client task ([`Sa::spawn`]); clones share the task.
 #[derive(Debug, Clone)]
@@ -328,6 +328,10 @@ pub(crate) mod test_sa {
         pub(crate) empty: bool,
         /// The P_Key of every path (default: the template's, or 0xFFFF).
         pub(crate) pkey: Option<Pkey>,
+        /// The ports have two LIDs each (LMC 1: the local port 2 and 3, the remote port D
+        /// and D + 1): a GetTable is answered with the paths 2 → D, 2 → D + 1 and 3 → D + 1
+        /// (one MAD, AttributeOffset 8). Otherwise a GetTable gets the one path a Get does.
+        pub(crate) lmc: bool,
     }
 
     /// The fake SA at LID 1: answers a PathRecord query from the local port at LID 2 with the
@@ -374,8 +378,20 @@ pub(crate) mod test_sa {
             a.header.method = Method::from_raw(q.header.method.raw() | 0x80);
             a.header.tid = Tid(q.header.tid.0 | 0x0001_0000_0000_0000);
             a.data = [0; 200];
+            let table = q.header.method == ibcm_mad::sa::method::GET_TABLE;
             if dlid >= 0x100 {
                 a.header.status = 0x0300;
+            } else if f.lmc && table && !f.empty {
+                a.attr_offset = 8;
+                let lids = [(2, dlid), (2, dlid + 1), (3, dlid + 1)];
+                for (i, (s, d)) in lids.into_iter().enumerate() {
+                    let r = PathRecord {
+                        slid: Lid(s),
+                        dlid: Lid(d),
+                        ..rec
+                    };
+                    a.data[i * 64..(i + 1) * 64].copy_from_slice(&r.to_bytes());
+                }
             } else if !f.empty {
                 a.data[..64].copy_from_slice(&rec.to_bytes());
             }

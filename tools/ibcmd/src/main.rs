@@ -16,6 +16,7 @@
 //!       [--max-half-open N] [--max-half-open-per-peer N] [--max-half-open-per-service N]
 //!       [--max-half-open-secs N] [--max-established N] [--max-established-per-peer N]
 //!       [--max-path-queries-per-client N] [--max-path-queries-per-user N]
+//!       [--max-laps-per-client N] [--max-laps-per-user N]
 //! ibcmd leaks --socket PATH [--json]               (orphaned and leaked TGT QPs)
 //! ibcmd reclaim --socket PATH [--qpn N]            (destroy orphans: this user's; root: any)
 //! ibcmd xrc --socket PATH [--hold]                 (a session: keeper requests, XRC services)
@@ -107,6 +108,13 @@ struct Args {
     /// Path queries one Unix user's clients may have in flight together.
     #[arg(long, default_value_t = ServerConfig::default().max_path_queries_per_user)]
     max_path_queries_per_user: usize,
+    /// LAP exchanges (path migration) one client (session) may have at once: its LAPs
+    /// waiting for their APR and the LAPs held for it unanswered; 0 serves no path migration.
+    #[arg(long, default_value_t = ServerConfig::default().max_laps)]
+    max_laps_per_client: usize,
+    /// LAP exchanges one Unix user's clients may have together.
+    #[arg(long, default_value_t = ServerConfig::default().max_laps_per_user)]
+    max_laps_per_user: usize,
     /// Connections one client (session) may hold.
     #[arg(long, default_value_t = ServerConfig::default().max_connections)]
     max_conns_per_client: usize,
@@ -707,6 +715,8 @@ async fn run(args: Args) -> Result<()> {
             addr: mode.addr(),
             max_path_queries: args.max_path_queries_per_client,
             max_path_queries_per_user: args.max_path_queries_per_user,
+            max_laps: args.max_laps_per_client,
+            max_laps_per_user: args.max_laps_per_user,
             infiniband: matches!(mode, Mode::Ib { .. }),
             roce_umad: matches!(mode, Mode::Roce { .. }),
             ..ServerConfig::default()

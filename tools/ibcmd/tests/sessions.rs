@@ -574,12 +574,14 @@ async fn hello_tells_the_daemons_address_when_asked() {
     s.write_all(&hello(true)).await.unwrap();
     match read_frame::<DaemonMsg, _>(&mut s).await.unwrap() {
         DaemonMsg::Reply {
-            result: WireResult::Hello { addr, paths },
+            result: WireResult::Hello { addr, paths, apm },
             ..
         } => {
             assert_eq!(addr, Some("127.0.0.79".parse().unwrap()));
             // This daemon answers path queries (its UDP port's answer says "no SA").
             assert_eq!(paths, 64);
+            // ... and serves path migration, 1,024 LAP exchanges of a session at once.
+            assert_eq!(apm, 1024);
         }
         other => panic!("{other:?}"),
     }

@@ -222,7 +222,8 @@ impl Shared {
                 }
                 s.push_live(h, established_event());
             }
-            let why = conn.closed().await;
+            // Its LAPs, while the context answers them, until it ends.
+            let why = s.follow(h, &conn).await;
             s.finish(h, Event::ended(h, id, true, &why));
         });
     }
@@ -305,14 +306,7 @@ impl Shared {
         let id = p.id().0;
         match p.establish(&private_data).await {
             Ok(conn) => {
-                let open = Open {
-                    conn,
-                    req,
-                    rep,
-                    side: Side::Active,
-                    active: Some(active),
-                    sent: 0,
-                };
+                let open = Open::new(conn, req, rep, Side::Active, Some(active));
                 self.opened(h, open, true);
                 Ok(())
             }

@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::ctx::ibcm_ctx;
-use super::types::ibcm_event_type::IBCM_EVENT_SIDR_REQUEST;
+use super::types::ibcm_event_type::{IBCM_EVENT_LAP, IBCM_EVENT_SIDR_REQUEST};
 use super::types::ibcm_status::*;
-use super::types::{ibcm_counter, ibcm_event};
+use super::types::{ibcm_counter, ibcm_event, ibcm_path};
 use super::{c_string, context, ctx_ref, guard, put, string};
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -26,6 +26,10 @@ struct EventBox {
     rdma_cm_src: CString,
     rdma_cm_dst: CString,
     private_data: Vec<u8>,
+    path: Option<Box<ibcm_path>>,
+    additional_info: Vec<u8>,
+    /// A LAP event's LAP (its acknowledgement rejects that one if unanswered).
+    lap_serial: u64,
 }
 
 /// Hands `e` to C: boxed, registered as outstanding on `ctx`.
@@ -54,12 +58,19 @@ fn lend(ctx: &ibcm_ctx, e: Event) -> *mut ibcm_event {
             rdma_cm_dst: std::ptr::null(),
             sidr_status: e.sidr_status,
             qkey: e.qkey,
+            path: std::ptr::null(),
+            apr_status: e.apr_status,
+            additional_info: std::ptr::null(),
+            additional_info_len: u32::try_from(e.additional_info.len()).unwrap_or(0),
         },
         peer: c_string(&e.peer),
         reason: c_string(&e.reason),
         rdma_cm_src: c_string(e.rdma_cm.as_ref().map_or("", |a| &a.0)),
         rdma_cm_dst: c_string(e.rdma_cm.as_ref().map_or("", |a| &a.1)),
         private_data: e.private_data,
+        path: e.path.map(Box::new),
+        additional_info: e.additional_info,
+        lap_serial: e.lap_serial,
     });
     // Heap buffers: they stay where they are while the box lives, wherever it moves.
     b.ev.peer = b.peer.as_ptr();
@@ -67,6 +78,11 @@ fn lend(ctx: &ibcm_ctx, e: Event) -> *mut ibcm_event {
     b.ev.rdma_cm_src = b.rdma_cm_src.as_ptr();
     b.ev.rdma_cm_dst = b.rdma_cm_dst.as_ptr();
     b.ev.private_data = b.private_data.as_ptr();
+    b.ev.additional_info = b.additional_info.as_ptr();
+    b.ev.path = b
+        .path
+        .as_deref()
+        .map_or(std::ptr::null(), |p| p as *const ibcm_path);
     let p = Box::into_raw(b);
     outstanding(ctx).insert(p as usize);
     p.cast()
@@ -93,6 +109,8 @@ fn take_back(ctx: &ibcm_ctx, p: *mut ibcm_event) -> Result<()> {
         ctx.inner.shared.acknowledged(b.ev.conn);
     } else if b.ev.event == IBCM_EVENT_SIDR_REQUEST {
         ctx.inner.shared.sidr_acknowledged(b.ev.conn);
+    } else if b.ev.event == IBCM_EVENT_LAP {
+        ctx.inner.lap_acknowledged(b.ev.conn, b.lap_serial);
     }
     Ok(())
 }
@@ -402,6 +420,9 @@ pub extern "C" fn ibcm_event_str(event: c_int) -> *const c_char {
         9 => "SERVICE_GONE\0",
         10 => "SIDR_REQUEST\0",
         11 => "SIDR_REPLY\0",
+        12 => "LAP\0",
+        13 => "APR\0",
+        14 => "LAP_ERROR\0",
         _ => "UNKNOWN\0",
     };
     t.as_ptr().cast::<c_char>()

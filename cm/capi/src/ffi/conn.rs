@@ -142,10 +142,12 @@ unsafe fn accept_param(p: *const ibcm_accept_param) -> Result<Option<ibcm::proto
     params::accept_params(p, pd).map(Some)
 }
 
-/// Sends an MRA for the REQ of a `CONNECT_REQUEST` handle, or for the REP of a
-/// `CONNECT_RESPONSE` one (`IBCM_CONNECT_MANUAL_RTU`): the answer (accept or reject; the
-/// RTU or a reject) will take up to 4.096 µs × 2^`service_timeout` (0..31), so the peer
-/// waits that long instead of retransmitting. The REQ or REP stays to be answered.
+/// Sends an MRA for the REQ of a `CONNECT_REQUEST` handle, for the REP of a
+/// `CONNECT_RESPONSE` one (`IBCM_CONNECT_MANUAL_RTU`), or for the LAP of an established
+/// connection whose `IBCM_EVENT_LAP` waits for an answer: the answer (accept or reject; the
+/// RTU or a reject; ibcm_lap_accept or ibcm_lap_reject) will take up to 4.096 µs ×
+/// 2^`service_timeout` (0..31), so the peer waits that long instead of retransmitting. The
+/// REQ, REP or LAP stays to be answered.
 ///
 /// # Safety
 /// `ctx` is NULL or a live context.

@@ -5,6 +5,8 @@
 //! * `api`: the context, the event channel, listeners, SIDR, counters, error texts;
 //! * `conn`: connections (connect, accept, reject, establish, disconnect), QP attributes,
 //!   SIDR requests and answers;
+//! * `apm`: path migration (LAPs sent and answered, migrations, a connection's paths, the
+//!   alternate path's QP attributes);
 //! * `xrc`: XRC target services, named XRC domains, TGT QPs by number (the persistent-server
 //!   operations);
 //! * `data`: the `sim` backend's XRC data path (the runtime's SRQs, SENDs on its INI
@@ -15,6 +17,7 @@
 //!   kept for `ibcm_last_error`) and the pointer checks (null pointers are `IBCM_EINVAL`).
 
 pub mod api;
+pub mod apm;
 pub mod conn;
 pub mod ctx;
 pub mod data;

@@ -4,6 +4,7 @@ use std::ffi::{c_int, CStr};
 use std::ptr::{null, null_mut};
 
 use super::api::*;
+use super::apm::*;
 use super::conn::*;
 use super::data::*;
 use super::status;
@@ -33,7 +34,7 @@ fn strerror_names_every_code() {
     // SAFETY: (test) as above.
     let t = unsafe { CStr::from_ptr(ibcm_strerror(42)) };
     assert_eq!(t.to_str().unwrap(), "unknown ibcm status");
-    for e in 1..=9 {
+    for e in 1..=14 {
         // SAFETY: (test) as above.
         let t = unsafe { CStr::from_ptr(ibcm_event_str(e)) };
         assert_ne!(t.to_str().unwrap(), "UNKNOWN", "{e}");
@@ -64,6 +65,7 @@ fn null_context_is_einval_everywhere() {
     let (mut count, mut qpn) = (0u32, 0u32);
     // SAFETY: (test) an all-zero C struct of integers and a byte array is a valid value.
     let mut info: ibcm_xrc_tgt_info = unsafe { std::mem::zeroed() };
+    let mut path = ibcm_path::default();
     // SAFETY: (test) every pointer is NULL or points to a live local.
     let codes = unsafe {
         [
@@ -103,6 +105,13 @@ fn null_context_is_einval_everywhere() {
             ibcm_xrc_srq_destroy(ctx, 16),
             ibcm_xrc_srq_recv(ctx, 16, buf.as_mut_ptr(), 1024, &mut len),
             ibcm_xrc_send(ctx, 1, 16, buf.as_ptr(), 1),
+            ibcm_lap_policy(ctx, 1),
+            ibcm_load_alt_path(ctx, 1, &path, null(), 0),
+            ibcm_lap_accept(ctx, 1, null(), 0),
+            ibcm_lap_reject(ctx, 1, 3, null(), 0, null(), 0),
+            ibcm_path_migrated(ctx, 1),
+            ibcm_query_path(ctx, 1, 0, &mut path),
+            ibcm_init_alt_path_attr(ctx, 1, null(), &mut attr, &mut mask),
         ]
     };
     for (i, c) in codes.into_iter().enumerate() {
@@ -275,6 +284,44 @@ mod attached {
             );
             assert_eq!(st(ibcm_connect(ctx, &p, null_mut())), IBCM_EINVAL);
             assert_eq!(conn, 0);
+            // A daemon that predates path migration (its hello said no `apm`): the calls
+            // that need it are refused at once, the others check their handles.
+            let path = ibcm_path::default();
+            assert_eq!(st(ibcm_lap_policy(ctx, 1)), IBCM_EUNSUPPORTED);
+            assert!(last().contains("path migration"), "{}", last());
+            assert_eq!(st(ibcm_lap_policy(ctx, 0)), IBCM_OK, "what it does anyway");
+            assert_eq!(st(ibcm_lap_policy(ctx, -1)), IBCM_EINVAL);
+            assert_eq!(
+                st(ibcm_load_alt_path(ctx, 77, &path, null(), 0)),
+                IBCM_EUNSUPPORTED
+            );
+            assert_eq!(st(ibcm_path_migrated(ctx, 77)), IBCM_EUNSUPPORTED);
+            assert_eq!(st(ibcm_lap_accept(ctx, 77, null(), 0)), IBCM_ENOENT);
+            assert_eq!(
+                st(ibcm_lap_reject(ctx, 77, 3, null(), 0, null(), 0)),
+                IBCM_ENOENT
+            );
+            assert_eq!(
+                st(ibcm_lap_reject(ctx, 77, 256, null(), 0, null(), 0)),
+                IBCM_EINVAL
+            );
+            assert_eq!(
+                st(ibcm_lap_reject(ctx, 77, 3, null(), 73, null(), 0)),
+                IBCM_ETOOLONG
+            );
+            assert_eq!(st(ibcm_lap_accept(ctx, 77, null(), 4)), IBCM_EINVAL);
+            let mut qp = ibcm_path::default();
+            assert_eq!(st(ibcm_query_path(ctx, 77, 0, &mut qp)), IBCM_ENOENT);
+            let r = ibcm_init_alt_path_attr(ctx, 77, null(), &mut attr, &mut mask);
+            assert_eq!(st(r), IBCM_ENOENT);
+            let r = ibcm_init_alt_path_attr(ctx, 77, null(), &mut attr, null_mut());
+            assert_eq!(st(r), IBCM_EINVAL);
+            p.peer = c"lid:5".as_ptr();
+            p.private_data_len = 0;
+            p.flags = IBCM_CONNECT_ALT_PATH;
+            assert_eq!(st(ibcm_connect(ctx, &p, &mut conn)), IBCM_EUNSUPPORTED);
+            p.flags = 1 << 5;
+            assert_eq!(st(ibcm_connect(ctx, &p, &mut conn)), IBCM_EINVAL, "a flag");
             // An event lent and given back once; its strings and data live until then.
             let mut e = crate::event::Event::new(ibcm_event_type::IBCM_EVENT_DISCONNECTED, 5);
             e.reason = "target gone (creator exited)".into();

@@ -20,6 +20,7 @@ use ibcm_mad::sa::{PathRecord, SaMad};
 use ibcm_mad::{Gid, Guid, Lid, Method, Pkey, Qkey, Qpn, ServiceId, Tid};
 
 use super::api::*;
+use super::apm::*;
 use super::conn::*;
 use super::ctx::ibcm_ctx;
 use super::status;
@@ -76,7 +77,9 @@ fn cm_at(lid: u16) -> PeerAddr {
 }
 
 /// The SA at LID 1: a path from LID 2 to the template's DLID (or its DGID's last two
-/// bytes), MTU 2048; ERR_NO_RECORDS for DLIDs of 0x100 and above.
+/// bytes), MTU 2048; ERR_NO_RECORDS for DLIDs of 0x100 and above. The ports have two LIDs
+/// each (LMC 1: 2 and 3, D and D + 1): a GetTable is answered with the paths 2 → D,
+/// 2 → D + 1 and 3 → D + 1.
 async fn fake_sa(mut t: MemTransport) {
     while let Ok((from, mad)) = t.recv().await {
         let Ok(q) = SaMad::parse(&mad) else { continue };
@@ -102,6 +105,19 @@ async fn fake_sa(mut t: MemTransport) {
         a.data = [0; 200];
         if dlid >= 0x100 {
             a.header.status = 0x0300;
+        } else if q.header.method == ibcm_mad::sa::method::GET_TABLE {
+            a.attr_offset = 8;
+            for (i, (s, d)) in [(2, dlid), (2, dlid + 1), (3, dlid + 1)]
+                .into_iter()
+                .enumerate()
+            {
+                let r = PathRecord {
+                    slid: Lid(s),
+                    dlid: Lid(d),
+                    ..rec
+                };
+                a.data[i * 64..(i + 1) * 64].copy_from_slice(&r.to_bytes());
+            }
         } else {
             a.data[..64].copy_from_slice(&rec.to_bytes());
         }
@@ -277,6 +293,328 @@ fn connects_by_lid_and_gid_and_says_why_not() {
     p.peer = bad.as_ptr();
     p.qp_num = 0x140;
     let mut h = 0u64;
+    // SAFETY: (test) live locals.
+    assert_eq!(st(unsafe { ibcm_connect(client, &p, &mut h) }), IBCM_EINVAL);
+    // SAFETY: (test) each context closed once, last.
+    unsafe {
+        assert_eq!(st(ibcm_close(client)), IBCM_OK);
+        assert_eq!(st(ibcm_close(server)), IBCM_OK);
+    }
+    drop(rt);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An event of `ctx` (5 s at most), acknowledged after `f` has read it.
+fn with_event<R>(ctx: *mut ibcm_ctx, f: impl FnOnce(&ibcm_event) -> R) -> R {
+    let mut ev = null_mut();
+    // SAFETY: (test) a live context and a writable local; the event is read before it is
+    // given back.
+    unsafe {
+        assert_eq!(st(ibcm_wait_event(ctx, 5000, &mut ev)), IBCM_OK);
+        let r = f(&*ev);
+        assert_eq!(st(ibcm_ack_event(ctx, ev)), IBCM_OK);
+        r
+    }
+}
+
+/// The next event of `ctx` (5 s at most), not acknowledged.
+fn take(ctx: *mut ibcm_ctx) -> *mut ibcm_event {
+    let mut ev = null_mut();
+    // SAFETY: (test) a live context and a writable local.
+    assert_eq!(st(unsafe { ibcm_wait_event(ctx, 5000, &mut ev) }), IBCM_OK);
+    ev
+}
+
+/// The bytes of an event's `private_data`.
+fn pd(e: &ibcm_event) -> Vec<u8> {
+    if e.private_data_len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: (test) the event's data, valid until it is acknowledged.
+    unsafe { std::slice::from_raw_parts(e.private_data, e.private_data_len as usize) }.to_vec()
+}
+
+fn ib_port() -> ibcm_port {
+    ibcm_port {
+        port_num: 1,
+        sgid_index: 0,
+        lmc: 1,
+        pkey_index: 0,
+        link_layer: ibcm_link_layer::IBCM_LINK_LAYER_INFINIBAND as u32,
+    }
+}
+
+fn query(ctx: *mut ibcm_ctx, h: u64, which: ibcm_path_kind) -> Result<ibcm_path, ibcm_status> {
+    let mut p = ibcm_path::default();
+    // SAFETY: (test) a live context and a local.
+    match st(unsafe { ibcm_query_path(ctx, h, which as c_int, &mut p) }) {
+        IBCM_OK => Ok(p),
+        e => Err(e),
+    }
+}
+
+fn alt_attr(ctx: *mut ibcm_ctx, h: u64) -> Result<(ibcm_qp_attr, c_int), ibcm_status> {
+    let (mut a, mut m) = (ibcm_qp_attr::default(), 0);
+    let port = ib_port();
+    // SAFETY: (test) a live context and locals.
+    match st(unsafe { ibcm_init_alt_path_attr(ctx, h, &port, &mut a, &mut m) }) {
+        IBCM_OK => Ok((a, m)),
+        e => Err(e),
+    }
+}
+
+/// The LIDs of a path, this side's first.
+fn lids(p: &ibcm_path) -> (u16, u16) {
+    (p.local_lid, p.remote_lid)
+}
+
+const ALT_PATH: c_int = 1 << 14;
+const PATH_MIG_STATE: c_int = 1 << 18;
+
+/// Automatic Path Migration through the C ABI: a connect to "gid:G" with
+/// `IBCM_CONNECT_ALT_PATH` carries the alternate path the daemon found (LMC 1), the RTR
+/// attributes load it, both sides see the paths; the client reports the migration and
+/// loads the former primary back as the alternate (a LAP), which the server (that answers
+/// its LAPs) loads and accepts after an MRA; a LAP rejected with a status, one acknowledged
+/// unanswered ("rejected"), one answered by the daemon ("unsupported"); and the errors.
+#[test]
+fn paths_migrate_through_the_c_abi() {
+    let dir = std::env::temp_dir().join(format!("ibcm-capi-apm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a_sock, b_sock): (PathBuf, PathBuf) = (dir.join("a.sock"), dir.join("b.sock"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let net = MemNetwork::new();
+    rt.block_on(async {
+        daemon(&net, &a_sock, 2, true).await;
+        daemon(&net, &b_sock, 5, false).await;
+    });
+    let (client, server) = (open(&a_sock), open(&b_sock));
+    // SAFETY: (test) live contexts.
+    unsafe {
+        assert_eq!(st(ibcm_lap_policy(server, 2)), IBCM_EINVAL);
+        assert_eq!(st(ibcm_lap_policy(server, 1)), IBCM_OK);
+        assert_eq!(st(ibcm_listen(server, 0x77)), IBCM_OK);
+    }
+    let peer = CString::new("gid:fe80::5").unwrap();
+    let mut p = crate::params::conn_param_default();
+    p.peer = peer.as_ptr();
+    p.service_id = 0x77;
+    p.qp_num = 0x300;
+    p.flags = IBCM_CONNECT_MANUAL_RTU | IBCM_CONNECT_ALT_PATH;
+    let mut h = 0u64;
+    // SAFETY: (test) live locals.
+    assert_eq!(st(unsafe { ibcm_connect(client, &p, &mut h) }), IBCM_OK);
+    // The passive side sees the REQ's paths, turned to its view.
+    let sh = with_event(server, |e| {
+        assert_eq!(e.event, IBCM_EVENT_CONNECT_REQUEST);
+        e.conn
+    });
+    assert_eq!(
+        lids(&query(server, sh, ibcm_path_kind::IBCM_PATH_PRIMARY).unwrap()),
+        (5, 2)
+    );
+    assert_eq!(
+        lids(&query(server, sh, ibcm_path_kind::IBCM_PATH_ALTERNATE).unwrap()),
+        (6, 3)
+    );
+    assert_eq!(
+        alt_attr(server, sh).unwrap_err(),
+        IBCM_ESTATE,
+        "not accepted yet"
+    );
+    let mut ap = crate::params::accept_param_default();
+    ap.qp_num = 0x400;
+    // SAFETY: (test) a live context and a local.
+    assert_eq!(st(unsafe { ibcm_accept(server, sh, &ap) }), IBCM_OK);
+    with_event(client, |e| assert_eq!(e.event, IBCM_EVENT_CONNECT_RESPONSE));
+    // The RTR attributes load the REQ's alternate path; RTS arms it.
+    let (mut a, mut m) = (ibcm_qp_attr::default(), 0);
+    let port = ib_port();
+    // SAFETY: (test) a live context and locals.
+    unsafe {
+        assert_eq!(
+            st(ibcm_init_qp_attr(
+                client,
+                h,
+                2,
+                &port,
+                null(),
+                &mut a,
+                &mut m
+            )),
+            IBCM_OK
+        );
+        assert_eq!(m & ALT_PATH, ALT_PATH);
+        assert_eq!(
+            (
+                a.ah_attr.dlid,
+                a.alt_ah_attr.dlid,
+                a.alt_ah_attr.src_path_bits
+            ),
+            (5, 6, 1)
+        );
+        assert_eq!(
+            st(ibcm_init_qp_attr(
+                client,
+                h,
+                3,
+                &port,
+                null(),
+                &mut a,
+                &mut m
+            )),
+            IBCM_OK
+        );
+        assert_eq!((m & PATH_MIG_STATE, a.path_mig_state), (PATH_MIG_STATE, 1));
+        assert_eq!(st(ibcm_establish(client, h, null(), 0)), IBCM_OK);
+    }
+    with_event(client, |e| assert_eq!(e.event, IBCM_EVENT_ESTABLISHED));
+    with_event(server, |e| assert_eq!(e.event, IBCM_EVENT_ESTABLISHED));
+    let primary = query(client, h, ibcm_path_kind::IBCM_PATH_PRIMARY).unwrap();
+    assert_eq!(lids(&primary), (2, 5));
+    let alt = query(client, h, ibcm_path_kind::IBCM_PATH_ALTERNATE).unwrap();
+    assert_eq!(lids(&alt), (3, 6));
+    // The REQ's alternate path, as its QP loaded it (the active side's view).
+    assert_eq!(alt_attr(client, h).unwrap().0.alt_ah_attr.dlid, 6);
+    // The QP migrated: the alternate is the primary, none is left.
+    // SAFETY: (test) a live context.
+    assert_eq!(st(unsafe { ibcm_path_migrated(client, h) }), IBCM_OK);
+    assert_eq!(
+        lids(&query(client, h, ibcm_path_kind::IBCM_PATH_PRIMARY).unwrap()),
+        (3, 6)
+    );
+    assert_eq!(
+        query(client, h, ibcm_path_kind::IBCM_PATH_ALTERNATE),
+        Err(IBCM_ESTATE)
+    );
+    assert_eq!(alt_attr(client, h).unwrap_err(), IBCM_ESTATE);
+    // The former primary back as the alternate: a LAP; one at a time.
+    let load = |path: &ibcm_path, data: &[u8]| {
+        // SAFETY: (test) a live context and locals.
+        st(unsafe { ibcm_load_alt_path(client, h, path, data.as_ptr(), data.len() as u32) })
+    };
+    assert_eq!(load(&primary, b"back"), IBCM_OK);
+    assert_eq!(load(&primary, b""), IBCM_EBUSY);
+    // The LAP event is answered before it is acknowledged.
+    let lap = take(server);
+    // SAFETY: (test) the event, valid until it is acknowledged below.
+    let (lap_path, lap_pd) = unsafe {
+        let e = &*lap;
+        assert_eq!((e.event, e.conn), (IBCM_EVENT_LAP, sh));
+        assert!(!e.path.is_null());
+        (*e.path, pd(e))
+    };
+    assert_eq!((lids(&lap_path), lap_pd.as_slice()), ((5, 2), &b"back"[..]));
+    // The server loads the LAP's path (its DLID is the client's port) and accepts it after
+    // an MRA.
+    let (sa, sm) = alt_attr(server, sh).unwrap();
+    assert_eq!((sa.alt_ah_attr.dlid, sm), (2, ALT_PATH | PATH_MIG_STATE));
+    // SAFETY: (test) a live context and its event.
+    unsafe {
+        assert_eq!(st(ibcm_mra(server, sh, 16)), IBCM_OK);
+        assert_eq!(st(ibcm_lap_accept(server, sh, b"ok".as_ptr(), 2)), IBCM_OK);
+        assert_eq!(
+            st(ibcm_lap_accept(server, sh, null(), 0)),
+            IBCM_ESTATE,
+            "answered"
+        );
+        assert_eq!(st(ibcm_ack_event(server, lap)), IBCM_OK);
+    }
+    let (status, data) = with_event(client, |e| {
+        assert_eq!((e.event, e.status), (IBCM_EVENT_APR, IBCM_OK));
+        (e.apr_status, pd(e))
+    });
+    assert_eq!((status, data.as_slice()), (0, &b"ok"[..]));
+    assert_eq!(
+        lids(&query(client, h, ibcm_path_kind::IBCM_PATH_ALTERNATE).unwrap()),
+        (2, 5)
+    );
+    assert_eq!(
+        lids(&query(server, sh, ibcm_path_kind::IBCM_PATH_ALTERNATE).unwrap()),
+        (5, 2)
+    );
+    assert_eq!(alt_attr(client, h).unwrap().0.alt_ah_attr.dlid, 5);
+    // Rejected with a status, information and data.
+    assert_eq!(load(&primary, b""), IBCM_OK);
+    let lap = take(server);
+    // SAFETY: (test) a live context, locals and its event.
+    unsafe {
+        assert_eq!((*lap).event, IBCM_EVENT_LAP);
+        let r = ibcm_lap_reject(server, sh, 0, null(), 0, null(), 0);
+        assert_eq!(st(r), IBCM_EINVAL, "status 0 is an accept");
+        let r = ibcm_lap_reject(server, sh, 7, b"i".as_ptr(), 1, null(), 149);
+        assert_eq!(st(r), IBCM_ETOOLONG);
+        let r = ibcm_lap_reject(server, sh, 7, b"i".as_ptr(), 1, b"no".as_ptr(), 2);
+        assert_eq!(st(r), IBCM_OK);
+        assert_eq!(st(ibcm_ack_event(server, lap)), IBCM_OK);
+    }
+    let (status, info, data) = with_event(client, |e| {
+        assert_eq!(e.event, IBCM_EVENT_APR);
+        // SAFETY: (test) the event's data, valid until it is acknowledged.
+        let info = unsafe {
+            std::slice::from_raw_parts(e.additional_info, e.additional_info_len as usize)
+        };
+        (e.apr_status, info.to_vec(), pd(e))
+    });
+    assert_eq!((status, info, data), (7, b"i".to_vec(), b"no".to_vec()));
+    // Its event acknowledged unanswered: "rejected".
+    assert_eq!(load(&primary, b""), IBCM_OK);
+    with_event(server, |e| assert_eq!(e.event, IBCM_EVENT_LAP));
+    let status = with_event(client, |e| {
+        assert_eq!(e.event, IBCM_EVENT_APR);
+        e.apr_status
+    });
+    assert_eq!(status, 3);
+    // Back to the daemon's answers: "unsupported".
+    // SAFETY: (test) a live context.
+    assert_eq!(st(unsafe { ibcm_lap_policy(server, 0) }), IBCM_OK);
+    assert_eq!(load(&primary, b""), IBCM_OK);
+    let status = with_event(client, |e| {
+        assert_eq!(e.event, IBCM_EVENT_APR);
+        e.apr_status
+    });
+    assert_eq!(status, 2);
+    // Bad arguments.
+    let bad = ibcm_path { sl: 16, ..primary };
+    assert_eq!(load(&bad, b""), IBCM_EINVAL);
+    assert_eq!(load(&primary, &[0; 169]), IBCM_ETOOLONG);
+    // SAFETY: (test) a live context and locals.
+    unsafe {
+        assert_eq!(
+            st(ibcm_load_alt_path(client, h, null(), null(), 0)),
+            IBCM_EINVAL
+        );
+        assert_eq!(
+            st(ibcm_load_alt_path(client, 999, &primary, null(), 0)),
+            IBCM_ENOENT
+        );
+        assert_eq!(
+            st(ibcm_query_path(client, h, 2, &mut ibcm_path::default())),
+            IBCM_EINVAL
+        );
+        assert_eq!(st(ibcm_query_path(client, h, 0, null_mut())), IBCM_EINVAL);
+        assert_eq!(st(ibcm_lap_accept(server, sh, null(), 0)), IBCM_ESTATE);
+        assert_eq!(st(ibcm_path_migrated(client, 999)), IBCM_ENOENT);
+        assert_eq!(st(ibcm_disconnect(client, h, null(), 0)), IBCM_OK);
+    }
+    with_event(client, |e| assert_eq!(e.event, IBCM_EVENT_DISCONNECTED));
+    with_event(server, |e| assert_eq!(e.event, IBCM_EVENT_DISCONNECTED));
+    // Without an SA (a daemon not on an InfiniBand port): the connect's final event.
+    let to2 = CString::new("lid:2").unwrap();
+    p.peer = to2.as_ptr();
+    p.qp_num = 0x310;
+    // SAFETY: (test) live locals.
+    assert_eq!(st(unsafe { ibcm_connect(server, &p, &mut h) }), IBCM_OK);
+    let (t, status) = with_event(server, |e| (e.event, e.status));
+    assert_eq!((t, status), (IBCM_EVENT_CONNECT_ERROR, IBCM_EUNSUPPORTED));
+    // An IP peer has no alternate path to ask for.
+    let ip = CString::new("10.0.0.9").unwrap();
+    p.peer = ip.as_ptr();
     // SAFETY: (test) live locals.
     assert_eq!(st(unsafe { ibcm_connect(client, &p, &mut h) }), IBCM_EINVAL);
     // SAFETY: (test) each context closed once, last.

@@ -51,6 +51,8 @@ pub enum ibcm_status {
     /// answer, the daemon's port has no SM yet, or the path is not in the port's P_Key 0
     /// (the `CONNECT_ERROR` event's `reason` says which).
     IBCM_ENOPATH = -15,
+    /// No answer in time: a LAP the peer never answered (`IBCM_EVENT_LAP_ERROR`).
+    IBCM_ETIMEDOUT = -16,
 }
 
 /// What an event reports (`struct ibcm_event.event`).
@@ -97,6 +99,22 @@ pub enum ibcm_event_type {
     /// `private_data`). A non-success status is still this event. No answer after every
     /// retry is `IBCM_EVENT_UNREACHABLE`.
     IBCM_EVENT_SIDR_REPLY = 11,
+    /// A LAP arrived on an established connection (this context answers its LAPs:
+    /// ibcm_lap_policy `IBCM_LAP_APPLICATION`): the peer proposes `path` (from this side's
+    /// view) as the connection's alternate path, with `private_data`. Load it into the QP
+    /// (ibcm_init_alt_path_attr, then `ibv_modify_qp`) and ibcm_lap_accept, or ibcm_lap_reject
+    /// (ibcm_mra first for more time), before acknowledging the event: acknowledged
+    /// unanswered, the LAP is rejected (APR status 3). One at a time per connection.
+    IBCM_EVENT_LAP = 12,
+    /// ibcm_load_alt_path: the peer's APR arrived (`apr_status`: 0 "path loaded", then load
+    /// the path into the QP with ibcm_init_alt_path_attr; any other, the path is not loaded;
+    /// `additional_info`, `private_data`). `status` is `IBCM_OK` whatever `apr_status`.
+    IBCM_EVENT_APR = 13,
+    /// ibcm_load_alt_path: the LAP exchange ended without an APR (`status`:
+    /// `IBCM_ETIMEDOUT` when the peer never answered, `IBCM_ESTATE` when the connection
+    /// could not take a LAP, `IBCM_ECLOSED`, `IBCM_EREFUSED` the daemon's quota; `reason`).
+    /// The connection stays on the paths it had.
+    IBCM_EVENT_LAP_ERROR = 14,
 }
 
 /// Transports of ibcm_conn_param.transport and ibcm_event.transport.
@@ -162,6 +180,26 @@ pub enum ibcm_qp_state {
     IBCM_QPS_RTS = 3,
 }
 
+/// Who answers the LAPs that arrive on this context's connections (ibcm_lap_policy).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_lap_policy {
+    /// The daemon answers each at once with APR status 2, "unsupported" (the default).
+    IBCM_LAP_UNSUPPORTED = 0,
+    /// Each comes as an `IBCM_EVENT_LAP`, for this context to answer.
+    IBCM_LAP_APPLICATION = 1,
+}
+
+/// Which path of a connection ibcm_query_path gives.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ibcm_path_kind {
+    /// The primary path: the REQ's, or after ibcm_path_migrated the alternate it migrated to.
+    IBCM_PATH_PRIMARY = 0,
+    /// The alternate path: the REQ's, or the last one a LAP exchange loaded (APR status 0).
+    IBCM_PATH_ALTERNATE = 1,
+}
+
 /// Link layer of the local port (`IBV_LINK_LAYER_*` values).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -202,6 +240,14 @@ pub const IBCM_CONNECT_SHARED_QPN: u32 = 4;
 /// private data (then at most `IBCM_REQ_RDMA_CM_PRIVATE_DATA_MAX` bytes), from the node
 /// service's address and a port of this library's choosing.
 pub const IBCM_CONNECT_RDMA_CM: u32 = 8;
+/// ibcm_conn_param.flags: with a "lid:N" / "gid:G" peer, also ask the daemon for an
+/// alternate path (another SLID and DLID between the same ports, for Automatic Path
+/// Migration: a fabric whose SM gives ports more than one LID, LMC > 0) and send it in the
+/// REQ; ibcm_init_qp_attr's RTR attributes then load it (`IBV_QP_ALT_PATH`). When the SA has
+/// none, the REQ goes without (ibcm_query_path `IBCM_PATH_ALTERNATE` says `IBCM_ESTATE`). An
+/// IP peer, or with `IBCM_CONNECT_RDMA_CM`: `IBCM_EINVAL`; a daemon that does not serve
+/// path migration: `IBCM_EUNSUPPORTED`.
+pub const IBCM_CONNECT_ALT_PATH: u32 = 16;
 
 /// rdma_cm's TCP port space (`RDMA_PS_TCP`, RC), for ibcm_rdma_cm_service_id.
 pub const IBCM_PS_TCP: u16 = 0x0106;
@@ -227,6 +273,12 @@ pub const IBCM_REJ_PRIVATE_DATA_MAX: u32 = 148;
 pub const IBCM_RTU_PRIVATE_DATA_MAX: u32 = 224;
 /// The largest private data of a DREQ (ibcm_disconnect).
 pub const IBCM_DREQ_PRIVATE_DATA_MAX: u32 = 220;
+/// The largest private data of a LAP (ibcm_load_alt_path).
+pub const IBCM_LAP_PRIVATE_DATA_MAX: u32 = 168;
+/// The largest private data of an APR (ibcm_lap_accept, ibcm_lap_reject).
+pub const IBCM_APR_PRIVATE_DATA_MAX: u32 = 148;
+/// The largest additional information of an APR (ibcm_lap_reject).
+pub const IBCM_APR_INFO_MAX: u32 = 72;
 /// The most SRQ numbers an XRC REP announces (ibcm_xrc_listen's `n_srqns`).
 pub const IBCM_XRC_SRQNS_MAX: u32 = 47;
 
@@ -332,6 +384,38 @@ pub struct ibcm_port {
     pub pkey_index: u16,
     /// `ibcm_link_layer`.
     pub link_layer: u32,
+}
+
+/// A path of a connection as the CM messages carry it (a REQ's primary or alternate path, a
+/// LAP's), written from this side's view: `local_*` is this side's port, `remote_*` the
+/// peer's (a LAP and a passive side's REQ carry it the other way round: the library turns
+/// them). The fields of the IBTA path record the CM uses.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ibcm_path {
+    /// This side's port GID.
+    pub local_gid: [u8; 16],
+    /// The peer's port GID.
+    pub remote_gid: [u8; 16],
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+    /// This side's port LID (0xFFFF, permissive, for a path that leaves the subnet).
+    pub local_lid: u16,
+    /// The peer's port LID.
+    pub remote_lid: u16,
+    /// Packet rate (IBTA rate code, the values of `enum ibv_rate`; 6 bits).
+    pub rate: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Service level (4 bits).
+    pub sl: u8,
+    /// 1 when the path does not leave the subnet, else 0.
+    pub subnet_local: u8,
+    /// Local ACK timeout exponent (5 bits): 4.096 µs × 2^N, what the receiving QP's
+    /// `timeout` is derived from.
+    pub local_ack_timeout: u8,
 }
 
 /// The global route of an address vector (`struct ibv_global_route`).
@@ -486,6 +570,18 @@ pub struct ibcm_event {
     pub sidr_status: u32,
     /// SIDR_REPLY: the Q_Key of the UD QP that serves the service (`remote_qpn`).
     pub qkey: u32,
+    /// LAP: the proposed alternate path, from this side's view; NULL in other events.
+    pub path: *const ibcm_path,
+    /// APR: the APR's status (IBTA table 121: 0 path loaded, 1 invalid comm ID, 2
+    /// unsupported, 3 rejected, 4 redirect, 5 is current path, 6 invalid QPN, 7 invalid LID,
+    /// 8 invalid GID, 9 invalid flow label, 10 invalid traffic class, 11 invalid hop limit,
+    /// 12 invalid packet rate, 13 invalid SL).
+    pub apr_status: u32,
+    /// APR: the APR's additional information (`additional_info_len` bytes); may be NULL when
+    /// the length is 0.
+    pub additional_info: *const u8,
+    /// Length of `additional_info`.
+    pub additional_info_len: u32,
 }
 
 /// What ibcm_sidr_query sends. Fill it with ibcm_sidr_param_init first.

@@ -42,7 +42,8 @@ impl<T: DatagramTransport> Driver<T> {
             | Command::Apr { .. }
             | Command::LapUnanswered { .. }
             | Command::PathMigrated { .. }
-            | Command::SetLapPolicy { .. } => self.on_lap_command(t, cmd),
+            | Command::SetLapPolicy { .. }
+            | Command::DelegateLaps { .. } => self.on_lap_command(t, cmd),
             Command::Stats { .. }
             | Command::RandomPsn { .. }
             | Command::Len { .. }

@@ -2,7 +2,8 @@
 //! ([`Command::LoadAltPath`]) and the APRs that answer them; the LAPs that arrive, answered
 //! "unsupported" ([`LapPolicy::Unsupported`]) or held for
 //! [`Connection::next_lap`](crate::rt::Connection::next_lap) ([`LapPolicy::Application`]);
-//! and the handles' answers to those.
+//! and the handles' answers to those; the connections the node service's daemon delegated
+//! ([`Command::DelegateLaps`]), whose LAPs go to its sessions whatever the policy.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -11,8 +12,8 @@ use ibcm_mad::AprStatus;
 use tracing::{debug, warn};
 
 use super::Driver;
-use crate::proto::{CallError, ConnId, ConnectionError, EventKind, LapState};
-use crate::rt::command::{Command, Reply};
+use crate::proto::{CallError, ConnId, ConnectionError, EventKind, LapState, State};
+use crate::rt::command::{Command, LapSink, Reply};
 use crate::rt::now;
 use crate::rt::types::{AprAnswer, CmError, ConnStatus, LapArrived, LapPolicy};
 use crate::rt::DatagramTransport;
@@ -32,6 +33,9 @@ pub(super) struct Laps {
     held: BTreeMap<ConnId, LapArrived>,
     /// The `next_lap` calls waiting for a LAP, by connection, oldest first.
     waiting: BTreeMap<ConnId, Vec<LapWaiter>>,
+    /// Connections whose LAPs go to a sink whatever the policy (the node service's sessions
+    /// that answer their LAPs themselves), until they close or are given back.
+    delegated: BTreeMap<ConnId, LapSink>,
 }
 
 /// Offers `lap` to `w`: `None` when it took it, else the LAP back (its `next_lap` is gone).
@@ -92,6 +96,17 @@ impl<T: DatagramTransport> Driver<T> {
             Command::SetLapPolicy { policy, reply } => {
                 self.set_lap_policy(t, policy);
                 let _ = reply.send(());
+            }
+            // Only a connection that has not closed (its `lap_closed` forgets it).
+            Command::DelegateLaps {
+                conn,
+                sink: Some(sink),
+            } if matches!(self.ep.state(conn), Some(s) if s != State::Timewait && s != State::Idle) =>
+            {
+                self.laps.delegated.insert(conn, sink);
+            }
+            Command::DelegateLaps { conn, .. } => {
+                self.laps.delegated.remove(&conn);
             }
             // A requeued or dropped LAP that needs no answer any more, or not a LAP command
             // (`on_command` routes none here).
@@ -181,9 +196,21 @@ impl<T: DatagramTransport> Driver<T> {
     pub(super) fn on_lap_event(&mut self, id: ConnId, kind: EventKind) {
         match kind {
             EventKind::LapReceived { path, private_data } => {
+                let lap = LapArrived { path, private_data };
+                // A delegated connection's LAP goes to its sink, whatever the policy.
+                let lap = match self.laps.delegated.get(&id) {
+                    Some(sink) => match sink.send((id, lap)) {
+                        Ok(()) => return,
+                        Err(e) => {
+                            self.laps.delegated.remove(&id);
+                            e.0 .1
+                        }
+                    },
+                    None => lap,
+                };
                 // Held for the application only on a connection it has a handle for.
                 if self.laps.policy == LapPolicy::Application && self.registry.get(id).is_some() {
-                    self.deliver_lap(id, LapArrived { path, private_data });
+                    self.deliver_lap(id, lap);
                 } else {
                     // `LapPolicy::Unsupported`: alternate paths are not loaded here.
                     self.answer_lap(now(), id, AprStatus::Unsupported);
@@ -223,6 +250,7 @@ impl<T: DatagramTransport> Driver<T> {
     /// The connection `id` closed with `e`: its LAP exchange ends with it.
     pub(super) fn lap_closed(&mut self, id: ConnId, e: &ConnectionError) {
         self.laps.held.remove(&id);
+        self.laps.delegated.remove(&id);
         if let Some(reply) = self.laps.sent.remove(&id) {
             let _ = reply.send(Err(CmError::Connection(e.clone())));
         }

@@ -63,6 +63,9 @@ pub struct Node {
     keeper_events: Arc<Mutex<mpsc::UnboundedReceiver<serde_json::Value>>>,
     /// The daemon's CM address, as its hello reply gave it.
     daemon_addr: Option<std::net::IpAddr>,
+    /// The LAP exchanges of a session the daemon serves at once (its hello's `apm`; 0: it
+    /// does not serve path migration).
+    apm: u32,
 }
 
 impl Node {
@@ -72,6 +75,15 @@ impl Node {
     /// predates the `hello` answer, or a server not told its address).
     pub fn daemon_addr(&self) -> Option<std::net::IpAddr> {
         self.daemon_addr
+    }
+
+    /// Whether the daemon serves path migration to this client (its hello said so): LAPs
+    /// sent and answered through it ([`Connection::load_alt_path`](crate::rt::Connection::load_alt_path),
+    /// [`Cm::set_lap_policy`], [`Connection::notify_path_migrated`](crate::rt::Connection::notify_path_migrated))
+    /// and alternate paths ([`Cm::resolve_path_with_alternate`]). `false` for an `ibcmd`
+    /// that predates it (those calls fail at once, nothing is sent).
+    pub fn serves_path_migration(&self) -> bool {
+        self.apm > 0
     }
 
     /// Sends `op`; its answer, `pick`ed (`None`: an answer of another kind). A refusal is
@@ -255,8 +267,11 @@ impl Cm {
     /// [`Cm::sidr`] is sent by the daemon's endpoint, a SIDR_REQ for one of this client's
     /// services reaches its [`Listener`](crate::rt::Listener), and [`Cm::stats`] gives the
     /// daemon endpoint's counters (node-wide), [`Cm::resolve_path`] is asked of the
-    /// daemon's SA client (`ibcmd --umad DEV` on an InfiniBand port). Not served through a
-    /// daemon:
+    /// daemon's SA client (`ibcmd --umad DEV` on an InfiniBand port). Path migration is
+    /// served by an `ibcmd` that says so ([`Node::serves_path_migration`]): this client's
+    /// LAPs go out through the daemon's endpoint, and with [`Cm::set_lap_policy`] the LAPs
+    /// of its connections come to it (the other clients' policies are their own). Not
+    /// served through a daemon:
     /// [`Cm::with_app`] (the app runs in the daemon) fails with
     /// [`CmError::Refused`]. [`Cm::connection_count`]
     /// counts this client's connections.
@@ -303,21 +318,22 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
     // socket closed, the refusal is read all the same.
     let sent = write_frame(&mut wr, &hello).await;
     // A daemon that predates the `hello` answer says `ok`, without its address; one that
-    // predates path queries does not say `paths` (how many it serves at once).
-    let (daemon_addr, paths) = match read_frame::<DaemonMsg, _>(&mut rd).await {
+    // predates path queries does not say `paths` (how many it serves at once), one that
+    // predates path migration does not say `apm`.
+    let (daemon_addr, paths, apm) = match read_frame::<DaemonMsg, _>(&mut rd).await {
         Ok(DaemonMsg::Reply {
             result: WireResult::Ok,
             ..
         }) => {
             sent?;
-            (None, 0)
+            (None, 0, 0)
         }
         Ok(DaemonMsg::Reply {
-            result: WireResult::Hello { addr, paths },
+            result: WireResult::Hello { addr, paths, apm },
             ..
         }) => {
             sent?;
-            (addr, paths)
+            (addr, paths, apm)
         }
         Ok(other) => {
             return Err(io::Error::new(
@@ -330,7 +346,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
     let (tx, rx) = mpsc::unbounded_channel();
     let registry = Registry::default();
     let (node_tx, node_rx) = mpsc::unbounded_channel();
-    let node_paths = super::paths::NodePaths::new(node_tx.clone(), paths);
+    let node_paths = super::paths::NodePaths::new(node_tx.clone(), paths, apm > 0);
     let cm = Cm::from_channel(tx, registry.clone(), node_paths);
     let (ev_tx, ev_rx) = mpsc::unbounded_channel();
     let (kev_tx, kev_rx) = mpsc::unbounded_channel();
@@ -361,6 +377,8 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
         events: ev_tx,
         keeper_events: kev_tx,
         unsupported_logged: false,
+        laps: super::lap::ClientLaps::default(),
+        unanswered_laps: crate::log_limit::LogLimit::default(),
     };
     let task = tokio::spawn(client.run(rx, node_rx, msg_rx));
     Ok(Attached {
@@ -370,6 +388,7 @@ pub async fn attach(path: impl AsRef<Path>) -> io::Result<Attached> {
             events: Arc::new(Mutex::new(ev_rx)),
             keeper_events: Arc::new(Mutex::new(kev_rx)),
             daemon_addr,
+            apm,
         },
         task,
         socket_fd,
@@ -391,6 +410,10 @@ enum Waiter {
     Stats(Reply<crate::rt::CmStats>),
     Len(Reply<usize>),
     Node(oneshot::Sender<WireResult>),
+    /// `load_alt_path`: the APR (or the LAP's timeout).
+    Lap(Reply<Result<crate::rt::AprAnswer, CmError>>),
+    /// A request whose caller waits for it to be done (`set_lap_policy`).
+    Done(Reply<()>),
 }
 
 type Listeners = HashMap<u64, mpsc::UnboundedSender<(ConnId, IncomingKind)>>;
@@ -406,6 +429,10 @@ struct Client {
     events: mpsc::UnboundedSender<String>,
     keeper_events: mpsc::UnboundedSender<serde_json::Value>,
     unsupported_logged: bool,
+    /// The LAPs the daemon delivered, for `next_lap`.
+    laps: super::lap::ClientLaps,
+    /// The rate limit of the warnings about `LapRequest`s dropped unanswered.
+    unanswered_laps: crate::log_limit::LogLimit,
 }
 
 type StatelessListeners =
@@ -634,23 +661,85 @@ impl Client {
             // The daemon ends its own earlier life's connections; a client has none. The
             // reply is dropped: the caller gets `CmError::DriverGone`.
             Command::EndStale { .. } | Command::Shutdown { .. } => Ok(()),
-            // Path migration is not served through the node service (the daemon answers every
-            // LAP "unsupported"): the handles refuse before they get here
-            // (`CmError::Refused`). Should one arrive anyway, it is refused the same way, or
-            // its reply dropped (`CmError::DriverGone`).
-            Command::LoadAltPath { reply, .. } => {
-                let _ = reply.send(Err(CmError::Refused(crate::rt::lap::NOT_SERVED.into())));
+            // Path migration: a daemon that does not serve it gets none of these (the handles
+            // refuse first, `CmError::Refused`).
+            Command::LoadAltPath {
+                conn,
+                path,
+                private_data,
+                reply,
+            } => match super::lap::load_alt_path_op(conn, &path, &private_data) {
+                Ok(op) => self.request(op, Some(Waiter::Lap(reply))).await,
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    Ok(())
+                }
+            },
+            Command::NextLap { conn, reply } => {
+                let status = self.registry.get(conn).map(|s| s.status());
+                self.laps.next(conn, reply, status);
                 Ok(())
             }
-            Command::NextLap { reply, .. } => {
-                let _ = reply.send(Err(CmError::Refused(crate::rt::lap::NOT_SERVED.into())));
-                Ok(())
+            // A `next_lap` dropped after it was handed the LAP: held again if the client
+            // still answers its LAPs, else answered as the daemon would.
+            Command::LapRequeue { conn, lap } => {
+                let live = self.registry.get(conn).is_some_and(|s| {
+                    matches!(s.status(), ConnStatus::Connecting | ConnStatus::Established)
+                });
+                if self.laps.application && live {
+                    self.laps.deliver(conn, lap);
+                    return Ok(());
+                }
+                let op = super::lap::bare_apr(conn, ibcm_mad::AprStatus::Unsupported);
+                self.request(op, None).await
             }
-            Command::LapRequeue { .. }
-            | Command::Apr { .. }
-            | Command::LapUnanswered { .. }
-            | Command::PathMigrated { .. }
-            | Command::SetLapPolicy { .. } => Ok(()),
+            Command::Apr {
+                conn,
+                status,
+                additional_info,
+                private_data,
+                reply,
+            } => {
+                if let Some(e) = super::lap::apr_too_long(&additional_info, &private_data) {
+                    // As in-process: the peer still gets an answer, "rejected".
+                    let _ = reply.send(Err(e));
+                    let op = super::lap::bare_apr(conn, ibcm_mad::AprStatus::Rejected);
+                    return self.request(op, None).await;
+                }
+                let op = Op::Apr {
+                    conn: conn.0,
+                    apr: super::lap::WireApr {
+                        status: status.raw(),
+                        additional_info,
+                        private_data,
+                    },
+                };
+                self.request(op, Some(Waiter::Call(conn, reply))).await
+            }
+            Command::LapUnanswered { conn } => {
+                if self.unanswered_laps.ok(crate::rt::now()) {
+                    warn!(conn = %conn, "LAP request dropped unanswered: APR \"rejected\"");
+                }
+                let op = super::lap::bare_apr(conn, ibcm_mad::AprStatus::Rejected);
+                self.request(op, None).await
+            }
+            Command::PathMigrated { conn, reply } => {
+                let op = Op::PathMigrated { conn: conn.0 };
+                self.request(op, Some(Waiter::Call(conn, reply))).await
+            }
+            Command::SetLapPolicy { policy, reply } => {
+                let application = policy == crate::rt::LapPolicy::Application;
+                if application {
+                    self.laps.application = true;
+                } else {
+                    // The daemon answers the LAPs held "unsupported".
+                    self.laps.stop();
+                }
+                let op = Op::LapPolicy { application };
+                self.request(op, Some(Waiter::Done(reply))).await
+            }
+            // The daemon's own command (its sessions' connections): no handle sends it.
+            Command::DelegateLaps { .. } => Ok(()),
         }
     }
 
@@ -736,6 +825,9 @@ impl Client {
                 rtu_private_data,
             } => {
                 let id = ibcm_mad::CommId(conn);
+                if matches!(status, WireStatus::Gone(_) | WireStatus::Closed(_)) {
+                    self.laps.closed(id, &status.to_status());
+                }
                 if matches!(status, WireStatus::Gone(_)) {
                     self.registry.close(id, |_| status.to_status());
                 } else if let Some(slot) = self.registry.get(id) {
@@ -751,6 +843,28 @@ impl Client {
             }
             DaemonMsg::KeeperEvent { event } => {
                 let _ = self.keeper_events.send(event);
+            }
+            DaemonMsg::Lap { conn, lap } => {
+                let id = ibcm_mad::CommId(conn);
+                let known = self.registry.get(id).is_some();
+                match super::lap::parse_lap_body(&lap) {
+                    Ok((path, private_data)) if self.laps.application && known => {
+                        let lap = crate::rt::types::LapArrived { path, private_data };
+                        self.laps.deliver(id, lap);
+                    }
+                    // Sent before the daemon heard this client stop answering (the daemon
+                    // answers those itself), or for a connection it no longer has.
+                    Ok(_) if !self.laps.application => {}
+                    Ok(_) => {
+                        let op = super::lap::bare_apr(id, ibcm_mad::AprStatus::Unsupported);
+                        self.request(op, None).await?;
+                    }
+                    Err(e) => {
+                        warn!(conn = %id, error = %e, "a malformed LAP from the node service: APR \"rejected\"");
+                        let op = super::lap::bare_apr(id, ibcm_mad::AprStatus::Rejected);
+                        self.request(op, None).await?;
+                    }
+                }
             }
         }
         Ok(())
@@ -836,6 +950,15 @@ impl Client {
             },
             Waiter::Node(reply) => {
                 let _ = reply.send(r);
+            }
+            Waiter::Lap(reply) => {
+                let _ = reply.send(super::lap::apr_result(r));
+            }
+            Waiter::Done(reply) => {
+                if !matches!(r, WireResult::Ok) {
+                    warn!(answer = ?r, "request refused by the node service");
+                }
+                let _ = reply.send(());
             }
         }
     }

@@ -107,6 +107,17 @@ pub struct ServerConfig {
     /// uid U"). Default 256: a quarter of the SA client's 1,024 queries at once, so that one
     /// user cannot take them all.
     pub max_path_queries_per_user: usize,
+    /// LAP exchanges a session may have at once: its LAPs waiting for their APR
+    /// ([`Op::LoadAltPath`](super::proto::Op::LoadAltPath): more are refused, "quota: N LAP
+    /// exchanges") and the LAPs of its connections held for it unanswered (when it answers
+    /// its LAPs, [`Op::LapPolicy`](super::proto::Op::LapPolicy): more are answered APR
+    /// "rejected" by the daemon). Told to clients at hello (`apm`); 0 serves no path
+    /// migration (clients refuse the calls at once). Default 1,024 (at most one exchange per
+    /// connection at a time: a session may have 65,536 connections).
+    pub max_laps: usize,
+    /// LAP exchanges one Unix user's sessions may have together (as above, "… of uid U").
+    /// Default 4,096.
+    pub max_laps_per_user: usize,
     /// The CM runs on a native InfiniBand port (`ibcmd --umad DEV` whose port's link layer is
     /// InfiniBand): peers are addressed by LID (or GID), so a peer a client names by IP (a
     /// [`Udp`](crate::proto::PeerAddr::Udp) address) is refused, for connects and SIDR
@@ -160,6 +171,8 @@ impl Default for ServerConfig {
             addr: None,
             max_path_queries: 64,
             max_path_queries_per_user: 256,
+            max_laps: 1024,
+            max_laps_per_user: 4096,
             infiniband: false,
             roce_umad: false,
         }

@@ -116,7 +116,7 @@ pub enum WireCallError {
 }
 
 /// The call names the core uses in [`CallError`] (a `&'static str` on the client side too).
-const OPS: [&str; 10] = [
+const OPS: [&str; 13] = [
     "accept",
     "apr",
     "establish",
@@ -127,6 +127,9 @@ const OPS: [&str; 10] = [
     "reject",
     "private data",
     "ARI",
+    "LAP private data",
+    "APR additional info",
+    "APR private data",
 ];
 
 fn static_name(s: &str) -> &'static str {

@@ -118,7 +118,22 @@ pub(super) fn check(op: &Op) -> Result<(), String> {
         | Op::XrcOrphans
         | Op::XrcReclaim { .. }
         | Op::Stats
-        | Op::ResolvePath { .. } => Ok(()),
+        | Op::ResolvePath { .. }
+        | Op::LapPolicy { .. }
+        | Op::PathMigrated { .. } => Ok(()),
+        Op::LoadAltPath { lap, .. } => at_most("the LAP body", lap.len(), MAD_DATA_LEN),
+        Op::Apr { apr, .. } => {
+            at_most(
+                "APR additional information",
+                apr.additional_info.len(),
+                super::lap::MAX_APR_ADDITIONAL_INFO,
+            )?;
+            at_most(
+                "APR private data",
+                apr.private_data.len(),
+                super::lap::MAX_APR_PRIVATE_DATA,
+            )
+        }
         Op::Keeper { req } => at_most(
             "the keeper request",
             req.to_string().len(),
@@ -182,5 +197,29 @@ mod tests {
             private_data: vec![0; 221],
         };
         assert!(check(&op).is_err());
+        let apr = |info: usize, pd: usize| Op::Apr {
+            conn: 1,
+            apr: super::super::lap::WireApr {
+                status: 0,
+                additional_info: vec![0; info],
+                private_data: vec![0; pd],
+            },
+        };
+        assert!(check(&apr(72, 148)).is_ok());
+        assert_eq!(
+            check(&apr(73, 0)).unwrap_err(),
+            "APR additional information of 73 bytes is above its maximum of 72"
+        );
+        assert!(check(&apr(0, 149))
+            .unwrap_err()
+            .starts_with("APR private data of 149"));
+        let lap = |n: usize| Op::LoadAltPath {
+            conn: 1,
+            lap: vec![0; n],
+        };
+        assert!(check(&lap(232)).is_ok());
+        assert!(check(&lap(233))
+            .unwrap_err()
+            .starts_with("the LAP body of 233"));
     }
 }

@@ -12,7 +12,10 @@
 //!   session's requests; `config`: [`ServerConfig`], its limits and options; `hooks`:
 //!   [`NodeHooks`], what the embedder (`ibcmd`) adds around the CM;
 //! * `sidr`: SIDR both ways and the counters through the service;
-//! * `paths`: path queries (`lid:N`, `gid:G`) answered from the daemon's SA client;
+//! * `paths`: path queries (`lid:N`, `gid:G`, with an alternate path) answered from the
+//!   daemon's SA client;
+//! * `lap`: path migration (LAP/APR) for the clients: their LAPs sent, the LAPs of their
+//!   connections delivered to those that answer them, the answers;
 //! * `journal`: [`StateDir`] and [`Journal`], the daemon's private state directory and its
 //!   file of live connections for a restart.
 //!
@@ -24,6 +27,7 @@ mod errors;
 mod fields;
 mod hooks;
 pub mod journal;
+mod lap;
 mod paths;
 pub mod proto;
 mod requests;

@@ -1,7 +1,8 @@
 //! Path queries through the node service: a client's
 //! [`Cm::resolve_path`](crate::rt::Cm::resolve_path) ([`Op::ResolvePath`]), answered from the
 //! daemon endpoint's SA client ([`WireResult::Path`], [`WireResult::PathError`]) when the
-//! answer comes, so after the replies of requests sent meanwhile; at most
+//! answer comes (with `alternate`, [`Cm::resolve_path_with_alternate`](crate::rt::Cm::resolve_path_with_alternate):
+//! the alternate path too, one more SA query in the same place), so after the replies of requests sent meanwhile; at most
 //! [`ServerConfig::max_path_queries`] in flight per session and
 //! [`ServerConfig::max_path_queries_per_user`] per user.
 //!
@@ -102,7 +103,8 @@ pub enum WirePathError {
         /// The daemon port's P_Key 0.
         pkey0: u16,
     },
-    /// [`PathError::NotServed`] (never sent by a daemon), or a kind this build does not know.
+    /// [`PathError::NotServed`] and [`PathError::AlternateNotServed`] (never sent by a
+    /// daemon), or a kind this build does not know.
     #[serde(other)]
     Unknown,
 }
@@ -133,7 +135,7 @@ impl WirePathError {
                 pkey: *pkey,
                 pkey0: *pkey0,
             },
-            PathError::NotServed => Self::Unknown,
+            PathError::NotServed | PathError::AlternateNotServed => Self::Unknown,
         }
     }
 
@@ -168,14 +170,18 @@ impl WirePathError {
 pub(crate) struct NodePaths {
     tx: mpsc::UnboundedSender<(Op, oneshot::Sender<WireResult>)>,
     permits: Option<Arc<tokio::sync::Semaphore>>,
+    /// The daemon serves path migration (its hello's `apm`): alternate paths, LAPs.
+    apm: bool,
 }
 
 impl NodePaths {
     /// Over the node operations' channel `tx`, for a daemon that serves `served` path
-    /// queries of a session at once (0: none).
+    /// queries of a session at once (0: none) and path migration if `apm` (its hello's
+    /// `apm` was not 0).
     pub(super) fn new(
         tx: mpsc::UnboundedSender<(Op, oneshot::Sender<WireResult>)>,
         served: u32,
+        apm: bool,
     ) -> Self {
         let n = usize::try_from(served)
             .unwrap_or(usize::MAX)
@@ -183,29 +189,57 @@ impl NodePaths {
         NodePaths {
             tx,
             permits: (n > 0).then(|| Arc::new(tokio::sync::Semaphore::new(n))),
+            apm,
         }
     }
 
-    /// Paths of a daemon that does not serve them (tests of other calls).
+    /// Paths of a daemon that does not serve them, nor path migration (tests of other
+    /// calls).
     #[cfg(test)]
     pub(crate) fn not_served() -> Self {
-        NodePaths::new(mpsc::unbounded_channel().0, 0)
+        NodePaths::new(mpsc::unbounded_channel().0, 0, false)
     }
 
-    /// [`Op::ResolvePath`], once this handle has fewer than the daemon's limit in flight.
-    pub(crate) async fn resolve(&self, to: PathTarget) -> Result<PathRecord, CmError> {
+    /// Whether the daemon serves path migration (LAPs, alternate paths).
+    pub(crate) fn apm(&self) -> bool {
+        self.apm
+    }
+
+    /// [`Op::ResolvePath`] (with `alternate`, also the alternate path), once this handle has
+    /// fewer than the daemon's limit in flight.
+    pub(crate) async fn resolve(
+        &self,
+        to: PathTarget,
+        alternate: bool,
+    ) -> Result<(PathRecord, Option<PathRecord>), CmError> {
         let Some(permits) = &self.permits else {
             return Err(PathError::NotServed.into());
         };
+        if alternate && !self.apm {
+            return Err(PathError::AlternateNotServed.into());
+        }
         let _permit = permits.acquire().await.map_err(|_| CmError::DriverGone)?;
         let (tx, rx) = oneshot::channel();
         let op = Op::ResolvePath {
             target: WirePathTarget::from_target(to),
+            alternate,
         };
         self.tx.send((op, tx)).map_err(|_| CmError::DriverGone)?;
+        let parse = |b: &[u8]| {
+            PathRecord::parse(b)
+                .map_err(|e| CmError::Refused(format!("a malformed PathRecord: {e}")))
+        };
         match rx.await.map_err(|_| CmError::DriverGone)? {
-            WireResult::Path { record } => PathRecord::parse(&record)
-                .map_err(|e| CmError::Refused(format!("a malformed PathRecord: {e}"))),
+            WireResult::Path {
+                record,
+                alternate: alt,
+            } => {
+                let alt = match (alternate, alt) {
+                    (true, Some(a)) => Some(parse(&a)?),
+                    _ => None,
+                };
+                Ok((parse(&record)?, alt))
+            }
             WireResult::PathError(e) => Err(CmError::Path(e.to_error())),
             WireResult::Refused { why } => Err(CmError::Refused(why)),
             other => Err(CmError::Refused(format!("unexpected answer {other:?}"))),
@@ -246,6 +280,7 @@ impl NodeServer {
         s: &Arc<Session>,
         seq: u64,
         target: WirePathTarget,
+        alternate: bool,
     ) {
         let to = match target.to_target() {
             Ok(t) => t,
@@ -257,9 +292,15 @@ impl NodeServer {
         };
         let cm = self.cm.clone();
         tokio::spawn(async move {
-            let r = match cm.resolve_path(to).await {
-                Ok(rec) => WireResult::Path {
+            let r = if alternate {
+                cm.resolve_path_with_alternate(to).await
+            } else {
+                cm.resolve_path(to).await.map(|rec| (rec, None))
+            };
+            let r = match r {
+                Ok((rec, alt)) => WireResult::Path {
                     record: rec.to_bytes().to_vec(),
+                    alternate: alt.map(|a| a.to_bytes().to_vec()),
                 },
                 Err(CmError::Path(e)) => WireResult::PathError(WirePathError::from_error(&e)),
                 Err(e) => WireResult::Refused { why: e.to_string() },
@@ -613,6 +654,7 @@ mod daemon_tests {
             seq,
             op: Op::ResolvePath {
                 target: WirePathTarget::Lid(lid),
+                alternate: false,
             },
         };
         write_frame(wr, &encode_frame(&m).unwrap()).await.unwrap();
@@ -787,9 +829,147 @@ mod daemon_tests {
         let (cm, task) = Cm::attach(&sock).await.unwrap();
         let e = cm.resolve_path(PathTarget::Lid(Lid(5))).await.unwrap_err();
         assert!(matches!(e, CmError::Path(PathError::NotServed)), "{e:?}");
+        let e = cm
+            .resolve_path_with_alternate(PathTarget::Lid(Lid(5)))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, CmError::Path(PathError::NotServed)), "{e:?}");
         drop(cm);
         let _ = task.await;
         assert!(old.await.unwrap().is_empty());
+    }
+
+    /// A daemon that answers path queries but predates path migration (its hello says
+    /// `paths`, not `apm`): the client asks it for no alternate path and sends it no LAP
+    /// op; the calls fail at once, saying why.
+    #[tokio::test]
+    async fn a_daemon_without_path_migration_is_not_asked() {
+        use super::super::proto::{
+            encode_frame, read_frame, write_frame, ClientMsg, DaemonMsg, WireResult,
+        };
+        let dir = Scratch::new("no-apm");
+        let sock = dir.0.join("old.sock");
+        let l = tokio::net::UnixListener::bind(&sock).unwrap();
+        let old = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let (mut rd, mut wr) = s.into_split();
+            let hello: ClientMsg = read_frame(&mut rd).await.unwrap();
+            // As an older daemon encodes it: no `apm`.
+            let ok = DaemonMsg::Reply {
+                seq: hello.seq,
+                result: WireResult::Hello {
+                    addr: None,
+                    paths: 64,
+                    apm: 0,
+                },
+            };
+            let f = encode_frame(&ok).unwrap();
+            assert!(!String::from_utf8_lossy(&f).contains("apm"));
+            write_frame(&mut wr, &f).await.unwrap();
+            let mut ops = Vec::new();
+            while let Ok(m) = read_frame::<ClientMsg, _>(&mut rd).await {
+                ops.push(m.op);
+            }
+            ops
+        });
+        let (cm, task) = Cm::attach(&sock).await.unwrap();
+        let e = cm
+            .resolve_path_with_alternate(PathTarget::Lid(Lid(5)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, CmError::Path(PathError::AlternateNotServed)),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("predates path migration"), "{e}");
+        let e = cm
+            .set_lap_policy(crate::rt::LapPolicy::Application)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, CmError::Refused(w) if w.contains("not served by this node service")),
+            "{e:?}"
+        );
+        assert!(cm
+            .set_lap_policy(crate::rt::LapPolicy::Unsupported)
+            .await
+            .is_ok());
+        drop(cm);
+        let _ = task.await;
+        let ops = old.await.unwrap();
+        assert!(ops.is_empty(), "{ops:?}");
+    }
+
+    /// With LMC 1 the daemon resolves an alternate path too (`resolve-path` with
+    /// `alternate`); it goes in the REQ as the alternate path, which the passive side sees as
+    /// sent. With LMC 0 there is none.
+    #[tokio::test]
+    async fn a_connect_carries_the_alternate_path_the_daemon_resolved() {
+        let dir = Scratch::new("alternate");
+        let net = MemNetwork::new();
+        let lmc = FakeSa {
+            lmc: true,
+            ..FakeSa::default()
+        };
+        let cfg = ServerConfig {
+            infiniband: true,
+            ..ServerConfig::default()
+        };
+        let sock = daemon(&dir, "a", &net, Some(lmc), cfg);
+        let cfg_b = EndpointConfig {
+            local_ca_guid: Guid(5),
+            ..EndpointConfig::default()
+        };
+        let (b, _) = Cm::bind(net.transport(lid_addr(5)), cfg_b);
+        let mut l = b
+            .listen(ServiceId(0x78), ListenOptions::default())
+            .await
+            .unwrap();
+        let server = tokio::spawn(async move {
+            let inc = l.next().await.unwrap();
+            let req = inc.request().map(|r| r.req);
+            let conn = inc
+                .accept(AcceptParams::new(Qpn::masked(0x22)))
+                .await
+                .unwrap();
+            conn.established().await.unwrap();
+            (req, conn)
+        });
+        let (a, _t) = Cm::attach(&sock).await.unwrap();
+        let (rec, alt) = a
+            .resolve_path_with_alternate(PathTarget::Gid(test_sa::gid(5)))
+            .await
+            .unwrap();
+        let alt = alt.unwrap();
+        assert_eq!((rec.slid, rec.dlid), (Lid(2), Lid(5)));
+        assert_eq!((alt.slid, alt.dlid), (Lid(3), Lid(6)));
+        let mut p = connect_params(&rec, 15, 0, ServiceId(0x78), Qpn::masked(0x11));
+        p.alternate_path = Some(crate::sa::req_path(&alt, 15));
+        let conn = a.connect(p).await.unwrap();
+        let (req, passive) = server.await.unwrap();
+        let req = req.unwrap();
+        assert_eq!(
+            (req.alternate_path.local_lid, req.alternate_path.remote_lid),
+            (Lid(3), Lid(6))
+        );
+        assert_eq!(req.alternate_path, crate::sa::req_path(&alt, 15));
+        conn.disconnect(&[]).await;
+        passive.closed().await;
+        // LMC 0: no alternate.
+        let net0 = MemNetwork::new();
+        let sock = daemon(
+            &dir,
+            "b",
+            &net0,
+            Some(FakeSa::default()),
+            ServerConfig::default(),
+        );
+        let (a, _t) = Cm::attach(&sock).await.unwrap();
+        let (rec, alt) = a
+            .resolve_path_with_alternate(PathTarget::Lid(Lid(5)))
+            .await
+            .unwrap();
+        assert_eq!((rec.dlid, alt), (Lid(5), None));
     }
 
     /// A client connects to `lid:5` with the REQ's fields from the path the daemon resolved;

@@ -17,6 +17,9 @@ pub use super::fields::{
     MAX_DOMAIN_NAME, MAX_KEEPER_REQUEST, MAX_POLICY_NAME, MAX_SIDR_ADDITIONAL_INFO, MAX_SRQNS,
     MAX_TRANSPORTS,
 };
+pub use super::lap::{
+    lap_body, parse_lap_body, WireApr, MAX_APR_ADDITIONAL_INFO, MAX_APR_PRIVATE_DATA,
+};
 pub use super::paths::{WirePathError, WirePathTarget};
 pub use super::sidr::{
     WireSidrIn, WireSidrRep, WireSidrReq, WireStats, SIDR_BUDGET_ADDRESSES, SIDR_BUDGET_ALLOWANCE,
@@ -39,7 +42,10 @@ pub const MAX_FRAME: usize = 64 * 1024;
 /// Added within version 2, so that either side may be older: optional fields, left out when
 /// empty (a decoder that predates one ignores it), and ops that a daemon advertises in its
 /// [`WireResult::Hello`] answer and a client sends only to a daemon that did
-/// ([`Op::ResolvePath`], advertised by `paths`: how many a session may have in flight).
+/// ([`Op::ResolvePath`], advertised by `paths`: how many a session may have in flight; path
+/// migration's [`Op::LoadAltPath`], [`Op::LapPolicy`], [`Op::Apr`], [`Op::PathMigrated`] and
+/// `ResolvePath`'s `alternate`, advertised by `apm`: how many LAP exchanges a session may
+/// have at once).
 pub const VERSION: u32 = 2;
 
 /// A request of a client, with the number its answer ([`DaemonMsg::Reply`]) carries.
@@ -220,6 +226,51 @@ pub enum Op {
     ResolvePath {
         /// `lid:N` or `gid:G`.
         target: WirePathTarget,
+        /// Also an alternate path ([`WireResult::Path::alternate`]): among the paths a
+        /// GetTable by SGID/DGID (NumbPath 4) returns, the first with another SLID and
+        /// another DLID than the primary's. Left out when false; sent only to a daemon whose
+        /// hello answer said `apm`.
+        #[serde(default, skip_serializing_if = "is_false")]
+        alternate: bool,
+    },
+    /// `Connection::load_alt_path`: the daemon's endpoint sends a LAP proposing a path as the
+    /// connection's alternate one; the reply ([`WireResult::Apr`] whatever its status,
+    /// [`WireResult::LapTimedOut`]) comes when the APR (or the LAP's last timeout) does, so
+    /// after the replies of requests sent meanwhile; refused at once with a
+    /// [`WireResult::CallError`] (not established, a LAP exchange under way) or
+    /// [`WireResult::Refused`] (quota). Sent only to a daemon whose hello answer said `apm`.
+    LoadAltPath {
+        /// Connection.
+        conn: u32,
+        /// A LAP body (232 bytes, [`lap_body`]) carrying the path, written from this side's
+        /// view (`local_*` is this side's port), and the private data; the daemon's endpoint
+        /// fills in the rest.
+        lap: Vec<u8>,
+    },
+    /// `Cm::set_lap_policy`: with `application`, the LAPs that arrive on this client's
+    /// connections (those it has and those it will have) come to it as [`DaemonMsg::Lap`],
+    /// to be answered with [`Op::Apr`] (or [`Op::Mra`] first); without, the daemon's endpoint
+    /// answers them "unsupported" (the default), and the LAPs delivered and not answered
+    /// yet are answered "unsupported" at once. Sent only to a daemon whose hello answer said
+    /// `apm`.
+    LapPolicy {
+        /// Whether this client answers its LAPs.
+        application: bool,
+    },
+    /// `LapRequest::accept`, `LapRequest::reject` (or one dropped): the APR for the LAP of
+    /// `conn` that a [`DaemonMsg::Lap`] delivered. Sent only to a daemon whose hello answer
+    /// said `apm`.
+    Apr {
+        /// Connection.
+        conn: u32,
+        /// The APR's status, additional information and private data.
+        apr: WireApr,
+    },
+    /// `Connection::notify_path_migrated`: the connection's QP has migrated to its alternate
+    /// path. Sent only to a daemon whose hello answer said `apm`.
+    PathMigrated {
+        /// Connection.
+        conn: u32,
     },
 }
 
@@ -294,6 +345,17 @@ pub enum DaemonMsg {
         /// The event (the keeper's JSON object).
         event: serde_json::Value,
     },
+    /// A LAP arrived on one of the client's connections, and the client answers its LAPs
+    /// ([`Op::LapPolicy`]): answer it with [`Op::Apr`] ([`Op::Mra`] asks the peer for more
+    /// time). One at a time per connection: the next comes once this one is answered.
+    Lap {
+        /// Connection.
+        conn: u32,
+        /// A LAP body (232 bytes, [`parse_lap_body`]) carrying the proposed path, as the LAP
+        /// did (the sender's view: `local_*` is the peer's port), and its private data
+        /// (trailing zeros trimmed); its other fields 0.
+        lap: Vec<u8>,
+    },
 }
 
 pub(super) fn is_false(b: &bool) -> bool {
@@ -322,6 +384,14 @@ pub enum WireResult {
         /// when 0, and absent from an older daemon's answer: not served.
         #[serde(default, skip_serializing_if = "is_zero")]
         paths: u32,
+        /// The daemon serves path migration ([`Op::LoadAltPath`], [`Op::LapPolicy`],
+        /// [`Op::Apr`], [`Op::PathMigrated`], [`DaemonMsg::Lap`], `ResolvePath`'s
+        /// `alternate`), with at most this many LAP exchanges of a session at once (its LAPs
+        /// waiting for their APR and the LAPs delivered to it unanswered;
+        /// `ServerConfig::max_laps`). Left out when 0, and absent from an older daemon's
+        /// answer: not served.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        apm: u32,
     },
     /// A new connection (connect).
     Conn {
@@ -359,7 +429,15 @@ pub enum WireResult {
     Path {
         /// `PathRecord::to_bytes`.
         record: Vec<u8>,
+        /// With `alternate` asked for: the alternate path's record, when the SA has one
+        /// (another SLID and DLID). Left out when there is none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        alternate: Option<Vec<u8>>,
     },
+    /// [`Op::LoadAltPath`]: the APR arrived (any status: 0 is "path loaded").
+    Apr(WireApr),
+    /// [`Op::LoadAltPath`]: no APR after the LAP's last retry (the connection stays).
+    LapTimedOut,
     /// [`Op::ResolvePath`]: no path, and why.
     PathError(WirePathError),
     /// [`Op::XrcOrphans`].
@@ -487,6 +565,7 @@ mod tests {
             seq: 9,
             op: Op::ResolvePath {
                 target: WirePathTarget::Lid(4),
+                alternate: false,
             },
         };
         assert_eq!(
@@ -498,7 +577,8 @@ mod tests {
         assert!(matches!(
             back.op,
             Op::ResolvePath {
-                target: WirePathTarget::Lid(4)
+                target: WirePathTarget::Lid(4),
+                alternate: false
             }
         ));
         let rec = ibcm_mad::sa::PathRecord {
@@ -510,18 +590,20 @@ mod tests {
             seq: 9,
             result: WireResult::Path {
                 record: rec.to_bytes().to_vec(),
+                alternate: None,
             },
         };
         let f = encode_frame(&reply).unwrap();
         let back: DaemonMsg = read_frame(&mut &f[..]).await.unwrap();
         let DaemonMsg::Reply {
-            result: WireResult::Path { record },
+            result: WireResult::Path { record, alternate },
             ..
         } = back
         else {
             panic!("{back:?}");
         };
         assert_eq!(ibcm_mad::sa::PathRecord::parse(&record).unwrap(), rec);
+        assert_eq!(alternate, None);
         let e = WireResult::PathError(WirePathError::SaTimeout { attempts: 4 });
         assert_eq!(
             serde_json::to_string(&e).unwrap(),
@@ -551,14 +633,41 @@ mod tests {
         let op: Op = serde_json::from_str(r#"{"op":"hello","version":2}"#).unwrap();
         assert!(matches!(op, Op::Hello { addr: false, .. }));
         let r: WireResult = serde_json::from_str(r#"{"r":"hello","addr":"fd00::1"}"#).unwrap();
-        assert!(matches!(r, WireResult::Hello { addr: Some(a), paths: 0 } if a.is_ipv6()));
+        assert!(matches!(r, WireResult::Hello { addr: Some(a), paths: 0, apm: 0 } if a.is_ipv6()));
         let r: WireResult = serde_json::from_str(r#"{"r":"hello"}"#).unwrap();
         assert!(matches!(r, WireResult::Hello { addr: None, .. }));
-        let h = |paths| serde_json::to_string(&WireResult::Hello { addr: None, paths }).unwrap();
-        assert_eq!(h(0), r#"{"r":"hello","addr":null}"#);
-        assert_eq!(h(64), r#"{"r":"hello","addr":null,"paths":64}"#);
-        let r: WireResult = serde_json::from_str(&h(64)).unwrap();
-        assert!(matches!(r, WireResult::Hello { paths: 64, .. }));
+        let h = |paths, apm| {
+            serde_json::to_string(&WireResult::Hello {
+                addr: None,
+                paths,
+                apm,
+            })
+            .unwrap()
+        };
+        assert_eq!(h(0, 0), r#"{"r":"hello","addr":null}"#);
+        assert_eq!(h(64, 0), r#"{"r":"hello","addr":null,"paths":64}"#);
+        assert_eq!(
+            h(64, 1024),
+            r#"{"r":"hello","addr":null,"paths":64,"apm":1024}"#
+        );
+        let r: WireResult = serde_json::from_str(&h(64, 0)).unwrap();
+        assert!(matches!(
+            r,
+            WireResult::Hello {
+                paths: 64,
+                apm: 0,
+                ..
+            }
+        ));
+        let r: WireResult = serde_json::from_str(&h(64, 1024)).unwrap();
+        assert!(matches!(
+            r,
+            WireResult::Hello {
+                paths: 64,
+                apm: 1024,
+                ..
+            }
+        ));
 
         let est = |pd: Vec<u8>| DaemonMsg::Status {
             conn: 3,
@@ -576,5 +685,137 @@ mod tests {
         assert!(
             matches!(m, DaemonMsg::Status { rtu_private_data, .. } if rtu_private_data == b"go")
         );
+    }
+    /// Path migration's ops, event and answers as frames: round trips, the JSON the docs
+    /// show, the fields added to `resolve-path` optional both ways, and what an older peer
+    /// sent still decoding.
+    #[tokio::test]
+    async fn path_migration_round_trips() {
+        async fn back<T: Serialize + for<'de> Deserialize<'de>>(m: &T) -> T {
+            let f = encode_frame(m).unwrap();
+            read_frame(&mut &f[..]).await.unwrap()
+        }
+        let path = ibcm_mad::PathInfo {
+            local_lid: ibcm_mad::Lid(3),
+            remote_lid: ibcm_mad::Lid(7),
+            sl: ibcm_mad::U4::masked(2),
+            local_ack_timeout: ibcm_mad::TimeoutExp::masked(18),
+            ..ibcm_mad::PathInfo::default()
+        };
+        let lap = lap_body(&path, b"pd").unwrap();
+        let op = ClientMsg {
+            seq: 3,
+            op: Op::LoadAltPath {
+                conn: 9,
+                lap: lap.clone(),
+            },
+        };
+        let json = serde_json::to_string(&op).unwrap();
+        assert!(
+            json.starts_with(r#"{"seq":3,"op":{"op":"load-alt-path","conn":9,"lap":[0,"#),
+            "{json}"
+        );
+        let Op::LoadAltPath { conn: 9, lap: l } = back(&op).await.op else {
+            panic!("{json}");
+        };
+        assert_eq!(parse_lap_body(&l), Ok((path, b"pd".to_vec())));
+        for (op, want) in [
+            (
+                Op::LapPolicy { application: true },
+                r#"{"op":"lap-policy","application":true}"#,
+            ),
+            (
+                Op::PathMigrated { conn: 9 },
+                r#"{"op":"path-migrated","conn":9}"#,
+            ),
+            (
+                Op::Apr {
+                    conn: 9,
+                    apr: WireApr {
+                        status: 3,
+                        additional_info: vec![1],
+                        private_data: vec![2],
+                    },
+                },
+                r#"{"op":"apr","conn":9,"apr":{"status":3,"additional_info":[1],"private_data":[2]}}"#,
+            ),
+            (
+                Op::ResolvePath {
+                    target: WirePathTarget::Lid(4),
+                    alternate: true,
+                },
+                r#"{"op":"resolve-path","target":{"lid":4},"alternate":true}"#,
+            ),
+        ] {
+            assert_eq!(serde_json::to_string(&op).unwrap(), want);
+            let m = back(&ClientMsg { seq: 1, op }).await;
+            assert_eq!(serde_json::to_string(&m.op).unwrap(), want);
+        }
+        // `alternate` is left out when false, and a request without it asks for none.
+        let op: Op = serde_json::from_str(r#"{"op":"resolve-path","target":{"lid":4}}"#).unwrap();
+        assert!(matches!(
+            op,
+            Op::ResolvePath {
+                alternate: false,
+                ..
+            }
+        ));
+        // The event and the answers.
+        let ev = DaemonMsg::Lap {
+            conn: 9,
+            lap: lap.clone(),
+        };
+        let DaemonMsg::Lap { conn: 9, lap: l } = back(&ev).await else {
+            panic!("{ev:?}");
+        };
+        assert_eq!(l, lap);
+        let json = serde_json::to_string(&WireResult::LapTimedOut).unwrap();
+        assert_eq!(json, r#"{"r":"lap-timed-out"}"#);
+        let apr = WireResult::Apr(WireApr::bare(ibcm_mad::AprStatus::Success));
+        assert_eq!(
+            serde_json::to_string(&apr).unwrap(),
+            r#"{"r":"apr","status":0,"additional_info":[],"private_data":[]}"#
+        );
+        let rec = ibcm_mad::sa::PathRecord {
+            slid: ibcm_mad::Lid(2),
+            dlid: ibcm_mad::Lid(4),
+            ..Default::default()
+        };
+        let two = WireResult::Path {
+            record: rec.to_bytes().to_vec(),
+            alternate: Some(rec.to_bytes().to_vec()),
+        };
+        let WireResult::Path {
+            alternate: Some(a), ..
+        } = back(&DaemonMsg::Reply {
+            seq: 1,
+            result: two,
+        })
+        .await
+        .into_result()
+        else {
+            panic!("no alternate");
+        };
+        assert_eq!(ibcm_mad::sa::PathRecord::parse(&a).unwrap(), rec);
+        // An older daemon's answer has no `alternate`.
+        let r: WireResult = serde_json::from_str(r#"{"r":"path","record":[]}"#).unwrap();
+        assert!(matches!(
+            r,
+            WireResult::Path {
+                alternate: None,
+                ..
+            }
+        ));
+        // A malformed LAP body is refused by its parser, not a panic.
+        assert!(parse_lap_body(&[0; 12]).is_err());
+    }
+
+    impl DaemonMsg {
+        fn into_result(self) -> WireResult {
+            match self {
+                DaemonMsg::Reply { result, .. } => result,
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

@@ -54,6 +54,7 @@ impl NodeServer {
                     WireResult::Hello {
                         addr: self.cfg.addr,
                         paths: u32::try_from(self.cfg.max_path_queries).unwrap_or(u32::MAX),
+                        apm: u32::try_from(self.cfg.max_laps).unwrap_or(u32::MAX),
                     }
                 } else {
                     WireResult::Ok
@@ -235,10 +236,17 @@ impl NodeServer {
             }
             Op::SidrReply { conn, rep } => self.sidr_reply(s, conn, &rep).await,
             Op::Stats => self.stats().await,
-            Op::ResolvePath { target } => {
-                self.resolve_path(s, seq, target);
+            Op::ResolvePath { target, alternate } => {
+                self.resolve_path(s, seq, target, alternate);
                 return;
             }
+            Op::LoadAltPath { conn, lap } => {
+                self.load_alt_path(s, seq, conn, &lap);
+                return;
+            }
+            Op::LapPolicy { application } => self.lap_policy(s, application),
+            Op::Apr { conn, apr } => self.apr(s, conn, apr).await,
+            Op::PathMigrated { conn } => self.path_migrated(s, conn).await,
             Op::XrcListen {
                 service_id,
                 policy,
@@ -308,15 +316,15 @@ impl NodeServer {
             .await
         {
             Ok(Ok((id, slot, req))) => {
-                s.lock().conns.insert(
-                    id.0,
-                    ConnEntry {
-                        unanswered: false,
-                        remote: None,
-                        peer: Some(peer),
-                        service: None,
-                    },
-                );
+                let sink = {
+                    let mut st = s.lock();
+                    st.conns
+                        .insert(id.0, ConnEntry::new(false, None, Some(peer), None));
+                    st.lap_sink.clone()
+                };
+                // Before the REP can come back: its LAPs can come only once it is
+                // established.
+                self.delegate_laps(sink, id.0);
                 // Watched once the reply is queued: the client knows the connection before
                 // its first event.
                 let req = super::wire::body(&ibcm_mad::cm::CmMessage::Req(*req));
@@ -425,22 +433,22 @@ impl NodeServer {
             let mut st = s.lock();
             match (&wire, st.closed || quota.is_some()) {
                 (Ok(_), false) => {
+                    let remote = (info.req.req.local_comm_id.0, info.req.remote_qpn().get());
                     st.conns.insert(
                         id.0,
-                        ConnEntry {
-                            unanswered: false,
-                            remote: Some((
-                                info.req.req.local_comm_id.0,
-                                info.req.remote_qpn().get(),
-                            )),
-                            peer: Some(info.req.peer),
-                            service: Some(service_id),
-                        },
+                        ConnEntry::new(false, Some(remote), Some(info.req.peer), Some(service_id)),
                     );
-                    true
+                    Some(st.lap_sink.clone())
                 }
-                _ => false,
+                _ => None,
             }
+        };
+        let taken = match taken {
+            Some(sink) => {
+                self.delegate_laps(sink, id.0);
+                true
+            }
+            None => false,
         };
         let (Ok(wire), true) = (wire, taken) else {
             let (reply, _) = tokio::sync::oneshot::channel();
@@ -515,27 +523,24 @@ impl NodeServer {
         match kind {
             IncomingKind::Connect(req) => {
                 let quota = self.connection_quota(s);
-                let (over, full) = {
+                let (over, full, sink) = {
                     let mut st = s.lock();
                     let pending = st.backlog.get(&service_id).copied().unwrap_or(0);
                     if st.closed || quota.is_some() {
-                        (true, false)
+                        (true, false, None)
                     } else if pending >= self.cfg.listen_backlog {
-                        (true, true)
+                        (true, true, None)
                     } else {
+                        let remote = (req.req.local_comm_id.0, req.remote_qpn().get());
                         st.conns.insert(
                             id.0,
-                            ConnEntry {
-                                unanswered: true,
-                                remote: Some((req.req.local_comm_id.0, req.remote_qpn().get())),
-                                peer: Some(req.peer),
-                                service: Some(service_id),
-                            },
+                            ConnEntry::new(true, Some(remote), Some(req.peer), Some(service_id)),
                         );
                         *st.backlog.entry(service_id).or_insert(0) += 1;
-                        (false, false)
+                        (false, false, st.lap_sink.clone())
                     }
                 };
+                self.delegate_laps(sink, id.0);
                 if full {
                     // The listener's backlog is full: REJ 3 "no resources", as the endpoint
                     // answers a source over its half-open cap; the client hears nothing.
@@ -622,7 +627,8 @@ impl NodeServer {
     }
 }
 
-fn unit<E>(r: Result<Result<(), crate::proto::CallError>, E>) -> WireResult {
+/// A call's answer: `ok`, its `call-error`, or "the endpoint has stopped".
+pub(super) fn unit<E>(r: Result<Result<(), crate::proto::CallError>, E>) -> WireResult {
     match r {
         Ok(Ok(())) => WireResult::Ok,
         Ok(Err(e)) => WireResult::CallError(WireCallError::from_error(&e)),

@@ -192,6 +192,31 @@ pub(super) struct ConnEntry {
     pub(super) peer: Option<PeerAddr>,
     /// The service ID of the listener whose REQ it was (passive side).
     pub(super) service: Option<u64>,
+    /// The client has been told it is established (a LAP that arrives before waits for
+    /// that status: `lap`'s `Stashed`).
+    pub(super) established: bool,
+    /// A LAP held for the client (a session that answers its LAPs, `lap.rs`).
+    pub(super) lap: super::lap::HeldLap,
+}
+
+impl ConnEntry {
+    /// A connection of the session: `unanswered` (a REQ delivered), the peer's comm ID and
+    /// QPN and its CM when known, the listener's service ID on the passive side.
+    pub(super) fn new(
+        unanswered: bool,
+        remote: Option<(u32, u32)>,
+        peer: Option<PeerAddr>,
+        service: Option<u64>,
+    ) -> Self {
+        ConnEntry {
+            unanswered,
+            remote,
+            peer,
+            service,
+            established: false,
+            lap: super::lap::HeldLap::None,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -211,6 +236,13 @@ pub(super) struct SessionState {
     pub(super) backlog: BTreeMap<u64, usize>,
     /// Path queries in flight ([`ServerConfig::max_path_queries`]).
     pub(super) path_queries: usize,
+    /// The client answers its connections' LAPs (`lap-policy`): where the endpoint sends
+    /// them (each of its connections is delegated to it).
+    pub(super) lap_sink: Option<crate::rt::command::LapSink>,
+    /// LAPs held for the client (its connections' `lap`), not answered yet.
+    pub(super) laps_held: usize,
+    /// The client's LAPs waiting for their APR.
+    pub(super) laps_sent: usize,
     pub(super) closed: bool,
 }
 
@@ -222,7 +254,16 @@ impl SessionState {
         if c.unanswered {
             self.settle(c.service);
         }
+        if c.lap.is_held() {
+            self.laps_held = self.laps_held.saturating_sub(1);
+        }
         Some(c)
+    }
+
+    /// Its LAP exchanges: LAPs sent waiting for their APR, LAPs held for it
+    /// ([`ServerConfig::max_laps`]).
+    pub(super) fn laps(&self) -> usize {
+        self.laps_held.saturating_add(self.laps_sent)
     }
 
     /// The client answered the REQ of `conn` (accepted it).
@@ -466,7 +507,7 @@ impl NodeServer {
     }
 
     /// The sessions of `uid`.
-    fn sessions_of(&self, uid: u32) -> Vec<Arc<Session>> {
+    pub(super) fn sessions_of(&self, uid: u32) -> Vec<Arc<Session>> {
         lock(&self.sessions)
             .values()
             .filter(|s| s.info.uid == uid)
@@ -651,6 +692,8 @@ impl NodeServer {
                 return;
             }
             st.closed = true;
+            st.lap_sink = None;
+            st.laps_held = 0;
             (
                 std::mem::take(&mut st.conns),
                 std::mem::take(&mut st.listens),
@@ -666,6 +709,14 @@ impl NodeServer {
             });
         }
         lock(&self.sidr_budgets).by_session.remove(&s.info.id);
+        // The LAPs held for it are answered "rejected" first: the peer hears no later than
+        // the DREQ.
+        self.answer_held_laps(
+            conns
+                .iter()
+                .filter(|(_, c)| c.lap.is_held())
+                .map(|(id, _)| *id),
+        );
         for (id, c) in &conns {
             let id = ibcm_mad::CommId(*id);
             if c.unanswered {
@@ -741,7 +792,8 @@ impl NodeServer {
                                 ConnStatus::Closed(e)
                             }
                         };
-                        let rtu_private_data = if matches!(status, ConnStatus::Established) {
+                        let established = matches!(status, ConnStatus::Established);
+                        let rtu_private_data = if established {
                             slot.rtu_private_data()
                         } else {
                             Vec::new()
@@ -751,6 +803,9 @@ impl NodeServer {
                             status: WireStatus::from_status(&status),
                             rtu_private_data,
                         });
+                        if established {
+                            me.told_established(&s, conn);
+                        }
                     }
                     Some(e) if gone => s.out.push(&DaemonMsg::Status {
                         conn,
@@ -766,6 +821,31 @@ impl NodeServer {
                 last = st;
             }
         });
+    }
+
+    /// The client has been told `conn` is established: a LAP that arrived before is
+    /// delivered now, after that status.
+    fn told_established(&self, s: &Session, conn: u32) {
+        let stashed = {
+            let mut st = s.lock();
+            let Some(c) = st.conns.get_mut(&conn) else {
+                return;
+            };
+            c.established = true;
+            match std::mem::take(&mut c.lap) {
+                super::lap::HeldLap::Stashed(lap) => {
+                    c.lap = super::lap::HeldLap::Delivered;
+                    Some(lap)
+                }
+                other => {
+                    c.lap = other;
+                    None
+                }
+            }
+        };
+        if let Some(lap) = stashed {
+            Self::deliver_lap(s, conn, &lap);
+        }
     }
 
     /// Notes an established connection in the journal, forgets a closed one. An error says

@@ -30,6 +30,12 @@ pub enum PathError {
     /// The node service is an older `ibcmd` that does not answer path queries.
     #[error("the node service does not answer path queries (an older ibcmd)")]
     NotServed,
+    /// The node service is an older `ibcmd` that does not resolve alternate paths (it
+    /// predates path migration through the node service).
+    #[error(
+        "the node service does not resolve alternate paths (an ibcmd that predates path migration)"
+    )]
+    AlternateNotServed,
     /// The local port has no LID or knows no SM (LID 0 or SM LID 0 when it was read): the
     /// subnet manager has not configured it.
     #[error(
@@ -162,7 +168,50 @@ impl PathResolver {
         check_pkey(&rec, p.pkey0)?;
         Ok(rec)
     }
+
+    /// The path to `to` ([`resolve`](Self::resolve)) and an alternate one for Automatic Path
+    /// Migration, if the SA has one: among the records of a GetTable by SGID/DGID (the
+    /// primary's DGID, the port's P_Key 0, reversible, NumbPath
+    /// [`ALTERNATE_CANDIDATES`]), the first with another SLID and another DLID than the
+    /// primary ([`alternate_path`](crate::sa::alternate_path)), a DLID and the port's P_Key 0.
+    /// `None` when every record shares a LID with the primary (a fabric whose SM gives each
+    /// port one LID, LMC 0) or the SA has none. Two SA queries: the Get of `resolve`, then
+    /// the GetTable.
+    ///
+    /// # Errors
+    /// As [`resolve`](Self::resolve); the GetTable's own SA errors (but "no records": then
+    /// there is no alternate).
+    pub async fn resolve_with_alternate(
+        &self,
+        to: PathTarget,
+    ) -> Result<(PathRecord, Option<PathRecord>), PathError> {
+        let primary = self.resolve(to).await?;
+        let now = self.dev.as_ref().and_then(|d| IbPort::of_umad(d).ok());
+        let p = now.as_ref().unwrap_or(&self.port);
+        let q = crate::sa::PathQuery {
+            table: true,
+            numb_path: ALTERNATE_CANDIDATES,
+            ..crate::sa::PathQuery::by_gids(p.gid, primary.dgid, p.pkey0)
+        };
+        let recs = match self.sa.path_records(q).await {
+            Ok(r) => r,
+            Err(SaError::Status {
+                sa: ibcm_mad::sa::SaStatus::NoRecords,
+                ..
+            }) => Vec::new(),
+            Err(e) => return Err(PathError::Sa(e)),
+        };
+        let usable: Vec<PathRecord> = recs
+            .into_iter()
+            .filter(|r| r.dlid.0 != 0 && check_pkey(r, p.pkey0).is_ok())
+            .collect();
+        Ok((primary, crate::sa::alternate_path(&primary, &usable)))
+    }
 }
+
+/// How many paths [`PathResolver::resolve_with_alternate`] asks the SA for (its GetTable's
+/// NumbPath), as cm-ping's `--alt-path` does: with LMC 1 a port pair has four LID pairs.
+pub const ALTERNATE_CANDIDATES: u8 = 4;
 
 /// The path's P_Key is `pkey0` (membership bit aside).
 fn check_pkey(rec: &PathRecord, pkey0: Pkey) -> Result<(), PathError> {
@@ -217,6 +266,54 @@ mod tests {
         let rec = r.resolve(PathTarget::Gid(test_sa::gid(7))).await.unwrap();
         assert_eq!((rec.sgid, rec.dgid), (test_sa::gid(2), test_sa::gid(7)));
         assert_eq!(rec.dlid, Lid(7));
+    }
+
+    /// With LMC 1 the alternate path is the GetTable's record with other LIDs than the
+    /// primary's; with LMC 0 (every record shares a LID with it) there is none.
+    #[tokio::test(start_paused = true)]
+    async fn an_alternate_path_has_other_lids() {
+        let lmc = FakeSa {
+            lmc: true,
+            ..FakeSa::default()
+        };
+        let (sa, mut seen) = test_sa::spawn(lmc, Duration::from_millis(100));
+        let r = PathResolver::new(sa, test_port(2));
+        for to in [PathTarget::Lid(Lid(5)), PathTarget::Gid(test_sa::gid(5))] {
+            let (p, alt) = r.resolve_with_alternate(to).await.unwrap();
+            assert_eq!((p.slid, p.dlid), (Lid(2), Lid(5)), "{to:?}");
+            let alt = alt.unwrap();
+            assert_eq!((alt.slid, alt.dlid), (Lid(3), Lid(6)), "{to:?}");
+            assert_eq!(alt.dgid, test_sa::gid(5));
+        }
+        let mut n = 0;
+        while seen.try_recv().is_ok() {
+            n += 1;
+        }
+        assert_eq!(n, 4, "a Get and a GetTable each");
+        // LMC 0: the GetTable's one record is the primary's.
+        let r = resolver(FakeSa::default(), test_port(2));
+        let (p, alt) = r
+            .resolve_with_alternate(PathTarget::Lid(Lid(5)))
+            .await
+            .unwrap();
+        assert_eq!((p.dlid, alt), (Lid(5), None));
+        // The primary's errors are the resolve's.
+        let e = r
+            .resolve_with_alternate(PathTarget::Lid(Lid(0x200)))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PathError::Sa(SaError::Status { .. })), "{e:?}");
+        // Paths outside the port's P_Key 0 are no alternate.
+        let other = FakeSa {
+            lmc: true,
+            pkey: Some(Pkey(0x8001)),
+            ..FakeSa::default()
+        };
+        let e = resolver(other, test_port(2))
+            .resolve_with_alternate(PathTarget::Lid(Lid(5)))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PathError::PkeyMismatch { .. }), "{e:?}");
     }
 
     #[tokio::test(start_paused = true)]
