@@ -186,7 +186,7 @@ impl PathResolver {
         to: PathTarget,
     ) -> Result<(PathRecord, Option<PathRecord>), PathError> {
         let primary = self.resolve(to).await?;
-        let now = self.dev.as_ref().and_then(|d| IbPort::of_umad(d).ok());
+        let now = self.current_port();
         let p = now.as_ref().unwrap_or(&self.port);
         let q = crate::sa::PathQuery {
             table: true,
