@@ -67,6 +67,9 @@ pub enum PathError {
     },
 }
 
+/// The port as last read, and when (shared by a resolver's clones).
+type LastPort = Arc<Mutex<(Instant, IbPort)>>;
+
 /// How often [`PathResolver::open`]'s SA task reads the port for an SM change.
 pub(crate) const PORT_WATCH: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -80,7 +83,7 @@ pub struct PathResolver {
     port: IbPort,
     /// The umad device of [`PathResolver::open`], and the port as last read from it (at most
     /// once per [`PORT_WATCH`] for a query).
-    dev: Option<(PathBuf, Arc<Mutex<(Instant, IbPort)>>)>,
+    dev: Option<(PathBuf, LastPort)>,
 }
 
 impl PathResolver {
@@ -113,7 +116,7 @@ impl PathResolver {
             port: port.clone(),
             dev: Some((
                 dev.to_path_buf(),
-                Arc::new(Mutex::new((Instant::now(), port.clone()))),
+                Arc::new(Mutex::new((crate::rt::now(), port.clone()))),
             )),
         })
     }
@@ -124,12 +127,14 @@ impl PathResolver {
         let (dev, last) = self.dev.as_ref()?;
         let mut g = last.lock().unwrap_or_else(|e| e.into_inner());
         let (at, port) = &mut *g;
-        let stale = at.elapsed() >= PORT_WATCH || port.lid.0 == 0 || port.sm_lid.0 == 0;
+        let stale = crate::rt::now().saturating_duration_since(*at) >= PORT_WATCH
+            || port.lid.0 == 0
+            || port.sm_lid.0 == 0;
         if stale {
             if let Ok(p) = IbPort::of_umad(dev) {
                 *port = p;
             }
-            *at = Instant::now();
+            *at = crate::rt::now();
         }
         Some(port.clone())
     }
