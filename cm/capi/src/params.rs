@@ -126,9 +126,8 @@ pub(crate) fn peer_addr(s: &str) -> Result<SocketAddr> {
 }
 
 /// The CA ACK delay the REQ's Local ACK Timeout is computed with on a path from the SA
-/// (IBTA `CA_ACK_DELAY`, the device's `ack_delay`; libibcm opens no device: 15, cm-ping's
-/// value, rxe's and a common HCA's).
-pub(crate) const CA_ACK_DELAY: u8 = 15;
+/// ([`ibcm::sa::DEFAULT_CA_ACK_DELAY`]: libibcm opens no device).
+pub(crate) const CA_ACK_DELAY: u8 = ibcm::sa::DEFAULT_CA_ACK_DELAY;
 
 /// Where a connect goes: the peer's CM by IP, or a port on an InfiniBand fabric whose path
 /// the node service resolves first.

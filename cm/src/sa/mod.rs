@@ -31,7 +31,7 @@ mod req;
 mod target;
 
 pub use cache::{CacheKey, PathCache};
-pub use req::{alternate_path, cm_peer, connect_params, req_mtu, req_path};
+pub use req::{alternate_path, cm_peer, connect_params, req_mtu, req_path, DEFAULT_CA_ACK_DELAY};
 pub use target::{PathTarget, PathTargetError};
 
 use std::collections::{HashMap, VecDeque};

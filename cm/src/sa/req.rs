@@ -8,6 +8,11 @@ use ibcm_mad::{Lid, Mtu, PathInfo, Qkey, Qpn, ServiceId, TimeoutExp};
 use crate::proto::{ConnectParams, IbAddr, PeerAddr};
 use crate::qp_attr::ack_timeout;
 
+/// The CA ACK delay to compute a REQ's Local ACK Timeout with ([`req_path`]) when the local
+/// device's own (`ack_delay`, which the kernel reads from the device) is not known: 15, rxe's
+/// and a common HCA value. cm-ping and libibcm, which open no verbs device on this path, use it.
+pub const DEFAULT_CA_ACK_DELAY: u8 = 15;
+
 /// The REQ path for `p`, sent by a port whose CA ACK delay is `ca_ack_delay` (IBTA
 /// `CA_ACK_DELAY`, the device's `ack_delay`):
 ///

@@ -158,8 +158,8 @@ pub struct Args {
     /// print each peer teardown (`conn N closed by peer after MS ms: REASON`).
     #[arg(long, conflicts_with = "listen")]
     pub(crate) stay: bool,
-    /// Connect to a gid: on InfiniBand: also ask the SA for an alternate path (another SLID and
-    /// DLID: a GetTable, NumbPath 4) and put it in the REQ.
+    /// Connect to a lid: or gid: on InfiniBand: also ask the SA for an alternate path (another
+    /// SLID and DLID among the paths of a GetTable by GIDs) and put it in the REQ.
     #[arg(long, requires = "umad")]
     pub(crate) alt_path: bool,
     /// Connect with --alt-path: once established, act out Automatic Path Migration: report

@@ -20,7 +20,7 @@ use super::args::{Args, Who, DISCONNECT_MARKER};
 use super::counts::Counts;
 use super::end::finish;
 use super::endpoint::bind;
-use super::ib::{IbTarget, Paths};
+use super::ib::Paths;
 use super::out::{hex_trim, out};
 use crate::qpn::QpnAlloc;
 
@@ -35,7 +35,7 @@ fn parse_target(s: &str) -> Result<(IpAddr, Option<u16>)> {
 }
 
 pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
-    let ib = IbTarget::parse(target).transpose()?;
+    let ib = super::ib::parse(target).transpose()?;
     let (ip, port) = match ib {
         Some(_) => (std::net::Ipv4Addr::UNSPECIFIED.into(), None),
         None => parse_target(target)?,
@@ -53,7 +53,9 @@ pub(crate) async fn connect(args: Args, target: &str) -> Result<ExitCode> {
             let paths = super::ib::path_to(args.umad.as_deref(), t, args.alt_path).await?;
             (PeerAddr::Ib(cm_peer(&paths.primary, 0)), Some(paths))
         }
-        None if args.alt_path => bail!("--alt-path needs a gid: target on an InfiniBand port"),
+        None if args.alt_path => {
+            bail!("--alt-path needs a lid: or gid: target on an InfiniBand port")
+        }
         None => (mk.peer(ip), None),
     };
     if args.sidr {
