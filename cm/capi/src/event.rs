@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ibcm::proto::ConnectionError;
 use ibcm_mad::xrc::TargetGone;
-use ibcm_mad::RejReason;
+use ibcm_mad::{RejReason, Rep, Req};
 
 use crate::ffi::types::ibcm_event_type::{self, *};
 use crate::ffi::types::ibcm_status::{self, *};
@@ -53,6 +53,61 @@ pub(crate) struct Event {
     /// LAP: which LAP of the connection this event is (its acknowledgement rejects that one
     /// only, if still unanswered).
     pub(crate) lap_serial: u64,
+    /// CONNECT_REQUEST: the REQ's connection parameters; CONNECT_RESPONSE and the active
+    /// side's ESTABLISHED: the REP's; all 0 otherwise.
+    pub(crate) conn_param: ConnParam,
+}
+
+/// The connection parameters a REQ or a REP carries, as the receiver sees them: what the
+/// kernel's ib_cm reports (`cm_format_req_event`, `cm_format_rep_event`) and rdma_cm passes
+/// on in `event.param.conn`. The sender's initiator depth is the receiver's responder
+/// resources and the other way round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ConnParam {
+    /// The RDMA reads and atomics the peer may have outstanding at this side: the message's
+    /// Initiator Depth.
+    pub(crate) responder_resources: u8,
+    /// The RDMA reads and atomics the peer can answer at once: the message's Responder
+    /// Resources.
+    pub(crate) initiator_depth: u8,
+    /// End-to-End Flow Control.
+    pub(crate) flow_control: bool,
+    /// Retry Count (a REQ's; a REP has none: 0).
+    pub(crate) retry_count: u8,
+    /// RNR Retry Count.
+    pub(crate) rnr_retry_count: u8,
+    /// SRQ.
+    pub(crate) srq: bool,
+    /// Path Packet Payload MTU as `enum ibv_mtu` (a REQ's; a REP has none: 0).
+    pub(crate) path_mtu: u8,
+}
+
+impl ConnParam {
+    /// A received REQ's.
+    pub(crate) fn of_req(req: &Req) -> Self {
+        ConnParam {
+            responder_resources: req.initiator_depth,
+            initiator_depth: req.responder_resources,
+            flow_control: req.end_to_end_flow_control,
+            retry_count: req.retry_count.get(),
+            rnr_retry_count: req.rnr_retry_count.get(),
+            srq: req.srq,
+            path_mtu: req.path_mtu.raw(),
+        }
+    }
+
+    /// A received REP's.
+    pub(crate) fn of_rep(rep: &Rep) -> Self {
+        ConnParam {
+            responder_resources: rep.initiator_depth,
+            initiator_depth: rep.responder_resources,
+            flow_control: rep.end_to_end_flow_control,
+            retry_count: 0,
+            rnr_retry_count: rep.rnr_retry_count.get(),
+            srq: rep.srq,
+            path_mtu: 0,
+        }
+    }
 }
 
 /// Whether an event of `kind` is a connection's last (after it is acknowledged, the handle
@@ -94,6 +149,7 @@ impl Event {
             apr_status: 0,
             additional_info: Vec::new(),
             lap_serial: 0,
+            conn_param: ConnParam::default(),
         }
     }
 
@@ -474,5 +530,59 @@ mod tests {
         let ev = Event::xrc("established conn=0x1 tgt_qpn=0x48".into());
         assert_eq!(ev.xrc_report, IBCM_XRC_ESTABLISHED);
         assert!(!ev.is_final());
+    }
+
+    #[test]
+    fn conn_params_are_the_receivers_view_of_the_req_and_rep() {
+        use ibcm_mad::{Mtu, U3};
+        let req = Req {
+            responder_resources: 4,
+            initiator_depth: 2,
+            end_to_end_flow_control: true,
+            retry_count: U3::masked(5),
+            rnr_retry_count: U3::masked(6),
+            srq: true,
+            path_mtu: Mtu::Mtu2048,
+            ..Req::default()
+        };
+        // The initiator's depth is the receiver's responder resources, and the other way
+        // round (the kernel's cm_format_req_event).
+        assert_eq!(
+            ConnParam::of_req(&req),
+            ConnParam {
+                responder_resources: 2,
+                initiator_depth: 4,
+                flow_control: true,
+                retry_count: 5,
+                rnr_retry_count: 6,
+                srq: true,
+                path_mtu: 4,
+            }
+        );
+        let rep = Rep {
+            responder_resources: 8,
+            initiator_depth: 3,
+            end_to_end_flow_control: false,
+            rnr_retry_count: U3::masked(1),
+            srq: true,
+            ..Rep::default()
+        };
+        // So for a REP too (cm_format_rep_event); it has no retry count and no MTU.
+        assert_eq!(
+            ConnParam::of_rep(&rep),
+            ConnParam {
+                responder_resources: 3,
+                initiator_depth: 8,
+                flow_control: false,
+                retry_count: 0,
+                rnr_retry_count: 1,
+                srq: true,
+                path_mtu: 0,
+            }
+        );
+        assert_eq!(
+            Event::new(IBCM_EVENT_ESTABLISHED, 1).conn_param,
+            ConnParam::default()
+        );
     }
 }

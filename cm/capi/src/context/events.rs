@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::{lock, transport_code, Active, Entry, Open, Shared, NEXT_HANDLE};
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{ConnParam, Event};
 use crate::ffi::types::ibcm_event_type::*;
 use crate::ffi::types::ibcm_status::*;
 use ibcm::qp_attr::Side;
@@ -139,6 +139,7 @@ impl Shared {
                 ev.transport = transport_code(req.transport());
                 ev.remote_qpn = req.remote_qpn().get();
                 ev.remote_psn = req.remote_starting_psn().get();
+                ev.conn_param = ConnParam::of_req(&req.req);
                 ev.peer = crate::params::peer_string(&req.peer);
                 ev.private_data = req.user_private_data().to_vec();
                 if let Some(cma) = &req.cma_header {
@@ -179,6 +180,12 @@ impl Shared {
             Side::Active => conn.rep().map_or(0, |r| r.remote_qpn.get()),
             Side::Passive => open.req.local_qpn.get(),
         };
+        // The active side's ESTABLISHED carries the REP's parameters (as rdma_cm's does); the
+        // passive side's none.
+        let conn_param = match open.side {
+            Side::Active => ConnParam::of_rep(&open.rep),
+            Side::Passive => ConnParam::default(),
+        };
         // The active side's ESTABLISHED carries the REP's private data (as rdma_cm's does),
         // the passive side's the RTU's (known once the connection is established).
         let rep_private_data = match open.side {
@@ -191,6 +198,7 @@ impl Shared {
             let mut ev = Event::new(IBCM_EVENT_ESTABLISHED, h);
             ev.comm_id = id;
             ev.remote_qpn = remote_qpn;
+            ev.conn_param = conn_param;
             ev.private_data = rep_private_data
                 .clone()
                 .unwrap_or_else(|| of.rtu_private_data());
@@ -283,6 +291,7 @@ impl Shared {
                 ev.comm_id = p.id().0;
                 ev.remote_qpn = p.rep().remote_qpn.get();
                 ev.remote_psn = p.rep().rep.starting_psn.get();
+                ev.conn_param = ConnParam::of_rep(&p.rep().rep);
                 ev.private_data = p.rep().rep.private_data.as_bytes().to_vec();
                 conns.insert(h, Entry::Pending(Box::new(p), active));
                 drop(conns);

@@ -194,8 +194,12 @@ fn open(sock: &std::path::Path) -> *mut ibcm_ctx {
 
 /// Starts a connect from `ctx` to `peer` for service 0x77 from QP `qpn`.
 fn connect(ctx: *mut ibcm_ctx, peer: &str, qpn: u32) -> u64 {
+    connect_with(ctx, peer, qpn, crate::params::conn_param_default())
+}
+
+/// As [`connect`], with the other fields of `p`.
+fn connect_with(ctx: *mut ibcm_ctx, peer: &str, qpn: u32, mut p: ibcm_conn_param) -> u64 {
     let peer = CString::new(peer).unwrap();
-    let mut p = crate::params::conn_param_default();
     p.peer = peer.as_ptr();
     p.service_id = 0x77;
     p.qp_num = qpn;
@@ -224,20 +228,37 @@ fn connects_by_lid_and_gid_and_says_why_not() {
     let (client, server) = (open(&a_sock), open(&b_sock));
     // SAFETY: (test) a live context.
     assert_eq!(st(unsafe { ibcm_listen(server, 0x77) }), IBCM_OK);
+    // Connection parameters other than the defaults, both ways.
+    let mut cp = crate::params::conn_param_default();
+    (cp.responder_resources, cp.initiator_depth) = (4, 2);
+    (cp.retry_count, cp.rnr_retry_count, cp.srq) = (5, 6, 1);
     for (i, peer) in ["lid:5", "lid:0x5", "gid:fe80::5"].into_iter().enumerate() {
-        let h = connect(client, peer, 0x100 + i as u32);
-        let (t, sh, _, from, _) = next(server);
-        assert_eq!(t, IBCM_EVENT_CONNECT_REQUEST, "{peer}");
+        let h = connect_with(client, peer, 0x100 + i as u32, cp);
+        let (sh, from, params) = with_event(server, |e| {
+            assert_eq!(e.event, IBCM_EVENT_CONNECT_REQUEST, "{peer}");
+            // SAFETY: (test) the event's string, valid until it is acknowledged.
+            let from = unsafe { CStr::from_ptr(e.peer) }
+                .to_string_lossy()
+                .into_owned();
+            (e.conn, from, conn_params(e))
+        });
         assert_eq!(
             from, "lid:2",
             "the passive side names the client's port as connect takes it"
         );
+        // The REQ's, from the receiver's view: its initiator depth is our responder
+        // resources; flow control is the endpoint's (on); MTU 1024, the asked one.
+        assert_eq!(params, [2, 4, 1, 5, 6, 1, 3], "{peer}");
         let mut ap = crate::params::accept_param_default();
         ap.qp_num = 0x200 + i as u32;
+        (ap.responder_resources, ap.initiator_depth) = (2, 3);
+        (ap.rnr_retry_count, ap.srq) = (1, 1);
         // SAFETY: (test) a live context and a local.
         assert_eq!(st(unsafe { ibcm_accept(server, sh, &ap) }), IBCM_OK);
-        let (t, ch, ..) = next(client);
+        let (t, ch, params) = with_event(client, |e| (e.event, e.conn, conn_params(e)));
         assert_eq!((t, ch), (IBCM_EVENT_ESTABLISHED, h), "{peer}");
+        // The REP's, from the receiver's view; a REP has no retry count and no MTU.
+        assert_eq!(params, [3, 2, 1, 0, 1, 1, 0], "{peer}");
         // The REQ's path: the SA's record, LID-routed.
         let mut a = ibcm_qp_attr::default();
         let mut mask = 0;
@@ -253,8 +274,12 @@ fn connects_by_lid_and_gid_and_says_why_not() {
         assert_eq!(st(r), IBCM_OK);
         assert_eq!((a.ah_attr.dlid, a.ah_attr.is_global), (5, 0), "{peer}");
         assert_eq!(a.path_mtu, 3, "the asked 1024, below the path's 2048");
-        let (t, ..) = next(server);
-        assert_eq!(t, IBCM_EVENT_ESTABLISHED);
+        let (t, params) = with_event(server, |e| (e.event, conn_params(e)));
+        assert_eq!(
+            (t, params),
+            (IBCM_EVENT_ESTABLISHED, [0; 7]),
+            "none on the RTU"
+        );
         // SAFETY: (test) a live context.
         let r = unsafe { ibcm_disconnect(client, h, null(), 0) };
         assert_eq!(st(r), IBCM_OK);
@@ -315,6 +340,20 @@ fn with_event<R>(ctx: *mut ibcm_ctx, f: impl FnOnce(&ibcm_event) -> R) -> R {
         assert_eq!(st(ibcm_ack_event(ctx, ev)), IBCM_OK);
         r
     }
+}
+
+/// An event's connection parameters: responder resources, initiator depth, flow control,
+/// retry count, RNR retry count, SRQ, path MTU.
+fn conn_params(e: &ibcm_event) -> [u8; 7] {
+    [
+        e.responder_resources,
+        e.initiator_depth,
+        e.flow_control,
+        e.retry_count,
+        e.rnr_retry_count,
+        e.srq,
+        e.path_mtu,
+    ]
 }
 
 /// The next event of `ctx` (5 s at most), not acknowledged.
@@ -429,9 +468,17 @@ fn paths_migrate_through_the_c_abi() {
     );
     let mut ap = crate::params::accept_param_default();
     ap.qp_num = 0x400;
+    (ap.responder_resources, ap.initiator_depth) = (6, 5);
+    (ap.rnr_retry_count, ap.srq) = (3, 1);
     // SAFETY: (test) a live context and a local.
     assert_eq!(st(unsafe { ibcm_accept(server, sh, &ap) }), IBCM_OK);
-    with_event(client, |e| assert_eq!(e.event, IBCM_EVENT_CONNECT_RESPONSE));
+    // The REP's parameters, from the receiver's view (its initiator depth is our
+    // responder resources).
+    let params = with_event(client, |e| {
+        assert_eq!(e.event, IBCM_EVENT_CONNECT_RESPONSE);
+        conn_params(e)
+    });
+    assert_eq!(params, [5, 6, 1, 0, 3, 1, 0]);
     // The RTR attributes load the REQ's alternate path; RTS arms it.
     let (mut a, mut m) = (ibcm_qp_attr::default(), 0);
     let port = ib_port();
@@ -473,7 +520,11 @@ fn paths_migrate_through_the_c_abi() {
         assert_eq!((m & PATH_MIG_STATE, a.path_mig_state), (PATH_MIG_STATE, 1));
         assert_eq!(st(ibcm_establish(client, h, null(), 0)), IBCM_OK);
     }
-    with_event(client, |e| assert_eq!(e.event, IBCM_EVENT_ESTABLISHED));
+    let params = with_event(client, |e| {
+        assert_eq!(e.event, IBCM_EVENT_ESTABLISHED);
+        conn_params(e)
+    });
+    assert_eq!(params, [5, 6, 1, 0, 3, 1, 0], "the REP's again");
     with_event(server, |e| assert_eq!(e.event, IBCM_EVENT_ESTABLISHED));
     let primary = query(client, h, ibcm_path_kind::IBCM_PATH_PRIMARY).unwrap();
     assert_eq!(lids(&primary), (2, 5));

@@ -506,6 +506,11 @@ pub struct ibcm_qp_attr {
 
 /// An event. Owned by the library from ibcm_get_event until ibcm_ack_event; its pointers
 /// stay valid until then.
+///
+/// The library allocates every event and an application only reads it through the pointer
+/// it is lent, so new fields are only ever appended at the end: a program built against an
+/// older header finds every field it knows at the offset it knows. (A program that reads the
+/// newer fields needs a library at least as new as its header.)
 #[repr(C)]
 #[derive(Debug)]
 pub struct ibcm_event {
@@ -582,6 +587,33 @@ pub struct ibcm_event {
     pub additional_info: *const u8,
     /// Length of `additional_info`.
     pub additional_info_len: u32,
+    /// CONNECT_REQUEST: the REQ's Initiator Depth; CONNECT_RESPONSE / ESTABLISHED (active):
+    /// the REP's. 0 otherwise. The peer's initiator depth is this side's responder
+    /// resources (the RDMA reads and atomics it must take outstanding at once): the
+    /// receiver's view, as the kernel's ib_cm and rdma_cm report it
+    /// (`rdma_conn_param.responder_resources`). This field and the ones after it, named
+    /// after `struct rdma_conn_param`'s, were appended (see above).
+    pub responder_resources: u8,
+    /// CONNECT_REQUEST: the REQ's Responder Resources; CONNECT_RESPONSE / ESTABLISHED
+    /// (active): the REP's. 0 otherwise. The peer's responder resources are this side's
+    /// initiator depth (the RDMA reads and atomics it may have outstanding at the peer):
+    /// the receiver's view, as `responder_resources` (`rdma_conn_param.initiator_depth`).
+    pub initiator_depth: u8,
+    /// CONNECT_REQUEST: the REQ's End-to-End Flow Control bit; CONNECT_RESPONSE / ESTABLISHED
+    /// (active): the REP's. 0 otherwise.
+    pub flow_control: u8,
+    /// CONNECT_REQUEST: the REQ's transport Retry Count (0..7); 0 otherwise (a REP carries
+    /// none).
+    pub retry_count: u8,
+    /// CONNECT_REQUEST: the REQ's RNR Retry Count (0..7, 7 = infinite); CONNECT_RESPONSE /
+    /// ESTABLISHED (active): the REP's. 0 otherwise.
+    pub rnr_retry_count: u8,
+    /// CONNECT_REQUEST: the REQ's SRQ bit (1: the initiator's QP uses an SRQ);
+    /// CONNECT_RESPONSE / ESTABLISHED (active): the REP's (the responder's QP). 0 otherwise.
+    pub srq: u8,
+    /// CONNECT_REQUEST: the REQ's path MTU as `enum ibv_mtu` (1 = 256 … 5 = 4096); 0
+    /// otherwise (a REP carries none).
+    pub path_mtu: u8,
 }
 
 /// What ibcm_sidr_query sends. Fill it with ibcm_sidr_param_init first.
