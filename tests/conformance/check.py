@@ -37,10 +37,11 @@ from check_ibcm import ibcm_cells, ibcm_pair_cells, qps_both, udp_wire_cell  # n
 from check_paths import kernel_paths_cells, udp_ipv6_cells  # noqa: E402
 from check_data import data_cells  # noqa: E402
 from check_hostile import hostile_cells  # noqa: E402
+from check_rdmacm import rdmacm_cells  # noqa: E402
 
 # the lab.sh runs of tests/conformance/run (steps.txt names, <name>.log)
 LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "kernel-paths", "ibcm-pair", "xrc-rxe",
-            "ibcm-data", "hostile")
+            "ibcm-data", "hostile", "rdmacm-kernel", "rdmacm-ibcm")
 
 
 # ------------------------------------------------------------------------------------------
@@ -427,6 +428,7 @@ def main(argv):
     xrc_rxe_cells(out)
     data_line = data_cells(out)
     hostile_line = hostile_cells(out)
+    rdmacm_lines = rdmacm_cells(out)
     cleanup_cell(out)
     if "--save-fixtures" in argv:
         save_fixtures(out, argv[argv.index("--save-fixtures") + 1])
@@ -435,6 +437,8 @@ def main(argv):
     passed = sum(1 for _, ok in results if ok)
     print(data_line)
     print(hostile_line)
+    for line in rdmacm_lines:
+        print(line)
     # cells kernel-rate and ibcm-rate: the connect steps of cmtime -c 1000 and cm-ping --count 1000
     # on one rxe VM pair (k-cmtime, in the kernel pair, is printed in its cell); ratio = ibcm/kernel
     print("kernel-vs-ibcm: kernel %s conn/s, ibcm %s conn/s, ratio %s (qps: %s)"
