@@ -21,6 +21,10 @@ DIRECTIONS = (
     ("rdmacm-ibcm", "ii", "b", "a", "ab"),     # drop-in on both sides
 )
 PROGRAMS = ("rping", "ucmatose", "udaddy", "cmtime", "rdma_server")
+# the same programs with options that take other paths of the API (not counted as programs):
+# rping -q (the QP created and moved by the application through rdma_init_qp_attr),
+# ucmatose -m (rdma_migrate_id of every id to a new channel)
+VARIANTS = ("rping_q", "ucmatose_m")
 CMTIME_STEPS = ("create id", "resolve addr", "resolve route", "create qp", "connect", "disconnect",
                 "destroy")
 
@@ -59,20 +63,24 @@ def program_cell(res, prog, sfx, srv, cli, dropin):
     else:
         c(s_rc == "0", "server exit %r, want 0" % s_rc)
         c(c_rc == "0", "client exit %r, want 0" % c_rc)
-        if prog == "rping":
+        if prog in ("rping", "rping_q"):
             for i in range(PINGS):
                 want = rping_pattern(i, PING_SIZE).rstrip(b"\0").decode()
                 c(("ping data: " + want) in c_txt, "client lacks verified ping %d" % i)
                 c(("server ping data: " + want) in s_txt, "server lacks ping %d" % i)
             c("data mismatch" not in c_txt + s_txt, "rping -V found a data mismatch")
             detail = "%d pings of %d B verified (-V) by both: %s" % (PINGS, PING_SIZE, sides)
-        elif prog in ("ucmatose", "udaddy"):
+            if prog == "rping_q":
+                detail = "-q (QPs moved by rping with rdma_init_qp_attr), " + detail
+        elif prog in ("ucmatose", "udaddy", "ucmatose_m"):
             for who, txt in (("server", s_txt), ("client", c_txt)):
                 c("data transfers complete" in txt, "%s: no 'data transfers complete'" % who)
                 c(re.search(r"^return status 0$", txt, re.M) is not None, "%s: no 'return status 0'" % who)
             n = 4 if prog == "ucmatose" else 2
             detail = "%d %s, 10 messages of 100 B each way: %s" % (
-                n, "RC connections" if prog == "ucmatose" else "UD (SIDR) resolutions", sides)
+                n, "UD (SIDR) resolutions" if prog == "udaddy" else "RC connections", sides)
+            if prog == "ucmatose_m":
+                detail = "-m (rdma_migrate_id), " + detail
         else:
             c("rdma_server: end 0" in s_txt, "server: no 'rdma_server: end 0'")
             c("rdma_client: end 0" in c_txt, "client: no 'rdma_client: end 0'")
@@ -108,6 +116,24 @@ def mckey_cell(out):
     return not c.bad
 
 
+def exit_cell(out):
+    """rdmacm-exit: the drop-in's rping client SIGKILLed under its connection; the kernel's rping
+    server must hear DISCONNECTED and exit by itself"""
+    res = os.path.join(out, "rdmacm-kernel", "share", "results")
+    srv, rc = read(os.path.join(res, "a.exit.srv.out")), read(os.path.join(res, "a.exit.srv.rc")).strip()
+    cli = without_trace(read(os.path.join(res, "b.exit.cli.out")))
+    note = read(os.path.join(res, "a.exit.notice.out"))
+    m = re.search(r"EXIT-NOTICED after ([\d.]+) s", note)
+    c = Check()
+    c("ping data: rdma-ping-20:" in cli, "the client never reached ping 20 (no established connection to kill)")
+    c("DISCONNECT EVENT" in srv, "the kernel's rping server never reported DISCONNECT EVENT")
+    # it exits by itself: not the time limit (124) nor bgwait's kill (143 / "timeout")
+    c(rc.isdigit() and int(rc) not in (124, 143), "server exit %r: it did not end by itself" % rc)
+    c(m is not None, "no EXIT-NOTICED line")
+    c.done("rdmacm-exit", "drop-in rping client SIGKILLed after 20 pings: the kernel's rping server got "
+           "DISCONNECTED and exited %s s after the kill was seen (9p barrier, TCG guests)" % (m.group(1) if m else "?"))
+
+
 def cmtime_line(out):
     """cmtime's per-step timings: the drop-in's client (cmtime-act) vs the kernel's (cmtime-pas) on
     the rdmacm-kernel VM pair, and the drop-in's on both sides (cmtime-ii)"""
@@ -136,9 +162,12 @@ def rdmacm_cells(out):
         for prog in PROGRAMS:
             total += 1
             passed += program_cell(res, prog, sfx, srv, cli, dropin)
+        for prog in VARIANTS:
+            program_cell(res, prog, sfx, srv, cli, dropin)
     total += 1
     passed += mckey_cell(out)
     loader_cells(out)
+    exit_cell(out)
     py = pyverbs_result(out)
     pyline = ("pyverbs rdmacm tests %d passed, %d failed, %d skipped" % py if py
               else "pyverbs rdmacm tests 0 passed, 0 failed, 0 skipped (not run)")

@@ -76,6 +76,12 @@ rdmacm_cells() {
     "udaddy -s $SIP -c 2 -C 10 -S 100"
   pair "cmtime-$_x" "$_s" 90 1 "cmtime -p 7603" "cmtime -s $SIP -p 7603 -c 50"
   pair "rdma_server-$_x" "$_s" 60 0 "rdma_server -p 7604" "rdma_client -s $SIP -p 7604"
+  # variants: rping -q (the application creates and moves its QP itself, with
+  # rdma_init_qp_attr), ucmatose -m (each id moved to a new channel, rdma_migrate_id)
+  pair "rping_q-$_x" "$_s" 60 0 "rping -s -q -a $SIP -p 7606 -v -V -C 10" \
+    "rping -c -q -a $SIP -p 7606 -v -V -C 10"
+  pair "ucmatose_m-$_x" "$_s" 60 0 "ucmatose -m -p 7607 -c 2 -C 10 -S 100" \
+    "ucmatose -m -s $SIP -p 7607 -c 2 -C 10 -S 100"
 }
 
 # mckey on the drop-in: multicast is not supported, so it must fail at once and cleanly
@@ -83,4 +89,31 @@ mckey_cell() {
   [ "$ROLE" = a ] && cell_begin "mckey-$1"
   on_dropin && run "mckey-$1" 30 $(penv) mckey -m 239.1.1.1 -b "$MYIP" -C 1
   [ "$ROLE" = a ] && cell_end "mckey-$1"
+}
+
+# a drop-in process SIGKILLed under an established connection (it never calls
+# rdma_disconnect or rdma_destroy_id): its ibcmd session ends, ibcmd ends the connection,
+# and the kernel's rping server hears DISCONNECTED and exits by itself. The server runs on
+# role S (address SIP, the kernel's side), the killed client on the drop-in role.
+exit_cell() {
+  _s=$1; SIP=$2
+  [ "$ROLE" = a ] && cell_begin rdmacm-exit
+  if [ "$ROLE" = "$_s" ]; then
+    bg exit.srv 90 $(penv) rping -s -a "$SIP" -p 7605 -v
+    srv_ready exit.srv; mark exit.ready
+    waitfor exit.killed 90
+    _k=$(up)
+    bgwait exit.srv 30
+    echo "EXIT-NOTICED after $(echo "$(up) $_k" | awk '{printf "%.2f", $1-$2}') s" > "$RES/$ROLE.exit.notice.out"
+    mark exit.stopped
+  else
+    waitfor exit.ready 90
+    bg exit.cli 90 $(penv) rping -c -a "$SIP" -p 7605 -v
+    wait_line exit.cli 'ping data: rdma-ping-20:' 60
+    kill -9 $(pidof rping)
+    mark exit.killed
+    bgwait exit.cli 10
+    waitfor exit.stopped 60
+  fi
+  [ "$ROLE" = a ] && cell_end rdmacm-exit
 }
