@@ -134,6 +134,19 @@ def exit_cell(out):
            "DISCONNECTED and exited %s s after the kill was seen (9p barrier, TCG guests)" % (m.group(1) if m else "?"))
 
 
+def coexist_cell(out):
+    """rdmacm-coexist: ibcmd on the umad device of a VM whose kernel CM (ib_cm) is loaded must stop
+    at once, saying the CM class is the kernel's"""
+    res = os.path.join(out, "rdmacm-kernel", "share", "results")
+    txt, rc = read(os.path.join(res, "a.coexist.out")), read(os.path.join(res, "a.coexist.rc")).strip()
+    c = Check()
+    c(rc.isdigit() and int(rc) not in (0, 124) and not 128 < int(rc) < 160,
+      "ibcmd exit %r: want a refusal (not 0, not the time limit, no crash)" % rc)
+    c("already registered" in txt and "ib_cm" in txt, "no 'already registered ... ib_cm' in %r" % txt.strip()[:200])
+    c.done("rdmacm-coexist", "ibcmd on umad0 next to a loaded kernel CM stops at once (exit %s): the CM "
+           "class is already registered, ib_cm owns it" % rc)
+
+
 def cmtime_line(out):
     """cmtime's per-step timings: the drop-in's client (cmtime-act) vs the kernel's (cmtime-pas) on
     the rdmacm-kernel VM pair, and the drop-in's on both sides (cmtime-ii)"""
@@ -168,6 +181,7 @@ def rdmacm_cells(out):
     passed += mckey_cell(out)
     loader_cells(out)
     exit_cell(out)
+    coexist_cell(out)
     py = pyverbs_result(out)
     pyline = ("pyverbs rdmacm tests %d passed, %d failed, %d skipped" % py if py
               else "pyverbs rdmacm tests 0 passed, 0 failed, 0 skipped (not run)")

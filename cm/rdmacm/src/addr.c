@@ -289,7 +289,9 @@ RC_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 	int dlen, status = 0;
 
 	(void)timeout_ms;  /* resolved at once: the neighbour is the QP's business on RoCE */
-	if (!id || !dst_addr)
+	if (rc_usable(r))
+		return -1;
+	if (!dst_addr)
 		return rc_err(EINVAL);
 	dlen = rc_sockaddr_len(dst_addr);
 	if (dlen <= 0)
@@ -374,8 +376,8 @@ RC_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	int status = 0;
 
 	(void)timeout_ms;
-	if (!id)
-		return rc_err(EINVAL);
+	if (rc_usable(r))
+		return -1;
 	if (r->state != RC_ADDR_RESOLVED || !r->dev)
 		return rc_err(EINVAL);
 	if (!ibv_query_port(r->dev->verbs, r->id.port_num, &pa) &&

@@ -52,6 +52,7 @@ struct rc_channel *rc_channel_new(int sync_owned)
 	if (sfd >= 0 && epoll_ctl(c->ch.fd, EPOLL_CTL_ADD, sfd, &ee))
 		goto err;
 	c->sync_owned = sync_owned;
+	c->pid = getpid();
 	pthread_mutex_lock(&rc_lock);
 	c->next = channels;
 	channels = c;
@@ -239,13 +240,13 @@ RC_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 
 	if (!channel || !event)
 		return rc_err(EINVAL);
-	if (rc_forked())
-		return rc_err(EBADF);
 	pthread_mutex_lock(&rc_lock);
 	c = channel_of(channel);
 	pthread_mutex_unlock(&rc_lock);
 	if (!c)
 		return rc_err(EINVAL);
+	if (c->pid != getpid())
+		return rc_err(EBADF);  /* a fork child's copy of its parent's channel */
 	fl = fcntl(c->ch.fd, F_GETFL);
 	if (rc_wait_event(c, &e, fl >= 0 && (fl & O_NONBLOCK)))
 		return -1;

@@ -79,7 +79,9 @@ RC_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
 	struct rdma_cm_event *ev;
 	struct rc_id *child;
 
-	if (!listen || !id)
+	if (rc_usable(l))
+		return -1;
+	if (!id)
 		return rc_err(EINVAL);
 	if (!l->sync)
 		return rc_err(EINVAL);  /* as librdmacm: a listener of rdma_create_ep */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "rdmacm.h"
 
@@ -60,6 +61,7 @@ struct rc_id *rc_id_new(struct rc_channel *c, void *context, enum rdma_port_spac
 	r->id.qp_type = qp_type;
 	r->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
 	r->chan = c;
+	r->pid = getpid();
 	r->sync = c->sync_owned;
 	r->refs = 1;              /* the application's, until rdma_destroy_id */
 	r->key = next_key++;
@@ -87,6 +89,15 @@ void rc_id_put(struct rc_id *r)
 struct rc_id *rc_id_of(struct rdma_cm_id *id)
 {
 	return (struct rc_id *)id;
+}
+
+int rc_usable(const struct rc_id *r)
+{
+	if (!r)
+		return rc_err(EINVAL);
+	if (r->pid != getpid())
+		return rc_err(EBADF);  /* a fork child's copy of its parent's id */
+	return 0;
 }
 
 RC_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
@@ -154,6 +165,8 @@ RC_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 
 	if (!id)
 		return rc_err(EINVAL);
+	if (r->pid != getpid())
+		return 0;  /* a fork child's copy: the parent's id is the parent's to destroy */
 	if (r->id.event) {
 		rdma_ack_cm_event(r->id.event);
 		r->id.event = NULL;
@@ -254,7 +267,9 @@ RC_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	struct rc_id *r = rc_id_of(id);
 	int len;
 
-	if (!id || !addr)
+	if (rc_usable(r))
+		return -1;
+	if (!addr)
 		return rc_err(EINVAL);
 	len = rc_sockaddr_len(addr);
 	if (len <= 0)
@@ -286,8 +301,8 @@ RC_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	int st;
 
 	(void)backlog;  /* the node service bounds what a client holds (docs/ibcmd.md) */
-	if (!id)
-		return rc_err(EINVAL);
+	if (rc_usable(r))
+		return -1;
 	if (r->state == RC_IDLE) {
 		struct sockaddr_in any;
 
@@ -391,8 +406,8 @@ RC_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	uint64_t h;
 	int st;
 
-	if (!id)
-		return rc_err(EINVAL);
+	if (rc_usable(r))
+		return -1;
 	if (r->state != RC_ROUTE_RESOLVED || !r->dev)
 		return rc_err(EINVAL);
 	ctx = rc_session();
@@ -504,8 +519,8 @@ RC_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	struct ibcm_ctx *ctx;
 	int st;
 
-	if (!id)
-		return rc_err(EINVAL);
+	if (rc_usable(r))
+		return -1;
 	ctx = rc_session();
 	if (!ctx)
 		return -1;
@@ -572,8 +587,8 @@ RC_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8
 	struct ibcm_ctx *ctx;
 	int st;
 
-	if (!id)
-		return rc_err(EINVAL);
+	if (rc_usable(r))
+		return -1;
 	ctx = rc_session();
 	if (!ctx)
 		return -1;
@@ -611,8 +626,8 @@ RC_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	struct ibcm_ctx *ctx;
 	int st = 0;
 
-	if (!id)
-		return rc_err(EINVAL);
+	if (rc_usable(r))
+		return -1;
 	switch (r->state) {
 	case RC_DISCONNECT:
 	case RC_CLOSED:
@@ -646,8 +661,8 @@ RC_EXPORT int rdma_establish(struct rdma_cm_id *id)
 	struct ibcm_ctx *ctx;
 	int st;
 
-	if (!id)
-		return rc_err(EINVAL);
+	if (rc_usable(r))
+		return -1;
 	ctx = rc_session();
 	if (!ctx)
 		return -1;
@@ -667,8 +682,8 @@ RC_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
 	struct rc_id *r = rc_id_of(id);
 
-	if (!id)
-		return rc_err(EINVAL);
+	if (rc_usable(r))
+		return -1;
 	/* IBV_EVENT_COMM_EST: data arrived before the RTU. The connection is established for
 	 * the data path already; the CM's state follows when the RTU (or its retransmission
 	 * by the peer's REP timer) arrives. */
@@ -683,8 +698,8 @@ RC_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 	struct rc_channel *to, *own = NULL;
 	struct rc_event *e, *n;
 
-	if (!id)
-		return rc_err(EINVAL);
+	if (rc_usable(r))
+		return -1;
 	if (channel) {
 		to = (struct rc_channel *)channel;
 	} else {
@@ -715,7 +730,9 @@ RC_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 {
 	struct rc_id *r = rc_id_of(id);
 
-	if (!id || !optval)
+	if (rc_usable(r))
+		return -1;
+	if (!optval)
 		return rc_err(EINVAL);
 	if (level == RDMA_OPTION_ID) {
 		switch (optname) {

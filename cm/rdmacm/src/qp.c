@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rdmacm.h"
 
@@ -178,7 +179,9 @@ RC_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_at
 	struct rc_id *r = rc_id_of(id);
 	int ret;
 
-	if (!id || !qp_attr || !qp_attr_mask)
+	if (rc_usable(r))
+		return -1;
+	if (!qp_attr || !qp_attr_mask)
 		return rc_err(EINVAL);
 	if (r->id.qp_type == IBV_QPT_UD) {
 		switch (qp_attr->qp_state) {
@@ -310,9 +313,9 @@ RC_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 	struct rc_id *r = rc_id_of(id);
 	struct ibv_qp *qp;
 
-	if (!id || !attr)
-		return rc_err(EINVAL);
-	if (!r->dev || id->qp)
+	if (rc_usable(r))
+		return -1;
+	if (!attr || !r->dev || id->qp)
 		return rc_err(EINVAL);
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
 		attr->pd = default_pd(r);
@@ -380,8 +383,8 @@ RC_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 {
 	struct rc_id *r = rc_id_of(id);
 
-	if (!id)
-		return;
+	if (!id || r->pid != getpid())
+		return;  /* NULL, or a fork child's copy: the QP is the parent's */
 	if (id->qp)
 		ibv_destroy_qp(id->qp);
 	id->qp = NULL;
@@ -393,7 +396,9 @@ RC_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr
 	struct rc_id *r = rc_id_of(id);
 	struct ibv_srq *srq;
 
-	if (!id || !attr || !r->dev)
+	if (rc_usable(r))
+		return -1;
+	if (!attr || !r->dev)
 		return rc_err(EINVAL);
 	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)) {
 		attr->comp_mask |= IBV_SRQ_INIT_ATTR_TYPE;
@@ -440,7 +445,7 @@ RC_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd,
 
 RC_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
 {
-	if (!id || !id->srq)
+	if (!id || !id->srq || rc_id_of(id)->pid != getpid())
 		return;
 	ibv_destroy_srq(id->srq);
 	id->srq = NULL;

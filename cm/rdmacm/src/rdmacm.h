@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -72,6 +73,7 @@ struct rc_id {
 	struct rc_id *hnext;           /* the key table's chain */
 	struct rc_channel *chan;
 	struct rc_channel *own_chan;   /* the channel made for this synchronous id (freed with it) */
+	pid_t pid;                     /* the process that made it (a fork child's copy: EBADF) */
 	enum rc_state state;
 	struct rc_device *dev;
 	uint8_t sgid_index;            /* the local address's GID (RoCE v2 when there is one) */
@@ -115,6 +117,7 @@ struct rc_channel {
 	int efd;                       /* eventfd: readable while the queue is not empty */
 	struct rc_event *head, *tail;
 	int sync_owned;                /* made for a synchronous id: its ids' calls wait */
+	pid_t pid;                     /* the process that made it */
 	struct rc_channel *next;
 };
 
@@ -147,6 +150,7 @@ struct rc_id *rc_id_new(struct rc_channel *c, void *context, enum rdma_port_spac
 			enum ibv_qp_type qp_type);
 void rc_id_put(struct rc_id *r);              /* drops a reference; frees a destroyed id */
 struct rc_id *rc_id_of(struct rdma_cm_id *id);
+int rc_usable(const struct rc_id *r);          /* 0, or -1 with EINVAL (NULL) / EBADF (fork) */
 int rc_ps_qp_type(enum rdma_port_space ps, enum ibv_qp_type *qpt);
 int rc_service_port(const struct rc_id *r);   /* the rdma_cm port of the id's address */
 uint64_t rc_service_id(const struct rc_id *r, int dst);

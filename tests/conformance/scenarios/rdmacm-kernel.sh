@@ -14,6 +14,9 @@
 DROPIN_A=0 DROPIN_B=1
 pair_up
 dropin_up
+# next to the kernel CM: ibcmd on VM a's umad0, where ib_cm holds the CM class (rdmacm-coexist)
+[ "$ROLE" = a ] && run coexist 20 ibcmd --addr "$MYIP" --socket /tmp/coexist.sock \
+  --state /tmp/coexist.state --umad /dev/infiniband/umad0 --gid-index "$(gid_index)"
 rdmacm_cells pas b 10.77.0.2
 rdmacm_cells act a 10.77.0.1
 mckey_cell b
