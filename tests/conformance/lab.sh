@@ -18,6 +18,8 @@
 # A scenario is scenarios/SCENARIO.sh, run inside each guest (busybox sh) with lab.* kernel
 # arguments exported as LAB_* variables.  Header lines choose the module sets:
 #   # lab-mods-a: cm|nocm      # lab-mods-b: cm|nocm      # lab-timeout: SECONDS
+#   # lab-initrd-extra: pyverbs  boot with build/initramfs-pyverbs.cpio.gz appended to the
+#                                common initramfs (python3 + pyverbs + rdma-core's tests/)
 # Results go to $LAB_OUT/SCENARIO/: a.console.log, b.console.log, wire.pcap, share/ (the 9p
 # share mounted on /lab in the guests: results/, sync/, bin/), host.log (netns), lab.log.
 #
@@ -34,6 +36,13 @@
 #                   loud warning, recorded in versions-used.txt and in the suite's summary line
 #                   `lab-packages:`)
 #   LAB_ACCEL  tcg (default) | kvm         LAB_MEM  guest MiB (default 512)
+#   LAB_GUEST_ENV  names of host environment variables handed to the guests: written to
+#                  /lab/env.sh (the 9p share), which guest/lib.sh sources
+#                  (e.g. LAB_GUEST_ENV=RDMACM_LIB_DIR RDMACM_LIB_DIR=/lab/bin)
+#   LAB_INITRD_EXTRA=pyverbs  `lab.sh shell` with the second initramfs too (python3, pyverbs)
+#   LAB_RDMA_TESTS=orig  fail the build when rdma-core's orig tarball cannot be downloaded
+#                  (default: fall back to the copy of tests/ in the pinned python3-pyverbs deb,
+#                  with a loud warning, recorded in build/rdma-core-tests/SOURCE)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,13 +56,24 @@ MEM=${LAB_MEM:-512}
 
 # What the guest needs (userland) + the -dev packages to compile the lab's C programs against
 # the very same libraries + QEMU for the host side.  The kernel is added by `pin`.
+# python3-pyverbs (and with it python3.11) goes only into the second initramfs,
+# initramfs-pyverbs.cpio.gz, which a scenario asks for with `# lab-initrd-extra: pyverbs`.
 PKGS="busybox-static iproute2 ibverbs-utils ibverbs-providers rdmacm-utils libibumad3 \
-      librdmacm-dev libibverbs-dev libibumad-dev qemu-system-x86"
+      librdmacm-dev libibverbs-dev libibumad-dev qemu-system-x86 python3-pyverbs"
 # maintainer-script plumbing never needed from the dependency closure
-SKIP_RE='^(adduser|debconf|cdebconf|dpkg|tar|passwd|perl|perl-base|perl-modules-[0-9.]+|libperl[0-9.]+|udev|install-info|usrmerge|usr-is-merged|iso-codes|init-system-helpers|lsb-base|sysvinit-utils|libdebian-installer4|libnewt0.52|libslang2|libtextwrap1|libsemanage[0-9]*|libsemanage-common|readline-common|pci.ids|libc6-dev|libc-dev-bin|linux-libc-dev|libcrypt-dev|libnsl-dev|rpcsvc-proto|libtirpc-dev|gcc-12-base)$'
+SKIP_RE='^(adduser|debconf|cdebconf|dpkg|tar|passwd|perl|perl-base|perl-modules-[0-9.]+|libperl[0-9.]+|udev|install-info|usrmerge|usr-is-merged|iso-codes|init-system-helpers|lsb-base|sysvinit-utils|libdebian-installer4|libnewt0.52|libslang2|libtextwrap1|libsemanage[0-9]*|libsemanage-common|readline-common|pci.ids|mailcap|mime-support|libfile-find-rule-perl|libnumber-compare-perl|libtext-glob-perl|libc6-dev|libc-dev-bin|linux-libc-dev|libcrypt-dev|libnsl-dev|rpcsvc-proto|libtirpc-dev|gcc-12-base)$'
 # guest kernel modules (dependencies are added from modules.dep)
 MODULES="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs ib_umad \
          rdma_ucm ib_cm rdma_cm iw_cm sch_ingress cls_u32 act_gact"
+
+# rdma-core's own test suite (tests/ of the Debian source package rdma-core 44.0-2, the source
+# of the pinned python3-pyverbs): downloaded at build time into $CACHE, never kept in this
+# repository.  SHA256 from bookworm's main/source/Sources and from rdma-core_44.0-2.dsc.
+RDMA_TESTS_TARBALL=rdma-core_44.0.orig.tar.gz
+RDMA_TESTS_SHA256=25d6601e60f27bbcd75e07fe340400cb80e6c3c487679700535385cfc9d9858b
+RDMA_TESTS_TOP=rdma-core-44.0
+RDMA_TESTS_URL=${LAB_DEBIAN_POOL:-http://deb.debian.org/debian/pool}/main/r/rdma-core/$RDMA_TESTS_TARBALL
+RDMA_TESTS_DEB=python3-pyverbs     # the fallback: its /usr/share/doc/rdma-core/tests
 
 ts() { date +%T; }
 log() { echo "[lab $(ts)] $*" >&2; }
@@ -185,18 +205,67 @@ fetch_debs() {
   rm -f "$OUT/lab-packages.txt.new"
 }
 
+# fetch rdma-core's orig tarball into $CACHE, checked against RDMA_TESTS_SHA256 (a wrong hash
+# is fatal).  Writes $B/rdma-tests.fetched: "orig FILE SHA256", or "deb ..." when the tarball
+# cannot be downloaded (the tests then come from the pinned python3-pyverbs deb, which Debian
+# built from that same source package) -- unless LAB_RDMA_TESTS=orig.
+fetch_rdma_tests() {
+  local f=$CACHE/$RDMA_TESTS_TARBALL got
+  mkdir -p "$CACHE" "$B"
+  if [ ! -e "$f" ] || [ "$(sha256sum < "$f" | cut -d' ' -f1)" != "$RDMA_TESTS_SHA256" ]; then
+    rm -f "$f" "$f.part"
+    log "downloading $RDMA_TESTS_URL"
+    if curl -fsSL --retry 2 -o "$f.part" "$RDMA_TESTS_URL" 2>"$B/rdma-tests.curl.log" \
+       || wget -q -O "$f.part" "$RDMA_TESTS_URL" 2>>"$B/rdma-tests.curl.log"; then
+      got=$(sha256sum < "$f.part" | cut -d' ' -f1)
+      [ "$got" = "$RDMA_TESTS_SHA256" ] || { rm -f "$f.part"; die "SHA256 mismatch for $RDMA_TESTS_TARBALL (pinned $RDMA_TESTS_SHA256, got $got)"; }
+      mv "$f.part" "$f"
+    else
+      rm -f "$f.part"
+      [ "${LAB_RDMA_TESTS:-}" = orig ] && die "cannot download $RDMA_TESTS_URL (LAB_RDMA_TESTS=orig): $(tr '\n' ' ' < "$B/rdma-tests.curl.log")"
+      local deb; deb=$(awk -v n="$RDMA_TESTS_DEB" '$1 == n {print $4}' "$B/versions-used.txt")
+      [ -n "$deb" ] || die "no $RDMA_TESTS_TARBALL and no $RDMA_TESTS_DEB deb to take rdma-core's tests/ from"
+      log "WARNING: $RDMA_TESTS_URL could not be downloaded ($(tr '\n' ' ' < "$B/rdma-tests.curl.log"| cut -c1-120)); rdma-core's tests/ come from the pinned $deb instead (LAB_RDMA_TESTS=orig makes this an error)"
+      echo "deb $deb $(sha256sum < "$CACHE/$deb" | cut -d' ' -f1) $RDMA_TESTS_TARBALL could not be downloaded" > "$B/rdma-tests.fetched"
+      return 0
+    fi
+  fi
+  echo "orig $RDMA_TESTS_TARBALL $RDMA_TESTS_SHA256" > "$B/rdma-tests.fetched"
+}
+
+# $B/rdma-core-tests/tests: rdma-core's tests/ (test_rdmacm.py imports tests.base, tests.utils,
+# tests.rdmacm_utils and args_parser, and tests/__init__.py imports every test_*.py, so the
+# whole directory is needed; nothing else of the source tree is)
+extract_rdma_tests() {
+  local d=$B/rdma-core-tests kind file sha rest
+  read -r kind file sha rest < "$B/rdma-tests.fetched"
+  rm -rf "$d"; mkdir -p "$d"
+  case $kind in
+    orig)
+      tar -xzf "$CACHE/$file" -C "$d" --strip-components=1 "$RDMA_TESTS_TOP/tests"
+      echo "rdma-core tests/ from the Debian source package: $file sha256 $sha ($RDMA_TESTS_URL)" > "$d/SOURCE" ;;
+    deb)
+      cp -r "$SR/usr/share/doc/rdma-core/tests" "$d/tests"
+      gunzip -f "$d"/tests/*.gz
+      echo "rdma-core tests/ FALLBACK from $file sha256 $sha (its /usr/share/doc/rdma-core/tests): $rest" > "$d/SOURCE" ;;
+  esac
+  [ -e "$d/tests/test_rdmacm.py" ] && [ -e "$d/tests/run_tests.py" ] || die "no test_rdmacm.py in $d/tests"
+  log "$(cat "$d/SOURCE"): $(ls "$d/tests" | wc -l) files"
+}
+
 # ------------------------------------------------------------------------------------------
 # build
 build_stamp() {
-  cat "$B/versions-used.txt" "$HERE/lab.sh" "$HERE/guest/init" "$HERE"/src/* 2>/dev/null | sha256sum | cut -d' ' -f1
+  cat "$B/versions-used.txt" "$B/rdma-tests.fetched" "$HERE/lab.sh" "$HERE/guest/init" "$HERE"/src/* 2>/dev/null | sha256sum | cut -d' ' -f1
 }
 cmd_build() {
   local t0=$SECONDS
   [ -s "$LOCK" ] || die "no $LOCK (run 'lab.sh pin')"
   fetch_debs
+  fetch_rdma_tests
   local stamp; stamp=$(build_stamp)
   if [ -e "$B/stamp" ] && [ "$(cat "$B/stamp")" = "$stamp" ] && [ -e "$B/initramfs.cpio.gz" ] \
-       && [ -e "$B/vmlinuz" ] && [ -x "$LDSO" ]; then
+       && [ -e "$B/initramfs-pyverbs.cpio.gz" ] && [ -e "$B/vmlinuz" ] && [ -x "$LDSO" ]; then
     log "build is up to date ($((SECONDS - t0)) s)"; return 0
   fi
   rm -f "$B/stamp"
@@ -212,6 +281,7 @@ cmd_build() {
   [ -x "$LDSO" ] || die "no dynamic loader in the sysroot"
   "${QEMU[@]}" --version | head -1 | sed 's/^/  /' >&2
   build_bins
+  extract_rdma_tests
   build_initramfs "$kr"
   [ "${LAB_KEEP_KERNEL:-0}" = 1 ] || rm -rf "$kr"
   echo "$stamp" > "$B/stamp"
@@ -241,6 +311,7 @@ sr_list_libs() {  # the sysroot's ld.so resolves only against the sysroot
     awk '/=>/ && $3 ~ /^\// {print $3} !/=>/ && $1 ~ /^\// {print $1}'
 }
 ir_add() {  # ir_add IR /path/in/sysroot... : copy with the libraries it needs
+  # (libraries already in $IR_BASE, the common initramfs tree, are left out when it is set)
   local ir=$1 f lib; shift
   for f in "$@"; do
     [ -e "$SR$f" ] || { log "warning: $f not in the sysroot"; continue; }
@@ -248,6 +319,7 @@ ir_add() {  # ir_add IR /path/in/sysroot... : copy with the libraries it needs
     for lib in $(sr_list_libs "$SR$f"); do
       lib=${lib#"$SR"}
       [ -e "$ir$lib" ] && continue
+      [ -n "${IR_BASE:-}" ] && [ -e "$IR_BASE$lib" ] && continue
       mkdir -p "$ir$(dirname "$lib")"; cp -L "$SR$lib" "$ir$lib"
     done
   done
@@ -291,6 +363,46 @@ build_initramfs() {
   printf '127.0.0.1 localhost\n' > "$ir/etc/hosts"
   ( cd "$ir" && find . | LC_ALL=C sort | "$bb" cpio -o -H newc 2>/dev/null ) | gzip -1 > "$B/initramfs.cpio.gz"
   log "initramfs: $(du -h "$B/initramfs.cpio.gz" | cut -f1) gz, $(find "$ir" -name '*.ko*' | wc -l) modules"
+  build_pyverbs_initramfs "$ir"
+  rm -rf "$ir"
+}
+
+# The second initramfs, only for scenarios with `# lab-initrd-extra: pyverbs`: appended to the
+# common one at boot (the kernel unpacks concatenated cpio archives in order), so every other
+# run boots exactly what it booted before.  It holds python3.11 with the part of its stdlib
+# that a test run can reach, pyverbs, the libraries they need that the common initramfs lacks
+# (libpython3.11, the mlx5/efa providers that pyverbs' provider modules link), and rdma-core's
+# tests/ in /opt/rdma-core/tests.
+PY_STDLIB_DROP="test pydoc_data idlelib tkinter turtledemo lib2to3 ensurepip venv distutils \
+  sqlite3 curses dbm tomllib xmlrpc wsgiref asyncio turtle.py pydoc.py doctest.py _pydecimal.py \
+  mailbox.py imaplib.py nntplib.py smtplib.py smtpd.py ftplib.py poplib.py telnetlib.py"
+PY_DYNLOAD_DROP_RE='^(_test|_xx|xxlimited|_ctypes_test|_curses|_dbm|_gdbm|nis|ossaudiodev|audioop|readline|_sqlite3|_ssl|_hashlib|_crypt|_codecs_|_tkinter|_asyncio|_decimal|_lsprof)'
+build_pyverbs_initramfs() {
+  local base=$1 ir=$B/initramfs-pyverbs bb=$SR/bin/busybox f n py=/usr/lib/python3.11
+  rm -rf "$ir"; mkdir -p "$ir/usr/bin" "$ir/opt/rdma-core" "$ir/etc"
+  IR_BASE=$base ir_add "$ir" /usr/bin/python3.11
+  ln -s python3.11 "$ir/usr/bin/python3"
+  # the pure-python stdlib (Debian's site.py and its sitecustomize symlink into /etc included)
+  # shellcheck disable=SC2046
+  tar -C "$SR" -cf - $(for n in $PY_STDLIB_DROP lib-dynload; do printf -- '--exclude=.%s/%s ' "$py" "$n"; done) \
+      --exclude='__pycache__' ".$py" | tar -C "$ir" -xf -
+  cp -r "$SR/etc/python3.11" "$ir/etc/"
+  mkdir -p "$ir$py/lib-dynload"
+  for f in "$SR$py"/lib-dynload/*.so; do
+    n=$(basename "$f"); echo "$n" | grep -qE "$PY_DYNLOAD_DROP_RE" && continue
+    IR_BASE=$base ir_add "$ir" "${f#"$SR"}"
+  done
+  for f in $(cd "$SR" && find usr/lib/python3/dist-packages/pyverbs -type f); do
+    case $f in *.so) IR_BASE=$base ir_add "$ir" "/$f" ;; *) mkdir -p "$ir/$(dirname "$f")"; cp "$SR/$f" "$ir/$f" ;; esac
+  done
+  cp -r "$B/rdma-core-tests/tests" "$B/rdma-core-tests/SOURCE" "$ir/opt/rdma-core/"
+  # the guest's python must find every library through the loader's default path
+  for f in $(find "$ir" -name '*.so*' -type f); do
+    "$LDSO" --library-path "$ir/lib/x86_64-linux-gnu:$ir/usr/lib/x86_64-linux-gnu:$base/lib/x86_64-linux-gnu:$base/usr/lib/x86_64-linux-gnu" \
+        --list "$f" 2>&1 | grep -q 'not found' && die "initramfs-pyverbs: $f has a library missing"
+  done
+  ( cd "$ir" && find . | LC_ALL=C sort | "$bb" cpio -o -H newc 2>/dev/null ) | gzip -6 > "$B/initramfs-pyverbs.cpio.gz"   # -6: 11 % smaller than -1, 1.5 s more
+  log "initramfs-pyverbs: $(du -h "$B/initramfs-pyverbs.cpio.gz" | cut -f1) gz ($(du -sh "$ir" | cut -f1) unpacked)"
   rm -rf "$ir"
 }
 
@@ -337,17 +449,38 @@ new_run() {
   RD=$OUT/$RUN
   rm -rf "$RD"; mkdir -p "$RD/share"/{sync,results,bin,scenarios}
   cp "$HERE/guest/lib.sh" "$RD/share/"
-  cp "$HERE"/scenarios/*.sh "$RD/share/scenarios/"
+  cp "$HERE"/scenarios/*.sh "$HERE"/scenarios/*.py "$RD/share/scenarios/"
   cp "$B"/bin/* "$RD/share/bin/"
   local f
   for f in ${LAB_PEER_BIN:-}; do
     [ -e "$f" ] || die "LAB_PEER_BIN: no file $f"
     cp -L "$f" "$RD/share/bin/"; log "peer binary $(basename "$f") -> /lab/bin/$(basename "$f")"
   done
+  guest_env > "$RD/share/env.sh"
   chmod -R a+rwX "$RD/share"
+  INITRD=$B/initramfs.cpio.gz
+  local extra; extra=$(scenario_opt "$SCEN" initrd-extra "")
+  if [ -n "$extra" ]; then
+    [ -e "$B/initramfs-$extra.cpio.gz" ] || die "no $B/initramfs-$extra.cpio.gz (run 'lab.sh build')"
+    INITRD=$RD/initramfs+$extra.cpio.gz
+    cat "$B/initramfs.cpio.gz" "$B/initramfs-$extra.cpio.gz" > "$INITRD"
+    log "initramfs: common + $extra ($(du -h "$INITRD" | cut -f1))"
+  fi
   TIMEOUT=${LAB_TIMEOUT:-$(scenario_opt "$SCEN" timeout 300)}
   DEADLINE=$((SECONDS + TIMEOUT))
   log "run $RUN (timeout ${TIMEOUT} s) -> $RD"
+}
+
+# /lab/env.sh: `export NAME='VALUE'` for every name in LAB_GUEST_ENV that is set on the host
+guest_env() {
+  local n v
+  echo "# written by lab.sh from LAB_GUEST_ENV=${LAB_GUEST_ENV:-}"
+  for n in ${LAB_GUEST_ENV:-}; do
+    case $n in *[!A-Za-z0-9_]*|[0-9]*|'') die "LAB_GUEST_ENV: bad name '$n'" ;; esac
+    [ -n "${!n+x}" ] || continue
+    v=${!n}; v=${v//\'/\'\\\'\'}
+    echo "export $n='$v'"
+  done
 }
 
 nic() { echo "-device virtio-net-pci,netdev=$1,mac=$2,romfile="; }
@@ -359,13 +492,13 @@ vm_start() {
   [ -n "$ns" ] && pre=(ip netns exec "$ns")
   date +%s.%N > "$RD/$name.t0"
   "${pre[@]}" "${QEMU[@]}" -accel "$ACCEL" -nodefaults -no-user-config -display none \
-      -m "$MEM" -smp 1 -kernel "$B/vmlinuz" -initrd "$B/initramfs.cpio.gz" \
+      -m "$MEM" -smp 1 -kernel "$B/vmlinuz" -initrd "$INITRD" \
       -append "console=ttyS0 quiet panic=-1 lab.name=$name $append" -no-reboot \
       -serial "file:$RD/$name.console.log" \
       -virtfs "local,path=$RD/share,mount_tag=lab,security_model=none,id=lab" \
       "$@" > "$RD/$name.qemu.log" 2>&1 &
   QPIDS+=("$!")
-  log "VM $name pid $! ($ACCEL): $append"
+  log "VM $name pid $! ($ACCEL, $MEM MiB): $append"
 }
 
 # wait for every qemu of this run to exit, or the deadline
@@ -475,9 +608,15 @@ cmd_run_netns() {
 cmd_shell() {
   RUN=shell; need_build; RD=$OUT/shell
   rm -rf "$RD"; mkdir -p "$RD/share"/{sync,results,bin,scenarios}
-  cp "$HERE/guest/lib.sh" "$RD/share/"; cp "$HERE"/scenarios/*.sh "$RD/share/scenarios/"; cp "$B"/bin/* "$RD/share/bin/"
+  cp "$HERE/guest/lib.sh" "$RD/share/"; cp "$HERE"/scenarios/*.sh "$HERE"/scenarios/*.py "$RD/share/scenarios/"; cp "$B"/bin/* "$RD/share/bin/"
+  guest_env > "$RD/share/env.sh"
+  INITRD=$B/initramfs.cpio.gz   # LAB_INITRD_EXTRA=pyverbs: the shell VM gets the second one too
+  if [ -n "${LAB_INITRD_EXTRA:-}" ]; then
+    INITRD=$RD/initramfs+$LAB_INITRD_EXTRA.cpio.gz
+    cat "$B/initramfs.cpio.gz" "$B/initramfs-$LAB_INITRD_EXTRA.cpio.gz" > "$INITRD"
+  fi
   "${QEMU[@]}" -accel "$ACCEL" -nodefaults -no-user-config -display none -m "$MEM" -smp 1 \
-      -kernel "$B/vmlinuz" -initrd "$B/initramfs.cpio.gz" -no-reboot -serial stdio \
+      -kernel "$B/vmlinuz" -initrd "$INITRD" -no-reboot -serial stdio \
       -append "console=ttyS0 panic=-1 lab.ip=10.77.0.1/24 lab.role=a lab.mods=${1:-cm}" \
       -virtfs "local,path=$RD/share,mount_tag=lab,security_model=none,id=lab" \
       -netdev socket,id=n0,udp=127.0.0.1:$((LAB_PORT+1)),localaddr=127.0.0.1:$LAB_PORT $(nic n0 52:54:00:77:00:01)

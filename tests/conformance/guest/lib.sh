@@ -1,4 +1,5 @@
 # lib.sh -- sourced by the guest scenario scripts (busybox sh); lives on the 9p share (/lab).
+# It first sources /lab/env.sh: the host variables named in LAB_GUEST_ENV (see lab.sh).
 #
 #   run NAME SECS cmd...    run with a time limit; output -> console and /lab/results/ROLE.NAME.out;
 #                           prints "=== END NAME rc=N secs=S"
@@ -19,6 +20,8 @@
 # A host part of a run-netns scenario may source it too, with LAB_DIR=$LAB_SHARE and ROLE=host
 # (bash; only run/bg/bgwait/bgkill/mark/waitfor/wait_line make sense there).
 LAB_DIR=${LAB_DIR:-/lab}
+# host variables named in LAB_GUEST_ENV (lab.sh writes them to the share as env.sh)
+[ -r "$LAB_DIR/env.sh" ] && . "$LAB_DIR/env.sh"
 MYIP=${LAB_ip%/*}
 PEER=${LAB_peer:-}
 ROLE=${ROLE:-${LAB_role:-a}}
