@@ -41,7 +41,8 @@ from check_rdmacm import rdmacm_cells  # noqa: E402
 
 # the lab.sh runs of tests/conformance/run (steps.txt names, <name>.log)
 LAB_RUNS = ("kernel", "nocm", "netns", "ibcm-udp", "ibcm-umad", "kernel-paths", "ibcm-pair", "xrc-rxe",
-            "ibcm-data", "hostile", "rdmacm-kernel", "rdmacm-ibcm")
+            "ibcm-data", "hostile", "rdmacm-kernel", "rdmacm-ibcm", "rdmacm-pyverbs",
+            "rdmacm-pyverbs-kernel")
 
 
 # ------------------------------------------------------------------------------------------

@@ -250,6 +250,11 @@ int rc_addr_local(struct rc_id *r, const struct sockaddr *local)
 		return -1;
 	r->dev = d;
 	r->id.verbs = d->verbs;
+	/* as librdmacm: an id on a device has the device's default PD */
+	if (!d->pd)
+		d->pd = ibv_alloc_pd(d->verbs);
+	if (!r->id.pd)
+		r->id.pd = d->pd;
 	r->id.port_num = port;
 	r->sgid_index = index;
 	r->id.route.addr.addr.ibaddr.sgid = gid;
@@ -455,6 +460,34 @@ RC_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
 	}
 }
 
+/* rdma_getaddrinfo without a node or service: the hints' addresses and fields (librdmacm's) */
+static int addrinfo_from_hints(const struct rdma_addrinfo *hints, struct rdma_addrinfo **res)
+{
+	struct rdma_addrinfo *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return rc_err(ENOMEM);
+	r->ai_flags = hints->ai_flags;
+	r->ai_family = hints->ai_family;
+	r->ai_qp_type = hints->ai_qp_type;
+	r->ai_port_space = hints->ai_port_space;
+	if (hints->ai_dst_addr && hints->ai_dst_len) {
+		r->ai_dst_addr = dup_sockaddr(hints->ai_dst_addr, &r->ai_dst_len);
+		if (!r->ai_dst_addr)
+			goto nomem;
+	}
+	if (hints->ai_src_addr && hints->ai_src_len) {
+		r->ai_src_addr = dup_sockaddr(hints->ai_src_addr, &r->ai_src_len);
+		if (!r->ai_src_addr)
+			goto nomem;
+	}
+	*res = r;
+	return 0;
+nomem:
+	rdma_freeaddrinfo(r);
+	return rc_err(ENOMEM);
+}
+
 RC_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 			       const struct rdma_addrinfo *hints, struct rdma_addrinfo **res)
 {
@@ -463,7 +496,7 @@ RC_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 	enum ibv_qp_type qpt;
 	int passive, ret;
 
-	if (!res || (!node && !service))
+	if (!res || (!node && !service && !hints))
 		return rc_err(EINVAL);
 	memset(&h, 0, sizeof(h));
 	h.ai_socktype = SOCK_STREAM;
@@ -477,6 +510,8 @@ RC_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 		h.ai_family = hints->ai_family;
 	}
 	passive = hints && (hints->ai_flags & RAI_PASSIVE);
+	if (!node && !service)
+		return addrinfo_from_hints(hints, res);
 	ret = getaddrinfo(node, service, &h, &ai);
 	if (ret) {
 		/* as librdmacm: getaddrinfo's error code, errno set as well */
@@ -501,7 +536,7 @@ RC_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 		r->ai_src_addr = dup_sockaddr(ai->ai_addr, &r->ai_src_len);
 	} else {
 		r->ai_dst_addr = dup_sockaddr(ai->ai_addr, &r->ai_dst_len);
-		if (hints && hints->ai_src_addr)
+		if (hints && hints->ai_src_addr && hints->ai_src_len)
 			r->ai_src_addr = dup_sockaddr(hints->ai_src_addr, &r->ai_src_len);
 	}
 	freeaddrinfo(ai);

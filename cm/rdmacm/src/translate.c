@@ -100,6 +100,7 @@ static void on_request(struct rc_id *l, struct ibcm_event *ev, struct ibcm_ctx *
 	r->state = RC_CONNECT;
 	r->dev = l->dev;
 	r->id.verbs = l->id.verbs;
+	r->id.pd = l->dev ? l->dev->pd : NULL;
 	r->id.port_num = l->id.port_num;
 	r->sgid_index = l->sgid_index;
 	ibcm_set_context(ctx, ev->conn, (void *)(uintptr_t)r->key);
