@@ -658,6 +658,7 @@ int main(int argc, char **argv)
         need(readable(a->fd, 5000), "channel a: no event");
         want_ok(rdma_migrate_id(id, b), "rdma_migrate_id");
         need(id->channel == b, "id->channel is not the new channel");
+        need(!readable(a->fd, 0), "the old channel's fd is still readable, its event gone");
         /* the queued event moved with the id */
         ev = next_event(b, 5000);
         need(ev->id == id && ev->event == RDMA_CM_EVENT_ADDR_ERROR,
@@ -673,6 +674,12 @@ int main(int argc, char **argv)
         addr_error(b, id);
         want_errno(rdma_get_cm_event(a, &ev), EAGAIN, "rdma_get_cm_event (old channel)");
         want_ok(rdma_destroy_id(id), "rdma_destroy_id");
+        /* an id destroyed with its event still queued: the channel is empty again */
+        id = new_id(b, NULL, RDMA_PS_TCP);
+        want_ok(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000), "rdma_resolve_addr");
+        need(readable(b->fd, 5000), "channel b: no event");
+        want_ok(rdma_destroy_id(id), "rdma_destroy_id (its event queued)");
+        need(!readable(b->fd, 0), "the channel's fd is still readable, its only event gone");
         rdma_destroy_event_channel(a);
         rdma_destroy_event_channel(b);
         pass("a queued ADDR_ERROR moves with the id to the new channel, the old one has none "
@@ -728,6 +735,10 @@ int main(int argc, char **argv)
             /* a channel of the child's own: its own session, another client of ibcmd */
             own = rdma_create_event_channel();
             need(own != NULL, "rdma_create_event_channel (child): %s", strerror(errno));
+            want_errno(rdma_get_cm_event(ch, &ev), EBADF,
+                       "rdma_get_cm_event (inherited channel, child's own session)");
+            want_errno(rdma_create_id(ch, &cid, NULL, RDMA_PS_TCP), EBADF,
+                       "rdma_create_id (inherited channel, child's own session)");
             cid = new_id(own, NULL, RDMA_PS_TCP);
             want_ok(rdma_bind_addr(cid, (struct sockaddr *)&any), "rdma_bind_addr (child)");
             want_errno(rdma_listen(cid, 8), EADDRINUSE, "rdma_listen (child, parent's port)");
@@ -814,6 +825,12 @@ int main(int argc, char **argv)
              "RTR: state %d, mask %#x, dest_qp_num %#x", qa.qp_state, mask, qa.dest_qp_num);
         want_ok(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)),
                 "rdma_set_option (ACK_TIMEOUT 14)");
+        {
+            uint8_t bad = 32;
+
+            want_errno(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &bad, 1),
+                       EINVAL, "rdma_set_option (ACK_TIMEOUT 32: the refused value is not kept)");
+        }
         qa.qp_state = IBV_QPS_RTS;
         want_ok(rdma_init_qp_attr(id, &qa, &mask), "rdma_init_qp_attr (RTS)");
         need(qa.qp_state == IBV_QPS_RTS && (mask & IBV_QP_TIMEOUT) && qa.timeout == 14,
@@ -833,6 +850,13 @@ int main(int argc, char **argv)
         begin("rdma_destroy_id of an unanswered request");
         peer = spawn_peer(argv, PORT_PEER, PEER_QPN + 1, pd2, "");
         id = peer_request(ch, l, (void *)0x4, server_ip, PEER_QPN + 1, pd2, seen, sizeof(seen));
+        {
+            struct rdma_conn_param cp;
+
+            memset(&cp, 0, sizeof(cp));
+            cp.qp_num = 0x99;
+            want_errno(rdma_accept(id, &cp), ENODEV, "rdma_accept (no device for the request)");
+        }
         want_ok(rdma_destroy_id(id), "rdma_destroy_id (unanswered request)");
         peer_done(peer);
         want_ok(rdma_destroy_id(l), "rdma_destroy_id (listener)");

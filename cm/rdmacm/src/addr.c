@@ -350,6 +350,34 @@ RC_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 	return 0;
 }
 
+/* The port's data rate in Mb/s: lanes (active_width) x the lane rate (active_speed). */
+static int port_mbps(const struct ibv_port_attr *pa)
+{
+	int lanes, lane;
+
+	switch (pa->active_width) {
+	case 1: lanes = 1; break;
+	case 2: lanes = 4; break;
+	case 4: lanes = 8; break;
+	case 8: lanes = 12; break;
+	case 16: lanes = 2; break;
+	default: lanes = 1; break;
+	}
+	switch (pa->active_speed) {
+	case 1: lane = 2500; break;
+	case 2: lane = 5000; break;
+	case 4: case 8: lane = 10000; break;
+	case 16: lane = 14000; break;
+	case 32: lane = 25000; break;
+	case 64: lane = 50000; break;
+	case 128: lane = 100000; break;
+	default: lane = 2500; break;
+	}
+	return lanes * lane;
+}
+
+/* route.path_rec: RoCE has no path records, but rdma_cm reports one built from the GIDs and
+ * the port (as the kernel's cma_resolve_iboe_route). */
 int rc_route_fill(struct rc_id *r)
 {
 	struct ibv_sa_path_rec *p = &r->path;
@@ -367,7 +395,7 @@ int rc_route_fill(struct rc_id *r)
 	p->packet_life_time_selector = 2;
 	if (r->dev && !ibv_query_port(r->dev->verbs, r->id.port_num, &pa)) {
 		p->mtu = (uint8_t)pa.active_mtu;
-		p->rate = 3;  /* 2.5 Gb/s x ... : RoCE has no path records; rdma_cm reports one */
+		p->rate = (uint8_t)mbps_to_ibv_rate(port_mbps(&pa));
 	}
 	r->id.route.path_rec = p;
 	r->id.route.num_paths = 1;

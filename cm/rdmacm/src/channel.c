@@ -210,6 +210,12 @@ int rc_wait_event(struct rc_channel *c, struct rc_event **out, int nonblock)
 				}
 			}
 			e->next = NULL;
+			/* rdma_destroy_id waits until these are acknowledged (as librdmacm's, where a
+			 * CONNECT_REQUEST is the listener's event, not the new id's) */
+			if (e->listener)
+				e->listener->events_out++;
+			else
+				e->id->events_out++;
 			pthread_mutex_unlock(&rc_lock);
 			*out = e;
 			return 0;
@@ -222,8 +228,8 @@ int rc_wait_event(struct rc_channel *c, struct rc_event **out, int nonblock)
 			pthread_mutex_unlock(&rc_lock);
 			return rc_err(EAGAIN);
 		}
+		pfd.fd = c->ch.fd;  /* read with the lock held: the channel may be freed meanwhile */
 		pthread_mutex_unlock(&rc_lock);
-		pfd.fd = c->ch.fd;
 		pfd.events = POLLIN;
 		pfd.revents = 0;
 		if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
@@ -261,9 +267,14 @@ RC_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 	if (!event)
 		return rc_err(EINVAL);
 	pthread_mutex_lock(&rc_lock);
-	if (e->listener)
+	if (e->listener) {
+		e->listener->events_out--;
 		rc_id_put(e->listener);
+	} else {
+		e->id->events_out--;
+	}
 	rc_id_put(e->id);
+	pthread_cond_broadcast(&rc_acked);
 	pthread_mutex_unlock(&rc_lock);
 	free(e);
 	return 0;

@@ -113,6 +113,8 @@ RC_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
 		return rc_err(EBADF);
 	if (channel) {
 		c = (struct rc_channel *)channel;
+		if (c->pid != getpid())
+			return rc_err(EBADF);  /* a fork child's copy of its parent's channel */
 	} else {
 		c = rc_channel_new(1);
 		if (!c)
@@ -153,6 +155,14 @@ static struct rc_event *unqueue(struct rc_id *r)
 	c->tail = NULL;
 	for (e = keep; e; e = e->next)
 		c->tail = e;
+	if (!keep && taken) {
+		uint64_t n;
+
+		/* the queue is empty now: the channel's fd must stop being readable */
+		if (read(c->efd, &n, sizeof(n)) < 0) {
+			/* EAGAIN: already drained */
+		}
+	}
 	return taken;
 }
 
@@ -198,6 +208,10 @@ RC_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 		r->listener = NULL;
 	}
 	e = unqueue(r);
+	/* as librdmacm: the events handed out for it must be acknowledged first (another
+	 * thread's, typically: a progress thread that has yet to call rdma_ack_cm_event) */
+	while (r->events_out > 0)
+		pthread_cond_wait(&rc_acked, &rc_lock);
 	own = r->own_chan;
 	r->own_chan = NULL;
 	rc_id_put(r);
@@ -278,7 +292,8 @@ RC_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 		return rc_err(EINVAL);
 	memset(&r->id.route.addr.src_storage, 0, sizeof(r->id.route.addr.src_storage));
 	memcpy(&r->id.route.addr.src_storage, addr, (size_t)len);
-	if (!get_port(addr))
+	r->auto_port = !get_port(addr);
+	if (r->auto_port)
 		set_port(&r->id.route.addr.src_addr, ephemeral_port());
 	if (!is_any(addr)) {
 		int bad;
@@ -298,7 +313,7 @@ RC_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	struct rc_id *r = rc_id_of(id);
 	struct ibcm_ctx *ctx;
 	uint64_t sid;
-	int st;
+	int st, tries;
 
 	(void)backlog;  /* the node service bounds what a client holds (docs/ibcmd.md) */
 	if (rc_usable(r))
@@ -318,6 +333,13 @@ RC_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 		return -1;
 	sid = rc_service_id(r, 0);
 	st = ibcm_listen_context(ctx, sid, (void *)(uintptr_t)r->key);
+	for (tries = 0; st == IBCM_EREFUSED && r->auto_port && tries < 16; tries++) {
+		/* an ephemeral port another listener of the node holds: draw another, as the
+		 * kernel's port allocation would not have given that one */
+		set_port(&r->id.route.addr.src_addr, ephemeral_port());
+		sid = rc_service_id(r, 0);
+		st = ibcm_listen_context(ctx, sid, (void *)(uintptr_t)r->key);
+	}
 	if (st == IBCM_EREFUSED)
 		return rc_err(EADDRINUSE);
 	if (st)
@@ -534,6 +556,12 @@ RC_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		pthread_mutex_unlock(&rc_lock);
 		return st;
 	}
+	if (!r->dev) {
+		/* the address the peer connected to is on no local RDMA device (id->verbs is
+		 * NULL): nothing can take the connection; rdma_reject or rdma_destroy_id answers */
+		pthread_mutex_unlock(&rc_lock);
+		return rc_err(ENODEV);
+	}
 	if (p && p->private_data && p->private_data_len > IBCM_REP_PRIVATE_DATA_MAX) {
 		pthread_mutex_unlock(&rc_lock);
 		return rc_err(EINVAL);
@@ -628,6 +656,10 @@ RC_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 
 	if (rc_usable(r))
 		return -1;
+	ctx = rc_session();
+	if (!ctx)
+		return -1;
+	pthread_mutex_lock(&rc_lock);
 	switch (r->state) {
 	case RC_DISCONNECT:
 	case RC_CLOSED:
@@ -636,21 +668,18 @@ RC_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	case RC_ESTABLISHED:
 		break;
 	default:
+		pthread_mutex_unlock(&rc_lock);
 		return rc_err(EINVAL);
 	}
 	/* as librdmacm: the QP goes to ERR first, so its posted work requests flush (after
 	 * the peer's DREQ too: an application's completion thread waits for that) */
 	if (r->id.qp && r->id.qp_type != IBV_QPT_UD)
 		rc_qp_error(r);
-	if (r->state == RC_DISCONNECT || r->state == RC_CLOSED)
-		return 0;  /* the peer's DREQ came first (or it is over): nothing left to send */
-	ctx = rc_session();
-	if (!ctx)
-		return -1;
-	pthread_mutex_lock(&rc_lock);
-	if (r->conn)
+	if (r->state != RC_DISCONNECT && r->state != RC_CLOSED && r->conn)
 		st = ibcm_disconnect(ctx, r->conn, NULL, 0);
-	r->state = RC_DISCONNECT;
+	/* else the peer's DREQ came first (or it is over): nothing left to send */
+	if (r->state != RC_CLOSED)
+		r->state = RC_DISCONNECT;
 	pthread_mutex_unlock(&rc_lock);
 	return st && st != IBCM_ECLOSED && st != IBCM_ENOENT ? rc_fail(st) : 0;
 }
@@ -702,6 +731,8 @@ RC_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 		return -1;
 	if (channel) {
 		to = (struct rc_channel *)channel;
+		if (to->pid != getpid())
+			return rc_err(EBADF);
 	} else {
 		to = rc_channel_new(1);
 		if (!to)
@@ -752,11 +783,9 @@ RC_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 			r->afonly = *(int *)optval != 0;
 			return 0;
 		case RDMA_OPTION_ID_ACK_TIMEOUT:
-			if (optlen != sizeof(uint8_t))
-				return rc_err(EINVAL);
+			if (optlen != sizeof(uint8_t) || *(uint8_t *)optval > 31)
+				return rc_err(EINVAL);  /* the QP's timeout has 5 bits */
 			r->ack_timeout = *(uint8_t *)optval;
-			if (r->ack_timeout > 31)
-				return rc_err(EINVAL);
 			return 0;
 		default:
 			return rc_err(ENOSYS);

@@ -83,13 +83,15 @@ struct rc_id {
 	struct ibcm_event *sidr_req;   /* a SIDR_REQUEST kept unacknowledged until answered */
 	int sync;                      /* created without a channel: calls wait for their event */
 	int destroyed;                 /* rdma_destroy_id called; freed once refs drop to 0 */
-	int refs;                      /* events handed out and not acknowledged */
+	int refs;                      /* the application's, events', handle's and requests' */
+	int events_out;                /* events handed to the application, not acknowledged */
 	int own_cqs;                   /* rdma_create_qp made the CQs and channels */
 	int manual_establish;          /* active without a QP: CONNECT_RESPONSE to the app */
 	int answered;                  /* passive: rdma_accept / rdma_reject was called */
 	int rejected_here;             /* this side rejected: libibcm's CONNECT_ERROR is ours */
 	int connect_error;             /* errno of a QP transition that failed at the REP */
 	int tos_set, afonly, reuseaddr;
+	int auto_port;                 /* the bound port was drawn here (rdma_listen redraws it) */
 	uint8_t tos;
 	uint8_t ack_timeout;           /* RDMA_OPTION_ID_ACK_TIMEOUT (0: the CM's) */
 	/* the request's / answer's parameters (CONNECT_REQUEST, REP) */
@@ -123,6 +125,7 @@ struct rc_channel {
 
 /* session.c */
 extern pthread_mutex_t rc_lock;
+extern pthread_cond_t rc_acked;                /* an event was acknowledged (rc_lock) */
 struct ibcm_ctx *rc_session(void);            /* opens it on first use; NULL + errno */
 int rc_session_fd(void);                      /* libibcm's event fd, -1 without a session */
 int rc_errno(int ibcm_status);                /* an ibcm status as an errno value */

@@ -21,6 +21,7 @@
 #define DEFAULT_SOCKET "/run/ibcmd/ibcmd.sock"
 
 pthread_mutex_t rc_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t rc_acked = PTHREAD_COND_INITIALIZER;
 
 static struct ibcm_ctx *session;
 static pid_t session_pid;
