@@ -378,10 +378,10 @@ static int port_mbps(const struct ibv_port_attr *pa)
 
 /* route.path_rec: RoCE has no path records, but rdma_cm reports one built from the GIDs and
  * the port (as the kernel's cma_resolve_iboe_route). */
-int rc_route_fill(struct rc_id *r)
+int rc_route_fill(struct rc_id *r, const struct ibv_port_attr *pa)
 {
 	struct ibv_sa_path_rec *p = &r->path;
-	struct ibv_port_attr pa;
+	struct ibv_port_attr own;
 
 	memset(p, 0, sizeof(*p));
 	p->sgid = r->id.route.addr.addr.ibaddr.sgid;
@@ -393,9 +393,11 @@ int rc_route_fill(struct rc_id *r)
 	p->mtu_selector = 2;
 	p->rate_selector = 2;
 	p->packet_life_time_selector = 2;
-	if (r->dev && !ibv_query_port(r->dev->verbs, r->id.port_num, &pa)) {
-		p->mtu = (uint8_t)pa.active_mtu;
-		p->rate = (uint8_t)mbps_to_ibv_rate(port_mbps(&pa));
+	if (!pa && r->dev && !ibv_query_port(r->dev->verbs, r->id.port_num, &own))
+		pa = &own;
+	if (pa) {
+		p->mtu = (uint8_t)pa->active_mtu;
+		p->rate = (uint8_t)mbps_to_ibv_rate(port_mbps(pa));
 	}
 	r->id.route.path_rec = p;
 	r->id.route.num_paths = 1;
@@ -406,19 +408,19 @@ RC_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
 	struct rc_id *r = rc_id_of(id);
 	struct ibv_port_attr pa;
-	int status = 0;
+	int status = 0, have;
 
 	(void)timeout_ms;
 	if (rc_usable(r))
 		return -1;
 	if (r->state != RC_ADDR_RESOLVED || !r->dev)
 		return rc_err(EINVAL);
-	if (!ibv_query_port(r->dev->verbs, r->id.port_num, &pa) &&
-	    pa.link_layer == IBV_LINK_LAYER_INFINIBAND)
+	have = !ibv_query_port(r->dev->verbs, r->id.port_num, &pa);
+	if (have && pa.link_layer == IBV_LINK_LAYER_INFINIBAND)
 		status = -EPROTONOSUPPORT;  /* IP addressing over native IB: docs/rdmacm.md §4 */
 	pthread_mutex_lock(&rc_lock);
 	if (!status) {
-		rc_route_fill(r);
+		rc_route_fill(r, have ? &pa : NULL);
 		r->state = RC_ROUTE_RESOLVED;
 	}
 	rc_event_queue_now(r, status ? RDMA_CM_EVENT_ROUTE_ERROR : RDMA_CM_EVENT_ROUTE_RESOLVED,

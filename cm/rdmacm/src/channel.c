@@ -101,10 +101,26 @@ void rc_channel_free(struct rc_channel *c)
 		rc_id_put(e->id);
 		free(e);
 	}
-	pthread_mutex_unlock(&rc_lock);
+	c->head = c->tail = NULL;
 	close(c->ch.fd);
 	close(c->efd);
-	free(c);
+	c->destroyed = 1;
+	if (!c->waiters)
+		free(c);
+	/* else a thread waits in rdma_get_cm_event on it: that thread frees it (below) */
+	pthread_mutex_unlock(&rc_lock);
+}
+
+/* A thread whose channel was destroyed under its wait: as a read blocked on librdmacm's
+ * closed channel file, it never returns (no event can come any more). */
+static __attribute__((noreturn)) void wait_for_ever(void)
+{
+	static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+	static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
+
+	pthread_mutex_lock(&m);
+	for (;;)
+		pthread_cond_wait(&never, &m);  /* a cancellation point */
 }
 
 RC_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
@@ -190,13 +206,14 @@ void rc_pump(void)
 	}
 }
 
-/* Takes the first event of `c`; waits for one unless `nonblock`. */
+/* Takes the first event of `c`; waits for one unless `nonblock`. Called with rc_lock held
+ * (the channel was found under it); returns with it released. */
 int rc_wait_event(struct rc_channel *c, struct rc_event **out, int nonblock)
 {
 	struct pollfd pfd;
 	uint64_t n;
+	int ret, err;
 
-	pthread_mutex_lock(&rc_lock);
 	for (;;) {
 		rc_pump();
 		if (c->head) {
@@ -228,13 +245,26 @@ int rc_wait_event(struct rc_channel *c, struct rc_event **out, int nonblock)
 			pthread_mutex_unlock(&rc_lock);
 			return rc_err(EAGAIN);
 		}
-		pfd.fd = c->ch.fd;  /* read with the lock held: the channel may be freed meanwhile */
-		pthread_mutex_unlock(&rc_lock);
+		pfd.fd = c->ch.fd;
 		pfd.events = POLLIN;
 		pfd.revents = 0;
-		if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
-			return -1;
+		c->waiters++;  /* the channel stays allocated while this thread polls it */
+		pthread_mutex_unlock(&rc_lock);
+		ret = poll(&pfd, 1, -1);
+		err = errno;
 		pthread_mutex_lock(&rc_lock);
+		c->waiters--;
+		if (c->destroyed) {
+			/* rdma_destroy_event_channel ran meanwhile (another thread's) */
+			if (!c->waiters)
+				free(c);
+			pthread_mutex_unlock(&rc_lock);
+			wait_for_ever();
+		}
+		if (ret < 0 && err != EINTR) {
+			pthread_mutex_unlock(&rc_lock);
+			return rc_err(err);
+		}
 	}
 }
 
@@ -248,11 +278,14 @@ RC_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 		return rc_err(EINVAL);
 	pthread_mutex_lock(&rc_lock);
 	c = channel_of(channel);
-	pthread_mutex_unlock(&rc_lock);
-	if (!c)
-		return rc_err(EINVAL);
-	if (c->pid != getpid())
+	if (!c) {
+		pthread_mutex_unlock(&rc_lock);
+		return rc_err(EINVAL);  /* not a channel (or one destroyed already) */
+	}
+	if (c->pid != getpid()) {
+		pthread_mutex_unlock(&rc_lock);
 		return rc_err(EBADF);  /* a fork child's copy of its parent's channel */
+	}
 	fl = fcntl(c->ch.fd, F_GETFL);
 	if (rc_wait_event(c, &e, fl >= 0 && (fl & O_NONBLOCK)))
 		return -1;

@@ -120,6 +120,8 @@ struct rc_channel {
 	struct rc_event *head, *tail;
 	int sync_owned;                /* made for a synchronous id: its ids' calls wait */
 	pid_t pid;                     /* the process that made it */
+	int waiters;                   /* threads in rdma_get_cm_event's poll on it */
+	int destroyed;                 /* rdma_destroy_event_channel: freed by its last waiter */
 	struct rc_channel *next;
 };
 
@@ -140,7 +142,7 @@ void rc_channel_free(struct rc_channel *c);
 struct rc_event *rc_event_new(struct rc_id *id, enum rdma_cm_event_type type, int status);
 void rc_event_queue(struct rc_event *e);      /* onto e->id's channel; with rc_lock */
 void rc_event_queue_now(struct rc_id *id, enum rdma_cm_event_type type, int status);
-int rc_wait_event(struct rc_channel *c, struct rc_event **out, int nonblock);
+int rc_wait_event(struct rc_channel *c, struct rc_event **out, int nonblock); /* rc_lock held */
 void rc_pump(void);                           /* libibcm's events -> channels; with rc_lock */
 int rc_sync_complete(struct rc_id *r, enum rdma_cm_event_type want);
 
@@ -165,7 +167,7 @@ int rc_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len, int with_p
 int rc_sockaddr_parse(const char *ipport, struct sockaddr_storage *ss);
 void rc_ip_gid(const struct sockaddr *sa, union ibv_gid *gid);
 struct rc_device *rc_device_of(struct ibv_context *verbs);
-int rc_route_fill(struct rc_id *r);
+int rc_route_fill(struct rc_id *r, const struct ibv_port_attr *pa);
 
 /* qp.c */
 int rc_qp_to_init_local(struct rc_id *r, struct ibv_qp *qp);

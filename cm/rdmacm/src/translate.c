@@ -112,7 +112,7 @@ static void on_request(struct rc_id *l, struct ibcm_event *ev, struct ibcm_ctx *
 	if (r->id.route.addr.src_addr.sa_family)
 		rc_addr_local(r, &r->id.route.addr.src_addr);
 	rc_ip_gid(&r->id.route.addr.dst_addr, &r->id.route.addr.addr.ibaddr.dgid);
-	rc_route_fill(r);
+	rc_route_fill(r, NULL);
 	r->req_responder_resources = ev->responder_resources;
 	r->req_initiator_depth = ev->initiator_depth;
 	if (ibcm_accept_param_init(ctx, &r->accept) == IBCM_OK)
