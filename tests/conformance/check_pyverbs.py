@@ -31,6 +31,9 @@ import signal
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+from labcells import read  # noqa: E402
 RUN = "rdmacm-pyverbs"
 RESULT_FILE = os.path.join("share", "results", "a.pyverbs.out")
 SOURCE_FILE = os.path.join("a.console.log")
@@ -251,14 +254,6 @@ def pyverbs_report(text, source=""):
     n = {k: sum(1 for r in rows if r[1] == k) for k in ("PASS", "FAIL", "SKIP")}
     summary = "pyverbs rdmacm tests %d passed, %d failed, %d skipped" % (n["PASS"], n["FAIL"], n["SKIP"])
     return lines, summary, bool(rows) and n["FAIL"] == 0
-
-
-def read(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
 
 
 def main(argv):

@@ -276,6 +276,20 @@ uint64_t rc_service_id(const struct rc_id *r, int dst)
 	return ibcm_rdma_cm_service_id((uint16_t)r->id.ps, get_port(sa));
 }
 
+/* The start of a call on an id: the id is this process's, the session is open; returns the
+ * session with rc_lock held, or NULL (errno set) without it. */
+static struct ibcm_ctx *enter(struct rc_id *r)
+{
+	struct ibcm_ctx *ctx;
+
+	if (rc_usable(r))
+		return NULL;
+	ctx = rc_session();
+	if (ctx)
+		pthread_mutex_lock(&rc_lock);
+	return ctx;
+}
+
 RC_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 {
 	struct rc_id *r = rc_id_of(id);
@@ -428,14 +442,13 @@ RC_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	uint64_t h;
 	int st;
 
-	if (rc_usable(r))
-		return -1;
-	if (r->state != RC_ROUTE_RESOLVED || !r->dev)
-		return rc_err(EINVAL);
-	ctx = rc_session();
+	ctx = enter(r);
 	if (!ctx)
 		return -1;
-	pthread_mutex_lock(&rc_lock);
+	if (r->state != RC_ROUTE_RESOLVED || !r->dev) {
+		pthread_mutex_unlock(&rc_lock);
+		return rc_err(EINVAL);
+	}
 	if (r->id.qp_type == IBV_QPT_UD) {
 		st = connect_ud(r, ctx, p);
 		pthread_mutex_unlock(&rc_lock);
@@ -541,12 +554,9 @@ RC_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	struct ibcm_ctx *ctx;
 	int st;
 
-	if (rc_usable(r))
-		return -1;
-	ctx = rc_session();
+	ctx = enter(r);
 	if (!ctx)
 		return -1;
-	pthread_mutex_lock(&rc_lock);
 	if (!r->conn || r->answered || r->state != RC_CONNECT || !r->listener) {
 		pthread_mutex_unlock(&rc_lock);
 		return rc_err(EINVAL);
@@ -615,12 +625,9 @@ RC_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8
 	struct ibcm_ctx *ctx;
 	int st;
 
-	if (rc_usable(r))
-		return -1;
-	ctx = rc_session();
+	ctx = enter(r);
 	if (!ctx)
 		return -1;
-	pthread_mutex_lock(&rc_lock);
 	if (!r->conn || r->answered || (r->state != RC_CONNECT)) {
 		pthread_mutex_unlock(&rc_lock);
 		return rc_err(EINVAL);
@@ -654,12 +661,9 @@ RC_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	struct ibcm_ctx *ctx;
 	int st = 0;
 
-	if (rc_usable(r))
-		return -1;
-	ctx = rc_session();
+	ctx = enter(r);
 	if (!ctx)
 		return -1;
-	pthread_mutex_lock(&rc_lock);
 	switch (r->state) {
 	case RC_DISCONNECT:
 	case RC_CLOSED:
@@ -690,12 +694,9 @@ RC_EXPORT int rdma_establish(struct rdma_cm_id *id)
 	struct ibcm_ctx *ctx;
 	int st;
 
-	if (rc_usable(r))
-		return -1;
-	ctx = rc_session();
+	ctx = enter(r);
 	if (!ctx)
 		return -1;
-	pthread_mutex_lock(&rc_lock);
 	if (!r->conn || r->state != RC_CONNECT || r->listener) {
 		pthread_mutex_unlock(&rc_lock);
 		return rc_err(EINVAL);
