@@ -326,13 +326,8 @@ RC_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 
 		if (port)
 			*p = htons(port);
-		if (!*p) {
-			uint16_t v;
-
-			if (getentropy(&v, sizeof(v)))
-				v = (uint16_t)getpid();
-			*p = htons((uint16_t)(32768 + v % (60999 - 32768 + 1)));
-		}
+		if (!*p)
+			*p = htons(rc_ephemeral_port());
 		memcpy(&r->id.route.addr.src_storage, &src, sizeof(src));
 		pthread_mutex_lock(&rc_lock);
 		if (rc_addr_local(r, (struct sockaddr *)&src))

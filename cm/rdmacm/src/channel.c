@@ -82,10 +82,31 @@ static struct rc_channel *channel_of(struct rdma_event_channel *ch)
 	return NULL;
 }
 
+void rc_events_free(struct rc_event *e)
+{
+	struct rc_event *n;
+
+	for (; e; e = n) {
+		n = e->next;
+		if (e->listener)
+			rc_id_put(e->listener);
+		rc_id_put(e->id);
+		free(e);
+	}
+}
+
+void rc_channel_drained(struct rc_channel *c)
+{
+	uint64_t n;
+
+	if (read(c->efd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: already drained */
+	}
+}
+
 void rc_channel_free(struct rc_channel *c)
 {
 	struct rc_channel **p;
-	struct rc_event *e, *n;
 
 	pthread_mutex_lock(&rc_lock);
 	for (p = &channels; *p; p = &(*p)->next) {
@@ -94,13 +115,7 @@ void rc_channel_free(struct rc_channel *c)
 			break;
 		}
 	}
-	for (e = c->head; e; e = n) {
-		n = e->next;
-		if (e->listener)
-			rc_id_put(e->listener);
-		rc_id_put(e->id);
-		free(e);
-	}
+	rc_events_free(c->head);
 	c->head = c->tail = NULL;
 	close(c->ch.fd);
 	close(c->efd);
@@ -162,14 +177,15 @@ void rc_event_queue(struct rc_event *e)
 
 	rc_trace("id %p: %s status %d", (void *)e->id, rdma_event_str(e->ev.event), e->ev.status);
 	e->next = NULL;
-	if (c->tail)
-		c->tail->next = e;
-	else
+	if (c->tail) {
+		c->tail->next = e;  /* the fd is readable already */
+	} else {
 		c->head = e;
-	c->tail = e;
-	if (write(c->efd, &one, sizeof(one)) < 0) {
-		/* the counter cannot overflow at one write per event: nothing to do */
+		if (write(c->efd, &one, sizeof(one)) < 0) {
+			/* cannot fail: the counter is 0 or 1 */
+		}
 	}
+	c->tail = e;
 }
 
 void rc_event_queue_now(struct rc_id *id, enum rdma_cm_event_type type, int status)
@@ -211,7 +227,6 @@ void rc_pump(void)
 int rc_wait_event(struct rc_channel *c, struct rc_event **out, int nonblock)
 {
 	struct pollfd pfd;
-	uint64_t n;
 	int ret, err;
 
 	for (;;) {
@@ -222,9 +237,7 @@ int rc_wait_event(struct rc_channel *c, struct rc_event **out, int nonblock)
 			c->head = e->next;
 			if (!c->head) {
 				c->tail = NULL;
-				if (read(c->efd, &n, sizeof(n)) < 0) {
-					/* EAGAIN: already drained */
-				}
+				rc_channel_drained(c);
 			}
 			e->next = NULL;
 			/* rdma_destroy_id waits until these are acknowledged (as librdmacm's, where a

@@ -62,7 +62,7 @@ err:
 	}
 }
 
-int rc_ep_request_qp(struct rc_id *child, struct rc_id *listener)
+static int rc_ep_request_qp(struct rc_id *child, struct rc_id *listener)
 {
 	struct ibv_qp_init_attr attr;
 

@@ -155,14 +155,8 @@ static struct rc_event *unqueue(struct rc_id *r)
 	c->tail = NULL;
 	for (e = keep; e; e = e->next)
 		c->tail = e;
-	if (!keep && taken) {
-		uint64_t n;
-
-		/* the queue is empty now: the channel's fd must stop being readable */
-		if (read(c->efd, &n, sizeof(n)) < 0) {
-			/* EAGAIN: already drained */
-		}
-	}
+	if (!keep && taken)
+		rc_channel_drained(c);  /* the queue is empty now */
 	return taken;
 }
 
@@ -171,7 +165,7 @@ RC_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	struct rc_id *r = rc_id_of(id);
 	struct ibcm_ctx *ctx;
 	struct rc_channel *own = NULL;
-	struct rc_event *e, *n;
+	struct rc_event *e;
 
 	if (!id)
 		return rc_err(EINVAL);
@@ -215,20 +209,14 @@ RC_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	own = r->own_chan;
 	r->own_chan = NULL;
 	rc_id_put(r);
-	for (; e; e = n) {
-		n = e->next;
-		if (e->listener)
-			rc_id_put(e->listener);
-		rc_id_put(e->id);
-		free(e);
-	}
+	rc_events_free(e);
 	pthread_mutex_unlock(&rc_lock);
 	if (own)
 		rc_channel_free(own);
 	return 0;
 }
 
-static uint16_t ephemeral_port(void)
+uint16_t rc_ephemeral_port(void)
 {
 	uint16_t v = 0;
 
@@ -308,7 +296,7 @@ RC_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	memcpy(&r->id.route.addr.src_storage, addr, (size_t)len);
 	r->auto_port = !get_port(addr);
 	if (r->auto_port)
-		set_port(&r->id.route.addr.src_addr, ephemeral_port());
+		set_port(&r->id.route.addr.src_addr, rc_ephemeral_port());
 	if (!is_any(addr)) {
 		int bad;
 
@@ -350,7 +338,7 @@ RC_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	for (tries = 0; st == IBCM_EREFUSED && r->auto_port && tries < 16; tries++) {
 		/* an ephemeral port another listener of the node holds: draw another, as the
 		 * kernel's port allocation would not have given that one */
-		set_port(&r->id.route.addr.src_addr, ephemeral_port());
+		set_port(&r->id.route.addr.src_addr, rc_ephemeral_port());
 		sid = rc_service_id(r, 0);
 		st = ibcm_listen_context(ctx, sid, (void *)(uintptr_t)r->key);
 	}
@@ -774,15 +762,10 @@ RC_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 			/* The REQ's traffic class is the node service's (docs/rdmacm.md §4). */
 			return rc_err(ENOSYS);
 		case RDMA_OPTION_ID_REUSEADDR:
-			if (optlen != sizeof(int))
-				return rc_err(EINVAL);
-			r->reuseaddr = *(int *)optval != 0;
-			return 0;
 		case RDMA_OPTION_ID_AFONLY:
-			if (optlen != sizeof(int))
-				return rc_err(EINVAL);
-			r->afonly = *(int *)optval != 0;
-			return 0;
+			/* accepted without effect: the node service owns port reuse, and an id's
+			 * address family is the one it is bound or resolved with (docs/rdmacm.md §2) */
+			return optlen == sizeof(int) ? 0 : rc_err(EINVAL);
 		case RDMA_OPTION_ID_ACK_TIMEOUT:
 			if (optlen != sizeof(uint8_t) || *(uint8_t *)optval > 31)
 				return rc_err(EINVAL);  /* the QP's timeout has 5 bits */

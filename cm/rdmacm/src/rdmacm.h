@@ -43,9 +43,7 @@
 enum rc_state {
 	RC_IDLE,          /* created */
 	RC_BOUND,         /* rdma_bind_addr */
-	RC_ADDR_QUERY,    /* rdma_resolve_addr: ADDR_RESOLVED not yet taken */
-	RC_ADDR_RESOLVED,
-	RC_ROUTE_QUERY,
+	RC_ADDR_RESOLVED, /* rdma_resolve_addr (its event is queued at once) */
 	RC_ROUTE_RESOLVED,
 	RC_CONNECT,       /* REQ / SIDR_REQ sent, or a request received and not answered */
 	RC_ACCEPTED,      /* passive: REP sent, RTU awaited */
@@ -90,15 +88,12 @@ struct rc_id {
 	int answered;                  /* passive: rdma_accept / rdma_reject was called */
 	int rejected_here;             /* this side rejected: libibcm's CONNECT_ERROR is ours */
 	int connect_error;             /* errno of a QP transition that failed at the REP */
-	int tos_set, afonly, reuseaddr;
 	int auto_port;                 /* the bound port was drawn here (rdma_listen redraws it) */
-	uint8_t tos;
 	uint8_t ack_timeout;           /* RDMA_OPTION_ID_ACK_TIMEOUT (0: the CM's) */
 	/* the request's / answer's parameters (CONNECT_REQUEST, REP) */
 	uint8_t req_responder_resources, req_initiator_depth;
 	uint8_t resp_res, init_depth;  /* what this side accepted / asked with */
 	struct ibcm_accept_param accept;  /* passive: what rdma_accept sends (the PSN) */
-	int have_accept;
 	/* rdma_create_ep / rdma_get_request */
 	struct ibv_qp_init_attr *ep_qp_attr;
 	struct ibv_pd *ep_pd;
@@ -141,6 +136,8 @@ struct rc_channel *rc_channel_new(int sync_owned);
 void rc_channel_free(struct rc_channel *c);
 struct rc_event *rc_event_new(struct rc_id *id, enum rdma_cm_event_type type, int status);
 void rc_event_queue(struct rc_event *e);      /* onto e->id's channel; with rc_lock */
+void rc_events_free(struct rc_event *e);      /* a list never handed out; with rc_lock */
+void rc_channel_drained(struct rc_channel *c); /* its queue is empty: fd not readable */
 void rc_event_queue_now(struct rc_id *id, enum rdma_cm_event_type type, int status);
 int rc_wait_event(struct rc_channel *c, struct rc_event **out, int nonblock); /* rc_lock held */
 void rc_pump(void);                           /* libibcm's events -> channels; with rc_lock */
@@ -159,6 +156,7 @@ int rc_usable(const struct rc_id *r);          /* 0, or -1 with EINVAL (NULL) / 
 int rc_ps_qp_type(enum rdma_port_space ps, enum ibv_qp_type *qpt);
 int rc_service_port(const struct rc_id *r);   /* the rdma_cm port of the id's address */
 uint64_t rc_service_id(const struct rc_id *r, int dst);
+uint16_t rc_ephemeral_port(void);             /* Linux's ip_local_port_range, at random */
 
 /* addr.c */
 int rc_addr_local(struct rc_id *r, const struct sockaddr *local);  /* device, port, GID */
@@ -176,8 +174,5 @@ int rc_qp_modify_cm(struct rc_id *r, int state, const struct ibcm_accept_param *
 int rc_qp_error(struct rc_id *r);
 void rc_ud_ah_attr(struct rc_id *r, struct ibv_ah_attr *ah);
 struct ibcm_port rc_port(const struct rc_id *r);
-
-/* ep.c */
-int rc_ep_request_qp(struct rc_id *child, struct rc_id *listener);
 
 #endif

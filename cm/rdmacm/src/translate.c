@@ -115,8 +115,7 @@ static void on_request(struct rc_id *l, struct ibcm_event *ev, struct ibcm_ctx *
 	rc_route_fill(r, NULL);
 	r->req_responder_resources = ev->responder_resources;
 	r->req_initiator_depth = ev->initiator_depth;
-	if (ibcm_accept_param_init(ctx, &r->accept) == IBCM_OK)
-		r->have_accept = 1;
+	ibcm_accept_param_init(ctx, &r->accept);  /* cannot fail with a valid pointer */
 	r->accept.responder_resources = ev->responder_resources;
 	r->accept.initiator_depth = ev->initiator_depth;
 	e = rc_event_new(r, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
